@@ -1,0 +1,42 @@
+# condisagg — build, test and benchmark entry points.
+# `make test` is the one test command; it installs what a fresh Debian machine lacks first.
+
+GO        ?= go
+PKGS      := ./...
+FUZZTIME  ?= 10s
+BENCHTIME ?= 1s
+
+.PHONY: all deps build test test-short vet bench fuzz demo conformance clean
+
+all: build
+
+# deps is idempotent: every step checks before it installs.
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	$(GO) build $(PKGS)
+	$(GO) build -o bin/ ./cmd/...
+
+vet: deps
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+test: deps vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short: deps
+	$(GO) test -short -count=1 $(PKGS)
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./kvindex/ ./kvevents/ | tee bench.out
+
+# Runs every fuzz target briefly (FUZZTIME each); a crasher stays in testdata/fuzz/.
+fuzz: deps
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+demo:
+	@echo "make demo: not built yet (the end-to-end demo lands with the vllm-sim / Envoy issue)"
+
+clean:
+	rm -rf bin bench.out

@@ -1,0 +1,75 @@
+package kvevents
+
+// Kind is the tag of a vLLM KV cache event (the msgspec tagged-union value under "type").
+type Kind uint8
+
+const (
+	// KindUnknown is an event whose tag this decoder does not know; it is skipped and counted.
+	KindUnknown Kind = iota
+	KindBlockStored
+	KindBlockRemoved
+	KindAllBlocksCleared
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindBlockStored:
+		return "BlockStored"
+	case KindBlockRemoved:
+		return "BlockRemoved"
+	case KindAllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return "unknown"
+}
+
+// Batch is one decoded KVEventBatch payload: [ts, events, data_parallel_rank].
+//
+// A Batch is reused across Decode calls so the steady state allocates nothing: every slice
+// (Events, and each event's Hashes and Tokens) points into arenas owned by the Batch, and every
+// byte slice (Medium, LoRAName, SpecKind, Locality, UnknownTag) points into the payload that was
+// decoded. Both are valid only until the next Decode into the same Batch or until the payload
+// buffer is reused.
+type Batch struct {
+	TS      float64 // engine wall clock; for lag metrics only, never for ordering
+	Rank    int64   // data_parallel_rank, valid when HasRank
+	HasRank bool
+	Events  []Event
+
+	// Arenas behind Events[i].Hashes and Events[i].Tokens.
+	hashes []uint64
+	tokens []uint32
+}
+
+// Event is one decoded KV cache event. Fields that the producing vLLM version did not send are
+// zero with their Has* flag false (the tolerant rules of vllm-kv-events.md §2.4).
+type Event struct {
+	Kind Kind
+
+	// BlockStored and BlockRemoved.
+	Hashes   []uint64 // engine block hashes normalised to uint64 (§2.5)
+	Medium   []byte   // nil when absent or nil on the wire (device cache)
+	GroupIdx int64
+	HasGroup bool
+	Locality []byte // "LOCAL" / "REMOTE" or nil
+
+	// BlockStored only.
+	Parent        uint64 // engine hash of the parent block, valid when HasParent
+	HasParent     bool
+	Tokens        []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
+	BlockSize     int64
+	LoRAID        int64
+	HasLoRAID     bool
+	LoRAName      []byte // nil for the base model
+	HasLoRAName   bool
+	SpecKind      []byte // kv_cache_spec_kind, nil when absent
+	SlidingWindow int64
+	HasWindow     bool
+	// PlainBlocks is the number of leading blocks whose extra_keys entry is plain (nil, empty, or
+	// exactly [lora_name]); blocks from PlainBlocks on carry multimodal, salt or embedding keys and
+	// must be excluded from the index (§4.2 step 5). Equal to len(Hashes) when extra_keys is absent.
+	PlainBlocks int
+
+	// Unknown tags: the tag text, for the unknown_event{tag} counter.
+	UnknownTag []byte
+}
