@@ -1,0 +1,327 @@
+package tokenizer
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// mergeRule is the result of merging one adjacent pair of ids.
+type mergeRule struct {
+	rank uint32 // position in the merges list: lower merges first
+	id   uint32 // id of the merged token
+}
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+// bpe is a BPE model as Hugging Face tokenizers runs it (no dropout, no
+// continuing-subword prefix, no end-of-word suffix). It is immutable after load.
+type bpe struct {
+	// vocab maps a piece to its id. For byte-level models the key is the raw byte
+	// string the byte-level token stands for, so input never has to be remapped.
+	vocab        map[string]uint32
+	merges       map[uint64]mergeRule
+	byteLevel    bool
+	ignoreMerges bool
+	byteIDs      [256]int64 // byte-level: id of the one-byte token, -1 if absent
+	byteFallback bool
+	fallbackIDs  [256]int64 // byte fallback: id of "<0xXX>", -1 if absent
+	unkID        int64      // -1 when the model has no unk token
+	fuseUnk      bool
+}
+
+func newBPE(ms *modelSpec, byteLevel bool) (*bpe, error) {
+	if ms.Type != "BPE" {
+		return nil, fmt.Errorf("tokenizer: model type %q: %w", ms.Type, ErrUnsupported)
+	}
+	if ms.Dropout != nil && *ms.Dropout != 0 {
+		return nil, fmt.Errorf("tokenizer: BPE dropout=%v: %w", *ms.Dropout, ErrUnsupported)
+	}
+	if ms.ContinuingSubwordPrefix != nil && *ms.ContinuingSubwordPrefix != "" {
+		return nil, fmt.Errorf("tokenizer: BPE continuing_subword_prefix=%q: %w", *ms.ContinuingSubwordPrefix, ErrUnsupported)
+	}
+	if ms.EndOfWordSuffix != nil && *ms.EndOfWordSuffix != "" {
+		return nil, fmt.Errorf("tokenizer: BPE end_of_word_suffix=%q: %w", *ms.EndOfWordSuffix, ErrUnsupported)
+	}
+	m := &bpe{
+		vocab:        make(map[string]uint32, len(ms.Vocab)),
+		byteLevel:    byteLevel,
+		ignoreMerges: ms.IgnoreMerges,
+		byteFallback: ms.ByteFallback,
+		unkID:        -1,
+		fuseUnk:      ms.FuseUnk,
+	}
+	for i := range m.byteIDs {
+		m.byteIDs[i], m.fallbackIDs[i] = -1, -1
+	}
+	for tok, id := range ms.Vocab {
+		key := tok
+		if byteLevel {
+			raw, ok := decodeByteLevel(tok)
+			if !ok {
+				// Not reachable from byte-level input; keep it out of the table.
+				continue
+			}
+			key = raw
+		}
+		m.vocab[key] = id
+	}
+	if byteLevel {
+		for b := 0; b < 256; b++ {
+			if id, ok := m.vocab[string([]byte{byte(b)})]; ok {
+				m.byteIDs[b] = int64(id)
+			}
+		}
+	}
+	if m.byteFallback {
+		for b := 0; b < 256; b++ {
+			if id, ok := ms.Vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+				m.fallbackIDs[b] = int64(id)
+			}
+		}
+	}
+	if ms.UnkToken != nil {
+		id, ok := ms.Vocab[*ms.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: unk_token %q is not in the vocabulary", *ms.UnkToken)
+		}
+		m.unkID = int64(id)
+	}
+	pairs, err := parseMerges(ms.Merges)
+	if err != nil {
+		return nil, err
+	}
+	m.merges = make(map[uint64]mergeRule, len(pairs))
+	for rank, p := range pairs {
+		a, okA := ms.Vocab[p[0]]
+		b, okB := ms.Vocab[p[1]]
+		c, okC := ms.Vocab[p[0]+p[1]]
+		if !okA || !okB || !okC {
+			return nil, fmt.Errorf("tokenizer: merge %d %q+%q: token missing from the vocabulary", rank, p[0], p[1])
+		}
+		k := pairKey(a, b)
+		if _, dup := m.merges[k]; !dup {
+			m.merges[k] = mergeRule{rank: uint32(rank), id: c}
+		}
+	}
+	return m, nil
+}
+
+// symbol is one node of the doubly linked list a word is merged on.
+type symbol struct {
+	id         uint32
+	prev, next int32 // -1 at the ends
+	alive      bool
+}
+
+// scratch holds reusable buffers for one encode call.
+type scratch struct {
+	syms []symbol
+	heap mergeHeap
+}
+
+// encodeWord appends the ids of one pre-tokenized piece to dst.
+func (m *bpe) encodeWord(dst []uint32, word string, sc *scratch) []uint32 {
+	if len(word) == 0 {
+		return dst
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			return append(dst, id)
+		}
+	}
+	syms := m.initialSymbols(sc.syms[:0], word)
+	sc.syms = syms
+	if len(syms) > 1 {
+		if len(syms) <= 48 {
+			m.mergeLinear(syms)
+		} else {
+			m.mergeHeap(syms, &sc.heap)
+		}
+	}
+	for i := int32(0); i >= 0 && int(i) < len(syms); i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	return dst
+}
+
+// initialSymbols splits a word into its starting symbols: one per byte for
+// byte-level models, one per character (with byte fallback or unk) otherwise.
+func (m *bpe) initialSymbols(syms []symbol, word string) []symbol {
+	push := func(id uint32) {
+		n := int32(len(syms))
+		syms = append(syms, symbol{id: id, prev: n - 1, next: n + 1, alive: true})
+	}
+	if m.byteLevel {
+		for i := 0; i < len(word); i++ {
+			if id := m.byteIDs[word[i]]; id >= 0 {
+				push(uint32(id))
+			} else if m.unkID >= 0 {
+				push(uint32(m.unkID))
+			}
+		}
+	} else {
+		lastUnk := false
+		for i, r := range word {
+			size := utf8.RuneLen(r)
+			if r == utf8.RuneError {
+				size = 1
+			}
+			ch := word[i : i+size]
+			if id, ok := m.vocab[ch]; ok {
+				push(id)
+				lastUnk = false
+				continue
+			}
+			if m.byteFallback && m.allFallback(ch) {
+				for j := 0; j < len(ch); j++ {
+					push(uint32(m.fallbackIDs[ch[j]]))
+				}
+				lastUnk = false
+				continue
+			}
+			if m.unkID >= 0 {
+				if !(m.fuseUnk && lastUnk) {
+					push(uint32(m.unkID))
+				}
+				lastUnk = true
+			}
+		}
+	}
+	if n := len(syms); n > 0 {
+		syms[n-1].next = -1
+	}
+	return syms
+}
+
+func (m *bpe) allFallback(ch string) bool {
+	for j := 0; j < len(ch); j++ {
+		if m.fallbackIDs[ch[j]] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeLinear applies merges lowest rank first, leftmost on ties, by scanning:
+// the fastest way for short words and equivalent to the priority-queue order.
+func (m *bpe) mergeLinear(syms []symbol) {
+	for {
+		best := uint32(^uint32(0))
+		bestPos := int32(-1)
+		var bestID uint32
+		for i := int32(0); i >= 0; i = syms[i].next {
+			j := syms[i].next
+			if j < 0 {
+				break
+			}
+			if r, ok := m.merges[pairKey(syms[i].id, syms[j].id)]; ok && r.rank < best {
+				best, bestPos, bestID = r.rank, i, r.id
+			}
+		}
+		if bestPos < 0 {
+			return
+		}
+		j := syms[bestPos].next
+		syms[bestPos].id = bestID
+		syms[bestPos].next = syms[j].next
+		syms[j].alive = false
+		if nn := syms[j].next; nn >= 0 {
+			syms[nn].prev = bestPos
+		}
+	}
+}
+
+// mergeItem is a candidate merge of the pair starting at pos.
+type mergeItem struct {
+	rank uint32
+	pos  int32
+	id   uint32
+}
+
+// mergeHeap is a binary min-heap on (rank, pos).
+type mergeHeap []mergeItem
+
+func (h mergeHeap) less(a, b int) bool {
+	if h[a].rank != h[b].rank {
+		return h[a].rank < h[b].rank
+	}
+	return h[a].pos < h[b].pos
+}
+
+func (h *mergeHeap) push(it mergeItem) {
+	*h = append(*h, it)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeItem {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && s.less(l, m) {
+			m = l
+		}
+		if r < n && s.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+// mergeHeap applies merges in (rank, position) order with a priority queue, as
+// Hugging Face does; used for long words where the linear scan is quadratic.
+func (m *bpe) mergeHeap(syms []symbol, h *mergeHeap) {
+	*h = (*h)[:0]
+	for i := 0; i+1 < len(syms); i++ {
+		if r, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+			h.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id})
+		}
+	}
+	for len(*h) > 0 {
+		top := h.pop()
+		s := &syms[top.pos]
+		if !s.alive || s.next < 0 {
+			continue
+		}
+		j := s.next
+		r, ok := m.merges[pairKey(s.id, syms[j].id)]
+		if !ok || r.id != top.id || r.rank != top.rank {
+			continue
+		}
+		s.id = r.id
+		s.next = syms[j].next
+		syms[j].alive = false
+		if nn := syms[j].next; nn >= 0 {
+			syms[nn].prev = top.pos
+		}
+		if p := s.prev; p >= 0 {
+			if r2, ok := m.merges[pairKey(syms[p].id, s.id)]; ok {
+				h.push(mergeItem{rank: r2.rank, pos: p, id: r2.id})
+			}
+		}
+		if nn := s.next; nn >= 0 {
+			if r2, ok := m.merges[pairKey(s.id, syms[nn].id)]; ok {
+				h.push(mergeItem{rank: r2.rank, pos: top.pos, id: r2.id})
+			}
+		}
+	}
+}

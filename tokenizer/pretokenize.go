@@ -1,0 +1,202 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+)
+
+// gpt2Pattern is the split regex the ByteLevel pre-tokenizer uses when use_regex is true.
+const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+
+// preTokenizer cuts normalized text into the words the model encodes one by one.
+// split appends the words of s to dst.
+type preTokenizer interface {
+	split(dst []string, s string) []string
+}
+
+// regexSplit is the Split pre-tokenizer with behavior Isolated: matches and the
+// gaps between them each become a word.
+type regexSplit struct {
+	re      *regexp2.Regexp
+	pattern string
+}
+
+func newRegexSplit(pattern string) (*regexSplit, error) {
+	re, err := regexp2.Compile(pattern, regexp2.None)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: compile split pattern %q: %w", pattern, err)
+	}
+	return &regexSplit{re: re, pattern: pattern}, nil
+}
+
+func (p *regexSplit) split(dst []string, s string) []string {
+	if s == "" {
+		return dst
+	}
+	runes := []rune(s)
+	// byteAt[i] is the byte offset of runes[i]; byteAt[len(runes)] = len(s).
+	byteAt := make([]int, len(runes)+1)
+	off := 0
+	for i, r := range runes {
+		byteAt[i] = off
+		n := utf8.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		off += n
+	}
+	byteAt[len(runes)] = off
+	if off != len(s) {
+		// s held invalid UTF-8: fall back to the sanitized text's own offsets.
+		s = string(runes)
+	}
+	last := 0
+	m, err := p.re.FindRunesMatch(runes)
+	for err == nil && m != nil {
+		start, end := byteAt[m.Index], byteAt[m.Index+m.Length]
+		if end > start {
+			if start > last {
+				dst = append(dst, s[last:start])
+			}
+			dst = append(dst, s[start:end])
+			last = end
+		}
+		m, err = p.re.FindNextMatch(m)
+	}
+	if last < len(s) {
+		dst = append(dst, s[last:])
+	}
+	return dst
+}
+
+// literalSplit is the Split pre-tokenizer with a String pattern, behavior Isolated.
+type literalSplit struct{ sep string }
+
+func (p literalSplit) split(dst []string, s string) []string {
+	for s != "" {
+		i := strings.Index(s, p.sep)
+		if i < 0 {
+			break
+		}
+		if i > 0 {
+			dst = append(dst, s[:i])
+		}
+		dst = append(dst, s[i:i+len(p.sep)])
+		s = s[i+len(p.sep):]
+	}
+	if s != "" {
+		dst = append(dst, s)
+	}
+	return dst
+}
+
+// prefixSpace is ByteLevel's add_prefix_space: a space before every word that
+// does not start with one.
+type prefixSpace struct{}
+
+func (prefixSpace) split(dst []string, s string) []string {
+	if s == "" {
+		return dst
+	}
+	if s[0] != ' ' {
+		s = " " + s
+	}
+	return append(dst, s)
+}
+
+// seqPre runs pre-tokenizers one after the other on every word.
+type seqPre []preTokenizer
+
+func (p seqPre) split(dst []string, s string) []string {
+	if len(p) == 0 {
+		if s != "" {
+			dst = append(dst, s)
+		}
+		return dst
+	}
+	words := p[0].split(nil, s)
+	for _, next := range p[1:] {
+		var out []string
+		for _, w := range words {
+			out = next.split(out, w)
+		}
+		words = out
+	}
+	return append(dst, words...)
+}
+
+// preTokenizerSpec is the decoded pre-tokenizer chain. byteLevel reports whether
+// the chain ends with the ByteLevel byte mapping.
+type preTokenizerSpec struct {
+	steps     []preTokenizer
+	splitRegs []string // Split regex patterns, in order, for the scanner
+	byteLevel bool
+}
+
+func parsePreTokenizer(raw json.RawMessage, out *preTokenizerSpec) error {
+	if isNull(raw) {
+		return nil
+	}
+	if out.byteLevel {
+		return fmt.Errorf("tokenizer: pre-tokenizer after ByteLevel: %w", ErrUnsupported)
+	}
+	var c componentSpec
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("tokenizer: parse pre_tokenizer: %w", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		for _, r := range c.Pretokenizers {
+			if err := parsePreTokenizer(r, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "Split":
+		return parseSplit(&c, out)
+	case "ByteLevel":
+		if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
+			out.steps = append(out.steps, prefixSpace{})
+		}
+		if c.UseRegex == nil || *c.UseRegex {
+			re, err := newRegexSplit(gpt2Pattern)
+			if err != nil {
+				return err
+			}
+			out.steps = append(out.steps, re)
+			out.splitRegs = append(out.splitRegs, gpt2Pattern)
+		}
+		out.byteLevel = true
+		return nil
+	}
+	return fmt.Errorf("tokenizer: pre_tokenizer %q: %w", c.Type, ErrUnsupported)
+}
+
+func parseSplit(c *componentSpec, out *preTokenizerSpec) error {
+	if c.Behavior != "Isolated" {
+		return fmt.Errorf("tokenizer: Split behavior %q: %w", c.Behavior, ErrUnsupported)
+	}
+	if c.Invert {
+		return fmt.Errorf("tokenizer: Split invert=true: %w", ErrUnsupported)
+	}
+	switch {
+	case c.Pattern == nil:
+		return fmt.Errorf("tokenizer: Split without a pattern")
+	case c.Pattern.Regex != nil:
+		re, err := newRegexSplit(*c.Pattern.Regex)
+		if err != nil {
+			return err
+		}
+		out.steps = append(out.steps, re)
+		out.splitRegs = append(out.splitRegs, *c.Pattern.Regex)
+	case c.Pattern.String != nil && *c.Pattern.String != "":
+		out.steps = append(out.steps, literalSplit{*c.Pattern.String})
+	default:
+		return fmt.Errorf("tokenizer: Split with an empty pattern: %w", ErrUnsupported)
+	}
+	return nil
+}
