@@ -1,0 +1,52 @@
+// Package kvindex maps router block keys to the workers that hold them.
+//
+// # Keys
+//
+// A router key is condisagg's own chained 64-bit block hash (vllm-kv-events.md §4.1, the same
+// scheme as Dynamo's KV router): the local hash of a block is XXH3-64 of its tokens as
+// little-endian uint32s seeded with LoRASeed, and each key is XXH3-64 of the previous key and
+// the local hash (both little-endian uint64) seeded with Seed. Keys and AppendKeys compute them
+// for full blocks; a partial tail block has no key.
+//
+// # Index
+//
+// An Index is built from engine events (Store, Remove, ClearWorker) per WorkerID, one per
+// engine stream, and per Medium (GPU, CPU, Disk). For each worker and medium it keeps engine
+// hash (EH) -> {router key, refcount}; for each router key it keeps one presence bit per worker
+// and medium. Invariants, true after every method returns:
+//
+//   - A worker's bit for (key, medium) is set iff at least one of its EHs in that medium has a
+//     non-zero refcount and that router key. Several EHs may back one key; the bit goes with
+//     the last of them.
+//   - Every EH entry has refcount >= 1: each Store of an EH adds one, each Remove takes one,
+//     and the entry is deleted at zero. The first store of an EH decides its router key.
+//   - Excluded entries (non-plain blocks, §4.2 step 5) are refcounted like others but back no
+//     key, so a store whose parent is excluded is skipped (SkipExcludedChain).
+//   - A skipped Store changes nothing except registering the worker.
+//   - Media are independent: a Remove in one medium never touches another. A store in a lower
+//     tier resolves its parent in the same medium, else on GPU; a placeholder store without
+//     tokens (OffloadingConnector default) takes the router key of the same EH on GPU.
+//   - ClearWorker and RemoveWorker touch only that worker.
+//
+// # Capacity
+//
+// Config.MaxBlocksPerWorker (default DefaultMaxBlocksPerWorker) caps the entries one worker
+// holds over all media. A Store that could exceed the cap (current entries + len(Hashes) >
+// cap) is refused whole with SkipCapacity; the worker keeps what it has, and its descendants
+// will be skipped as SkipParentNotFound until removes make room. The separate sanity check of
+// §4.3 (SetCapacity): a worker holding more GPU entries than its num_gpu_blocks is cleared,
+// reported in StoreResult.CapacityCleared and counted in WorkerStats.CapacityClears.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use. One sync.RWMutex (Index.mu) guards all state:
+// Store, Remove, ClearWorker, RemoveWorker and SetCapacity take it for writing; Overlap, Stats,
+// Workers and NumKeys for reading, so lookups run in parallel with each other and wait only for
+// the event being applied. An Overlaps value belongs to one caller at a time.
+//
+// # Imports
+//
+// kvindex is a pure, I/O-free core: it imports nothing of the project and no net, os, log/slog,
+// prometheus or goczmq package (enforced by TestImports). Metrics and logging belong to the
+// callers (kvevents counts StoreResult.Skip by its String label).
+package kvindex

@@ -1,0 +1,216 @@
+package kvindex
+
+import (
+	"math/bits"
+	"slices"
+	"sync"
+)
+
+// WorkerID names one indexed engine stream (kvevents uses one per (worker, dp_rank)).
+type WorkerID string
+
+// Index maps router block keys to the workers that hold them, per medium. Build it with New.
+// All methods are safe for concurrent use.
+type Index struct {
+	cfg Config // validated, with defaults; never modified
+
+	mu      sync.RWMutex        // guards every field below; Overlap, Stats and Workers read-lock it
+	ids     map[WorkerID]uint32 // worker -> slot
+	slots   []*worker           // by slot; nil marks a free slot
+	free    []uint32            // free slots, reused before slots grows
+	live    []uint64            // bitset of occupied slots, keys.words words
+	keys    keyRows             // router key -> presence row
+	scratch hashSet             // Store's duplicate-hash check
+}
+
+// worker is the state of one WorkerID.
+type worker struct {
+	id   WorkerID
+	slot uint32
+	// eh maps, per medium, each engine hash to its entry.
+	eh [NumMedia]map[uint64]entry
+	// extra counts, per medium and row, the EHs backing that router key beyond the first (a key
+	// may be backed by several EHs; its presence bit goes only when none is left). Usually nil.
+	extra        [NumMedia]map[uint32]uint32
+	numGPUBlocks int // §4.3 sanity limit, 0 = unknown
+	entries      int // entries over all media, for MaxBlocksPerWorker
+	clears       int
+	capClears    int
+}
+
+// entry is one engine hash of a worker in one medium: its key row (excludedRef for an excluded
+// block) and how many stores are not yet matched by removes.
+type entry struct {
+	ref uint32
+	rc  uint32
+}
+
+// New returns an empty Index for cfg, or the field/value/rule errors of cfg.
+func New(cfg Config) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ix := &Index{
+		cfg:  cfg.withDefaults(),
+		ids:  make(map[WorkerID]uint32),
+		keys: newKeyRows(),
+	}
+	ix.live = make([]uint64, ix.keys.words)
+	return ix, nil
+}
+
+// lookup returns the state of w, or nil. ix.mu must be held.
+func (ix *Index) lookup(w WorkerID) *worker {
+	s, ok := ix.ids[w]
+	if !ok {
+		return nil
+	}
+	return ix.slots[s]
+}
+
+// add returns the state of w, creating it in a free slot. ix.mu must be write-locked.
+func (ix *Index) add(w WorkerID) *worker {
+	if wk := ix.lookup(w); wk != nil {
+		return wk
+	}
+	var s uint32
+	if n := len(ix.free); n > 0 {
+		s = ix.free[n-1]
+		ix.free = ix.free[:n-1]
+	} else {
+		s = uint32(len(ix.slots))
+		ix.slots = append(ix.slots, nil)
+		if words := (len(ix.slots) + 63) / 64; words > ix.keys.words {
+			ix.keys.grow(words)
+			ix.live = append(ix.live, make([]uint64, words-len(ix.live))...)
+		}
+	}
+	wk := &worker{id: w, slot: s}
+	for m := range wk.eh {
+		wk.eh[m] = make(map[uint64]entry)
+	}
+	ix.slots[s] = wk
+	ix.ids[w] = s
+	ix.live[s/64] |= 1 << (s % 64)
+	return wk
+}
+
+// ClearWorker drops every entry of w in all media (AllBlocksCleared, or history lost); w stays
+// known. Unknown workers are ignored.
+func (ix *Index) ClearWorker(w WorkerID) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if wk := ix.lookup(w); wk != nil {
+		ix.clear(wk)
+	}
+}
+
+// clear drops every entry of wk and counts the clear. ix.mu must be write-locked.
+func (ix *Index) clear(wk *worker) {
+	word, bit := wk.slot/64, uint64(1)<<(wk.slot%64)
+	for m := range NumMedia {
+		for _, e := range wk.eh[m] {
+			if e.ref == excludedRef {
+				continue
+			}
+			mk := ix.keys.mask(e.ref, Medium(m))
+			if mk[word]&bit == 0 {
+				continue // a second EH backing the same key, already withdrawn
+			}
+			mk[word] &^= bit
+			if ix.keys.empty(e.ref) {
+				ix.keys.release(e.ref)
+			}
+		}
+		clear(wk.eh[m])
+		wk.extra[m] = nil
+	}
+	wk.entries = 0
+	wk.clears++
+}
+
+// RemoveWorker drops w and all its entries (the worker left discovery). Unknown workers are
+// ignored.
+func (ix *Index) RemoveWorker(w WorkerID) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	wk := ix.lookup(w)
+	if wk == nil {
+		return
+	}
+	ix.clear(wk)
+	ix.live[wk.slot/64] &^= 1 << (wk.slot % 64)
+	ix.slots[wk.slot] = nil
+	ix.free = append(ix.free, wk.slot)
+	delete(ix.ids, w)
+}
+
+// SetCapacity records w's num_gpu_blocks (vllm-kv-events.md §4.3 sanity check; <= 0 = unknown)
+// and registers w if needed. Whenever w holds more GPU entries than numGPUBlocks the index of w
+// is inconsistent: it is cleared and counted in WorkerStats.CapacityClears.
+func (ix *Index) SetCapacity(w WorkerID, numGPUBlocks int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	wk := ix.add(w)
+	wk.numGPUBlocks = max(numGPUBlocks, 0)
+	ix.checkCapacity(wk)
+}
+
+// checkCapacity applies the sanity check of SetCapacity and reports whether it cleared wk.
+func (ix *Index) checkCapacity(wk *worker) bool {
+	if wk.numGPUBlocks == 0 || len(wk.eh[GPU]) <= wk.numGPUBlocks {
+		return false
+	}
+	ix.clear(wk)
+	wk.capClears++
+	return true
+}
+
+// WorkerStats describes one worker's share of the index.
+type WorkerStats struct {
+	Blocks         [NumMedia]int // entries per medium, excluded entries included
+	Clears         int           // ClearWorker calls and capacity clears
+	CapacityClears int           // clears by the num_gpu_blocks sanity check
+}
+
+// Stats returns w's statistics, or false if w is unknown.
+func (ix *Index) Stats(w WorkerID) (WorkerStats, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	wk := ix.lookup(w)
+	if wk == nil {
+		return WorkerStats{}, false
+	}
+	st := WorkerStats{Clears: wk.clears, CapacityClears: wk.capClears}
+	for m := range NumMedia {
+		st.Blocks[m] = len(wk.eh[m])
+	}
+	return st, true
+}
+
+// Workers returns the known workers, sorted.
+func (ix *Index) Workers() []WorkerID {
+	ix.mu.RLock()
+	ws := make([]WorkerID, 0, len(ix.ids))
+	for w := range ix.ids {
+		ws = append(ws, w)
+	}
+	ix.mu.RUnlock()
+	slices.Sort(ws)
+	return ws
+}
+
+// NumKeys returns the number of distinct router keys held by any worker in any medium.
+func (ix *Index) NumKeys() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.keys.len()
+}
+
+// forEachBit calls f with the index of every set bit of word x (bit numbers offset by 64*x).
+func forEachBit(x int, word uint64, f func(int)) {
+	for word != 0 {
+		f(64*x + bits.TrailingZeros64(word))
+		word &= word - 1
+	}
+}

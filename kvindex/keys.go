@@ -1,0 +1,79 @@
+package kvindex
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Seed is the base XXH3 seed of router block keys (vllm-kv-events.md §4.1). It seeds the local
+// hash of a base-model block and every chaining step.
+const Seed uint64 = 1337
+
+// LoRASeed returns the seed of the local block hashes for the adapter lora: Seed for the base
+// model ("" or nil) and Seed + XXH3_64(lora, 0) (wrapping) otherwise.
+func LoRASeed(lora []byte) uint64 {
+	if len(lora) == 0 {
+		return Seed
+	}
+	return Seed + xxh3.HashSeed(lora, 0)
+}
+
+// Keys returns the chained router keys of the full blocks of tokens; a partial tail block is
+// ignored. blockSize < 1 yields no keys.
+func Keys(tokens []uint32, blockSize int, lora []byte) []uint64 {
+	if blockSize < 1 || len(tokens) < blockSize {
+		return nil
+	}
+	return AppendKeys(make([]uint64, 0, len(tokens)/blockSize), 0, tokens, blockSize, lora)
+}
+
+// AppendKeys appends the keys of tokens' full blocks chained after parent (0 = the first block
+// of a sequence) to dst and returns the extended slice. It does not allocate when dst has room.
+// A partial tail block is ignored; blockSize < 1 appends nothing.
+func AppendKeys(dst []uint64, parent uint64, tokens []uint32, blockSize int, lora []byte) []uint64 {
+	if blockSize < 1 {
+		return dst
+	}
+	seed := LoRASeed(lora)
+	n := len(tokens) / blockSize
+	for i := range n {
+		parent = chainKey(parent, localHash(tokens[i*blockSize:(i+1)*blockSize], seed))
+		dst = append(dst, parent)
+	}
+	return dst
+}
+
+// chainKey returns key(i) from key(i-1) = parent and local(i); parent 0 marks block 0, whose key
+// is its local hash.
+func chainKey(parent, local uint64) uint64 {
+	if parent == 0 {
+		return local
+	}
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:8], parent)
+	binary.LittleEndian.PutUint64(buf[8:], local)
+	return xxh3.HashSeed(buf[:], Seed)
+}
+
+// localHashPortable is localHash for any byte order: it encodes the tokens little-endian into a
+// stack buffer (a streaming hash for blocks over 64 tokens).
+func localHashPortable(block []uint32, seed uint64) uint64 {
+	var buf [256]byte
+	if len(block) <= len(buf)/4 {
+		for i, t := range block {
+			binary.LittleEndian.PutUint32(buf[4*i:], t)
+		}
+		return xxh3.HashSeed(buf[:4*len(block)], seed)
+	}
+	h := xxh3.NewSeed(seed)
+	for len(block) > 0 {
+		n := min(len(block), len(buf)/4)
+		for i, t := range block[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], t)
+		}
+		_, _ = h.Write(buf[:4*n])
+		block = block[n:]
+	}
+	return h.Sum64()
+}

@@ -1,0 +1,134 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+)
+
+func TestKeyVectors(t *testing.T) {
+	// vllm-kv-events.md §4.6.
+	if got := xxh3.HashSeed(nil, 0); got != 0x2d06800538d394c2 {
+		t.Errorf("XXH3_64(\"\", 0) = %#x, want 0x2d06800538d394c2", got)
+	}
+	tokens := []uint32{1, 2, 3, 4}
+	if got := localHash(tokens[:2], Seed); got != 0x9581a6bbf9cef45a {
+		t.Errorf("local(0) = %#x, want 0x9581a6bbf9cef45a", got)
+	}
+	if got := localHash(tokens[2:], Seed); got != 0x24f1bf0c78a5ca72 {
+		t.Errorf("local(1) = %#x, want 0x24f1bf0c78a5ca72", got)
+	}
+	want := []uint64{0x9581a6bbf9cef45a, 0x51bdd8da9da7a8e2}
+	if got := Keys(tokens, 2, nil); !slices.Equal(got, want) {
+		t.Errorf("Keys([1 2 3 4], 2, nil) = %#x, want %#x", got, want)
+	}
+	if got := Keys([]uint32{1, 2, 3, 4, 5}, 2, []byte{}); !slices.Equal(got, want) {
+		t.Errorf("Keys with a partial tail and empty LoRA = %#x, want %#x", got, want)
+	}
+	if got := xxh3.HashSeed([]byte("sql-lora"), 0); got != 0x8b43147fe6fe0aa1 {
+		t.Errorf("XXH3_64(\"sql-lora\", 0) = %#x, want 0x8b43147fe6fe0aa1", got)
+	}
+	if got := LoRASeed([]byte("sql-lora")); got != 0x8b43147fe6fe0fda {
+		t.Errorf("LoRASeed(sql-lora) = %#x, want 0x8b43147fe6fe0fda", got)
+	}
+	if got := LoRASeed(nil); got != Seed {
+		t.Errorf("LoRASeed(nil) = %d, want %d", got, Seed)
+	}
+}
+
+func TestLoRAKeysDiffer(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4}
+	base := Keys(tokens, 2, nil)
+	lora := Keys(tokens, 2, []byte("sql-lora"))
+	seed := LoRASeed([]byte("sql-lora"))
+	// The LoRA seed applies to the local hashes; chaining stays on Seed.
+	k0 := localHash(tokens[:2], seed)
+	want := []uint64{k0, xxh3.HashSeed(le64pair(k0, localHash(tokens[2:], seed)), Seed)}
+	if !slices.Equal(lora, want) {
+		t.Errorf("LoRA keys = %#x, want %#x", lora, want)
+	}
+	for i := range base {
+		if base[i] == lora[i] {
+			t.Errorf("key %d equal with and without LoRA: %#x", i, base[i])
+		}
+	}
+}
+
+func le64pair(a, b uint64) []byte {
+	var buf [16]byte
+	for i := range 8 {
+		buf[i] = byte(a >> (8 * i))
+		buf[8+i] = byte(b >> (8 * i))
+	}
+	return buf[:]
+}
+
+func TestAppendKeysChainsAcrossCalls(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, B := range []int{1, 2, 16, 64, 100} {
+		tokens := make([]uint32, 37*B+B/2)
+		for i := range tokens {
+			tokens[i] = r.Uint32()
+		}
+		for _, lora := range [][]byte{nil, []byte("sql-lora")} {
+			t.Run(fmt.Sprintf("B=%d/lora=%q", B, lora), func(t *testing.T) {
+				all := Keys(tokens, B, lora)
+				if len(all) != 37 {
+					t.Fatalf("len(Keys) = %d, want 37", len(all))
+				}
+				for cut := 0; cut <= 37; cut += 5 {
+					got := AppendKeys(nil, 0, tokens[:cut*B], B, lora)
+					var parent uint64
+					if cut > 0 {
+						parent = got[cut-1]
+					}
+					got = AppendKeys(got, parent, tokens[cut*B:], B, lora)
+					if !slices.Equal(got, all) {
+						t.Fatalf("split at block %d: keys differ from Keys", cut)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestLocalHashPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 2, 16, 63, 64, 65, 200, 1000} {
+		block := make([]uint32, n)
+		for i := range block {
+			block[i] = r.Uint32()
+		}
+		seed := r.Uint64()
+		if a, b := localHash(block, seed), localHashPortable(block, seed); a != b {
+			t.Errorf("n=%d: localHash %#x != portable %#x", n, a, b)
+		}
+	}
+}
+
+func TestAppendKeysNoAlloc(t *testing.T) {
+	tokens := make([]uint32, 32*16)
+	dst := make([]uint64, 0, 32)
+	lora := []byte("sql-lora")
+	allocs := testing.AllocsPerRun(100, func() {
+		dst = AppendKeys(dst[:0], 0, tokens, 16, lora)
+	})
+	if allocs != 0 {
+		t.Errorf("AppendKeys allocated %.1f times per call, want 0", allocs)
+	}
+}
+
+func TestKeysEdgeCases(t *testing.T) {
+	if got := Keys([]uint32{1, 2, 3}, 0, nil); got != nil {
+		t.Errorf("block size 0: %v, want nil", got)
+	}
+	if got := Keys([]uint32{1}, 2, nil); got != nil {
+		t.Errorf("partial block only: %v, want nil", got)
+	}
+	if got := AppendKeys([]uint64{7}, 0, []uint32{1, 2}, -1, nil); !slices.Equal(got, []uint64{7}) {
+		t.Errorf("negative block size appended: %v", got)
+	}
+}

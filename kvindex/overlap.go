@@ -1,0 +1,136 @@
+package kvindex
+
+import "math/bits"
+
+// WorkerOverlap is one worker's cached prefix of a key sequence, in blocks: GPU leading keys on
+// the device, then CPU and Disk keys continuing that prefix contiguously in the lower tiers
+// (ext_host and ext_disk of conditional-disagg.md §1).
+type WorkerOverlap struct {
+	Worker         WorkerID
+	GPU, CPU, Disk int
+}
+
+// Overlaps is the result of Overlap. Reuse one value across calls: its slices are kept, so the
+// steady state allocates nothing. It must not be used by two calls at once.
+type Overlaps struct {
+	Workers []WorkerOverlap
+
+	gpuOn, extOn []uint64 // workers still extending in the GPU phase / in the lower-tier phase
+	gpuEnd       []int32  // per slot: first key not on GPU
+	extEnd       []int32  // per slot: first key ending the lower-tier run
+	disk         []int32  // per slot: Disk-only keys in the lower-tier run
+	zero         []uint64 // an all-zero row for keys nobody holds
+}
+
+// Overlap fills out.Workers with one element per worker that holds key 0 in any medium (in slot
+// order, which is unspecified): GPU = the number of leading keys held on GPU; then, from the first
+// key not on GPU, the run of keys held on CPU or Disk, split into CPU (held on CPU, possibly on
+// Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. The scan stops as
+// soon as no worker can extend. Safe for concurrent use with every other method.
+func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
+	out.Workers = out.Workers[:0]
+	if len(keys) == 0 {
+		return
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	W := ix.keys.words
+	ns := len(ix.slots)
+	out.prepare(W, ns)
+	g, e := out.gpuOn[:W], out.extOn
+	copy(g, ix.live)
+	clear(e)
+	var inclW []uint64
+	end := len(keys)
+	for i, k := range keys {
+		row := out.zero
+		if r, ok := ix.keys.find(k); ok {
+			o := int(r)*ix.keys.stride + 1
+			row = ix.keys.rows[o : o+NumMedia*W]
+		}
+		if i == 0 {
+			inclW = out.markIncluded(g, row, W)
+		}
+		if !out.step(i, g, e, row, W) {
+			end = -1
+			break
+		}
+	}
+	if end >= 0 {
+		out.finish(end, g, e)
+	}
+	for x, word := range inclW {
+		for word != 0 {
+			s := 64*x + bits.TrailingZeros64(word)
+			word &= word - 1
+			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
+			out.Workers = append(out.Workers, WorkerOverlap{
+				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
+			})
+		}
+	}
+}
+
+// prepare sizes the scratch for W bitset words and ns worker slots.
+func (o *Overlaps) prepare(W, ns int) {
+	if len(o.gpuOn) < 2*W {
+		o.gpuOn = make([]uint64, 2*W) // second half: the included set
+		o.extOn = make([]uint64, W)
+		o.zero = make([]uint64, NumMedia*W)
+	}
+	o.gpuOn, o.extOn, o.zero = o.gpuOn[:2*W], o.extOn[:W], o.zero[:NumMedia*W]
+	if len(o.gpuEnd) < ns {
+		o.gpuEnd = make([]int32, ns)
+		o.extEnd = make([]int32, ns)
+		o.disk = make([]int32, ns)
+	}
+}
+
+// markIncluded stores, in the second half of gpuOn, the live workers holding key 0 in any medium.
+func (o *Overlaps) markIncluded(g, row []uint64, W int) []uint64 {
+	incl := o.gpuOn[W : 2*W]
+	for x := range W {
+		incl[x] = g[x] & (row[x] | row[W+x] | row[2*W+x])
+	}
+	return incl
+}
+
+// step advances every extending worker over key i whose presence row is row, and reports
+// whether any worker is still extending.
+func (o *Overlaps) step(i int, g, e, row []uint64, W int) bool {
+	more := uint64(0)
+	for x := range W {
+		gpu, cpu, dsk := row[x], row[W+x], row[2*W+x]
+		ext := cpu | dsk
+		gx, ex := g[x], e[x]
+		leaveG := gx &^ gpu
+		leaveE := ex &^ ext
+		newE := leaveG&ext | ex&ext
+		for b := leaveG; b != 0; b &= b - 1 {
+			s := 64*x + bits.TrailingZeros64(b)
+			o.gpuEnd[s], o.extEnd[s], o.disk[s] = int32(i), int32(i), 0
+		}
+		for b := leaveE; b != 0; b &= b - 1 {
+			o.extEnd[64*x+bits.TrailingZeros64(b)] = int32(i)
+		}
+		for b := newE & dsk &^ cpu; b != 0; b &= b - 1 {
+			o.disk[64*x+bits.TrailingZeros64(b)]++
+		}
+		g[x], e[x] = gx&gpu, newE
+		more |= gx&gpu | newE
+	}
+	return more != 0
+}
+
+// finish closes the runs of workers still extending after the last key (end = len(keys)).
+func (o *Overlaps) finish(end int, g, e []uint64) {
+	for x := range g {
+		for b := g[x]; b != 0; b &= b - 1 {
+			s := 64*x + bits.TrailingZeros64(b)
+			o.gpuEnd[s], o.extEnd[s], o.disk[s] = int32(end), int32(end), 0
+		}
+		for b := e[x]; b != 0; b &= b - 1 {
+			o.extEnd[64*x+bits.TrailingZeros64(b)] = int32(end)
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package kvindex
+
+// Store is one BlockStored event, already decoded and normalised by the caller.
+type Store struct {
+	Medium    Medium
+	Parent    uint64 // engine hash of the parent block, valid when HasParent
+	HasParent bool
+	Hashes    []uint64 // engine hashes (EH) of the stored blocks
+	Tokens    []uint32
+	BlockSize int
+	LoRA      []byte // lora_name, nil for the base model
+	// PlainBlocks: blocks [PlainBlocks, len(Hashes)) are non-plain (multimodal, salt,
+	// embeddings) and recorded as an excluded chain (§4.2 step 5).
+	PlainBlocks int
+}
+
+// SkipReason says why a Store was not applied. Its String is the snake_case metric label.
+type SkipReason uint8
+
+const (
+	SkipNone              SkipReason = iota // applied
+	SkipParentNotFound                      // parent EH unknown in the medium and in GPU
+	SkipExcludedChain                       // parent EH is an excluded (non-plain) entry
+	SkipBlockSizeMismatch                   // tokens present and BlockSize != Config.BlockSize
+	SkipTokenMismatch                       // more tokens than len(Hashes)*BlockSize
+	SkipDuplicateHash                       // Hashes repeats a hash or contains the parent
+	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
+	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker
+)
+
+// String returns the metric label of r.
+func (r SkipReason) String() string {
+	switch r {
+	case SkipNone:
+		return "none"
+	case SkipParentNotFound:
+		return "parent_not_found"
+	case SkipExcludedChain:
+		return "excluded_chain"
+	case SkipBlockSizeMismatch:
+		return "block_size_mismatch"
+	case SkipTokenMismatch:
+		return "token_mismatch"
+	case SkipDuplicateHash:
+		return "duplicate_hash"
+	case SkipUnresolved:
+		return "unresolved"
+	case SkipCapacity:
+		return "capacity"
+	}
+	return "unknown"
+}
+
+// StoreResult is the outcome of one Store.
+type StoreResult struct {
+	Stored      int        // plain blocks applied (new entries and refcount increments)
+	ShortTokens bool       // fewer tokens than blocks: only the covered leading blocks were indexed
+	Skip        SkipReason // SkipNone unless the whole event was skipped
+	// CapacityCleared: after applying, the worker held more GPU entries than its
+	// num_gpu_blocks (SetCapacity), so it was cleared (§4.3 sanity check).
+	CapacityCleared bool
+}
+
+// Store applies one BlockStored event of worker w, registering w if needed (vllm-kv-events.md
+// §4.2, §3.4, §3.6). A skipped event changes nothing. s is only read, never retained.
+func (ix *Index) Store(w WorkerID, s *Store) StoreResult {
+	if s == nil || len(s.Hashes) == 0 {
+		ix.mu.Lock()
+		ix.add(w)
+		ix.mu.Unlock()
+		return StoreResult{}
+	}
+	m := s.Medium
+	if m >= NumMedia {
+		m = Disk
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	wk := ix.add(w)
+	if ix.scratch.hasDuplicate(s.Hashes, s.Parent, s.HasParent) {
+		return StoreResult{Skip: SkipDuplicateHash}
+	}
+	var res StoreResult
+	if m != GPU && len(s.Tokens) == 0 {
+		res = ix.storePlaceholder(wk, m, s.Hashes)
+	} else {
+		res = ix.storeTokens(wk, m, s)
+	}
+	if res.Skip == SkipNone && m == GPU {
+		res.CapacityCleared = ix.checkCapacity(wk)
+	}
+	return res
+}
+
+// storeTokens applies a store that carries its tokens.
+func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
+	B := ix.cfg.BlockSize
+	if len(s.Tokens) > 0 && s.BlockSize != B {
+		return StoreResult{Skip: SkipBlockSizeMismatch}
+	}
+	var pk uint64
+	if s.HasParent {
+		e, ok := wk.eh[m][s.Parent]
+		if !ok && m != GPU {
+			e, ok = wk.eh[GPU][s.Parent]
+		}
+		switch {
+		case !ok:
+			return StoreResult{Skip: SkipParentNotFound}
+		case e.ref == excludedRef:
+			return StoreResult{Skip: SkipExcludedChain}
+		}
+		pk = ix.keys.key(e.ref)
+	}
+	n := len(s.Hashes)
+	var res StoreResult
+	covered := n
+	if len(s.Tokens) > n*B {
+		return StoreResult{Skip: SkipTokenMismatch}
+	} else if len(s.Tokens) < n*B {
+		covered = len(s.Tokens) / B
+		res.ShortTokens = true
+	}
+	if wk.entries+n > ix.cfg.MaxBlocksPerWorker {
+		return StoreResult{Skip: SkipCapacity}
+	}
+	seed := LoRASeed(s.LoRA)
+	plain := max(s.PlainBlocks, 0)
+	for j, eh := range s.Hashes {
+		if j >= plain {
+			ix.addEntry(wk, m, eh, excludedRef)
+			continue
+		}
+		if j >= covered {
+			break
+		}
+		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], seed))
+		ix.addKeyEntry(wk, m, eh, pk)
+		res.Stored++
+	}
+	return res
+}
+
+// storePlaceholder applies a non-GPU store without tokens (the OffloadingConnector default):
+// each EH takes the router key of the same EH on GPU, all or nothing.
+func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreResult {
+	gpu := wk.eh[GPU]
+	for _, eh := range hashes {
+		if _, ok := gpu[eh]; !ok {
+			return StoreResult{Skip: SkipUnresolved}
+		}
+	}
+	if wk.entries+len(hashes) > ix.cfg.MaxBlocksPerWorker {
+		return StoreResult{Skip: SkipCapacity}
+	}
+	var res StoreResult
+	for _, eh := range hashes {
+		ref := gpu[eh].ref
+		ix.addEntry(wk, m, eh, ref)
+		if ref != excludedRef {
+			res.Stored++
+		}
+	}
+	return res
+}
+
+// addKeyEntry records one store of eh backing router key k in medium m of wk.
+func (ix *Index) addKeyEntry(wk *worker, m Medium, eh, k uint64) {
+	tbl := wk.eh[m]
+	if e, ok := tbl[eh]; ok {
+		e.rc++
+		tbl[eh] = e
+		return
+	}
+	ix.addEntry(wk, m, eh, ix.keys.findOrAdd(k))
+}
+
+// addEntry records one store of eh with row ref (or excludedRef) in medium m of wk. An EH that
+// is already present only gains a reference: its first store decided its key.
+func (ix *Index) addEntry(wk *worker, m Medium, eh uint64, ref uint32) {
+	tbl := wk.eh[m]
+	if e, ok := tbl[eh]; ok {
+		e.rc++
+		tbl[eh] = e
+		return
+	}
+	tbl[eh] = entry{ref: ref, rc: 1}
+	wk.entries++
+	if ref == excludedRef {
+		return
+	}
+	mk := ix.keys.mask(ref, m)
+	word, bit := wk.slot/64, uint64(1)<<(wk.slot%64)
+	if mk[word]&bit == 0 {
+		mk[word] |= bit
+		return
+	}
+	if wk.extra[m] == nil {
+		wk.extra[m] = make(map[uint32]uint32)
+	}
+	wk.extra[m][ref]++
+}
+
+// Remove applies one BlockRemoved event of worker w in medium m: each known EH loses one
+// reference, and at zero its entry goes, and with it w's presence on the key unless another EH
+// of w still backs it. A remove never touches another medium. Unknown EHs (and unknown workers)
+// count as notFound.
+func (ix *Index) Remove(w WorkerID, m Medium, hashes []uint64) (removed, notFound int) {
+	if m >= NumMedia {
+		m = Disk
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	wk := ix.lookup(w)
+	if wk == nil {
+		return 0, len(hashes)
+	}
+	tbl := wk.eh[m]
+	for _, eh := range hashes {
+		e, ok := tbl[eh]
+		if !ok {
+			notFound++
+			continue
+		}
+		removed++
+		if e.rc > 1 {
+			e.rc--
+			tbl[eh] = e
+			continue
+		}
+		delete(tbl, eh)
+		wk.entries--
+		if e.ref != excludedRef {
+			ix.dropBacking(wk, m, e.ref)
+		}
+	}
+	return removed, notFound
+}
+
+// dropBacking withdraws one EH backing row ref in medium m of wk.
+func (ix *Index) dropBacking(wk *worker, m Medium, ref uint32) {
+	if x := wk.extra[m]; x != nil {
+		if c, ok := x[ref]; ok {
+			if c > 1 {
+				x[ref] = c - 1
+			} else {
+				delete(x, ref)
+			}
+			return
+		}
+	}
+	ix.keys.mask(ref, m)[wk.slot/64] &^= 1 << (wk.slot % 64)
+	if ix.keys.empty(ref) {
+		ix.keys.release(ref)
+	}
+}
