@@ -170,9 +170,9 @@ type replayState struct {
 	next      uint64 // next seq that keeps the replay contiguous
 	lost      bool   // a hole was seen; the clear has been emitted
 	cause     LostCause
-	verify    bool // reconnect check: the first reply must be last.seq with last's digest
-	discard   bool // reconnect check failed; ignore the rest of the reply
-	reconnect bool // a reconnect arrived during this replay; check it afterwards
+	verify    bool      // reconnect check: the first reply must be last.seq with last's digest
+	discard   bool      // reconnect check failed; ignore the rest of the reply
+	reconnect bool      // a reconnect arrived during this replay; check it afterwards
 	run       []heldMsg // contiguous replayed run after the last hole (held, not yet applied)
 	live      []heldMsg // live messages buffered during the replay
 	bytes     int       // payload bytes in run and live
