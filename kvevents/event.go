@@ -41,6 +41,14 @@ type Batch struct {
 	tokens []uint32
 }
 
+// Reset empties b, keeping its arenas for the next decode.
+func (b *Batch) Reset() {
+	b.TS, b.Rank, b.HasRank = 0, 0, false
+	b.Events = b.Events[:0]
+	b.hashes = b.hashes[:0]
+	b.tokens = b.tokens[:0]
+}
+
 // Event is one decoded KV cache event. Fields that the producing vLLM version did not send are
 // zero with their Has* flag false (the tolerant rules of vllm-kv-events.md §2.4).
 type Event struct {
@@ -72,4 +80,15 @@ type Event struct {
 
 	// Unknown tags: the tag text, for the unknown_event{tag} counter.
 	UnknownTag []byte
+
+	// Malformed is set when a field of a known event has the wrong type or an out-of-range value
+	// (§2.4 rule 5), or when the event is neither an array nor a map or has no str tag. Such an
+	// event must be skipped and counted as malformed_event; its other fields are unspecified.
+	// MalformedField names the first offending field ("token_ids", "block_hashes", "tag", ...).
+	Malformed      bool
+	MalformedField string
+
+	// Positions of Hashes and Tokens in the Batch arenas while the batch is being decoded.
+	hashOff, hashEnd   int
+	tokenOff, tokenEnd int
 }

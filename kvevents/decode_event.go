@@ -1,0 +1,436 @@
+package kvevents
+
+import "github.com/tinylib/msgp/msgp"
+
+// field identifies an event field (vllm-kv-events.md §2.3).
+type field uint8
+
+const (
+	fNone field = iota
+	fHashes
+	fParent
+	fTokens
+	fBlockSize
+	fLoRAID
+	fMedium
+	fLoRAName
+	fExtraKeys
+	fGroup
+	fSpecKind
+	fWindow
+	fLocality
+	fMMInfos // TRT-LLM block_mm_infos, map form only
+)
+
+// fieldSet is a set of fields, one bit per field.
+type fieldSet uint32
+
+func (s fieldSet) has(f field) bool { return s&(1<<f) != 0 }
+
+func setOf(fs ...field) fieldSet {
+	var s fieldSet
+	for _, f := range fs {
+		s |= 1 << f
+	}
+	return s
+}
+
+// Positional field order of the array form, after the tag (declaration order, §2.3).
+var (
+	storedOrder  = [...]field{fHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroup, fSpecKind, fWindow, fLocality}
+	removedOrder = [...]field{fHashes, fMedium, fGroup, fLocality}
+)
+
+// Fields each kind accepts in map form; other keys are skipped.
+var (
+	storedFields  = setOf(storedOrder[:]...) | setOf(fMMInfos)
+	removedFields = setOf(removedOrder[:]...)
+)
+
+func (f field) String() string {
+	switch f {
+	case fHashes:
+		return "block_hashes"
+	case fParent:
+		return "parent_block_hash"
+	case fTokens:
+		return "token_ids"
+	case fBlockSize:
+		return "block_size"
+	case fLoRAID:
+		return "lora_id"
+	case fMedium:
+		return "medium"
+	case fLoRAName:
+		return "lora_name"
+	case fExtraKeys:
+		return "extra_keys"
+	case fGroup:
+		return "group_idx"
+	case fSpecKind:
+		return "kv_cache_spec_kind"
+	case fWindow:
+		return "kv_cache_spec_sliding_window"
+	case fLocality:
+		return "locality"
+	case fMMInfos:
+		return "block_mm_infos"
+	}
+	return "unknown"
+}
+
+// fieldNamed maps a map-form key to its field; unknown keys (and "type") give fNone.
+func fieldNamed(key []byte) field {
+	switch string(key) {
+	case "block_hashes":
+		return fHashes
+	case "parent_block_hash":
+		return fParent
+	case "token_ids":
+		return fTokens
+	case "block_size":
+		return fBlockSize
+	case "lora_id":
+		return fLoRAID
+	case "medium":
+		return fMedium
+	case "lora_name":
+		return fLoRAName
+	case "extra_keys":
+		return fExtraKeys
+	case "group_idx":
+		return fGroup
+	case "kv_cache_spec_kind":
+		return fSpecKind
+	case "kv_cache_spec_sliding_window":
+		return fWindow
+	case "locality":
+		return fLocality
+	case "block_mm_infos":
+		return fMMInfos
+	}
+	return fNone
+}
+
+func kindOf(tag []byte) Kind {
+	switch string(tag) {
+	case "BlockStored":
+		return KindBlockStored
+	case "BlockRemoved":
+		return KindBlockRemoved
+	case "AllBlocksCleared":
+		return KindAllBlocksCleared
+	}
+	return KindUnknown
+}
+
+// bad marks ev malformed, remembering the first offending field.
+func (ev *Event) bad(field string) {
+	if !ev.Malformed {
+		ev.Malformed, ev.MalformedField = true, field
+	}
+}
+
+// eventValue decodes one element of the events array into ev. Only truncated or invalid
+// msgpack returns an error; anything else that is wrong marks ev malformed.
+func (d *decoder) eventValue(p []byte, ev *Event) ([]byte, error) {
+	d.seen, d.extraKeys, d.mmInfos = 0, nil, nil
+	ev.hashOff, ev.hashEnd = len(d.b.hashes), len(d.b.hashes)
+	ev.tokenOff, ev.tokenEnd = len(d.b.tokens), len(d.b.tokens)
+	var err error
+	switch msgp.NextType(p) {
+	case msgp.ArrayType:
+		p, err = d.arrayEvent(p, ev)
+	case msgp.MapType:
+		p, err = d.mapEvent(p, ev)
+	default:
+		at := p
+		ev.bad("event")
+		if p, err = msgp.Skip(p); err != nil {
+			return p, d.fail(at, "event", err)
+		}
+		return p, nil
+	}
+	if err != nil || ev.Malformed || ev.Kind == KindUnknown {
+		return p, err
+	}
+	d.finishEvent(ev)
+	return p, nil
+}
+
+// arrayEvent decodes [tag, f1, f2, ...] (§2.4 rule 2).
+func (d *decoder) arrayEvent(p []byte, ev *Event) ([]byte, error) {
+	at := p
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, d.fail(at, "event", err)
+	}
+	if n == 0 || msgp.NextType(p) != msgp.StrType {
+		ev.bad("tag")
+		return d.skipN(p, n, "event")
+	}
+	tagAt := p
+	tag, p, err := msgp.ReadStringZC(p)
+	if err != nil {
+		return p, d.fail(tagAt, "tag", err)
+	}
+	ev.Kind = kindOf(tag)
+	var order []field
+	switch ev.Kind {
+	case KindBlockStored:
+		order = storedOrder[:]
+	case KindBlockRemoved:
+		order = removedOrder[:]
+	case KindUnknown:
+		ev.UnknownTag = tag
+	}
+	for i := uint32(1); i < n; i++ {
+		if int(i) <= len(order) && ev.Kind != KindUnknown {
+			p, err = d.fieldValue(p, ev, order[i-1])
+		} else {
+			p, err = d.skipN(p, 1, "event")
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// mapEvent decodes {"type": tag, field: value, ...} with keys in any order (§2.4 rule 3).
+func (d *decoder) mapEvent(p []byte, ev *Event) ([]byte, error) {
+	start := p
+	n, body, err := msgp.ReadMapHeaderBytes(p)
+	if err != nil {
+		return p, d.fail(start, "event", err)
+	}
+	tag, ok, err := d.findTag(body, n)
+	if err != nil {
+		return body, err
+	}
+	if !ok {
+		ev.bad("tag")
+		return d.skipN(start, 1, "event")
+	}
+	ev.Kind = kindOf(tag)
+	var accept fieldSet
+	switch ev.Kind {
+	case KindBlockStored:
+		accept = storedFields
+	case KindBlockRemoved:
+		accept = removedFields
+	case KindUnknown:
+		ev.UnknownTag = tag
+		return d.skipN(start, 1, "event")
+	}
+	p = body
+	for range n {
+		var f field
+		if f, p, err = d.key(p); err != nil {
+			return p, err
+		}
+		if accept.has(f) {
+			p, err = d.fieldValue(p, ev, f)
+		} else {
+			p, err = d.skipN(p, 1, "event")
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// findTag scans the n key/value pairs of a map event for "type". ok is false when the key is
+// missing or its value is not a str.
+func (d *decoder) findTag(p []byte, n uint32) (tag []byte, ok bool, err error) {
+	for range n {
+		at := p
+		if msgp.NextType(p) != msgp.StrType {
+			if p, err = d.skipN(p, 2, "event"); err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		var key []byte
+		if key, p, err = msgp.ReadStringZC(p); err != nil {
+			return nil, false, d.fail(at, "event", err)
+		}
+		if string(key) == "type" {
+			if msgp.NextType(p) != msgp.StrType {
+				return nil, false, nil
+			}
+			at = p
+			if tag, _, err = msgp.ReadStringZC(p); err != nil {
+				return nil, false, d.fail(at, "tag", err)
+			}
+			return tag, true, nil
+		}
+		if p, err = d.skipN(p, 1, "event"); err != nil {
+			return nil, false, err
+		}
+	}
+	return nil, false, nil
+}
+
+// key reads a map-form key. Keys that are not str are consumed and give fNone.
+func (d *decoder) key(p []byte) (field, []byte, error) {
+	at := p
+	if msgp.NextType(p) != msgp.StrType {
+		p, err := d.skipN(p, 1, "event")
+		return fNone, p, err
+	}
+	key, p, err := msgp.ReadStringZC(p)
+	if err != nil {
+		return fNone, p, d.fail(at, "event", err)
+	}
+	return fieldNamed(key), p, nil
+}
+
+// skipN skips n msgpack values.
+func (d *decoder) skipN(p []byte, n uint32, what string) ([]byte, error) {
+	for range n {
+		at := p
+		var err error
+		if p, err = msgp.Skip(p); err != nil {
+			return p, d.fail(at, what, err)
+		}
+	}
+	return p, nil
+}
+
+// fieldValue decodes the value of one known field into ev.
+func (d *decoder) fieldValue(p []byte, ev *Event, f field) ([]byte, error) {
+	at := p
+	d.seen |= 1 << f
+	var st status
+	var err error
+	switch f {
+	case fHashes:
+		p, st, err = d.hashes(p, ev)
+	case fParent:
+		ev.Parent, st, p, err = readHash(p)
+		ev.HasParent = st == valOK
+	case fTokens:
+		p, st, err = d.tokens(p, ev)
+	case fBlockSize:
+		ev.BlockSize, st, p, err = readInt(p)
+	case fLoRAID:
+		ev.LoRAID, st, p, err = readInt(p)
+		ev.HasLoRAID = st == valOK
+	case fMedium:
+		ev.Medium, st, p, err = readStr(p)
+	case fLoRAName:
+		ev.LoRAName, st, p, err = readStr(p)
+		ev.HasLoRAName = st == valOK
+	case fExtraKeys:
+		d.extraKeys, st, p, err = readRawArray(p)
+	case fGroup:
+		ev.GroupIdx, st, p, err = readInt(p)
+		ev.HasGroup = st == valOK
+	case fSpecKind:
+		ev.SpecKind, st, p, err = readStr(p)
+	case fWindow:
+		ev.SlidingWindow, st, p, err = readInt(p)
+		ev.HasWindow = st == valOK
+	case fLocality:
+		ev.Locality, st, p, err = readStr(p)
+	case fMMInfos:
+		d.mmInfos, st, p, err = readRawArray(p)
+	}
+	if err != nil {
+		return p, d.fail(at, f.String(), err)
+	}
+	if st == valBad {
+		ev.bad(f.String())
+	}
+	return p, nil
+}
+
+// hashes reads block_hashes into the batch's hash arena.
+func (d *decoder) hashes(p []byte, ev *Event) ([]byte, status, error) {
+	if msgp.NextType(p) != msgp.ArrayType {
+		p, err := msgp.Skip(p)
+		return p, valBad, err
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, valBad, err
+	}
+	arena, err := reserve(d.b.hashes, n, len(p), d.lim.MaxHashes, "block hashes")
+	if err != nil {
+		return p, valBad, err
+	}
+	ev.hashOff = len(arena)
+	result := valOK
+	for range n {
+		var h uint64
+		var st status
+		if h, st, p, err = readHash(p); err != nil {
+			return p, valBad, err
+		}
+		if st != valOK {
+			result = valBad
+			continue
+		}
+		arena = append(arena, h)
+	}
+	d.b.hashes, ev.hashEnd = arena, len(arena)
+	return p, result, nil
+}
+
+// tokens reads token_ids into the batch's token arena; nil is an empty list.
+func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
+	switch msgp.NextType(p) {
+	case msgp.NilType:
+		p, err := msgp.ReadNilBytes(p)
+		return p, valOK, err
+	case msgp.ArrayType:
+	default:
+		p, err := msgp.Skip(p)
+		return p, valBad, err
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, valBad, err
+	}
+	arena, err := reserve(d.b.tokens, n, len(p), d.lim.MaxTokens, "token ids")
+	if err != nil {
+		return p, valBad, err
+	}
+	ev.tokenOff = len(arena)
+	arena, p, st, err := appendTokens(arena, p, n)
+	if err != nil {
+		return p, valBad, err
+	}
+	d.b.tokens, ev.tokenEnd = arena, len(arena)
+	return p, st, nil
+}
+
+// finishEvent checks required fields and computes PlainBlocks once the whole event is read
+// (map keys come in any order, so lora_name may follow extra_keys).
+func (d *decoder) finishEvent(ev *Event) {
+	if ev.Kind == KindAllBlocksCleared {
+		return
+	}
+	if !d.seen.has(fHashes) {
+		ev.bad("block_hashes")
+		return
+	}
+	if ev.Kind != KindBlockStored {
+		return
+	}
+	n := ev.hashEnd - ev.hashOff
+	ev.PlainBlocks = n
+	if d.extraKeys != nil {
+		plain, ok := plainExtraKeys(d.extraKeys, n, ev.LoRAName, ev.HasLoRAName)
+		if !ok {
+			ev.bad("extra_keys")
+			return
+		}
+		ev.PlainBlocks = min(ev.PlainBlocks, plain)
+	}
+	if d.mmInfos != nil {
+		ev.PlainBlocks = min(ev.PlainBlocks, leadingNils(d.mmInfos, n))
+	}
+}

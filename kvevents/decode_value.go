@@ -1,0 +1,235 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// status says how a field value decoded. Every reader consumes exactly one msgpack value
+// whatever its status; a non-nil error means the payload itself is broken (truncated or an
+// invalid msgpack prefix).
+type status uint8
+
+const (
+	valOK  status = iota
+	valNil        // msgpack nil
+	valBad        // wrong type or out of range: the event is malformed
+)
+
+// skipBad consumes a value of the wrong type.
+func skipBad(p []byte) (status, []byte, error) {
+	p, err := msgp.Skip(p)
+	return valBad, p, err
+}
+
+// readInt reads an int of any msgpack width, signed or unsigned (§2.4 rule 7), or nil.
+// An unsigned value above MaxInt64 is valBad.
+func readInt(p []byte) (int64, status, []byte, error) {
+	switch msgp.NextType(p) {
+	case msgp.IntType:
+		v, p, err := msgp.ReadInt64Bytes(p)
+		return v, valOK, p, err
+	case msgp.UintType:
+		u, rest, err := msgp.ReadUint64Bytes(p)
+		if err != nil || u > math.MaxInt64 {
+			return 0, valBad, rest, err
+		}
+		return int64(u), valOK, rest, nil
+	case msgp.NilType:
+		p, err := msgp.ReadNilBytes(p)
+		return 0, valNil, p, err
+	}
+	st, p, err := skipBad(p)
+	return 0, st, p, err
+}
+
+// readStr reads a str (aliasing p) or nil.
+func readStr(p []byte) ([]byte, status, []byte, error) {
+	switch msgp.NextType(p) {
+	case msgp.StrType:
+		s, p, err := msgp.ReadStringZC(p)
+		return s, valOK, p, err
+	case msgp.NilType:
+		p, err := msgp.ReadNilBytes(p)
+		return nil, valNil, p, err
+	}
+	st, p, err := skipBad(p)
+	return nil, st, p, err
+}
+
+// readRawArray returns the encoded bytes of an array value (aliasing p), or nil for nil.
+func readRawArray(p []byte) ([]byte, status, []byte, error) {
+	switch msgp.NextType(p) {
+	case msgp.ArrayType:
+		rest, err := msgp.Skip(p)
+		if err != nil {
+			return nil, valBad, rest, err
+		}
+		return p[:len(p)-len(rest)], valOK, rest, nil
+	case msgp.NilType:
+		p, err := msgp.ReadNilBytes(p)
+		return nil, valNil, p, err
+	}
+	st, p, err := skipBad(p)
+	return nil, st, p, err
+}
+
+// readHash reads one wire block hash and normalises it to uint64 (§2.5): an unsigned int is
+// its value, a negative int its two's-complement bits, a bin the big-endian value of its last
+// 8 bytes (left-padded with zeros when shorter). nil gives valNil.
+func readHash(p []byte) (uint64, status, []byte, error) {
+	switch msgp.NextType(p) {
+	case msgp.UintType:
+		u, p, err := msgp.ReadUint64Bytes(p)
+		return u, valOK, p, err
+	case msgp.IntType:
+		v, p, err := msgp.ReadInt64Bytes(p)
+		return uint64(v), valOK, p, err
+	case msgp.BinType:
+		b, p, err := msgp.ReadBytesZC(p)
+		return binHash(b), valOK, p, err
+	case msgp.NilType:
+		p, err := msgp.ReadNilBytes(p)
+		return 0, valNil, p, err
+	}
+	st, p, err := skipBad(p)
+	return 0, st, p, err
+}
+
+// binHash is the big-endian value of the last 8 bytes of b, left-padded with zeros.
+func binHash(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b[len(b)-8:])
+	}
+	var buf [8]byte
+	copy(buf[8-len(b):], b)
+	return binary.BigEndian.Uint64(buf[:])
+}
+
+// appendTokens reads n token ids and appends them to arena (which has room for n). Entries are
+// ints in [0, 2^32-1] or EAGLE [token, token] pairs, reduced to element 0 (§2.4 rule 7).
+// Anything else is skipped and makes the status valBad.
+func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status, error) {
+	result := valOK
+	for range n {
+		// Fast path for the encodings vLLM emits for token ids: positive fixint, uint8/16/32.
+		if len(p) >= 5 {
+			switch lead := p[0]; {
+			case lead <= 0x7f:
+				arena, p = append(arena, uint32(lead)), p[1:]
+				continue
+			case lead == 0xcc:
+				arena, p = append(arena, uint32(p[1])), p[2:]
+				continue
+			case lead == 0xcd:
+				arena, p = append(arena, uint32(binary.BigEndian.Uint16(p[1:]))), p[3:]
+				continue
+			case lead == 0xce:
+				arena, p = append(arena, binary.BigEndian.Uint32(p[1:])), p[5:]
+				continue
+			}
+		}
+		t, st, rest, err := readToken(p)
+		if err != nil {
+			return arena, rest, valBad, err
+		}
+		p = rest
+		if st != valOK {
+			result = valBad
+			continue
+		}
+		arena = append(arena, t)
+	}
+	return arena, p, result, nil
+}
+
+// readToken reads one token id of any int width, or an EAGLE pair.
+func readToken(p []byte) (uint32, status, []byte, error) {
+	if msgp.NextType(p) != msgp.ArrayType {
+		return readTokenInt(p)
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return 0, valBad, p, err
+	}
+	if n != 2 {
+		for range n {
+			if p, err = msgp.Skip(p); err != nil {
+				return 0, valBad, p, err
+			}
+		}
+		return 0, valBad, p, nil
+	}
+	t, st, p, err := readTokenInt(p)
+	if err != nil {
+		return 0, valBad, p, err
+	}
+	p, err = msgp.Skip(p)
+	return t, st, p, err
+}
+
+// readTokenInt reads an int token id in [0, 2^32-1].
+func readTokenInt(p []byte) (uint32, status, []byte, error) {
+	v, st, p, err := readInt(p)
+	if err != nil || st != valOK || v < 0 || v > maxUint32 {
+		return 0, valBad, p, err
+	}
+	return uint32(v), valOK, p, nil
+}
+
+// plainExtraKeys returns how many of the first n entries of the extra_keys array raw are plain
+// before the first that is not (§4.2 step 5): an entry is plain if it is nil, empty, or exactly
+// [lora_name]. ok is false when an entry before the first non-plain one is neither nil nor an
+// array.
+func plainExtraKeys(raw []byte, n int, lora []byte, hasLoRA bool) (plain int, ok bool) {
+	cnt, p, err := msgp.ReadArrayHeaderBytes(raw)
+	if err != nil {
+		return 0, false
+	}
+	for j := range min(int(cnt), n) {
+		switch msgp.NextType(p) {
+		case msgp.NilType:
+			p = p[1:]
+			continue
+		case msgp.ArrayType:
+		default:
+			return j, false
+		}
+		var m uint32
+		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
+			return j, false
+		}
+		if m == 0 {
+			continue
+		}
+		if m > 1 || !hasLoRA || msgp.NextType(p) != msgp.StrType {
+			return j, true
+		}
+		var s []byte
+		if s, p, err = msgp.ReadStringZC(p); err != nil {
+			return j, false
+		}
+		if string(s) != string(lora) {
+			return j, true
+		}
+	}
+	return n, true
+}
+
+// leadingNils returns how many of the first n entries of the array raw are nil before the
+// first that is not (TRT-LLM block_mm_infos: a non-nil entry is a non-plain block, §7).
+func leadingNils(raw []byte, n int) int {
+	cnt, p, err := msgp.ReadArrayHeaderBytes(raw)
+	if err != nil {
+		return 0
+	}
+	for j := range min(int(cnt), n) {
+		if !msgp.IsNil(p) {
+			return j
+		}
+		p = p[1:]
+	}
+	return n
+}
