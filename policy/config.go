@@ -1,0 +1,254 @@
+package policy
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/condisagg/condisagg/pool"
+)
+
+// Kind names a conditional-disaggregation policy (conditional-disagg.md §2).
+type Kind string
+
+const (
+	ISLBounding Kind = "isl_bounding"
+	PrefillLoad Kind = "prefill_load"
+	ISLOrLoad   Kind = "isl_or_load"
+)
+
+// loadBased reports whether the policy reads the prefill busy signal.
+func (k Kind) loadBased() bool { return k == PrefillLoad || k == ISLOrLoad }
+
+// Source names used in configuration errors.
+const (
+	SourceDisagg = "--router-conditional-disagg-config"
+	SourceRouter = "router"
+)
+
+// Defaults (conditional-disagg.md §2).
+const (
+	DefaultEffISLThreshold      = 2048
+	DefaultEffISLRatioThreshold = 0.7
+	DefaultBlockSize            = 16
+	DefaultKVEventsSilence      = 300 * time.Second
+	DefaultKVEventsMinRequests  = 20
+	// UnknownMaxBatchedTokens stands in for an unknown mnbt: effectively never busy.
+	UnknownMaxBatchedTokens = 10_000_000
+)
+
+// Threshold is an optional non-negative number (JSON null or absent = unset).
+type Threshold struct {
+	Value float64
+	Set   bool
+}
+
+// Set returns a set Threshold.
+func Set(v float64) Threshold { return Threshold{Value: v, Set: true} }
+
+// Disagg is the JSON object of --router-conditional-disagg-config. Build it with ParseDisagg
+// or DefaultDisagg: the zero value is not the default (a threshold of 0 is meaningful).
+type Disagg struct {
+	Policy               Kind
+	EffISLThreshold      int64
+	EffISLRatioThreshold float64
+	PrefillBusyThreshold Threshold // θp; unset inherits --router-queue-threshold
+	DecodeBusyThreshold  Threshold // θd; unset disables the decode-busy guard
+}
+
+// DefaultDisagg is the configuration of `{}`.
+func DefaultDisagg() Disagg {
+	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold}
+}
+
+// Selection holds the worker-selection knobs (YAML `router:`, conditional-disagg.md §6).
+type Selection struct {
+	CreditWeight        float64 `yaml:"credit_weight"`         // device overlap credit multiplier (1.0)
+	HostWeight          float64 `yaml:"host_weight"`           // CPU-tier block weight (0.75), also in cached()
+	DiskWeight          float64 `yaml:"disk_weight"`           // disk/remote-tier block weight (0.25), also in cached()
+	PrefillLoadScale    float64 `yaml:"prefill_load_scale"`    // prefill cost multiplier (1.0)
+	ActiveRequestWeight float64 `yaml:"active_request_weight"` // per-active-request cost (0)
+	Temperature         float64 `yaml:"temperature"`           // 0 = argmin, > 0 = softmax sampling
+	CreditDecay         float64 `yaml:"credit_decay"`          // 0 = off
+}
+
+// DefaultSelection returns Dynamo's defaults.
+func DefaultSelection() Selection {
+	return Selection{CreditWeight: 1, HostWeight: 0.75, DiskWeight: 0.25, PrefillLoadScale: 1}
+}
+
+// Silence configures when a worker's KV event stream counts as silent (§8.3).
+type Silence struct {
+	After       time.Duration `yaml:"kv_events_silence"`      // no BlockStored for this long (300 s) ...
+	MinRequests int           `yaml:"kv_events_min_requests"` // ... while at least this many requests were routed (20)
+}
+
+// Config is everything Decide reads. Build it with DefaultConfig, set the flags, then Validate.
+// A validated Config is never modified; a reload builds and validates a new one.
+type Config struct {
+	Enabled        bool      // --router-conditional-disagg
+	DisaggGiven    bool      // --router-conditional-disagg-config was passed
+	RouterMode     string    // --router-mode
+	KVEvents       bool      // --router-kv-events
+	DistinctPools  bool      // prefill and decode pools are configured and distinct
+	QueueThreshold Threshold // --router-queue-threshold
+	BlockSize      int       // --block-size (bs)
+	Disagg         Disagg
+	Selection      Selection
+	Silence        Silence
+}
+
+// DefaultConfig returns the defaults of every field (feature off).
+func DefaultConfig() Config {
+	return Config{RouterMode: "kv", BlockSize: DefaultBlockSize, Disagg: DefaultDisagg(), Selection: DefaultSelection(),
+		Silence: Silence{After: DefaultKVEventsSilence, MinRequests: DefaultKVEventsMinRequests}}
+}
+
+// withDefaults fills the fields whose zero value is never meaningful.
+func (c Config) withDefaults() Config {
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.Disagg.Policy == "" {
+		c.Disagg.Policy = ISLBounding
+	}
+	if c.Silence.After == 0 {
+		c.Silence.After = DefaultKVEventsSilence
+	}
+	return c
+}
+
+// ConfigError is one configuration problem in the field/value/rule form of §7:
+// `<source>: <field>: <value> <rule>`; empty parts are left out.
+type ConfigError struct {
+	Source, Field, Value, Rule string
+}
+
+func (e *ConfigError) Error() string {
+	s := ""
+	if e.Source != "" {
+		s = e.Source + ": "
+	}
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	if e.Value != "" {
+		s += e.Value + " "
+	}
+	return s + e.Rule
+}
+
+func cfgErr(source, field, value, rule string) error {
+	return &ConfigError{Source: source, Field: field, Value: value, Rule: rule}
+}
+
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// Validate returns every problem of c (after withDefaults), joined with errors.Join.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.DisaggGiven && !c.Enabled {
+		errs = append(errs, cfgErr(SourceDisagg, "", "", "requires --router-conditional-disagg"))
+	}
+	if c.Enabled {
+		if c.RouterMode != "kv" {
+			errs = append(errs, cfgErr("", "", "", "--router-conditional-disagg requires --router-mode kv (got "+strconv.Quote(c.RouterMode)+")"))
+		}
+		if !c.KVEvents {
+			errs = append(errs, cfgErr("", "", "", "--router-conditional-disagg requires --router-kv-events"))
+		}
+		if !c.DistinctPools {
+			errs = append(errs, cfgErr("", "", "", "--router-conditional-disagg requires distinct prefill and decode pools"))
+		}
+	}
+	if c.BlockSize < 1 {
+		errs = append(errs, cfgErr("--block-size", "", strconv.Itoa(c.BlockSize), "must be >= 1"))
+	}
+	if q := c.QueueThreshold; q.Set && (!(q.Value >= 0) || math.IsInf(q.Value, 0)) {
+		errs = append(errs, cfgErr("--router-queue-threshold", "", fmtFloat(q.Value), "must be >= 0"))
+	}
+	errs = append(errs, c.Disagg.validate()...)
+	if (c.Enabled || c.DisaggGiven) && c.Disagg.Policy.loadBased() && !c.Disagg.PrefillBusyThreshold.Set && !c.QueueThreshold.Set {
+		errs = append(errs, cfgErr(SourceDisagg, "", "", "policy "+strconv.Quote(string(c.Disagg.Policy))+
+			" needs prefill_busy_threshold, but neither prefill_busy_threshold nor --router-queue-threshold is set"))
+	}
+	errs = append(errs, c.Selection.validate()...)
+	if c.Silence.After < 0 {
+		errs = append(errs, cfgErr(SourceRouter, "kv_events_silence", c.Silence.After.String(), "must be > 0"))
+	}
+	if c.Silence.MinRequests < 0 {
+		errs = append(errs, cfgErr(SourceRouter, "kv_events_min_requests", strconv.Itoa(c.Silence.MinRequests), "must be >= 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks the ranges of the typed values (ParseDisagg checks them on the raw text).
+func (d Disagg) validate() []error {
+	var errs []error
+	switch d.Policy {
+	case ISLBounding, PrefillLoad, ISLOrLoad, "":
+	default:
+		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load"))
+	}
+	if d.EffISLThreshold < 0 {
+		errs = append(errs, cfgErr(SourceDisagg, "eff_isl_threshold", strconv.FormatInt(d.EffISLThreshold, 10), "must be >= 0"))
+	}
+	if r := d.EffISLRatioThreshold; !(r >= 0 && r <= 1) {
+		errs = append(errs, cfgErr(SourceDisagg, "eff_isl_ratio_threshold", fmtFloat(r), "is outside [0.0, 1.0]"))
+	}
+	for _, t := range []struct {
+		name string
+		th   Threshold
+	}{{"prefill_busy_threshold", d.PrefillBusyThreshold}, {"decode_busy_threshold", d.DecodeBusyThreshold}} {
+		if t.th.Set && (!(t.th.Value >= 0) || math.IsInf(t.th.Value, 0)) {
+			errs = append(errs, cfgErr(SourceDisagg, t.name, fmtFloat(t.th.Value), "must be >= 0"))
+		}
+	}
+	return errs
+}
+
+func (s Selection) validate() []error {
+	var errs []error
+	for _, k := range []struct {
+		name string
+		v    float64
+	}{{"credit_weight", s.CreditWeight}, {"host_weight", s.HostWeight}, {"disk_weight", s.DiskWeight},
+		{"prefill_load_scale", s.PrefillLoadScale}, {"active_request_weight", s.ActiveRequestWeight},
+		{"temperature", s.Temperature}, {"credit_decay", s.CreditDecay}} {
+		if !(k.v >= 0) || math.IsInf(k.v, 0) {
+			errs = append(errs, cfgErr(SourceRouter, k.name, fmtFloat(k.v), "must be a finite number >= 0"))
+		}
+	}
+	return errs
+}
+
+// Warnings returns the non-fatal remarks about c for the startup log.
+func (c Config) Warnings() []string {
+	var w []string
+	if t := c.Disagg.DecodeBusyThreshold; t.Set && t.Value > 1 {
+		w = append(w, SourceDisagg+": decode_busy_threshold: "+fmtFloat(t.Value)+" > 1: guard triggers only above full KV capacity")
+	}
+	if !c.Disagg.PrefillBusyThreshold.Set && c.QueueThreshold.Set && c.Enabled {
+		w = append(w, "prefill_busy_threshold unset; inheriting --router-queue-threshold="+fmtFloat(c.QueueThreshold.Value))
+	}
+	return w
+}
+
+// PrefillBusyThreshold resolves θp = prefill_busy_threshold ?? --router-queue-threshold.
+func (c *Config) PrefillBusyThreshold() (float64, bool) {
+	if t := c.Disagg.PrefillBusyThreshold; t.Set {
+		return t.Value, true
+	}
+	if c.QueueThreshold.Set {
+		return c.QueueThreshold.Value, true
+	}
+	return 0, false
+}
+
+// Guard is the decode-busy guard that a bypass commit must re-check (θd; off when unset).
+func (c *Config) Guard() pool.Guard {
+	t := c.Disagg.DecodeBusyThreshold
+	return pool.Guard{Threshold: t.Value, Enabled: t.Set}
+}

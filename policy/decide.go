@@ -1,0 +1,300 @@
+package policy
+
+import (
+	"math/rand/v2"
+
+	"github.com/condisagg/condisagg/pool"
+)
+
+// Decide runs the decision procedure of conditional-disagg.md §3 (steps 1–8) for one request
+// on a snapshot of the pools. It is pure: no I/O, clock, goroutine, logging or allocation; the
+// random source is the caller's (one per goroutine: *rand.Rand is not safe for concurrent use).
+// The caller commits the result with pool.Book(dec.Booking(...)) (step 9) and, if a bypass
+// commit is denied or its worker vanished, calls Demote.
+func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decision {
+	dec := Decision{Decode: -1, Prefill: -1}
+	dec.Inputs = Inputs{Policy: cfg.Disagg.Policy, SnapshotVersion: snap.Version, ISL: in.ISL,
+		EffISLThreshold: cfg.Disagg.EffISLThreshold, RatioThreshold: cfg.Disagg.EffISLRatioThreshold,
+		DecodeBusy: cfg.Disagg.DecodeBusyThreshold.Value, GuardEnabled: cfg.Disagg.DecodeBusyThreshold.Set}
+	// Step 1: no prefill workers ⇒ aggregated, even when the feature is off.
+	if len(snap.Prefill) == 0 {
+		aggregated(cfg, in, snap, rng, &dec)
+		return dec
+	}
+	// Step 2.
+	if !cfg.Enabled {
+		remote(cfg, in, snap, rng, &dec, ReasonRemoteDisabled)
+		return dec
+	}
+	if !aligned(in.Decode, snap.Decode) {
+		dec.Inputs.Err = ErrSignalsMismatch
+		remote(cfg, in, snap, rng, &dec, ReasonRemotePolicyError)
+		return dec
+	}
+	// Step 3: preconditions.
+	if in.ISL <= 0 {
+		remote(cfg, in, snap, rng, &dec, ReasonRemoteNoTokens)
+		return dec
+	}
+	if in.Pin.Prefill != "" {
+		if dec.Prefill = find(snap.Prefill, in.Pin.Prefill); dec.Prefill < 0 {
+			dec.Inputs.Err = ErrPinUnresolved
+		}
+		remote(cfg, in, snap, rng, &dec, ReasonRemotePrefillPinned)
+		return dec
+	}
+	only := -1
+	if in.Pin.Decode != "" {
+		if only = find(snap.Decode, in.Pin.Decode); only < 0 {
+			dec.Inputs.Err = ErrPinUnresolved
+			remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodePinUnresolved)
+			return dec
+		}
+	}
+	// Step 4: decode preview in bypass mode, without booking.
+	sel := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
+	sel.only = only
+	d := sel.pick(rng)
+	if d < 0 {
+		remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodeRejected)
+		return dec
+	}
+	// Step 5: inputs.
+	previewDecode(cfg, in, snap, d, &dec)
+	// Step 6: prefill preview for load policies only.
+	if cfg.Disagg.Policy.loadBased() {
+		previewPrefill(cfg, in, snap, rng, &dec)
+	}
+	// Step 7: policy; step 8: decode-busy guard on a bypass only.
+	reason := evaluate(cfg.Disagg.Policy, &dec.Inputs)
+	if reason.Route() == RoutePrefill {
+		dec.Gate = GateDeclinedByPolicy
+		remote(cfg, in, snap, rng, &dec, reason)
+		return dec
+	}
+	guard := cfg.Guard()
+	switch guard.Check(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity) {
+	case pool.VerdictOff:
+		dec.Gate = GateAllowedDecodeGateDisabled
+	case pool.VerdictPass:
+		dec.Gate = GateAllowedDecodeNotBusy
+	case pool.VerdictBusy:
+		dec.Gate = GateDeniedDecodeBusy
+		remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodeBusy)
+		return dec
+	case pool.VerdictCapacityUnknown:
+		dec.Gate = GateDeniedDecodeBusyUnknown
+		remote(cfg, in, snap, rng, &dec, ReasonRemoteCapacityUnknown)
+		return dec
+	}
+	dec.Route, dec.Reason, dec.Guard = RouteDecode, reason, guard
+	dec.Decode, dec.DecodeID = d, snap.Decode[d].ID
+	dec.Prefill, dec.PrefillID = -1, ""
+	dec.PrefillTokens = int64(dec.Inputs.Eff)
+	return dec
+}
+
+// evaluate is step 7 (§4.1), both comparisons strict.
+func evaluate(k Kind, in *Inputs) Reason {
+	effOK := int64(in.Eff) < in.EffISLThreshold
+	islOK := effOK && in.Ratio < in.RatioThreshold
+	islRemote := ReasonRemoteISLTooLong
+	if effOK {
+		islRemote = ReasonRemoteRatioTooHigh
+	}
+	if in.Silent {
+		islRemote = ReasonRemoteNoKVEvents
+	}
+	busy := in.PrefillBusy == BusyTrue
+	switch k {
+	case PrefillLoad:
+		switch in.PrefillBusy {
+		case BusyTrue:
+			return ReasonBypassPrefillBusy
+		case BusyFalse:
+			return ReasonRemotePrefillNotBusy
+		}
+		return ReasonRemotePrefillBusyUnknown
+	case ISLOrLoad:
+		switch {
+		case islOK && busy:
+			return ReasonBypassISLAndPrefillBusy
+		case islOK:
+			return ReasonBypassISL
+		case busy:
+			return ReasonBypassPrefillBusy
+		}
+		return islRemote
+	}
+	if islOK {
+		return ReasonBypassISL
+	}
+	return islRemote
+}
+
+// previewDecode fills the step-5 inputs for the previewed decode worker d.
+func previewDecode(cfg *Config, in *Input, snap *pool.Snapshot, d int, dec *Decision) {
+	sg := &in.Decode[d]
+	l := &snap.Decode[d]
+	x := &dec.Inputs
+	x.PreviewDecode = l.ID
+	x.Silent = Silent(sg.Stream, in.Now, cfg.Silence)
+	if !x.Silent {
+		x.Overlap, x.HostBlocks, x.DiskBlocks = sg.GPU, sg.Host, sg.Disk
+	}
+	x.Cached = cached(cfg, sg, in.Now)
+	x.Eff = in.ISL - min(x.Cached, in.ISL)
+	x.Ratio = float64(x.Eff) / float64(max(in.ISL, 1))
+	x.ProjectedBlocks = l.ProjectedDecodeBlocks()
+	x.KVCapacity = l.KVCapacityBlocks
+}
+
+// previewPrefill is step 6: a non-booking prefill-mode selection and the busy test
+// apt(p) > θp·mnbt(p). Every worker busy (pool rejection) ⇒ true; a missing threshold or a
+// signal mismatch ⇒ unknown.
+func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
+	x := &dec.Inputs
+	x.PrefillPreviewed = true
+	theta, ok := cfg.PrefillBusyThreshold()
+	if !ok {
+		x.PrefillBusy, x.Err = BusyUnknown, ErrNoThreshold
+		return
+	}
+	if in.Prefill != nil && !aligned(in.Prefill, snap.Prefill) {
+		x.PrefillBusy, x.Err = BusyUnknown, ErrSignalsMismatch
+		return
+	}
+	rejected := true
+	for i := range snap.Prefill {
+		if !prefillBusy(&snap.Prefill[i], theta) {
+			rejected = false
+			break
+		}
+	}
+	sel := newSelector(cfg, in, snap.Prefill, in.Prefill, modePrefill)
+	p := sel.pick(rng)
+	l := &snap.Prefill[p]
+	dec.Prefill = p
+	x.PrefillActive = l.ActivePrefillTokens
+	x.PrefillBudget = theta * float64(mnbt(l))
+	x.PrefillRejected = rejected
+	if rejected || prefillBusy(l, theta) {
+		x.PrefillBusy = BusyTrue
+	} else {
+		x.PrefillBusy = BusyFalse
+	}
+}
+
+func mnbt(l *pool.WorkerLoad) int64 {
+	if l.MaxBatchedTokens > 0 {
+		return l.MaxBatchedTokens
+	}
+	return UnknownMaxBatchedTokens
+}
+
+func prefillBusy(l *pool.WorkerLoad, theta float64) bool {
+	return float64(l.ActivePrefillTokens) > theta*float64(mnbt(l))
+}
+
+// aggregated is step 1: a bypass-mode decode selection with no policy, booked like a bypass.
+func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
+	dec.Route, dec.Reason = RouteDecode, ReasonNoPrefillWorkers
+	sigs := in.Decode
+	if !aligned(sigs, snap.Decode) {
+		sigs = nil
+	}
+	sel := newSelector(cfg, in, snap.Decode, sigs, modeBypass)
+	d := sel.pick(rng)
+	if d < 0 {
+		dec.Inputs.Err = ErrNoTarget
+		return
+	}
+	dec.Decode, dec.DecodeID = d, snap.Decode[d].ID
+	if sigs != nil {
+		previewDecode(cfg, in, snap, d, dec)
+	} else {
+		dec.Inputs.PreviewDecode = snap.Decode[d].ID
+		dec.Inputs.Eff, dec.Inputs.Ratio = max(in.ISL, 0), 1
+		dec.Inputs.ProjectedBlocks = snap.Decode[d].ProjectedDecodeBlocks()
+		dec.Inputs.KVCapacity = snap.Decode[d].KVCapacityBlocks
+	}
+	dec.PrefillTokens = int64(dec.Inputs.Eff)
+}
+
+// remote sets the remote path (step 9's targets): the previewed or pinned prefill worker if
+// any, else a prefill-mode selection, and a remote-decode-mode selection of the decode worker
+// (overlap credit only when the feature is on; restricted to a resolved decode pin).
+func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
+	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, pool.Guard{}
+	psigs := in.Prefill
+	if !aligned(psigs, snap.Prefill) {
+		psigs = nil
+	}
+	if dec.Prefill < 0 || dec.Prefill >= len(snap.Prefill) {
+		sel := newSelector(cfg, in, snap.Prefill, psigs, modePrefill)
+		dec.Prefill = sel.pick(rng)
+	}
+	dec.PrefillID, dec.PrefillTokens, dec.Inputs.PrefillCached = "", 0, 0
+	if dec.Prefill >= 0 {
+		dec.PrefillID = snap.Prefill[dec.Prefill].ID
+		if psigs != nil {
+			dec.Inputs.PrefillCached = cached(cfg, &psigs[dec.Prefill], in.Now)
+		}
+		dec.PrefillTokens = int64(max(in.ISL, 0) - min(dec.Inputs.PrefillCached, max(in.ISL, 0)))
+	}
+	dsigs := in.Decode
+	if !cfg.Enabled || !aligned(dsigs, snap.Decode) {
+		dsigs = nil
+	}
+	sel := newSelector(cfg, in, snap.Decode, dsigs, modeRemoteDecode)
+	if in.Pin.Decode != "" && reason != ReasonRemoteDecodePinUnresolved {
+		sel.only = find(snap.Decode, in.Pin.Decode)
+	}
+	dec.Decode = sel.pick(rng)
+	dec.DecodeID = ""
+	if dec.Decode >= 0 {
+		dec.DecodeID = snap.Decode[dec.Decode].ID
+	}
+	if !dec.Routable() && dec.Inputs.Err == nil {
+		dec.Inputs.Err = ErrNoTarget
+	}
+}
+
+// Demote turns a decision whose bypass commit failed into the remote path with reason
+// (remote_decode_busy for pool.ErrGuardDenied, remote_capacity_unknown for
+// pool.ErrCapacityUnknown, remote_policy_error otherwise), keeping its inputs and the previewed
+// prefill worker. snap must be the snapshot the decision was made on.
+func Demote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
+	if reason.Route() != RoutePrefill {
+		reason = ReasonRemotePolicyError
+	}
+	switch reason {
+	case ReasonRemoteDecodeBusy:
+		dec.Gate = GateDeniedDecodeBusy
+	case ReasonRemoteCapacityUnknown:
+		dec.Gate = GateDeniedDecodeBusyUnknown
+	}
+	remote(cfg, in, snap, rng, dec, reason)
+}
+
+// aligned reports whether sigs describe loads one to one, in order.
+func aligned(sigs []Signal, loads []pool.WorkerLoad) bool {
+	if len(sigs) != len(loads) {
+		return false
+	}
+	for i := range sigs {
+		if sigs[i].Worker != loads[i].ID {
+			return false
+		}
+	}
+	return true
+}
+
+func find(loads []pool.WorkerLoad, id string) int {
+	for i := range loads {
+		if loads[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,132 @@
+package policy
+
+import (
+	"errors"
+	"time"
+
+	"github.com/condisagg/condisagg/pool"
+)
+
+// Stream is a worker's KV event stream state as seen by the subscriber.
+type Stream struct {
+	Connected  bool      // the subscription is up
+	LastStored time.Time // last accepted BlockStored; zero = never
+	// RoutedSinceStored counts the requests routed to the worker since LastStored.
+	RoutedSinceStored int
+}
+
+// Silent reports whether a stream is silent at now (§8.3): the subscription is down, or it
+// accepted no BlockStored within s.After while at least s.MinRequests requests were routed.
+func Silent(st Stream, now time.Time, s Silence) bool {
+	if !st.Connected {
+		return true
+	}
+	return st.RoutedSinceStored >= s.MinRequests && now.Sub(st.LastStored) > s.After
+}
+
+// Signal is one worker's prefix overlap with the request and its event-stream state. The
+// caller fills it from kvindex.WorkerOverlap{Worker, GPU, CPU, Disk}: GPU is overlap(w), the
+// number of leading full blocks on device; Host and Disk are CPU and disk/remote blocks that
+// continue the device prefix contiguously.
+type Signal struct {
+	Worker string
+	GPU    int
+	Host   int
+	Disk   int
+	Stream Stream
+}
+
+// Pin restricts a decision to trusted pinned workers (off unless extproc trusts pin headers).
+type Pin struct {
+	Prefill string // a pinned prefill worker ID ⇒ remote_prefill_pinned
+	Decode  string // a pinned decode worker ID restricts decode selection
+}
+
+// Input is the per-request input of Decide.
+type Input struct {
+	Now time.Time // wall clock, for stream silence
+	ISL int       // prompt tokens after templating; 0 ⇒ remote_no_tokens
+	// Decode[i] describes snapshot.Decode[i] (same order, same Worker ID). A mismatch is a
+	// policy error (remote_policy_error).
+	Decode []Signal
+	// Prefill[i] describes snapshot.Prefill[i]; nil = no overlap known on the prefill pool.
+	// A mismatch makes the prefill preview fail (prefill busy unknown) and drops prefill credit.
+	Prefill []Signal
+	Pin     Pin
+}
+
+// Decision-time errors, reported in Inputs.Err (immutable sentinels: no allocation).
+var (
+	ErrSignalsMismatch = errors.New("policy: overlap signals do not match the snapshot's workers")
+	ErrPinUnresolved   = errors.New("policy: pinned worker not in the snapshot")
+	ErrNoThreshold     = errors.New("policy: prefill busy threshold unresolved")
+	ErrNoTarget        = errors.New("policy: no eligible worker for the route")
+)
+
+// Inputs records every value a decision used, for Explain, the decision header and logs.
+type Inputs struct {
+	Policy          Kind
+	SnapshotVersion uint64
+	ISL             int
+	// Previewed decode worker d (bypass-mode selection) and its prefix: overlap(d) device blocks,
+	// Host/Disk continuation blocks, cached(d), eff and ratio.
+	PreviewDecode    string
+	Overlap          int
+	HostBlocks       int
+	DiskBlocks       int
+	Cached           int
+	Eff              int
+	Ratio            float64
+	EffISLThreshold  int64
+	RatioThreshold   float64
+	Silent           bool // d's event stream is silent or down: no overlap credit, flagged
+	PrefillPreviewed bool // step 6 ran (never for isl_bounding)
+	PrefillBusy      Busy
+	PrefillRejected  bool // every prefill worker over θp·mnbt
+	PrefillActive    int64
+	PrefillBudget    float64 // θp·mnbt(p) of the previewed p
+	PrefillCached    int     // cached(p) of the chosen prefill worker (remote path)
+	ProjectedBlocks  int64   // pdb(d,r) of the previewed d
+	KVCapacity       int64   // kvcap(d); <= 0 unknown
+	DecodeBusy       float64 // θd
+	GuardEnabled     bool
+	Err              error // the policy error behind remote_policy_error, or a note (pin, threshold)
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Route  Route
+	Reason Reason
+	Gate   Gate
+	// Decode and Prefill index the snapshot's Decode and Prefill slices; -1 = none. A decode
+	// route needs Decode >= 0, a prefill route both; otherwise no target exists and the caller
+	// applies --failure-mode.
+	Decode, Prefill     int
+	DecodeID, PrefillID string
+	// PrefillTokens is the prefill entry to book: eff on d for a decode route,
+	// ISL − min(cached(p), ISL) on p for a prefill route.
+	PrefillTokens int64
+	// Guard is the decode-busy guard the bypass commit must re-check (off for non-policy routes).
+	Guard  pool.Guard
+	Inputs Inputs
+}
+
+// Routable reports whether the decision names every worker its route needs.
+func (d *Decision) Routable() bool {
+	if d.Route == RouteDecode {
+		return d.Decode >= 0
+	}
+	return d.Decode >= 0 && d.Prefill >= 0
+}
+
+// Booking is the pool booking that commits d (conditional-disagg.md §5.1). keys are the
+// prompt's chained full-block keys (used for a decode route only).
+func (d *Decision) Booking(requestID string, keys []uint64) pool.Booking {
+	b := pool.Booking{RequestID: requestID, Decode: d.DecodeID, ISL: d.Inputs.ISL, PrefillTokens: d.PrefillTokens}
+	if d.Route == RouteDecode {
+		b.Mode, b.Keys, b.Guard = pool.ModeBypass, keys, d.Guard
+	} else {
+		b.Mode, b.Prefill = pool.ModeRemote, d.PrefillID
+	}
+	return b
+}

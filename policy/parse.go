@@ -1,0 +1,188 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// allowedKeys lists the keys of --router-conditional-disagg-config, sorted.
+var allowedKeys = []string{"decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy", "prefill_busy_threshold"}
+
+// maxValueText bounds how much of an offending value an error message quotes.
+const maxValueText = 40
+
+// ParseDisagg parses the JSON of --router-conditional-disagg-config. Empty input is `{}`.
+// It parses into a key list first (to see duplicates), then checks every key, and returns
+// every problem at once (errors.Join of *ConfigError) in the texts of conditional-disagg.md §7.
+func ParseDisagg(data []byte) (Disagg, error) {
+	d := DefaultDisagg()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return d, nil
+	}
+	fields, ok := scanObject(data)
+	if !ok {
+		return d, errors.Join(cfgErr(SourceDisagg, "", "", "must be a JSON object"))
+	}
+	var errs []error
+	last := make(map[string]json.RawMessage, len(fields))
+	var unknown []string
+	for _, f := range fields {
+		if _, dup := last[f.key]; dup {
+			errs = append(errs, cfgErr(SourceDisagg, "", "", "duplicate field "+strconv.Quote(f.key)))
+		} else if !slices.Contains(allowedKeys, f.key) {
+			unknown = append(unknown, f.key)
+		}
+		last[f.key] = f.raw
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		errs = append(errs, cfgErr(SourceDisagg, "", "", "unknown field(s): "+strings.Join(unknown, ", ")+
+			" (allowed: "+strings.Join(allowedKeys, ", ")+")"))
+	}
+	if raw, ok := last["policy"]; ok {
+		errs = appendErr(errs, parsePolicy(raw, &d.Policy))
+	}
+	if raw, ok := last["eff_isl_threshold"]; ok {
+		errs = appendErr(errs, parseEffThreshold(raw, &d.EffISLThreshold))
+	}
+	if raw, ok := last["eff_isl_ratio_threshold"]; ok {
+		errs = appendErr(errs, parseRatio(raw, &d.EffISLRatioThreshold))
+	}
+	if raw, ok := last["prefill_busy_threshold"]; ok {
+		errs = appendErr(errs, parseBusy("prefill_busy_threshold", raw, &d.PrefillBusyThreshold))
+	}
+	if raw, ok := last["decode_busy_threshold"]; ok {
+		errs = appendErr(errs, parseBusy("decode_busy_threshold", raw, &d.DecodeBusyThreshold))
+	}
+	return d, errors.Join(errs...)
+}
+
+func appendErr(errs []error, err error) []error {
+	if err != nil {
+		return append(errs, err)
+	}
+	return errs
+}
+
+type field struct {
+	key string
+	raw json.RawMessage
+}
+
+// scanObject splits one top-level JSON object into its members, in order, keeping duplicates.
+func scanObject(data []byte) ([]field, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var out []field
+	for dec.More() {
+		tok, err := dec.Token()
+		key, isKey := tok.(string)
+		if err != nil || !isKey {
+			return nil, false
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, false
+		}
+		out = append(out, field{key, raw})
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return out, true
+}
+
+// valueText renders a raw JSON value for an error message: compact, at most 40 bytes.
+func valueText(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		b.Reset()
+		b.Write(raw)
+	}
+	s := b.String()
+	if len(s) > maxValueText {
+		s = s[:maxValueText] + "..."
+	}
+	return s
+}
+
+func isNumber(raw json.RawMessage) bool {
+	return len(raw) > 0 && (raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'))
+}
+
+func parsePolicy(raw json.RawMessage, dst *Kind) error {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return cfgErr(SourceDisagg, "policy", valueText(raw), "must be a string")
+	}
+	switch k := Kind(s); k {
+	case ISLBounding, PrefillLoad, ISLOrLoad:
+		*dst = k
+		return nil
+	}
+	return cfgErr(SourceDisagg, "policy", valueText(raw), "must be one of isl_bounding, prefill_load, isl_or_load")
+}
+
+// parseEffThreshold accepts only integer literals: 2048.0 and 2e3 are rejected like Python's
+// isinstance(v, int) check in Dynamo.
+func parseEffThreshold(raw json.RawMessage, dst *int64) error {
+	const name = "eff_isl_threshold"
+	if !isNumber(raw) || bytes.ContainsAny(raw, ".eE") {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be an integer")
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		if bytes.HasPrefix(raw, []byte("-")) {
+			return cfgErr(SourceDisagg, name, valueText(raw), "must be >= 0")
+		}
+		return cfgErr(SourceDisagg, name, valueText(raw), "is too large")
+	}
+	if v < 0 {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be >= 0")
+	}
+	*dst = v
+	return nil
+}
+
+func parseRatio(raw json.RawMessage, dst *float64) error {
+	const name = "eff_isl_ratio_threshold"
+	if !isNumber(raw) {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be a number")
+	}
+	v, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || !(v >= 0 && v <= 1) {
+		return cfgErr(SourceDisagg, name, valueText(raw), "is outside [0.0, 1.0]")
+	}
+	*dst = v
+	return nil
+}
+
+func parseBusy(name string, raw json.RawMessage, dst *Threshold) error {
+	if string(raw) == "null" {
+		*dst = Threshold{}
+		return nil
+	}
+	if !isNumber(raw) {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be a number or null")
+	}
+	v, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsInf(v, 0) {
+		return cfgErr(SourceDisagg, name, valueText(raw), "is not a finite number")
+	}
+	if v < 0 {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be >= 0")
+	}
+	*dst = Set(v)
+	return nil
+}

@@ -1,0 +1,136 @@
+package policy
+
+// Route is where Envoy sends the request.
+type Route uint8
+
+const (
+	RoutePrefill Route = iota // remote prefill: prefill worker, then KV transfer to the decode worker
+	RouteDecode               // one decode worker runs prefill and decode (bypass, aggregated)
+)
+
+func (r Route) String() string {
+	if r == RouteDecode {
+		return "decode"
+	}
+	return "prefill"
+}
+
+// Reason is the closed enum of decision reasons (conditional-disagg.md §8.1); its String is the
+// `reason` metric label and the x-condisagg-decision value.
+type Reason uint8
+
+const (
+	ReasonRemotePolicyError Reason = iota // zero value: fail-open to disaggregation
+	ReasonBypassISL
+	ReasonBypassPrefillBusy
+	ReasonBypassISLAndPrefillBusy
+	ReasonRemoteISLTooLong
+	ReasonRemoteRatioTooHigh
+	ReasonRemoteNoKVEvents
+	ReasonRemotePrefillNotBusy
+	ReasonRemotePrefillBusyUnknown
+	ReasonRemoteDecodeBusy
+	ReasonRemoteCapacityUnknown
+	ReasonRemoteDecodeRejected
+	ReasonRemoteNoTokens
+	ReasonRemotePrefillPinned
+	ReasonRemoteDecodePinUnresolved
+	ReasonRemoteDisabled
+	ReasonNoPrefillWorkers
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	ReasonRemotePolicyError:         "remote_policy_error",
+	ReasonBypassISL:                 "bypass_isl",
+	ReasonBypassPrefillBusy:         "bypass_prefill_busy",
+	ReasonBypassISLAndPrefillBusy:   "bypass_isl_and_prefill_busy",
+	ReasonRemoteISLTooLong:          "remote_isl_too_long",
+	ReasonRemoteRatioTooHigh:        "remote_ratio_too_high",
+	ReasonRemoteNoKVEvents:          "remote_no_kv_events",
+	ReasonRemotePrefillNotBusy:      "remote_prefill_not_busy",
+	ReasonRemotePrefillBusyUnknown:  "remote_prefill_busy_unknown",
+	ReasonRemoteDecodeBusy:          "remote_decode_busy",
+	ReasonRemoteCapacityUnknown:     "remote_capacity_unknown",
+	ReasonRemoteDecodeRejected:      "remote_decode_rejected",
+	ReasonRemoteNoTokens:            "remote_no_tokens",
+	ReasonRemotePrefillPinned:       "remote_prefill_pinned",
+	ReasonRemoteDecodePinUnresolved: "remote_decode_pin_unresolved",
+	ReasonRemoteDisabled:            "remote_disabled",
+	ReasonNoPrefillWorkers:          "no_prefill_workers",
+}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons lists every reason, for pre-creating metric label sets.
+func Reasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
+// Route is the route a reason implies.
+func (r Reason) Route() Route {
+	switch r {
+	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers:
+		return RouteDecode
+	}
+	return RoutePrefill
+}
+
+// Gate is Dynamo's decode-gate log label (conditional-disagg.md §4.2), for logs and Explain.
+type Gate uint8
+
+const (
+	GateNotReached                Gate = iota // decided before the policy ran
+	GateDeclinedByPolicy                      // bypass_declined_by_policy
+	GateAllowedDecodeGateDisabled             // bypass_allowed_decode_gate_disabled
+	GateDeniedDecodeBusyUnknown               // bypass_denied_decode_busy_unknown
+	GateDeniedDecodeBusy                      // bypass_denied_decode_busy
+	GateAllowedDecodeNotBusy                  // bypass_allowed_decode_not_busy
+)
+
+func (g Gate) String() string {
+	switch g {
+	case GateDeclinedByPolicy:
+		return "bypass_declined_by_policy"
+	case GateAllowedDecodeGateDisabled:
+		return "bypass_allowed_decode_gate_disabled"
+	case GateDeniedDecodeBusyUnknown:
+		return "bypass_denied_decode_busy_unknown"
+	case GateDeniedDecodeBusy:
+		return "bypass_denied_decode_busy"
+	case GateAllowedDecodeNotBusy:
+		return "bypass_allowed_decode_not_busy"
+	}
+	return "not_reached"
+}
+
+// Busy is the prefill busy signal: a tri-state plus "not evaluated" (isl_bounding).
+type Busy uint8
+
+const (
+	BusyNotEvaluated Busy = iota
+	BusyFalse
+	BusyTrue
+	BusyUnknown // preview error or missing signal; policies treat it as false
+)
+
+func (b Busy) String() string {
+	switch b {
+	case BusyFalse:
+		return "false"
+	case BusyTrue:
+		return "true"
+	case BusyUnknown:
+		return "unknown"
+	}
+	return "not_evaluated"
+}

@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/condisagg/condisagg/pool"
+)
+
+// mode is a selection mode of conditional-disagg.md §6.3.
+type mode uint8
+
+const (
+	modeBypass       mode = iota // decode preview and aggregated: general cost, track_prefill
+	modeRemoteDecode             // decode target of the remote path: blocks only
+	modePrefill                  // prefill preview and target: prefill term only
+)
+
+// selector evaluates the §6.1 cost over one pool. It is a value on the caller's stack so a
+// selection allocates nothing.
+type selector struct {
+	cfg     *Config
+	loads   []pool.WorkerLoad
+	sigs    []Signal // aligned with loads, or nil for no overlap credit
+	now     time.Time
+	mode    mode
+	isl     float64
+	bs      float64
+	reqBlks float64 // ceil(ISL/bs)
+	credit  bool    // overlap credit applies
+	only    int     // restrict to this index, -1 = all
+	minApt  int64   // min apt over candidates, for credit_decay
+	decayOn bool
+}
+
+func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal, m mode) selector {
+	bs := float64(cfg.BlockSize)
+	s := selector{cfg: cfg, loads: loads, sigs: sigs, mode: m, isl: float64(in.ISL), bs: bs,
+		reqBlks: math.Ceil(float64(in.ISL) / bs), credit: sigs != nil, only: -1}
+	s.now = in.Now
+	if cfg.Selection.CreditDecay > 0 && s.credit {
+		s.decayOn = true
+		s.minApt = math.MaxInt64
+		for i := range loads {
+			s.minApt = min(s.minApt, loads[i].ActivePrefillTokens)
+		}
+	}
+	return s
+}
+
+// creditBlocks is credit(w): weighted overlap blocks, 0 when the worker's stream is silent.
+func (s *selector) creditBlocks(i int) float64 {
+	if !s.credit {
+		return 0
+	}
+	sg := &s.sigs[i]
+	if Silent(sg.Stream, s.now, s.cfg.Silence) {
+		return 0
+	}
+	sel := &s.cfg.Selection
+	decay := 1.0
+	if s.decayOn {
+		rb := max(s.reqBlks, 1)
+		decay = 1 / (1 + sel.CreditDecay*(float64(s.loads[i].ActivePrefillTokens-s.minApt)/s.bs)/rb)
+	}
+	return sel.CreditWeight*decay*float64(sg.GPU) + sel.HostWeight*float64(sg.Host) + sel.DiskWeight*float64(sg.Disk)
+}
+
+// cost is logit(w) of §6.1 in the selector's mode; lower is better.
+func (s *selector) cost(i int) float64 {
+	l := &s.loads[i]
+	sel := &s.cfg.Selection
+	reqs := sel.ActiveRequestWeight * float64(l.ActiveRequests)
+	switch s.mode {
+	case modeRemoteDecode:
+		return max(0, float64(l.ActiveDecodeBlocks)+s.reqBlks-s.creditBlocks(i)) + reqs
+	case modePrefill:
+		raw := (float64(l.ActivePrefillTokens) + s.isl) / s.bs
+		return sel.PrefillLoadScale*max(0, raw-s.creditBlocks(i)) + reqs
+	}
+	raw := (float64(l.ActivePrefillTokens) + s.isl) / s.bs
+	return sel.PrefillLoadScale*max(0, raw-s.creditBlocks(i)) + float64(l.ProjectedDecodeBlocks()) + reqs
+}
+
+func (s *selector) candidate(i int) bool { return s.only < 0 || s.only == i }
+
+// pick selects a worker index (§6.2), or -1 when there is no candidate. Temperature 0 is the
+// argmin with exact ties broken uniformly by reservoir sampling on rng; T > 0 samples
+// p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min)·T)). A nil rng takes the first minimum.
+func (s *selector) pick(rng *rand.Rand) int {
+	if s.cfg.Selection.Temperature > 0 && rng != nil {
+		return s.sample(rng)
+	}
+	best, ties := -1, 0
+	bestCost := math.Inf(1)
+	for i := range s.loads {
+		if !s.candidate(i) {
+			continue
+		}
+		c := s.cost(i)
+		switch {
+		case best < 0 || c < bestCost:
+			best, bestCost, ties = i, c, 1
+		case c == bestCost:
+			ties++
+			if rng != nil && rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+func (s *selector) sample(rng *rand.Rand) int {
+	cmin, cmax, n := math.Inf(1), math.Inf(-1), 0
+	for i := range s.loads {
+		if s.candidate(i) {
+			c := s.cost(i)
+			cmin, cmax, n = min(cmin, c), max(cmax, c), n+1
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	uniform := cmax == cmin
+	scale := (cmax - cmin) * s.cfg.Selection.Temperature
+	weight := func(c float64) float64 {
+		if uniform {
+			return 1
+		}
+		return math.Exp(-(c - cmin) / scale)
+	}
+	total := 0.0
+	for i := range s.loads {
+		if s.candidate(i) {
+			total += weight(s.cost(i))
+		}
+	}
+	u := rng.Float64() * total
+	last := -1
+	for i := range s.loads {
+		if !s.candidate(i) {
+			continue
+		}
+		last = i
+		if u -= weight(s.cost(i)); u < 0 {
+			return i
+		}
+	}
+	return last
+}
+
+// cached is cached(w) of §1: round((overlap + hw·host + dw·disk)·bs), 0 for a silent stream.
+func cached(cfg *Config, sg *Signal, now time.Time) int {
+	if Silent(sg.Stream, now, cfg.Silence) {
+		return 0
+	}
+	sel := &cfg.Selection
+	return int(math.Round((float64(sg.GPU) + sel.HostWeight*float64(sg.Host) + sel.DiskWeight*float64(sg.Disk)) * float64(cfg.BlockSize)))
+}

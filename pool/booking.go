@@ -1,0 +1,262 @@
+package pool
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Guard is the decode-busy guard of conditional-disagg.md §4.2: busy when
+// pdb(d,r) > Threshold·kvcap(d); capacity unknown or 0 denies. The zero Guard is off.
+type Guard struct {
+	Threshold float64 // θd, a fraction of kvcap (values > 1 allowed)
+	Enabled   bool
+}
+
+// Verdict is the guard's answer for one worker.
+type Verdict uint8
+
+const (
+	VerdictOff             Verdict = iota // guard disabled: not evaluated
+	VerdictPass                           // pdb <= θd·kvcap
+	VerdictBusy                           // pdb > θd·kvcap
+	VerdictCapacityUnknown                // kvcap unknown or 0
+)
+
+// Check applies the guard to a projected decode block count and a capacity (strict >).
+func (g Guard) Check(pdb, kvCap int64) Verdict {
+	switch {
+	case !g.Enabled:
+		return VerdictOff
+	case kvCap <= 0:
+		return VerdictCapacityUnknown
+	case float64(pdb) > g.Threshold*float64(kvCap):
+		return VerdictBusy
+	}
+	return VerdictPass
+}
+
+// Mode says which column of conditional-disagg.md §5.1 a booking follows.
+type Mode uint8
+
+const (
+	// ModeBypass books a local prefill on the decode worker (bypass and no_prefill_workers):
+	// the prompt's chained block keys (shared prefixes count once), one unique block for a
+	// partial tail, and PrefillTokens (eff) as a prefill entry on the decode worker.
+	ModeBypass Mode = iota + 1
+	// ModeRemote books PrefillTokens on the prefill worker and ceil(ISL/bs) unique blocks on the
+	// decode worker (transferred KV is not deduplicated).
+	ModeRemote
+)
+
+// Booking is one decision's load.
+type Booking struct {
+	RequestID string
+	Mode      Mode
+	Decode    string   // decode worker ID (always)
+	Prefill   string   // prefill worker ID (ModeRemote)
+	Keys      []uint64 // ModeBypass: chained keys of the full prompt blocks from block 0 (copied)
+	ISL       int
+	// PrefillTokens is the prefill entry: eff on the decode worker (ModeBypass) or
+	// ISL − min(cached(p), ISL) on the prefill worker (ModeRemote). 0 creates no entry.
+	PrefillTokens int64
+	// Guard is re-checked on current state for ModeBypass, atomically with the booking.
+	Guard Guard
+}
+
+// record is an open booking; guarded by Pool.mu.
+type record struct {
+	at            time.Time
+	d, p          *worker  // p nil for bypass
+	keys          []uint64 // referenced on d
+	unique        int64    // unique blocks on d
+	prefillOn     *worker  // holder of the open prefill entry, nil once released
+	prefillTokens int64
+}
+
+// Book commits b atomically: for ModeBypass it recomputes pdb(d,r) under the accounting lock,
+// re-applies b.Guard and either books or returns ErrGuardDenied / ErrCapacityUnknown, never
+// re-selecting. A removed or unhealthy worker is ErrUnknownWorker.
+func (p *Pool) Book(b Booking) error {
+	if err := p.checkBooking(b); err != nil {
+		return err
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, dup := p.bookings[b.RequestID]; dup {
+		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, ErrDuplicateRequest)
+	}
+	d, err := p.eligibleLocked(b.Decode, RoleDecode)
+	if err != nil {
+		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
+	}
+	r := &record{at: now, d: d, prefillTokens: b.PrefillTokens}
+	bs := int64(p.cfg.BlockSize)
+	switch b.Mode {
+	case ModeBypass:
+		if b.ISL%p.cfg.BlockSize != 0 {
+			r.unique = 1
+		}
+		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(d.active, b.Keys)) + r.unique
+		switch b.Guard.Check(pdb, d.kvCap()) {
+		case VerdictBusy:
+			p.m.GuardCommitDenied.Inc()
+			return fmt.Errorf("pool: book request=%s worker=%s pdb=%d kvcap=%d: %w", b.RequestID, d.id, pdb, d.kvCap(), ErrGuardDenied)
+		case VerdictCapacityUnknown:
+			return fmt.Errorf("pool: book request=%s worker=%s: %w", b.RequestID, d.id, ErrCapacityUnknown)
+		}
+		r.keys = slices.Clone(b.Keys)
+		for _, k := range r.keys {
+			d.active[k]++
+		}
+		if r.prefillTokens > 0 {
+			r.prefillOn = d
+		}
+	case ModeRemote:
+		pw, err := p.eligibleLocked(b.Prefill, RolePrefill)
+		if err != nil {
+			return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
+		}
+		r.p = pw
+		r.unique = (int64(b.ISL) + bs - 1) / bs
+		if r.prefillTokens > 0 {
+			r.prefillOn = pw
+		}
+		pw.requests++
+	}
+	d.unique += r.unique
+	d.requests++
+	if r.prefillOn != nil {
+		r.prefillOn.apt += r.prefillTokens
+	}
+	p.bookings[b.RequestID] = r
+	p.m.Bookings.Set(float64(len(p.bookings)))
+	p.publishLocked(d)
+	if r.p != nil {
+		p.publishLocked(r.p)
+	}
+	return nil
+}
+
+func (p *Pool) checkBooking(b Booking) error {
+	switch {
+	case b.RequestID == "":
+		return fmt.Errorf("pool: book: empty request id: %w", ErrInvalidBooking)
+	case b.Mode != ModeBypass && b.Mode != ModeRemote:
+		return fmt.Errorf("pool: book request=%s: mode %d: %w", b.RequestID, b.Mode, ErrInvalidBooking)
+	case b.ISL < 0 || b.PrefillTokens < 0 || b.PrefillTokens > int64(b.ISL):
+		return fmt.Errorf("pool: book request=%s: isl=%d prefill_tokens=%d: %w", b.RequestID, b.ISL, b.PrefillTokens, ErrInvalidBooking)
+	case len(b.Keys) > b.ISL/p.cfg.BlockSize:
+		return fmt.Errorf("pool: book request=%s: %d keys for isl=%d: %w", b.RequestID, len(b.Keys), b.ISL, ErrInvalidBooking)
+	}
+	return nil
+}
+
+func (p *Pool) eligibleLocked(id string, role Role) (*worker, error) {
+	w, ok := p.byID[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("worker=%s: %w", id, ErrUnknownWorker)
+	case w.role != role:
+		return nil, fmt.Errorf("worker=%s is %s, not %s: %w", id, w.role, role, ErrUnknownWorker)
+	case !p.healthyLocked(w):
+		return nil, fmt.Errorf("worker=%s unhealthy: %w", id, ErrUnknownWorker)
+	}
+	return w, nil
+}
+
+// ReleasePrefill releases the request's prefill entry (first token seen). It reports whether
+// an entry was released; repeating it, or calling it after Release, is a no-op.
+func (p *Pool) ReleasePrefill(requestID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.bookings[requestID]
+	if !ok || r.prefillOn == nil {
+		return false
+	}
+	p.releasePrefillLocked(r)
+	return true
+}
+
+// Release releases everything the request still holds (end of response, upstream error,
+// cancel). It reports whether the request was booked; a second call is a no-op.
+func (p *Pool) Release(requestID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.bookings[requestID]
+	if !ok {
+		return false
+	}
+	p.releaseLocked(requestID, r)
+	return true
+}
+
+// Sweep releases every booking older than the TTL at now and returns how many it expired.
+// Run calls it every SweepInterval with the injected clock's time.
+func (p *Pool) Sweep(now time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for id, r := range p.bookings {
+		if now.Sub(r.at) > p.cfg.BookingTTL {
+			p.releaseLocked(id, r)
+			n++
+		}
+	}
+	p.m.Expired.Add(float64(n))
+	return n
+}
+
+func (p *Pool) releasePrefillLocked(r *record) {
+	w := r.prefillOn
+	r.prefillOn = nil
+	if w.removed {
+		return
+	}
+	w.apt -= r.prefillTokens
+	p.publishLocked(w)
+}
+
+func (p *Pool) releaseLocked(id string, r *record) {
+	if r.prefillOn != nil {
+		p.releasePrefillLocked(r)
+	}
+	if d := r.d; !d.removed {
+		for _, k := range r.keys {
+			if d.active[k]--; d.active[k] <= 0 {
+				delete(d.active, k)
+			}
+		}
+		d.unique -= r.unique
+		d.requests--
+		p.publishLocked(d)
+	}
+	if w := r.p; w != nil && !w.removed {
+		w.requests--
+		p.publishLocked(w)
+	}
+	delete(p.bookings, id)
+	p.m.Bookings.Set(float64(len(p.bookings)))
+}
+
+// FewestRequests returns the eligible worker of role with the fewest open bookings (first in
+// discovery order on ties), for requests that are routed without a decision (passthrough).
+func (p *Pool) FewestRequests(role Role) (WorkerInfo, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ws := p.decode
+	if role == RolePrefill {
+		ws = p.prefill
+	}
+	var best *worker
+	for _, w := range ws {
+		if p.healthyLocked(w) && (best == nil || w.requests < best.requests) {
+			best = w
+		}
+	}
+	if best == nil {
+		return WorkerInfo{}, false
+	}
+	return p.infoLocked(best), true
+}

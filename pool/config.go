@@ -1,0 +1,171 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Role is a worker's part in prefill/decode disaggregation.
+type Role string
+
+const (
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Defaults of Config (conditional-disagg.md §2, accounting knobs).
+const (
+	DefaultBookingTTL      = 300 * time.Second
+	DefaultSweepInterval   = 30 * time.Second
+	DefaultResolveInterval = 30 * time.Second
+	DefaultScrapeTimeout   = 2 * time.Second
+	DefaultUnhealthyAfter  = 3
+	DefaultBlockSize       = 16
+	DefaultMetricsPath     = "/metrics"
+)
+
+// WorkerConfig is one entry of the `workers:` list of the YAML config (ARCHITECTURE §4).
+//
+// Endpoint is host:port. A literal IP registers one worker named Name. A DNS name is resolved
+// on every ResolveInterval and registers one worker per address, named "Name@ip:port", so a
+// Kubernetes headless Service works; a KVEvents/KVReplay URL whose host equals the endpoint's
+// DNS name is rewritten to the resolved address.
+type WorkerConfig struct {
+	Name     string `yaml:"name"`
+	Role     Role   `yaml:"role"`
+	Endpoint string `yaml:"endpoint"`
+	KVEvents string `yaml:"kv_events"`
+	KVReplay string `yaml:"kv_replay"`
+	// NumGPUBlocks is kvcap: the worker's total KV blocks. 0 = learn it from vLLM's
+	// vllm:cache_config_info by scraping; unknown capacity denies guarded bypasses.
+	NumGPUBlocks int64 `yaml:"num_gpu_blocks"`
+	// MaxNumBatchedTokens is mnbt. 0 = learn it by scraping; unknown counts as 10,000,000.
+	MaxNumBatchedTokens int64 `yaml:"max_num_batched_tokens"`
+}
+
+// Config is the pool's validated configuration. Zero durations take the defaults above.
+type Config struct {
+	Workers []WorkerConfig
+	// BlockSize is --block-size in tokens: the partial tail block of a prompt is one extra block.
+	BlockSize int
+	// BookingTTL releases bookings whose response was never observed (§5.2).
+	BookingTTL time.Duration
+	// SweepInterval is how often Run expires stale bookings.
+	SweepInterval time.Duration
+	// ResolveInterval is how often Run re-resolves DNS endpoints.
+	ResolveInterval time.Duration
+	// ScrapeInterval enables the vLLM /metrics scrape when > 0 (off by default).
+	ScrapeInterval time.Duration
+	// ScrapeTimeout bounds one scrape of one worker.
+	ScrapeTimeout time.Duration
+	// UnhealthyAfter consecutive failed scrapes mark a worker unhealthy (excluded from selection).
+	UnhealthyAfter int
+	// MetricsPath is the scraped HTTP path on every worker's endpoint.
+	MetricsPath string
+}
+
+func (c Config) withDefaults() Config {
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.BookingTTL == 0 {
+		c.BookingTTL = DefaultBookingTTL
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.ResolveInterval == 0 {
+		c.ResolveInterval = DefaultResolveInterval
+	}
+	if c.ScrapeTimeout == 0 {
+		c.ScrapeTimeout = DefaultScrapeTimeout
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	if c.MetricsPath == "" {
+		c.MetricsPath = DefaultMetricsPath
+	}
+	return c
+}
+
+// Validate returns every problem of c (after defaults), joined, each in the field/value/rule form.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, fmt.Errorf("pool config: %s: %s %s", field, value, rule))
+	}
+	if c.BlockSize < 1 {
+		bad("block_size", strconv.Itoa(c.BlockSize), "must be >= 1")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"booking_ttl", c.BookingTTL}, {"sweep_interval", c.SweepInterval}, {"resolve_interval", c.ResolveInterval}, {"scrape_timeout", c.ScrapeTimeout}} {
+		if d.v < 0 {
+			bad(d.name, d.v.String(), "must be > 0")
+		}
+	}
+	if c.ScrapeInterval < 0 {
+		bad("scrape_interval", c.ScrapeInterval.String(), "must be >= 0")
+	}
+	if c.UnhealthyAfter < 0 {
+		bad("unhealthy_after", strconv.Itoa(c.UnhealthyAfter), "must be >= 0")
+	}
+	if !strings.HasPrefix(c.MetricsPath, "/") {
+		bad("metrics_path", strconv.Quote(c.MetricsPath), "must start with /")
+	}
+	names := make(map[string]bool, len(c.Workers))
+	for i, w := range c.Workers {
+		errs = append(errs, w.validate(i, names)...)
+	}
+	return errors.Join(errs...)
+}
+
+func (w WorkerConfig) validate(i int, names map[string]bool) []error {
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, fmt.Errorf("pool config: workers[%d].%s: %s %s", i, field, value, rule))
+	}
+	switch {
+	case w.Name == "":
+		bad("name", `""`, "must not be empty")
+	case strings.ContainsAny(w.Name, "@ \t\n"):
+		bad("name", strconv.Quote(w.Name), "must not contain '@' or spaces")
+	case names[w.Name]:
+		bad("name", strconv.Quote(w.Name), "is a duplicate")
+	}
+	names[w.Name] = true
+	if w.Role != RolePrefill && w.Role != RoleDecode {
+		bad("role", strconv.Quote(string(w.Role)), "must be one of prefill, decode")
+	}
+	if host, port, err := net.SplitHostPort(w.Endpoint); err != nil || host == "" || !validPort(port) {
+		bad("endpoint", strconv.Quote(w.Endpoint), "must be host:port")
+	}
+	for _, u := range []struct{ field, v string }{{"kv_events", w.KVEvents}, {"kv_replay", w.KVReplay}} {
+		if u.v == "" {
+			continue
+		}
+		if pu, err := url.Parse(u.v); err != nil || pu.Scheme != "tcp" || pu.Host == "" {
+			bad(u.field, strconv.Quote(u.v), "must be tcp://host:port")
+		}
+	}
+	if w.NumGPUBlocks < 0 {
+		bad("num_gpu_blocks", strconv.FormatInt(w.NumGPUBlocks, 10), "must be >= 0")
+	}
+	if w.MaxNumBatchedTokens < 0 {
+		bad("max_num_batched_tokens", strconv.FormatInt(w.MaxNumBatchedTokens, 10), "must be >= 0")
+	}
+	return errs
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n > 0 && n < 65536
+}

@@ -1,0 +1,29 @@
+// Package pool keeps the registry of prefill and decode workers and the router's per-worker
+// load accounting.
+//
+// The registry comes from the static worker list of the config; endpoints named by DNS are
+// re-resolved on an interval (one worker per address, "name@ip:port"), so a Kubernetes headless
+// Service works. Each worker has a role, an endpoint, a capacity (num_gpu_blocks and
+// max_num_batched_tokens from the config, else scraped from vLLM's /metrics
+// vllm:cache_config_info) and a health flag. Snapshot copies every eligible worker's load for
+// policy.Decide; Book, ReleasePrefill, Release and Sweep implement conditional-disagg.md §5.
+//
+// Invariants:
+//   - apt(w) is the plain sum of open prefill entries; adb(w) counts each chained block key
+//     once however many bypasses share it, plus unique blocks (remote bookings, partial tails).
+//   - The active key set of a worker is prefix-closed along every chain, which Snapshot uses to
+//     count a request's new blocks with a binary search.
+//   - Book of a bypass re-checks the decode-busy guard on current state under the accounting
+//     lock and never re-selects; releases are idempotent; bookings older than the TTL expire.
+//   - Thresholds and the guard use router-side bookings only. Scraped values fill unknown
+//     capacities and raise the active-request count (max of booked and running+waiting while
+//     fresh); they never change apt or adb.
+//   - A worker that leaves discovery loses its bookings and is excluded from selection at once.
+//
+// Concurrency: every method is safe for concurrent use. One sync.RWMutex (Pool.mu) guards the
+// registry, every worker's load and the booking table; Snapshot takes it shared. Run is the
+// only method that starts goroutines (resolve, sweep and scrape loops); they stop when its
+// context is cancelled and Run returns after they have exited.
+//
+// Imports: no other condisagg package (policy imports pool, never the reverse).
+package pool

@@ -1,0 +1,70 @@
+package pool
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the pool's gauges and counters. Build them with NewMetrics on an injected
+// registry; the `worker` label comes from discovery and is deleted when the worker leaves.
+type Metrics struct {
+	ActivePrefillTokens *prometheus.GaugeVec   // worker: apt
+	ActiveDecodeBlocks  *prometheus.GaugeVec   // worker: adb
+	ActiveRequests      *prometheus.GaugeVec   // worker: open bookings
+	KVCapacityBlocks    *prometheus.GaugeVec   // worker: kvcap, -1 unknown
+	Healthy             *prometheus.GaugeVec   // worker: 1 eligible, 0 not
+	Workers             *prometheus.GaugeVec   // role: discovered workers
+	Bookings            prometheus.Gauge       // open bookings
+	Expired             prometheus.Counter     // bookings released by the TTL sweep
+	GuardCommitDenied   prometheus.Counter     // bypass commits denied by the decode-busy guard
+	ResolveErrors       *prometheus.CounterVec // name: failed DNS lookups
+	Scrapes             *prometheus.CounterVec // worker, outcome: /metrics scrapes (ok, http_error, parse_error)
+}
+
+// NewMetrics registers the pool metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "condisagg_" + name, Help: help}, labels)
+		reg.MustRegister(g)
+		return g
+	}
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_" + name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	m := &Metrics{
+		ActivePrefillTokens: gv("active_prefill_tokens", "Router-booked uncached prompt tokens whose prefill has not finished.", "worker"),
+		ActiveDecodeBlocks:  gv("active_decode_blocks", "Router-booked decode KV blocks (unique, reference-counted).", "worker"),
+		ActiveRequests:      gv("active_requests", "Open bookings touching the worker.", "worker"),
+		KVCapacityBlocks:    gv("kv_capacity_blocks", "Worker KV capacity in blocks; -1 unknown.", "worker"),
+		Healthy:             gv("worker_healthy", "1 if the worker is eligible for selection.", "worker"),
+		Workers:             gv("pool_workers", "Discovered workers by role.", "role"),
+		Bookings:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_accounting_open_bookings", Help: "Open bookings."}),
+		Expired:             prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_accounting_expired_total", Help: "Bookings released by the TTL sweep."}),
+		GuardCommitDenied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_guard_commit_denied_total", Help: "Bypass commits denied by the decode-busy guard re-check."}),
+		ResolveErrors:       cv("pool_resolve_errors_total", "Failed DNS lookups of worker endpoints.", "name"),
+		Scrapes:             cv("pool_scrapes_total", "vLLM /metrics scrapes by outcome.", "worker", "outcome"),
+	}
+	reg.MustRegister(m.Bookings, m.Expired, m.GuardCommitDenied)
+	return m
+}
+
+// workerGauges caches one worker's gauge children so accounting updates do no label lookups.
+type workerGauges struct {
+	apt, adb, requests, kvCap, healthy prometheus.Gauge
+}
+
+func (m *Metrics) workerGauges(id string) workerGauges {
+	return workerGauges{
+		apt:      m.ActivePrefillTokens.WithLabelValues(id),
+		adb:      m.ActiveDecodeBlocks.WithLabelValues(id),
+		requests: m.ActiveRequests.WithLabelValues(id),
+		kvCap:    m.KVCapacityBlocks.WithLabelValues(id),
+		healthy:  m.Healthy.WithLabelValues(id),
+	}
+}
+
+func (m *Metrics) deleteWorker(id string) {
+	for _, g := range []*prometheus.GaugeVec{m.ActivePrefillTokens, m.ActiveDecodeBlocks, m.ActiveRequests, m.KVCapacityBlocks, m.Healthy} {
+		g.DeleteLabelValues(id)
+	}
+	m.Scrapes.DeletePartialMatch(prometheus.Labels{"worker": id})
+}

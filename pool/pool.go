@@ -1,0 +1,341 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	ErrUnknownWorker    = errors.New("unknown worker")
+	ErrGuardDenied      = errors.New("decode-busy guard denied the booking")
+	ErrCapacityUnknown  = errors.New("decode-busy guard on but KV capacity unknown")
+	ErrDuplicateRequest = errors.New("request already booked")
+	ErrInvalidBooking   = errors.New("invalid booking")
+)
+
+// Resolver looks up the addresses of a DNS name; *net.Resolver satisfies it.
+type Resolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+}
+
+// Clock supplies the wall time used to stamp and expire bookings.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Options are the injected collaborators of a Pool. Metrics is required.
+type Options struct {
+	Metrics    *Metrics
+	Resolver   Resolver     // default net.DefaultResolver
+	Clock      Clock        // default the system clock
+	HTTPClient *http.Client // default a new client; used only by the scrape
+	Logger     *slog.Logger // default discards
+	// OnChange, if set, is called after a membership change with the added and removed
+	// workers, outside any lock, on the goroutine that ran Resolve.
+	OnChange func(added, removed []WorkerInfo)
+}
+
+// Pool is the worker registry and its load accounting. All methods are safe for concurrent use.
+type Pool struct {
+	cfg   Config
+	m     *Metrics
+	res   Resolver
+	clock Clock
+	http  *http.Client
+	log   *slog.Logger
+	onChg func(added, removed []WorkerInfo)
+
+	mu       sync.RWMutex       // guards everything below and every worker's mutable fields
+	byID     map[string]*worker // discovered workers
+	decode   []*worker          // discovered decode workers, in discovery order
+	prefill  []*worker          // discovered prefill workers, in discovery order
+	version  uint64             // bumped on every membership or health change
+	bookings map[string]*record // open bookings by request id
+}
+
+// worker is one discovered worker. Immutable fields are set at discovery; the rest is guarded
+// by Pool.mu.
+type worker struct {
+	id, name           string
+	role               Role
+	endpoint           string // resolved ip:port
+	kvEvents, kvReplay string
+	cfgKVCap, cfgMNBT  int64 // from config, 0 = unknown
+	g                  workerGauges
+
+	removed        bool
+	extHealthy     bool // SetHealth; true at discovery
+	scrapeFailures int
+	scrape         Scrape
+	apt            int64            // active prefill tokens
+	active         map[uint64]int32 // chained block key -> reference count (bypass bookings)
+	unique         int64            // unique blocks: remote bookings and partial tails
+	requests       int64            // open bookings that touch this worker
+}
+
+// New validates cfg and registers every worker whose endpoint is a literal IP. Workers named by
+// DNS appear at the first Resolve (Run resolves at once). New starts no goroutine and does no I/O.
+func New(cfg Config, opts Options) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pool: new: %w", err)
+	}
+	if opts.Metrics == nil {
+		return nil, fmt.Errorf("pool: new: Options.Metrics is nil: %w", ErrInvalidBooking)
+	}
+	p := &Pool{
+		cfg:      cfg.withDefaults(),
+		m:        opts.Metrics,
+		res:      opts.Resolver,
+		clock:    opts.Clock,
+		http:     opts.HTTPClient,
+		log:      opts.Logger,
+		onChg:    opts.OnChange,
+		byID:     make(map[string]*worker),
+		bookings: make(map[string]*record),
+	}
+	if p.res == nil {
+		p.res = net.DefaultResolver
+	}
+	if p.clock == nil {
+		p.clock = systemClock{}
+	}
+	if p.http == nil {
+		p.http = &http.Client{}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var want []spec
+	for _, wc := range p.cfg.Workers {
+		host, port, _ := net.SplitHostPort(wc.Endpoint)
+		if _, err := netip.ParseAddr(host); err == nil {
+			want = append(want, newSpec(wc, wc.Name, host, port, ""))
+		}
+	}
+	p.apply(want, nil)
+	return p, nil
+}
+
+// spec is one worker that discovery wants present.
+type spec struct {
+	id string
+	wc WorkerConfig
+	ep string
+	ev string
+	rp string
+}
+
+func newSpec(wc WorkerConfig, id, ip, port, dnsHost string) spec {
+	return spec{id: id, wc: wc, ep: net.JoinHostPort(ip, port),
+		ev: rewriteHost(wc.KVEvents, dnsHost, ip), rp: rewriteHost(wc.KVReplay, dnsHost, ip)}
+}
+
+// rewriteHost replaces the host of a tcp:// URL by ip when it equals dnsHost.
+func rewriteHost(raw, dnsHost, ip string) string {
+	if raw == "" || dnsHost == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() != dnsHost {
+		return raw
+	}
+	u.Host = net.JoinHostPort(ip, u.Port())
+	return u.String()
+}
+
+// Resolve re-resolves every DNS-named worker once and applies the membership change: new
+// addresses join, vanished ones leave (their bookings are dropped). A name whose lookup fails
+// keeps its previous workers; the errors are returned joined.
+func (p *Pool) Resolve(ctx context.Context) error {
+	var want []spec
+	var errs []error
+	var failed []string // config names whose current workers are kept
+	for _, wc := range p.cfg.Workers {
+		host, port, _ := net.SplitHostPort(wc.Endpoint)
+		if _, err := netip.ParseAddr(host); err == nil {
+			want = append(want, newSpec(wc, wc.Name, host, port, ""))
+			continue
+		}
+		addrs, err := p.res.LookupHost(ctx, host)
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no addresses")
+		}
+		if err != nil {
+			p.m.ResolveErrors.WithLabelValues(wc.Name).Inc()
+			errs = append(errs, fmt.Errorf("pool: resolve worker=%s host=%s: %w", wc.Name, host, err))
+			failed = append(failed, wc.Name)
+			continue
+		}
+		slices.Sort(addrs)
+		for _, a := range slices.Compact(addrs) {
+			if _, err := netip.ParseAddr(a); err != nil {
+				continue
+			}
+			want = append(want, newSpec(wc, wc.Name+"@"+net.JoinHostPort(a, port), a, port, host))
+		}
+	}
+	p.apply(want, failed)
+	return errors.Join(errs...)
+}
+
+// apply makes the discovered set equal to want, keeping workers of the names in keep.
+func (p *Pool) apply(want []spec, keep []string) {
+	var added, removed []WorkerInfo
+	p.mu.Lock()
+	wantID := make(map[string]bool, len(want))
+	for _, s := range want {
+		wantID[s.id] = true
+		if _, ok := p.byID[s.id]; ok {
+			continue
+		}
+		w := &worker{id: s.id, name: s.wc.Name, role: s.wc.Role, endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
+			cfgKVCap: s.wc.NumGPUBlocks, cfgMNBT: s.wc.MaxNumBatchedTokens, extHealthy: true,
+			active: make(map[uint64]int32)}
+		w.scrape.NumGPUBlocks, w.scrape.MaxNumBatchedTokens, w.scrape.BlockSize = -1, -1, -1
+		w.g = p.m.workerGauges(w.id)
+		p.byID[w.id] = w
+		if w.role == RoleDecode {
+			p.decode = append(p.decode, w)
+		} else {
+			p.prefill = append(p.prefill, w)
+		}
+		p.publishLocked(w)
+		added = append(added, p.infoLocked(w))
+	}
+	for id, w := range p.byID {
+		if wantID[id] || slices.Contains(keep, w.name) {
+			continue
+		}
+		removed = append(removed, p.infoLocked(w))
+		p.removeLocked(w)
+	}
+	if len(added)+len(removed) > 0 {
+		p.version++
+	}
+	p.m.Workers.WithLabelValues(string(RoleDecode)).Set(float64(len(p.decode)))
+	p.m.Workers.WithLabelValues(string(RolePrefill)).Set(float64(len(p.prefill)))
+	p.mu.Unlock()
+	if p.onChg != nil && len(added)+len(removed) > 0 {
+		p.onChg(added, removed)
+	}
+}
+
+// removeLocked drops w from discovery with all its load; bookings that also touch another
+// worker keep that part.
+func (p *Pool) removeLocked(w *worker) {
+	w.removed = true
+	delete(p.byID, w.id)
+	if w.role == RoleDecode {
+		p.decode = slices.DeleteFunc(p.decode, func(x *worker) bool { return x == w })
+	} else {
+		p.prefill = slices.DeleteFunc(p.prefill, func(x *worker) bool { return x == w })
+	}
+	w.apt, w.unique, w.requests = 0, 0, 0
+	clear(w.active)
+	p.m.deleteWorker(w.id)
+}
+
+// SetHealth marks a worker healthy or not (for example from its event subscription). Unhealthy
+// workers are left out of every Snapshot.
+func (p *Pool) SetHealth(id string, healthy bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.byID[id]
+	if !ok {
+		return fmt.Errorf("pool: set health worker=%s: %w", id, ErrUnknownWorker)
+	}
+	if w.extHealthy != healthy {
+		w.extHealthy = healthy
+		p.version++
+		p.publishLocked(w)
+	}
+	return nil
+}
+
+func (p *Pool) healthyLocked(w *worker) bool {
+	return w.extHealthy && (p.cfg.UnhealthyAfter == 0 || w.scrapeFailures < p.cfg.UnhealthyAfter)
+}
+
+// kvCap is kvcap: config, else scraped (0 is vLLM's Ray-DP sentinel), else -1 (unknown).
+func (w *worker) kvCap() int64 {
+	if w.cfgKVCap > 0 {
+		return w.cfgKVCap
+	}
+	return w.scrape.NumGPUBlocks
+}
+
+// mnbt is max_num_batched_tokens: config, else scraped, else 0 (unknown).
+func (w *worker) mnbt() int64 {
+	if w.cfgMNBT > 0 {
+		return w.cfgMNBT
+	}
+	return max(w.scrape.MaxNumBatchedTokens, 0)
+}
+
+func (w *worker) decodeBlocks() int64 { return int64(len(w.active)) + w.unique }
+
+// WorkerInfo describes one discovered worker for ListWorkers, discovery callbacks and logs.
+type WorkerInfo struct {
+	ID, Name            string
+	Role                Role
+	Endpoint            string // resolved ip:port
+	KVEvents, KVReplay  string
+	Healthy             bool
+	KVCapacityBlocks    int64 // kvcap, -1 unknown
+	MaxBatchedTokens    int64 // mnbt, 0 unknown
+	ActivePrefillTokens int64
+	ActiveDecodeBlocks  int64
+	ActiveRequests      int64
+	Scrape              Scrape // last successful scrape; zero At = never
+}
+
+func (p *Pool) infoLocked(w *worker) WorkerInfo {
+	return WorkerInfo{ID: w.id, Name: w.name, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
+		KVReplay: w.kvReplay, Healthy: p.healthyLocked(w), KVCapacityBlocks: w.kvCap(), MaxBatchedTokens: w.mnbt(),
+		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: w.requests, Scrape: w.scrape}
+}
+
+// Workers lists every discovered worker, decode workers first, each pool in discovery order.
+func (p *Pool) Workers() []WorkerInfo {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]WorkerInfo, 0, len(p.byID))
+	for _, w := range p.decode {
+		out = append(out, p.infoLocked(w))
+	}
+	for _, w := range p.prefill {
+		out = append(out, p.infoLocked(w))
+	}
+	return out
+}
+
+// publishLocked refreshes w's per-worker gauges.
+func (p *Pool) publishLocked(w *worker) {
+	if w.removed {
+		return
+	}
+	w.g.apt.Set(float64(w.apt))
+	w.g.adb.Set(float64(w.decodeBlocks()))
+	w.g.requests.Set(float64(w.requests))
+	w.g.kvCap.Set(float64(w.kvCap()))
+	if p.healthyLocked(w) {
+		w.g.healthy.Set(1)
+	} else {
+		w.g.healthy.Set(0)
+	}
+}

@@ -1,0 +1,270 @@
+package pool
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Bounds of one scrape.
+const (
+	maxScrapeBytes   = 8 << 20 // a vLLM /metrics page is ~100 KiB
+	maxScrapeLine    = 1 << 20
+	scrapeConcurrent = 8
+)
+
+// Scrape is what the router reads from a worker's vLLM /metrics page. -1 means not exposed.
+//
+// How it combines with the router's own bookings: capacities (NumGPUBlocks, MaxNumBatchedTokens)
+// fill in what the worker config leaves at 0; the request count corrects the selection's
+// active-request term as max(booked requests, Running+Waiting) while the scrape is fresher than
+// three scrape intervals; KV usage is shown only. The busy thresholds θp and θd and the
+// decode-busy guard use router-side bookings alone (conditional-disagg.md §4.2), never scraped
+// usage, so two scrapes never change a decision's thresholds between preview and commit.
+type Scrape struct {
+	At                  time.Time // zero: never scraped successfully
+	Running, Waiting    float64   // vllm:num_requests_running / _waiting, summed over engines
+	HasRequests         bool
+	KVUsage             float64 // vllm:kv_cache_usage_perc (or gpu_cache_usage_perc), max over engines, -1 unknown
+	NumGPUBlocks        int64   // vllm:cache_config_info num_gpu_blocks, summed over engines
+	BlockSize           int64   // vllm:cache_config_info block_size
+	MaxNumBatchedTokens int64   // label max_num_batched_tokens of any *_config_info metric
+}
+
+// ErrMetricsFormat reports an unparsable metrics page.
+var ErrMetricsFormat = errors.New("malformed metrics text")
+
+// ParseMetrics reads a Prometheus text exposition page (bounded to 8 MiB, lines to 1 MiB) and
+// extracts the vLLM values the router uses. Unknown metrics are ignored.
+func ParseMetrics(r io.Reader) (Scrape, error) {
+	s := Scrape{KVUsage: -1, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}
+	lr := &io.LimitedReader{R: r, N: maxScrapeBytes + 1}
+	sc := bufio.NewScanner(lr)
+	sc.Buffer(make([]byte, 0, 64<<10), maxScrapeLine)
+	gpuBlocksUnknown := false
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, value, err := parseSample(line)
+		if err != nil {
+			return Scrape{}, fmt.Errorf("pool: parse metrics line %d: %w", n, err)
+		}
+		switch name {
+		case "vllm:num_requests_running":
+			s.Running += finite(value)
+			s.HasRequests = true
+		case "vllm:num_requests_waiting":
+			s.Waiting += finite(value)
+			s.HasRequests = true
+		case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
+			if !math.IsNaN(value) {
+				s.KVUsage = max(s.KVUsage, value)
+			}
+		case "vllm:cache_config_info":
+			if v, ok := labelInt(labels, "num_gpu_blocks"); ok {
+				s.NumGPUBlocks = max(s.NumGPUBlocks, 0) + v
+			} else {
+				gpuBlocksUnknown = true
+			}
+			if v, ok := labelInt(labels, "block_size"); ok {
+				s.BlockSize = v
+			}
+		}
+		if strings.HasSuffix(name, "_config_info") {
+			if v, ok := labelInt(labels, "max_num_batched_tokens"); ok {
+				s.MaxNumBatchedTokens = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Scrape{}, fmt.Errorf("pool: parse metrics: %w: %w", ErrMetricsFormat, err)
+	}
+	if lr.N <= 0 {
+		return Scrape{}, fmt.Errorf("pool: parse metrics: body over %d bytes: %w", maxScrapeBytes, ErrMetricsFormat)
+	}
+	if gpuBlocksUnknown {
+		s.NumGPUBlocks = -1 // one engine without a number makes the worker's total unknown
+	}
+	return s, nil
+}
+
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
+
+func labelInt(labels []label, key string) (int64, bool) {
+	for _, l := range labels {
+		if l.name == key {
+			v, err := strconv.ParseInt(l.value, 10, 64)
+			return v, err == nil && v >= 0
+		}
+	}
+	return 0, false
+}
+
+type label struct{ name, value string }
+
+// parseSample splits `name{l="v",...} value [timestamp]`.
+func parseSample(line string) (string, []label, float64, error) {
+	i := 0
+	for i < len(line) && isNameChar(line[i], i == 0) {
+		i++
+	}
+	if i == 0 {
+		return "", nil, 0, fmt.Errorf("%w: no metric name in %.40q", ErrMetricsFormat, line)
+	}
+	name, rest := line[:i], line[i:]
+	var labels []label
+	if strings.HasPrefix(rest, "{") {
+		var err error
+		labels, rest, err = parseLabels(rest[1:])
+		if err != nil {
+			return "", nil, 0, err
+		}
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 1 || len(fields) > 2 {
+		return "", nil, 0, fmt.Errorf("%w: want value [timestamp] after %s", ErrMetricsFormat, name)
+	}
+	v, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("%w: value %.40q of %s", ErrMetricsFormat, fields[0], name)
+	}
+	return name, labels, v, nil
+}
+
+func isNameChar(c byte, first bool) bool {
+	return c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9')
+}
+
+// parseLabels parses `l="v",...}` (the opening brace already consumed) and returns the rest.
+func parseLabels(s string) ([]label, string, error) {
+	var out []label
+	for {
+		s = strings.TrimLeft(s, " ")
+		if strings.HasPrefix(s, "}") {
+			return out, s[1:], nil
+		}
+		i := 0
+		for i < len(s) && isNameChar(s[i], i == 0) {
+			i++
+		}
+		if i == 0 || i+1 >= len(s) || s[i] != '=' || s[i+1] != '"' {
+			return nil, "", fmt.Errorf("%w: bad label near %.40q", ErrMetricsFormat, s)
+		}
+		name := s[:i]
+		s = s[i+2:]
+		var b strings.Builder
+		closed := false
+		for j := 0; j < len(s); j++ {
+			c := s[j]
+			if c == '"' {
+				s, closed = s[j+1:], true
+				break
+			}
+			if c == '\\' && j+1 < len(s) {
+				j++
+				switch s[j] {
+				case 'n':
+					c = '\n'
+				default:
+					c = s[j]
+				}
+			}
+			b.WriteByte(c)
+		}
+		if !closed {
+			return nil, "", fmt.Errorf("%w: unterminated value of label %s", ErrMetricsFormat, name)
+		}
+		out = append(out, label{name, b.String()})
+		s = strings.TrimLeft(s, " ")
+		if strings.HasPrefix(s, ",") {
+			s = s[1:]
+		} else if !strings.HasPrefix(s, "}") {
+			return nil, "", fmt.Errorf("%w: want , or } after label %s", ErrMetricsFormat, name)
+		}
+	}
+}
+
+// ScrapeAll scrapes every discovered worker once (at most 8 at a time) and applies the results:
+// capacities, request counts, and health (UnhealthyAfter consecutive failures make a worker
+// ineligible; one success restores it). It returns the failures joined.
+func (p *Pool) ScrapeAll(ctx context.Context) error {
+	p.mu.RLock()
+	targets := make([]*worker, 0, len(p.byID))
+	targets = append(append(targets, p.decode...), p.prefill...)
+	p.mu.RUnlock()
+	errs := make([]error, len(targets))
+	sem := make(chan struct{}, scrapeConcurrent)
+	var wg sync.WaitGroup
+	for i, w := range targets {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s, outcome, err := p.scrapeOne(ctx, w)
+			p.m.Scrapes.WithLabelValues(w.id, outcome).Inc()
+			p.applyScrape(w, s, err)
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (p *Pool) scrapeOne(ctx context.Context, w *worker) (Scrape, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ScrapeTimeout)
+	defer cancel()
+	url := "http://" + w.endpoint + p.cfg.MetricsPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: status %d", w.id, url, resp.StatusCode)
+	}
+	s, err := ParseMetrics(resp.Body)
+	if err != nil {
+		return Scrape{}, "parse_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
+	}
+	return s, "ok", nil
+}
+
+func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.removed {
+		return
+	}
+	was := p.healthyLocked(w)
+	if err != nil {
+		w.scrapeFailures++
+	} else {
+		w.scrapeFailures = 0
+		s.At = now
+		w.scrape = s
+	}
+	if p.healthyLocked(w) != was {
+		p.version++
+		p.log.Warn("worker eligibility changed by scrape", "worker", w.id, "healthy", !was, "err", err)
+	}
+	p.publishLocked(w)
+}

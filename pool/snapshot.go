@@ -1,0 +1,98 @@
+package pool
+
+import "sort"
+
+// Request is what a Snapshot needs of the request being decided.
+type Request struct {
+	// Keys are the router's chained block keys of the prompt's full blocks, from block 0.
+	Keys []uint64
+	// ISL is the prompt length in tokens; a partial tail block (ISL mod block size != 0) is one
+	// more unique block.
+	ISL int
+}
+
+// Snapshot is the per-request view of every eligible (discovered, healthy) worker that
+// policy.Decide reads. Fill it with Pool.Snapshot; it is reused across requests so the steady
+// state allocates nothing. It is a copy: later bookings do not change it.
+type Snapshot struct {
+	Version uint64 // registry version: bumped on membership and health changes
+	Decode  []WorkerLoad
+	Prefill []WorkerLoad
+}
+
+// WorkerLoad is one worker's capacity and router-booked load at snapshot time.
+type WorkerLoad struct {
+	ID       string
+	Endpoint string // resolved ip:port
+	// MaxBatchedTokens is mnbt; 0 = unknown.
+	MaxBatchedTokens int64
+	// KVCapacityBlocks is kvcap; <= 0 = unknown (-1 never learned, 0 vLLM's Ray-DP sentinel).
+	KVCapacityBlocks int64
+	// ActivePrefillTokens is apt: booked uncached prompt tokens whose prefill has not finished.
+	ActivePrefillTokens int64
+	// ActiveDecodeBlocks is adb: booked decode blocks (unique, reference-counted).
+	ActiveDecodeBlocks int64
+	// NewBlocks is, on decode workers, the blocks of the request not already active there plus
+	// one for a partial tail, so pdb(w,r) = ActiveDecodeBlocks + NewBlocks.
+	NewBlocks int64
+	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
+	ActiveRequests int64
+}
+
+// ProjectedDecodeBlocks is pdb(w,r) of conditional-disagg.md §5.1.
+func (l *WorkerLoad) ProjectedDecodeBlocks() int64 { return l.ActiveDecodeBlocks + l.NewBlocks }
+
+// Snapshot fills dst (reusing its slices) with every eligible worker's load as seen by r.
+func (p *Pool) Snapshot(dst *Snapshot, r Request) {
+	partial := int64(0)
+	if r.ISL > 0 && r.ISL%p.cfg.BlockSize != 0 {
+		partial = 1
+	}
+	fresh := p.scrapeFreshAfter()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	dst.Version = p.version
+	dst.Decode = dst.Decode[:0]
+	for _, w := range p.decode {
+		if p.healthyLocked(w) {
+			l := p.loadLocked(w, fresh)
+			l.NewBlocks = int64(len(r.Keys)-activePrefix(w.active, r.Keys)) + partial
+			dst.Decode = append(dst.Decode, l)
+		}
+	}
+	dst.Prefill = dst.Prefill[:0]
+	for _, w := range p.prefill {
+		if p.healthyLocked(w) {
+			dst.Prefill = append(dst.Prefill, p.loadLocked(w, fresh))
+		}
+	}
+}
+
+func (p *Pool) loadLocked(w *worker, freshAfter int64) WorkerLoad {
+	reqs := w.requests
+	if freshAfter != 0 && w.scrape.At.UnixNano() >= freshAfter && w.scrape.HasRequests {
+		reqs = max(reqs, int64(w.scrape.Running+w.scrape.Waiting))
+	}
+	return WorkerLoad{ID: w.id, Endpoint: w.endpoint, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
+		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs}
+}
+
+// scrapeFreshAfter is the UnixNano before which a scrape is too old to correct the request
+// count (three scrape intervals), or 0 when scraping is off.
+func (p *Pool) scrapeFreshAfter() int64 {
+	if p.cfg.ScrapeInterval <= 0 {
+		return 0
+	}
+	return p.clock.Now().Add(-3 * p.cfg.ScrapeInterval).UnixNano()
+}
+
+// activePrefix is the number of leading keys present in active. Chained keys make the active
+// set prefix-closed (a booked key implies its whole prefix is booked, because a request books
+// keys 0..n-1 and releases them together), so presence along keys is monotone and a binary
+// search finds the boundary in O(log n) lookups.
+func activePrefix(active map[uint64]int32, keys []uint64) int {
+	if len(active) == 0 {
+		return 0
+	}
+	return sort.Search(len(keys), func(i int) bool { return active[keys[i]] == 0 })
+}
