@@ -1,0 +1,114 @@
+package kvindex
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+type randChooser struct{ r *rand.Rand }
+
+func (c randChooser) intn(n int) int { return c.r.IntN(n) }
+
+// bytesChooser draws decisions from fuzz input; once it is used up every choice is 0.
+type bytesChooser struct{ b []byte }
+
+func (c *bytesChooser) intn(n int) int {
+	if len(c.b) == 0 {
+		return 0
+	}
+	v := int(c.b[0])
+	c.b = c.b[1:]
+	if n > 256 && len(c.b) > 0 {
+		v = v<<8 | int(c.b[0])
+		c.b = c.b[1:]
+	}
+	return v % n
+}
+
+// TestIndexMatchesModel runs random operation sequences against Index and the naive model,
+// comparing every result, Overlap on shared-prefix queries, Stats, Workers and NumKeys.
+func TestIndexMatchesModel(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		B        int
+		workers  int
+		maxBlock int
+		seed     uint64
+	}{
+		{"few_workers", 2, 3, 0, 1},
+		{"many_workers_two_bitset_words", 2, 70, 0, 2},
+		{"block_size_16", 16, 5, 0, 3},
+		{"tight_cap", 2, 4, 12, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix, err := New(Config{BlockSize: tc.B, MaxBlocksPerWorker: tc.maxBlock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := newModel(tc.B, tc.maxBlock)
+			g := newOpGen(tc.B, tc.workers)
+			c := randChooser{rand.New(rand.NewPCG(tc.seed, 99))}
+			qs := g.queries()
+			steps := 3000
+			if testing.Short() {
+				steps = 500
+			}
+			var cov coverage
+			for i := range steps {
+				desc := g.step(t, c, ix, m, &cov)
+				if i%7 == 0 || i == steps-1 {
+					compareWithModel(t, ix, m, qs, desc, &cov)
+				}
+			}
+			t.Logf("coverage: %+v", cov)
+			for r, n := range cov.skips {
+				if n == 0 && (SkipReason(r) != SkipCapacity || tc.maxBlock > 0) {
+					t.Errorf("no Store skipped as %v", SkipReason(r))
+				}
+			}
+			if cov.stored == 0 || cov.short == 0 || cov.gpu == 0 || cov.cpu == 0 || cov.disk == 0 || cov.capClears == 0 {
+				t.Errorf("random run did not exercise every case: %+v", cov)
+			}
+			for _, w := range g.workers {
+				ix.RemoveWorker(w)
+			}
+			if n := ix.NumKeys(); n != 0 {
+				t.Fatalf("after removing every worker NumKeys() = %d, want 0", n)
+			}
+		})
+	}
+}
+
+// FuzzIndexOps drives random operation sequences from the fuzz input and checks Index against
+// the naive model after every operation.
+func FuzzIndexOps(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19})
+	f.Add([]byte("\x00\x00\x05\x00\x00\x02\x00\x00\x00\x01\x00\x0b\x00\x00\x00"))
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 4 {
+		b := make([]byte, 400)
+		for i := range b {
+			b[i] = byte(r.UintN(256))
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4096 {
+			return
+		}
+		ix, err := New(Config{BlockSize: 2, MaxBlocksPerWorker: 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newModel(2, 40)
+		g := newOpGen(2, 3)
+		c := &bytesChooser{b: data}
+		qs := g.queries()
+		var cov coverage
+		for len(c.b) > 0 {
+			desc := g.step(t, c, ix, m, &cov)
+			compareWithModel(t, ix, m, qs, desc, &cov)
+		}
+	})
+}
