@@ -1,5 +1,297 @@
 package tokenizer
 
-type chatTemplate struct{}
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
 
-func compileChatTemplate(s string) (*chatTemplate, error) { return &chatTemplate{}, nil }
+	"github.com/ardanlabs/jinja"
+)
+
+// chatTemplate is a compiled chat template.
+type chatTemplate struct {
+	tmpl *jinja.Template
+}
+
+// tojsonRef matches a tojson filter application inside a template tag.
+var tojsonRef = regexp.MustCompile(`\|\s*tojson\b`)
+
+// tagSpan matches one {{ ... }} or {% ... %} tag.
+var tagSpan = regexp.MustCompile(`(?s)\{\{.*?\}\}|\{%.*?%\}`)
+
+// pyTojsonName is the filter name our Python-compatible tojson is registered
+// under. The engine resolves built-in filters before template data, so the
+// template's tojson references are renamed to reach ours.
+const pyTojsonName = "condisagg_py_tojson"
+
+func compileChatTemplate(src string) (*chatTemplate, error) {
+	src = tagSpan.ReplaceAllStringFunc(src, func(tag string) string {
+		return tojsonRef.ReplaceAllString(tag, "| "+pyTojsonName)
+	})
+	tmpl, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: compile chat template: %w", err)
+	}
+	return &chatTemplate{tmpl: tmpl}, nil
+}
+
+// ChatOptions are per-call inputs of chat rendering that do not come from the body.
+type ChatOptions struct {
+	// Now is the time strftime_now formats; the zero value means time.Now().
+	Now time.Time
+}
+
+// RenderChat renders the chat template for an OpenAI /v1/chat/completions body
+// the way vLLM does: messages normalised as vLLM's chat_utils does for
+// string-content templates, tools as vLLM dumps them, add_generation_prompt
+// (default true), the tokenizer's special tokens, and chat_template_kwargs
+// passed through as template variables.
+func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
+	if t.chat == nil {
+		return "", fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
+	}
+	vars, err := t.chatVars(body, opts)
+	if err != nil {
+		return "", err
+	}
+	out, err := t.chat.tmpl.RenderValues(vars)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: render chat template: %w", err)
+	}
+	return out, nil
+}
+
+// EncodeChat renders the chat template for a /v1/chat/completions body and
+// appends the prompt's ids to dst, encoded with add_special_tokens=False as vLLM
+// does (the template already holds BOS where the model wants it).
+func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]uint32, error) {
+	prompt, err := t.RenderChat(body, opts)
+	if err != nil {
+		return dst, err
+	}
+	return t.Encode(dst, prompt, WithoutSpecialTokens), nil
+}
+
+func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, error) {
+	req, err := decodeJSONValue(body)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: parse chat request: %w", err)
+	}
+	if !req.IsDict() {
+		return nil, fmt.Errorf("tokenizer: parse chat request: body is not a JSON object")
+	}
+	r := req.AsDict()
+	msgs, ok := r.Get("messages")
+	if !ok || !msgs.IsList() {
+		return nil, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
+	}
+	messages, err := vllmMessages(msgs.AsList())
+	if err != nil {
+		return nil, err
+	}
+	tools := jinja.None()
+	if tv, ok := r.Get("tools"); ok && !tv.IsNone() {
+		if tools, err = vllmTools(tv); err != nil {
+			return nil, err
+		}
+	}
+	agp := jinja.NewBool(true)
+	if v, ok := r.Get("add_generation_prompt"); ok && !v.IsNone() {
+		if !v.IsBool() {
+			return nil, fmt.Errorf("tokenizer: chat request: add_generation_prompt %s is not a bool", v)
+		}
+		agp = v
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	vars := map[string]jinja.Value{
+		"messages":              messages,
+		"tools":                 tools,
+		"documents":             jinja.None(),
+		"add_generation_prompt": agp,
+		"bos_token":             jinja.NewString(t.cfg.bosToken),
+		"eos_token":             jinja.NewString(t.cfg.eosToken),
+		pyTojsonName:            jinja.NewCallable("tojson", tojsonFilter),
+		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
+	}
+	if kw, ok := r.Get("chat_template_kwargs"); ok && !kw.IsNone() {
+		if !kw.IsDict() {
+			return nil, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
+		}
+		for _, k := range kw.AsDict().Keys {
+			if k == pyTojsonName {
+				continue
+			}
+			vars[k], _ = kw.AsDict().Get(k)
+		}
+	}
+	return vars, nil
+}
+
+// vllmMessages rebuilds each message as vLLM hands it to a string-content chat
+// template: {role, content} with text parts joined by "\n", then tool_calls
+// (assistant, arguments parsed from JSON), tool_call_id (tool) and name.
+func vllmMessages(msgs *jinja.List) (jinja.Value, error) {
+	out := make([]jinja.Value, 0, msgs.Len())
+	for i, m := range msgs.Items {
+		if !m.IsDict() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: messages[%d] is not an object", i)
+		}
+		md := m.AsDict()
+		role, ok := md.Get("role")
+		if !ok || !role.IsString() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: messages[%d].role missing or not a string", i)
+		}
+		content, err := messageText(md, i)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		nm := jinja.NewDict()
+		d := nm.AsDict()
+		d.Set("role", role)
+		d.Set("content", jinja.NewString(content))
+		switch role.AsString() {
+		case "assistant":
+			if tc, ok := md.Get("tool_calls"); ok && !tc.IsNone() {
+				calls, err := toolCalls(tc, i)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				d.Set("tool_calls", calls)
+			}
+		case "tool":
+			if id, ok := md.Get("tool_call_id"); ok {
+				d.Set("tool_call_id", id)
+			}
+		}
+		if name, ok := md.Get("name"); ok && name.IsString() {
+			d.Set("name", name)
+		}
+		out = append(out, nm)
+	}
+	return jinja.NewList(out), nil
+}
+
+// messageText flattens a message's content: a string, null, or a list of parts
+// whose text parts are joined with "\n". Other part types are refused.
+func messageText(md *jinja.Dict, i int) (string, error) {
+	c, ok := md.Get("content")
+	if !ok || c.IsNone() {
+		return "", nil
+	}
+	if c.IsString() {
+		return c.AsString(), nil
+	}
+	if !c.IsList() {
+		return "", fmt.Errorf("tokenizer: chat request: messages[%d].content is neither a string nor a list", i)
+	}
+	var parts []string
+	for j, p := range c.AsList().Items {
+		if p.IsString() {
+			parts = append(parts, p.AsString())
+			continue
+		}
+		if !p.IsDict() {
+			return "", fmt.Errorf("tokenizer: chat request: messages[%d].content[%d] is not an object", i, j)
+		}
+		typ, _ := p.AsDict().Get("type")
+		if !typ.IsString() || typ.AsString() != "text" {
+			return "", fmt.Errorf("tokenizer: chat request: messages[%d].content[%d] type %s: %w", i, j, typ, ErrUnsupported)
+		}
+		text, _ := p.AsDict().Get("text")
+		if !text.IsString() {
+			return "", fmt.Errorf("tokenizer: chat request: messages[%d].content[%d].text is not a string", i, j)
+		}
+		parts = append(parts, text.AsString())
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+// toolCalls copies an assistant's tool_calls, replacing each function.arguments
+// JSON string by the object it encodes ({} when empty), as vLLM does.
+func toolCalls(tc jinja.Value, i int) (jinja.Value, error) {
+	if !tc.IsList() {
+		return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: messages[%d].tool_calls is not a list", i)
+	}
+	out := make([]jinja.Value, 0, tc.AsList().Len())
+	for j, call := range tc.AsList().Items {
+		if !call.IsDict() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: messages[%d].tool_calls[%d] is not an object", i, j)
+		}
+		nc := copyDict(call.AsDict())
+		fn, ok := nc.AsDict().Get("function")
+		if ok && fn.IsDict() {
+			nf := copyDict(fn.AsDict())
+			args, _ := nf.AsDict().Get("arguments")
+			switch {
+			case args.IsString() && args.AsString() != "":
+				parsed, err := decodeJSONValue([]byte(args.AsString()))
+				if err != nil {
+					return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: messages[%d].tool_calls[%d].function.arguments: %w", i, j, err)
+				}
+				nf.AsDict().Set("arguments", parsed)
+			case args.IsDict():
+			default:
+				if args.IsUndefined() || args.IsNone() || args.IsString() || !args.IsTruthy() {
+					nf.AsDict().Set("arguments", jinja.NewDict())
+				}
+			}
+			nc.AsDict().Set("function", nf)
+		}
+		out = append(out, nc)
+	}
+	return jinja.NewList(out), nil
+}
+
+func copyDict(d *jinja.Dict) jinja.Value {
+	n := jinja.NewDict()
+	for _, k := range d.Keys {
+		n.AsDict().Set(k, d.Data[k])
+	}
+	return n
+}
+
+// vllmTools rebuilds tools as vLLM's ChatCompletionToolsParam.model_dump() does:
+// {"type", "function": {"name", "description", "parameters"}} with nulls kept.
+func vllmTools(tv jinja.Value) (jinja.Value, error) {
+	if !tv.IsList() {
+		return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: tools is not a list")
+	}
+	out := make([]jinja.Value, 0, tv.AsList().Len())
+	for i, tool := range tv.AsList().Items {
+		if !tool.IsDict() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: tools[%d] is not an object", i)
+		}
+		fn, ok := tool.AsDict().Get("function")
+		if !ok || !fn.IsDict() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: tools[%d].function missing", i)
+		}
+		name, ok := fn.AsDict().Get("name")
+		if !ok || !name.IsString() {
+			return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: tools[%d].function.name missing", i)
+		}
+		nf := jinja.NewDict()
+		nf.AsDict().Set("name", name)
+		nf.AsDict().Set("description", getOrNone(fn.AsDict(), "description"))
+		nf.AsDict().Set("parameters", getOrNone(fn.AsDict(), "parameters"))
+		nt := jinja.NewDict()
+		typ, ok := tool.AsDict().Get("type")
+		if !ok || typ.IsNone() {
+			typ = jinja.NewString("function")
+		}
+		nt.AsDict().Set("type", typ)
+		nt.AsDict().Set("function", nf)
+		out = append(out, nt)
+	}
+	return jinja.NewList(out), nil
+}
+
+func getOrNone(d *jinja.Dict, k string) jinja.Value {
+	if v, ok := d.Get(k); ok {
+		return v
+	}
+	return jinja.None()
+}

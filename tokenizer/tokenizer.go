@@ -11,6 +11,9 @@ import (
 // tokenizer_config.json feature this package does not implement.
 var ErrUnsupported = errors.New("feature not supported")
 
+// ErrNoChatTemplate is returned by chat rendering when the model has no chat template.
+var ErrNoChatTemplate = errors.New("model has no chat template")
+
 // Tokenizer encodes text to token ids. It is immutable after load and safe for
 // concurrent use; the optional segment cache has its own lock.
 type Tokenizer struct {
