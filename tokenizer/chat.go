@@ -48,58 +48,70 @@ type ChatOptions struct {
 // (default true), the tokenizer's special tokens, and chat_template_kwargs
 // passed through as template variables.
 func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
+	out, _, err := t.renderChat(body, opts)
+	return out, err
+}
+
+// renderChat renders the prompt and reports the request's add_special_tokens
+// (vLLM's chat default is false).
+func (t *Tokenizer) renderChat(body []byte, opts ChatOptions) (string, SpecialTokens, error) {
 	if t.chat == nil {
-		return "", fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
+		return "", false, fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
 	}
-	vars, err := t.chatVars(body, opts)
+	vars, special, err := t.chatVars(body, opts)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	out, err := t.chat.tmpl.RenderValues(vars)
 	if err != nil {
-		return "", fmt.Errorf("tokenizer: render chat template: %w", err)
+		return "", false, fmt.Errorf("tokenizer: render chat template: %w", err)
 	}
-	return out, nil
+	return out, special, nil
 }
 
 // EncodeChat renders the chat template for a /v1/chat/completions body and
 // appends the prompt's ids to dst, encoded with add_special_tokens=False as vLLM
 // does (the template already holds BOS where the model wants it).
 func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]uint32, error) {
-	prompt, err := t.RenderChat(body, opts)
+	prompt, special, err := t.renderChat(body, opts)
 	if err != nil {
 		return dst, err
 	}
-	return t.Encode(dst, prompt, WithoutSpecialTokens), nil
+	return t.Encode(dst, prompt, special), nil
 }
 
-func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, error) {
+func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, SpecialTokens, error) {
 	req, err := decodeJSONValue(body)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: parse chat request: %w", err)
+		return nil, false, fmt.Errorf("tokenizer: parse chat request: %w", err)
 	}
 	if !req.IsDict() {
-		return nil, fmt.Errorf("tokenizer: parse chat request: body is not a JSON object")
+		return nil, false, fmt.Errorf("tokenizer: parse chat request: body is not a JSON object")
 	}
 	r := req.AsDict()
 	msgs, ok := r.Get("messages")
 	if !ok || !msgs.IsList() {
-		return nil, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
+		return nil, false, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
+	}
+	for _, k := range []string{"continue_final_message", "chat_template"} {
+		if v, ok := r.Get(k); ok && v.IsTruthy() {
+			return nil, false, fmt.Errorf("tokenizer: chat request: %s: %w", k, ErrUnsupported)
+		}
 	}
 	messages, err := vllmMessages(msgs.AsList())
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	tools := jinja.None()
 	if tv, ok := r.Get("tools"); ok && !tv.IsNone() {
 		if tools, err = vllmTools(tv); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	agp := jinja.NewBool(true)
 	if v, ok := r.Get("add_generation_prompt"); ok && !v.IsNone() {
 		if !v.IsBool() {
-			return nil, fmt.Errorf("tokenizer: chat request: add_generation_prompt %s is not a bool", v)
+			return nil, false, fmt.Errorf("tokenizer: chat request: add_generation_prompt %s is not a bool", v)
 		}
 		agp = v
 	}
@@ -119,7 +131,7 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 	}
 	if kw, ok := r.Get("chat_template_kwargs"); ok && !kw.IsNone() {
 		if !kw.IsDict() {
-			return nil, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
+			return nil, false, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
 		}
 		for _, k := range kw.AsDict().Keys {
 			if k == pyTojsonName {
@@ -128,7 +140,14 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 			vars[k], _ = kw.AsDict().Get(k)
 		}
 	}
-	return vars, nil
+	special := WithoutSpecialTokens
+	if v, ok := r.Get("add_special_tokens"); ok && !v.IsNone() {
+		if !v.IsBool() {
+			return nil, false, fmt.Errorf("tokenizer: chat request: add_special_tokens %s is not a bool", v)
+		}
+		special = SpecialTokens(v.AsBool())
+	}
+	return vars, special, nil
 }
 
 // vllmMessages rebuilds each message as vLLM hands it to a string-content chat
