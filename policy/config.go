@@ -252,3 +252,19 @@ func (c *Config) Guard() pool.Guard {
 	t := c.Disagg.DecodeBusyThreshold
 	return pool.Guard{Threshold: t.Value, Enabled: t.Set}
 }
+
+// String renders d as the canonical JSON of --router-conditional-disagg-config (every key;
+// unset busy thresholds as null), for logs and Explain.
+func (d Disagg) String() string {
+	busy := func(t Threshold) string {
+		if !t.Set {
+			return "null"
+		}
+		return fmtFloat(t.Value)
+	}
+	return `{"policy":` + strconv.Quote(string(d.Policy)) +
+		`,"eff_isl_threshold":` + strconv.FormatInt(d.EffISLThreshold, 10) +
+		`,"eff_isl_ratio_threshold":` + fmtFloat(d.EffISLRatioThreshold) +
+		`,"prefill_busy_threshold":` + busy(d.PrefillBusyThreshold) +
+		`,"decode_busy_threshold":` + busy(d.DecodeBusyThreshold) + `}`
+}

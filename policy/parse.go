@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -97,7 +96,7 @@ func scanObject(data []byte) ([]field, bool) {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
 		return nil, false
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
 		return nil, false
 	}
 	return out, true
