@@ -108,29 +108,51 @@ func binHash(b []byte) uint64 {
 	return binary.BigEndian.Uint64(buf[:])
 }
 
+// tokenCode says how to decode a token id from the 8 big-endian bytes starting at its lead
+// byte: value = (word >> shift) & mask, size bytes long. size 0 sends the lead to readToken.
+type tokenCode struct {
+	shift, size uint8
+	mask        uint32
+}
+
+// tokenCodes covers the encodings msgspec uses for token ids: positive fixint, uint8, uint16
+// and uint32 (an immutable table).
+var tokenCodes = func() (t [256]tokenCode) {
+	for lead := range 0x80 {
+		t[lead] = tokenCode{shift: 56, size: 1, mask: 0x7f}
+	}
+	t[0xcc] = tokenCode{shift: 48, size: 2, mask: 0xff}
+	t[0xcd] = tokenCode{shift: 40, size: 3, mask: 0xffff}
+	t[0xce] = tokenCode{shift: 24, size: 5, mask: 0xffffffff}
+	return t
+}()
+
 // appendTokens reads n token ids and appends them to arena (which has room for n). Entries are
 // ints in [0, 2^32-1] or EAGLE [token, token] pairs, reduced to element 0 (§2.4 rule 7).
 // Anything else is skipped and makes the status valBad.
 func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status, error) {
 	result := valOK
-	for range n {
-		// Fast path for the encodings vLLM emits for token ids: positive fixint, uint8/16/32.
-		if len(p) >= 5 {
-			switch lead := p[0]; {
-			case lead <= 0x7f:
-				arena, p = append(arena, uint32(lead)), p[1:]
-				continue
-			case lead == 0xcc:
-				arena, p = append(arena, uint32(p[1])), p[2:]
-				continue
-			case lead == 0xcd:
-				arena, p = append(arena, uint32(binary.BigEndian.Uint16(p[1:]))), p[3:]
-				continue
-			case lead == 0xce:
-				arena, p = append(arena, binary.BigEndian.Uint32(p[1:])), p[5:]
+	i := uint32(0)
+	// Fast path, branch-free per token, while 8 bytes can be loaded.
+	for ; i < n && len(p) >= 8; i++ {
+		c := tokenCodes[p[0]]
+		if c.size == 0 {
+			t, st, rest, err := readToken(p)
+			if err != nil {
+				return arena, rest, valBad, err
+			}
+			p = rest
+			if st != valOK {
+				result = valBad
 				continue
 			}
+			arena = append(arena, t)
+			continue
 		}
+		arena = append(arena, uint32(binary.BigEndian.Uint64(p)>>c.shift)&c.mask)
+		p = p[c.size:]
+	}
+	for ; i < n; i++ {
 		t, st, rest, err := readToken(p)
 		if err != nil {
 			return arena, rest, valBad, err
