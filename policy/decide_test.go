@@ -155,7 +155,11 @@ func TestDecideISLOrLoad(t *testing.T) {
 		{spec: "O5", name: "isl_fails_not_busy_keeps_isl_reason", cfg: p, isl: 1000, want: withBusy(remoteO(ReasonRemoteRatioTooHigh, 1000), BusyFalse)},
 		{spec: "O6", name: "isl_fails_unknown_keeps_isl_reason", cfg: p, isl: 10000, misalignP: true, want: withBusy(remoteO(ReasonRemoteISLTooLong, 10000), BusyUnknown)},
 		{spec: "O5", name: "silent_decode_not_busy_is_no_kv_events", cfg: p, isl: 1000, silent: true,
-			want: func() outcome { o := withBusy(remoteO(ReasonRemoteNoKVEvents, 1000), BusyFalse); o.Silent = true; return o }()},
+			want: func() outcome {
+				o := withBusy(remoteO(ReasonRemoteNoKVEvents, 1000), BusyFalse)
+				o.Silent = true
+				return o
+			}()},
 	})
 }
 

@@ -20,27 +20,34 @@ const (
 // selector evaluates the §6.1 cost over one pool. It is a value on the caller's stack so a
 // selection allocates nothing.
 type selector struct {
-	cfg     *Config
 	loads   []pool.WorkerLoad
 	sigs    []Signal // aligned with loads, or nil for no overlap credit
 	now     time.Time
+	after   time.Duration // silence window
+	minReq  int           // silence request floor
+	cw      float64       // credit_weight
+	hw, dw  float64       // host and disk weights
+	scale   float64       // prefill_load_scale
+	arw     float64       // active_request_weight
+	temp    float64       // temperature
+	decay   float64       // credit_decay, 0 = off
 	mode    mode
 	isl     float64
 	bs      float64
 	reqBlks float64 // ceil(ISL/bs)
-	credit  bool    // overlap credit applies
 	only    int     // restrict to this index, -1 = all
 	minApt  int64   // min apt over candidates, for credit_decay
-	decayOn bool
 }
 
 func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal, m mode) selector {
 	bs := float64(cfg.BlockSize)
-	s := selector{cfg: cfg, loads: loads, sigs: sigs, mode: m, isl: float64(in.ISL), bs: bs,
-		reqBlks: math.Ceil(float64(in.ISL) / bs), credit: sigs != nil, only: -1}
-	s.now = in.Now
-	if cfg.Selection.CreditDecay > 0 && s.credit {
-		s.decayOn = true
+	sel := &cfg.Selection
+	s := selector{loads: loads, sigs: sigs, now: in.Now, after: cfg.Silence.After, minReq: cfg.Silence.MinRequests,
+		cw: sel.CreditWeight, hw: sel.HostWeight, dw: sel.DiskWeight, scale: sel.PrefillLoadScale,
+		arw: sel.ActiveRequestWeight, temp: sel.Temperature, mode: m, isl: float64(in.ISL), bs: bs,
+		reqBlks: math.Ceil(float64(in.ISL) / bs), only: -1}
+	if sel.CreditDecay > 0 && sigs != nil {
+		s.decay = sel.CreditDecay
 		s.minApt = math.MaxInt64
 		for i := range loads {
 			s.minApt = min(s.minApt, loads[i].ActivePrefillTokens)
@@ -51,36 +58,33 @@ func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal,
 
 // creditBlocks is credit(w): weighted overlap blocks, 0 when the worker's stream is silent.
 func (s *selector) creditBlocks(i int) float64 {
-	if !s.credit {
+	if s.sigs == nil {
 		return 0
 	}
 	sg := &s.sigs[i]
-	if Silent(sg.Stream, s.now, s.cfg.Silence) {
-		return 0
+	if !sg.Stream.Connected || (sg.Stream.RoutedSinceStored >= s.minReq && s.now.Sub(sg.Stream.LastStored) > s.after) {
+		return 0 // Silent, inlined
 	}
-	sel := &s.cfg.Selection
-	decay := 1.0
-	if s.decayOn {
+	gpu := s.cw * float64(sg.GPU)
+	if s.decay > 0 {
 		rb := max(s.reqBlks, 1)
-		decay = 1 / (1 + sel.CreditDecay*(float64(s.loads[i].ActivePrefillTokens-s.minApt)/s.bs)/rb)
+		gpu /= 1 + s.decay*(float64(s.loads[i].ActivePrefillTokens-s.minApt)/s.bs)/rb
 	}
-	return sel.CreditWeight*decay*float64(sg.GPU) + sel.HostWeight*float64(sg.Host) + sel.DiskWeight*float64(sg.Disk)
+	return gpu + s.hw*float64(sg.Host) + s.dw*float64(sg.Disk)
 }
 
 // cost is logit(w) of §6.1 in the selector's mode; lower is better.
 func (s *selector) cost(i int) float64 {
 	l := &s.loads[i]
-	sel := &s.cfg.Selection
-	reqs := sel.ActiveRequestWeight * float64(l.ActiveRequests)
-	switch s.mode {
-	case modeRemoteDecode:
+	reqs := s.arw * float64(l.ActiveRequests)
+	if s.mode == modeRemoteDecode {
 		return max(0, float64(l.ActiveDecodeBlocks)+s.reqBlks-s.creditBlocks(i)) + reqs
-	case modePrefill:
-		raw := (float64(l.ActivePrefillTokens) + s.isl) / s.bs
-		return sel.PrefillLoadScale*max(0, raw-s.creditBlocks(i)) + reqs
 	}
-	raw := (float64(l.ActivePrefillTokens) + s.isl) / s.bs
-	return sel.PrefillLoadScale*max(0, raw-s.creditBlocks(i)) + float64(l.ProjectedDecodeBlocks()) + reqs
+	c := s.scale*max(0, (float64(l.ActivePrefillTokens)+s.isl)/s.bs-s.creditBlocks(i)) + reqs
+	if s.mode == modeBypass {
+		c += float64(l.ActiveDecodeBlocks + l.NewBlocks)
+	}
+	return c
 }
 
 func (s *selector) candidate(i int) bool { return s.only < 0 || s.only == i }
@@ -89,7 +93,7 @@ func (s *selector) candidate(i int) bool { return s.only < 0 || s.only == i }
 // argmin with exact ties broken uniformly by reservoir sampling on rng; T > 0 samples
 // p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min)·T)). A nil rng takes the first minimum.
 func (s *selector) pick(rng *rand.Rand) int {
-	if s.cfg.Selection.Temperature > 0 && rng != nil {
+	if s.temp > 0 && rng != nil {
 		return s.sample(rng)
 	}
 	best, ties := -1, 0
@@ -124,7 +128,7 @@ func (s *selector) sample(rng *rand.Rand) int {
 		return -1
 	}
 	uniform := cmax == cmin
-	scale := (cmax - cmin) * s.cfg.Selection.Temperature
+	scale := (cmax - cmin) * s.temp
 	weight := func(c float64) float64 {
 		if uniform {
 			return 1
