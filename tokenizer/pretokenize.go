@@ -133,8 +133,23 @@ func (p seqPre) split(dst []string, s string) []string {
 // the chain ends with the ByteLevel byte mapping.
 type preTokenizerSpec struct {
 	steps     []preTokenizer
-	splitRegs []string // Split regex patterns, in order, for the scanner
 	byteLevel bool
+}
+
+// addRegexStep appends an Isolated split on pattern: the hand-written scanner
+// when the pattern is one it knows, regexp2 otherwise. The pattern is always
+// compiled so that a bad one is refused at load either way.
+func addRegexStep(pattern string, out *preTokenizerSpec) error {
+	re, err := newRegexSplit(pattern)
+	if err != nil {
+		return err
+	}
+	if sc := newScanner(pattern); sc != nil {
+		out.steps = append(out.steps, sc)
+		return nil
+	}
+	out.steps = append(out.steps, re)
+	return nil
 }
 
 func parsePreTokenizer(raw json.RawMessage, out *preTokenizerSpec) error {
@@ -163,12 +178,9 @@ func parsePreTokenizer(raw json.RawMessage, out *preTokenizerSpec) error {
 			out.steps = append(out.steps, prefixSpace{})
 		}
 		if c.UseRegex == nil || *c.UseRegex {
-			re, err := newRegexSplit(gpt2Pattern)
-			if err != nil {
+			if err := addRegexStep(gpt2Pattern, out); err != nil {
 				return err
 			}
-			out.steps = append(out.steps, re)
-			out.splitRegs = append(out.splitRegs, gpt2Pattern)
 		}
 		out.byteLevel = true
 		return nil
@@ -187,12 +199,9 @@ func parseSplit(c *componentSpec, out *preTokenizerSpec) error {
 	case c.Pattern == nil:
 		return fmt.Errorf("tokenizer: Split without a pattern")
 	case c.Pattern.Regex != nil:
-		re, err := newRegexSplit(*c.Pattern.Regex)
-		if err != nil {
+		if err := addRegexStep(*c.Pattern.Regex, out); err != nil {
 			return err
 		}
-		out.steps = append(out.steps, re)
-		out.splitRegs = append(out.splitRegs, *c.Pattern.Regex)
 	case c.Pattern.String != nil && *c.Pattern.String != "":
 		out.steps = append(out.steps, literalSplit{*c.Pattern.String})
 	default:

@@ -1,0 +1,236 @@
+package tokenizer
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// The split patterns the scanner replaces, byte for byte as they appear in
+// tokenizer.json. Any other pattern runs on regexp2.
+const (
+	// qwen2Pattern: Qwen2/Qwen2.5/Qwen3 (single digits).
+	qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// llama3Pattern: Llama-3.x, DeepSeek-V3 style (digit groups of up to three).
+	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
+
+// scanner is a hand-written equivalent of one of the known split regexes. It
+// reproduces the backtracking engine's choice at every position: the first
+// alternative that matches wins, each with its greedy length. Character classes
+// use Go's unicode tables, as regexp2 does (\s is unicode.IsSpace).
+type scanner struct {
+	gpt2     bool // GPT-2 pattern: case-sensitive contractions, " ?" prefixes
+	maxDigit int  // longest digit run per match; 0 = unbounded
+}
+
+// newScanner returns the scanner for pattern, or nil when there is none.
+func newScanner(pattern string) *scanner {
+	switch pattern {
+	case qwen2Pattern:
+		return &scanner{maxDigit: 1}
+	case llama3Pattern:
+		return &scanner{maxDigit: 3}
+	case gpt2Pattern:
+		return &scanner{gpt2: true}
+	}
+	return nil
+}
+
+// Character classes.
+const (
+	clsOther   = iota // not \s, \p{L} or \p{N}
+	clsLetter         // \p{L}
+	clsNumber         // \p{N}
+	clsSpace          // \s other than \r and \n
+	clsNewline        // \r or \n
+)
+
+// asciiClass is the class of every ASCII byte.
+var asciiClass = func() [128]uint8 {
+	var t [128]uint8
+	for b := range 128 {
+		t[b] = classOfRune(rune(b))
+	}
+	return t
+}()
+
+func classOfRune(r rune) uint8 {
+	switch {
+	case r == '\r' || r == '\n':
+		return clsNewline
+	case unicode.IsLetter(r):
+		return clsLetter
+	case unicode.IsNumber(r):
+		return clsNumber
+	case unicode.IsSpace(r):
+		return clsSpace
+	}
+	return clsOther
+}
+
+// at returns the class and byte width of the character at s[i]; i < len(s).
+func at(s string, i int) (uint8, int) {
+	if b := s[i]; b < utf8.RuneSelf {
+		return asciiClass[b], 1
+	}
+	r, n := utf8.DecodeRuneInString(s[i:])
+	return classOfRune(r), n
+}
+
+// classAt is at with cls=255 past the end.
+func classAt(s string, i int) (uint8, int) {
+	if i >= len(s) {
+		return 255, 0
+	}
+	return at(s, i)
+}
+
+func isSpaceCls(c uint8) bool { return c == clsSpace || c == clsNewline }
+
+// run returns the end of the run of characters starting at i whose class
+// satisfies ok, stopping after max characters when max > 0.
+func run(s string, i int, ok func(uint8) bool, max int) int {
+	n := 0
+	for i < len(s) {
+		c, w := at(s, i)
+		if !ok(c) {
+			break
+		}
+		i += w
+		n++
+		if max > 0 && n == max {
+			break
+		}
+	}
+	return i
+}
+
+func isLetter(c uint8) bool  { return c == clsLetter }
+func isNumber(c uint8) bool  { return c == clsNumber }
+func isOther(c uint8) bool   { return c == clsOther }
+func isNewline(c uint8) bool { return c == clsNewline }
+
+func (sc *scanner) split(dst []string, s string) []string {
+	for i := 0; i < len(s); {
+		end := sc.next(s, i)
+		dst = append(dst, s[i:end])
+		i = end
+	}
+	return dst
+}
+
+// contraction returns the length of a contraction ('s 't 're 've 'm 'll 'd) at
+// s[i:], 0 if none. foldCase makes the letters case-insensitive.
+func contraction(s string, i int, foldCase bool) int {
+	if s[i] != '\'' || i+1 >= len(s) {
+		return 0
+	}
+	lower := func(b byte) byte {
+		if foldCase && b >= 'A' && b <= 'Z' {
+			return b + 'a' - 'A'
+		}
+		return b
+	}
+	switch lower(s[i+1]) {
+	case 's', 't', 'm', 'd':
+		return 2
+	case 'r', 'v':
+		if i+2 < len(s) && lower(s[i+2]) == 'e' {
+			return 3
+		}
+	case 'l':
+		if i+2 < len(s) && lower(s[i+2]) == 'l' {
+			return 3
+		}
+	}
+	return 0
+}
+
+// next returns the end of the match starting at i.
+func (sc *scanner) next(s string, i int) int {
+	if sc.gpt2 {
+		return sc.nextGPT2(s, i)
+	}
+	if n := contraction(s, i, true); n > 0 {
+		return i + n
+	}
+	c, w := at(s, i)
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if c == clsLetter {
+		return run(s, i+w, isLetter, 0)
+	}
+	if c == clsOther || c == clsSpace {
+		if c2, _ := classAt(s, i+w); c2 == clsLetter {
+			return run(s, i+w, isLetter, 0)
+		}
+	}
+	// \p{N}{1,max}
+	if c == clsNumber {
+		return run(s, i, isNumber, sc.maxDigit)
+	}
+	// " ?[^\s\p{L}\p{N}]+[\r\n]*"
+	start := i
+	if s[i] == ' ' {
+		if c2, _ := classAt(s, i+1); c2 == clsOther {
+			start = i + 1
+		}
+	}
+	if c0, _ := at(s, start); c0 == clsOther {
+		end := run(s, start, isOther, 0)
+		return run(s, end, isNewline, 0)
+	}
+	// Whitespace alternatives: c is clsSpace or clsNewline here.
+	return spaceMatch(s, i, true)
+}
+
+// spaceMatch resolves \s*[\r\n]+ (when withNewline), then \s+(?!\S), then \s+ at
+// the whitespace character s[i].
+func spaceMatch(s string, i int, withNewline bool) int {
+	runEnd := i
+	lastNL := -1 // end of the last \r or \n in the run
+	chars := 0
+	lastStart := i
+	for runEnd < len(s) {
+		c, w := at(s, runEnd)
+		if !isSpaceCls(c) {
+			break
+		}
+		lastStart = runEnd
+		runEnd += w
+		chars++
+		if c == clsNewline {
+			lastNL = runEnd
+		}
+	}
+	if withNewline && lastNL > 0 {
+		return lastNL
+	}
+	if runEnd == len(s) {
+		return runEnd
+	}
+	if chars >= 2 {
+		return lastStart
+	}
+	return runEnd
+}
+
+// nextGPT2 is next for the GPT-2 pattern.
+func (sc *scanner) nextGPT2(s string, i int) int {
+	if n := contraction(s, i, false); n > 0 {
+		return i + n
+	}
+	start := i
+	if s[i] == ' ' && i+1 < len(s) {
+		start = i + 1
+	}
+	c, _ := classAt(s, start)
+	switch {
+	case c == clsLetter:
+		return run(s, start, isLetter, 0)
+	case c == clsNumber:
+		return run(s, start, isNumber, 0)
+	case c == clsOther:
+		return run(s, start, isOther, 0)
+	}
+	return spaceMatch(s, i, false)
+}

@@ -1,0 +1,61 @@
+package tokenizer
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+var scannerPatterns = []string{qwen2Pattern, llama3Pattern, gpt2Pattern}
+
+// checkScannerAgrees fails when the scanner and regexp2 split s differently.
+func checkScannerAgrees(t *testing.T, pattern, s string) {
+	t.Helper()
+	re, err := newRegexSplit(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := re.split(nil, s)
+	got := newScanner(pattern).split(nil, s)
+	if !slices.Equal(got, want) {
+		t.Fatalf("pattern %.30q on %q:\nscanner %q\nregexp2 %q", pattern, s, got, want)
+	}
+}
+
+// TestScannerMatchesRegexp2OnCorpus: the hot-path scanner splits every corpus
+// text exactly as regexp2 runs the tokenizer.json pattern.
+func TestScannerMatchesRegexp2OnCorpus(t *testing.T) {
+	texts := readJSONL[string](t, "conformance_texts.jsonl.gz")
+	for _, p := range scannerPatterns {
+		for _, s := range texts {
+			checkScannerAgrees(t, p, s)
+		}
+	}
+}
+
+func TestScannerMatchesRegexp2OnEdgeCases(t *testing.T) {
+	cases := []string{"'S 'RE 'Ll 'x", "a\n\n  b", "  \n  ", "x  ", " \u00a0\u3000x", "\t\tfoo", "1234567", "½①²",
+		"!!\n\r\nx", " !x", " 1", "\r\n\r\n", "e\u0301", "'", " ' ", "   ", "\u2028a", "a\u0085b"}
+	for _, p := range scannerPatterns {
+		for _, s := range cases {
+			checkScannerAgrees(t, p, s)
+		}
+	}
+}
+
+// FuzzScannerMatchesRegexp2: on any valid UTF-8 the scanner equals regexp2.
+func FuzzScannerMatchesRegexp2(f *testing.F) {
+	for _, s := range []string{"Hello, world! 123", "a\n\n  b", "'s 'LL", "😀 \u3000x", "  \t\r\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+		if !utf8.ValidString(s) {
+			t.Fatal("sanitised string is not UTF-8")
+		}
+		for _, p := range scannerPatterns {
+			checkScannerAgrees(t, p, s)
+		}
+	})
+}
