@@ -1,0 +1,177 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/condisagg/condisagg/kvindex"
+)
+
+// Group runs one Subscriber per stream, each on its own goroutine, so a slow or dead worker
+// never blocks the others. Streams are added and removed while it runs (discovery). All methods
+// are safe for concurrent use.
+type Group struct {
+	cfg Config
+	ix  *kvindex.Index
+	lim Limits
+
+	mu      sync.Mutex // guards streams, closed
+	streams map[streamKey]*member
+	closed  bool
+}
+
+type streamKey struct {
+	worker string
+	rank   int64
+}
+
+type member struct {
+	sub    *Subscriber
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the stream's goroutine has exited
+}
+
+// NewGroup returns an empty group whose streams apply their batches to ix.
+func NewGroup(cfg Config, ix *kvindex.Index, lim Limits) (*Group, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if ix == nil {
+		return nil, errors.New("kvevents: new group: nil index")
+	}
+	return &Group{cfg: cfg.withDefaults(), ix: ix, lim: lim, streams: make(map[streamKey]*member)}, nil
+}
+
+// IndexWorkerID is the kvindex worker of a stream, also its `worker` metric label: the worker
+// name for rank 0, and "<worker>/dp<rank>" for the other data-parallel ranks (each engine has its
+// own block map, §4.2).
+func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
+	if rank == 0 {
+		return kvindex.WorkerID(worker)
+	}
+	return kvindex.WorkerID(worker + "/dp" + strconv.FormatInt(rank, 10))
+}
+
+// Add starts ingesting stream sc. It returns once the stream's sockets are set up (or failed),
+// or when ctx ends. The stream runs until Remove, Close, or the end of ctx.
+func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
+	key := streamKey{sc.Worker, sc.Rank}
+	applier := NewApplier(g.ix, IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, g.cfg.Metrics, g.lim)
+	sub, err := NewSubscriber(g.cfg, sc, applier)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m := &member{sub: sub, cancel: cancel, done: make(chan struct{})}
+	g.mu.Lock()
+	switch {
+	case g.closed:
+		g.mu.Unlock()
+		cancel()
+		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: group closed", sc.Worker, sc.Rank)
+	case g.streams[key] != nil:
+		g.mu.Unlock()
+		cancel()
+		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: already running", sc.Worker, sc.Rank)
+	}
+	g.streams[key] = m
+	g.mu.Unlock()
+
+	ready := make(chan error, 1)
+	go func() {
+		defer close(m.done)
+		if err := sub.run(runCtx, ready); err != nil {
+			g.cfg.Logger.Error("stream stopped", "worker", sc.Worker, "endpoint", sc.Endpoint, "err", err)
+		}
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			g.drop(key, m)
+			<-m.done
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: %w", sc.Worker, sc.Rank, ctx.Err())
+	}
+}
+
+func (g *Group) drop(key streamKey, m *member) {
+	g.mu.Lock()
+	if g.streams[key] == m {
+		delete(g.streams, key)
+	}
+	g.mu.Unlock()
+	m.cancel()
+}
+
+// Remove stops the stream (worker, rank), waits for its goroutine (bounded by ctx), and drops
+// its index entries (a worker that leaves discovery, §1.6).
+func (g *Group) Remove(ctx context.Context, worker string, rank int64) error {
+	key := streamKey{worker, rank}
+	g.mu.Lock()
+	m := g.streams[key]
+	g.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("kvevents: remove stream worker=%s rank=%d: not running", worker, rank)
+	}
+	g.drop(key, m)
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		return fmt.Errorf("kvevents: remove stream worker=%s rank=%d: %w", worker, rank, ctx.Err())
+	}
+	g.ix.RemoveWorker(IndexWorkerID(worker, rank))
+	g.cfg.Metrics.Clears.WithLabelValues(string(IndexWorkerID(worker, rank)), string(ClearRemoved)).Inc()
+	return nil
+}
+
+// Subscriber returns the running subscriber of (worker, rank), or nil.
+func (g *Group) Subscriber(worker string, rank int64) *Subscriber {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m := g.streams[streamKey{worker, rank}]; m != nil {
+		return m.sub
+	}
+	return nil
+}
+
+// Status returns a snapshot of every stream, sorted by worker and rank.
+func (g *Group) Status() []StreamStatus {
+	g.mu.Lock()
+	out := make([]StreamStatus, 0, len(g.streams))
+	for _, m := range g.streams {
+		out = append(out, m.sub.Status())
+	}
+	g.mu.Unlock()
+	slices.SortFunc(out, func(a, b StreamStatus) int {
+		if c := strings.Compare(a.Worker, b.Worker); c != 0 {
+			return c
+		}
+		return int(a.Rank - b.Rank)
+	})
+	return out
+}
+
+// Close stops every stream and waits for their goroutines. It may be called more than once.
+func (g *Group) Close() {
+	g.mu.Lock()
+	g.closed = true
+	ms := make([]*member, 0, len(g.streams))
+	for k, m := range g.streams {
+		ms = append(ms, m)
+		delete(g.streams, k)
+	}
+	g.mu.Unlock()
+	for _, m := range ms {
+		m.cancel()
+	}
+	for _, m := range ms {
+		<-m.done
+	}
+}
