@@ -1,0 +1,150 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"valid", basic(), nil},
+		{"every_worker_problem", Config{Workers: []WorkerConfig{
+			{Name: "", Role: "both", Endpoint: "10.0.0.1", KVEvents: "http://x:1", NumGPUBlocks: -1, MaxNumBatchedTokens: -2},
+			{Name: "a@b", Role: RoleDecode, Endpoint: "h:0"},
+			{Name: "x", Role: RoleDecode, Endpoint: "h:1"},
+			{Name: "x", Role: RolePrefill, Endpoint: ":1", KVReplay: "tcp://"},
+		}}, []string{
+			`pool config: workers[0].name: "" must not be empty`,
+			`pool config: workers[0].role: "both" must be one of prefill, decode`,
+			`pool config: workers[0].endpoint: "10.0.0.1" must be host:port`,
+			`pool config: workers[0].kv_events: "http://x:1" must be tcp://host:port`,
+			`pool config: workers[0].num_gpu_blocks: -1 must be >= 0`,
+			`pool config: workers[0].max_num_batched_tokens: -2 must be >= 0`,
+			`pool config: workers[1].name: "a@b" must not contain '@' or spaces`,
+			`pool config: workers[1].endpoint: "h:0" must be host:port`,
+			`pool config: workers[3].name: "x" is a duplicate`,
+			`pool config: workers[3].endpoint: ":1" must be host:port`,
+			`pool config: workers[3].kv_replay: "tcp://" must be tcp://host:port`,
+		}},
+		{"pool_knobs", Config{BlockSize: -1, BookingTTL: -1, ScrapeInterval: -1, MetricsPath: "metrics"}, []string{
+			"pool config: block_size: -1 must be >= 1",
+			"pool config: booking_ttl: -1ns must be > 0",
+			"pool config: scrape_interval: -1ns must be >= 0",
+			`pool config: metrics_path: "metrics" must start with /`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != strings.Join(tc.want, "\n") {
+				t.Fatalf("Validate:\n got  %v\n want %s", err, strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+	if _, err := New(Config{Workers: []WorkerConfig{{Name: "x"}}}, Options{Metrics: NewMetrics(prometheus.NewRegistry())}); err == nil {
+		t.Fatal("New accepted an invalid config")
+	}
+	if _, err := New(basic(), Options{}); err == nil {
+		t.Fatal("New accepted nil metrics")
+	}
+}
+
+func ids(ws []WorkerInfo) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.ID)
+	}
+	return out
+}
+
+func TestResolve(t *testing.T) {
+	cfg := Config{Workers: []WorkerConfig{
+		{Name: "decode", Role: RoleDecode, Endpoint: "decode.svc:8000", KVEvents: "tcp://decode.svc:5557", KVReplay: "tcp://10.9.9.9:5567", NumGPUBlocks: 100},
+		{Name: "p0", Role: RolePrefill, Endpoint: "10.0.0.11:8000"},
+	}}
+	var mu sync.Mutex
+	var changes []string
+	f := &fixture{reg: prometheus.NewRegistry(), clock: &fakeClock{now: t0}, res: &fakeResolver{}}
+	f.m = NewMetrics(f.reg)
+	p, err := New(cfg, Options{Metrics: f.m, Clock: f.clock, Resolver: f.res, OnChange: func(added, removed []WorkerInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		changes = append(changes, "+"+strings.Join(ids(added), ",")+" -"+strings.Join(ids(removed), ","))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	if got := ids(p.Workers()); !slices.Equal(got, []string{"p0"}) {
+		t.Fatalf("before Resolve: %v, want only the literal-IP worker", got)
+	}
+	ctx := context.Background()
+	f.res.set("decode.svc", "10.0.0.22", "10.0.0.21", "10.0.0.21", "not-an-ip")
+	if err := p.Resolve(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "decode@10.0.0.22:8000", "p0"}) {
+		t.Fatalf("after Resolve: %v", got)
+	}
+	w := f.info(t, "decode@10.0.0.22:8000")
+	if w.Endpoint != "10.0.0.22:8000" || w.KVEvents != "tcp://10.0.0.22:5557" || w.KVReplay != "tcp://10.9.9.9:5567" || w.KVCapacityBlocks != 100 {
+		t.Fatalf("resolved worker = %+v", w)
+	}
+	// A6: a booking on the address that disappears is dropped with it; the rest stays.
+	if err := p.Book(Booking{RequestID: "r", Mode: ModeRemote, Decode: "decode@10.0.0.22:8000", Prefill: "p0", ISL: 64, PrefillTokens: 64}); err != nil {
+		t.Fatal(err)
+	}
+	f.res.set("decode.svc", "10.0.0.21")
+	if err := p.Resolve(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "p0"}) {
+		t.Fatalf("after scale-down: %v", got)
+	}
+	if err := p.Book(Booking{RequestID: "r2", Mode: ModeBypass, Decode: "decode@10.0.0.22:8000", ISL: 16}); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("booking a removed worker = %v, want ErrUnknownWorker", err)
+	}
+	if got := f.load(t, "p0"); got != (load{64, 0, 1}) {
+		t.Fatalf("p0 = %+v: its half of the booking must stay", got)
+	}
+	if !p.Release("r") || f.load(t, "p0") != (load{}) {
+		t.Fatalf("release after removal: p0 = %+v", f.load(t, "p0"))
+	}
+	if n := testutil.CollectAndCount(f.m.ActiveDecodeBlocks); n != 2 {
+		t.Fatalf("active_decode_blocks series = %d, want 2 (removed worker's label deleted)", n)
+	}
+	// A failed lookup keeps the previous addresses.
+	f.res.set("decode.svc")
+	if err := p.Resolve(ctx); err == nil || !strings.Contains(err.Error(), "worker=decode host=decode.svc") {
+		t.Fatalf("Resolve with no addresses = %v", err)
+	}
+	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "p0"}) {
+		t.Fatalf("after failed lookup: %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.ResolveErrors.WithLabelValues("decode")); got != 1 {
+		t.Fatalf("resolve errors = %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"+decode@10.0.0.21:8000,decode@10.0.0.22:8000 -", "+ -decode@10.0.0.22:8000"}
+	if !slices.Equal(changes[1:], want) || changes[0] != "+p0 -" {
+		t.Fatalf("OnChange calls = %q", changes)
+	}
+}
