@@ -40,6 +40,7 @@ const (
 	cmdPublishDropped
 	cmdWaitSubscribed
 	cmdRaw
+	cmdBounce
 	cmdStop
 )
 
@@ -100,7 +101,7 @@ func (p *testPublisher) run(o pubOptions, ready chan<- error) {
 	defer poller.Destroy()
 	ready <- nil
 
-	st := pubState{o: o, xpub: xpub, router: router}
+	st := pubState{o: o, xpub: xpub, router: router, endpoint: p.PubEndpoint, port: port}
 	for {
 		if _, err := poller.Wait(2); err != nil {
 			return
@@ -137,6 +138,8 @@ func bindRetry(s *goczmq.Sock, port int) (int, error) {
 
 type pubState struct {
 	o          pubOptions
+	endpoint   string
+	port       int
 	xpub       *goczmq.Sock
 	router     *goczmq.Sock
 	seq        uint64
@@ -202,6 +205,14 @@ func (s *pubState) handle(c pubCmd) {
 	case cmdRaw:
 		_ = s.xpub.SendMessage(c.frames)
 		c.reply <- 0
+	case cmdBounce:
+		// Unbinding closes the accepted connections; rebinding lets the subscriber reconnect to
+		// the same process (a network blip: same seq, same replay ring).
+		if err := s.xpub.Unbind(s.endpoint); err == nil {
+			_, _ = bindRetry(s.xpub, s.port)
+		}
+		s.subscribed = false
+		c.reply <- 0
 	case cmdPublish, cmdPublishDropped:
 		seq := s.seq
 		s.seq++
@@ -249,6 +260,13 @@ func (p *testPublisher) PublishDropped(payload []byte) uint64 {
 // Raw sends frames as they are (malformed messages).
 func (p *testPublisher) Raw(frames [][]byte) {
 	c := pubCmd{kind: cmdRaw, frames: frames, reply: make(chan uint64, 1)}
+	p.cmds <- c
+	<-c.reply
+}
+
+// Bounce drops the PUB connections and listens again on the same port.
+func (p *testPublisher) Bounce() {
+	c := pubCmd{kind: cmdBounce, reply: make(chan uint64, 1)}
 	p.cmds <- c
 	<-c.reply
 }

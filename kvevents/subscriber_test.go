@@ -206,6 +206,29 @@ func TestSubscriberFastRestartReconnectCheck(t *testing.T) {
 	}
 }
 
+// TestSubscriberReconnectSamePublisher drops the connection to a publisher that keeps running:
+// the reconnect check finds the same digest at last.seq, and nothing is cleared (§1.6
+// "Reconnect", §8 "reconnect to the same publisher").
+func TestSubscriberReconnectSamePublisher(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := startPublisher(t, pubOptions{bufferSteps: 100})
+	s := h.add("w", p)
+	p.WaitSubscribed(t)
+	c := newChain(6, testBlockSize, 1000, 1<<40)
+	publishRange(p, c, 0, 4)
+	h.waitFor(s, "seq 3", settled(3))
+	p.Bounce()
+	p.WaitSubscribed(t)
+	publishRange(p, c, 4, 6)
+	st := h.waitFor(s, "seq 5 after reconnect", func(st StreamStatus) bool { return settled(5)(st) && st.Reconnects > 0 })
+	if st.Clears != 0 || st.Restarts != 0 {
+		t.Fatalf("reconnect to the same publisher cleared the stream: %+v", st)
+	}
+	if got := h.blocks("w", c); got != 6 {
+		t.Fatalf("index holds %d blocks, want 6", got)
+	}
+}
+
 // TestSubscriberHistoryLost uses a replay ring too short to cover the gap: the stream is cleared
 // and history_lost counted (§1.6 replay outcome "lost").
 func TestSubscriberHistoryLost(t *testing.T) {
