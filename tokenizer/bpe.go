@@ -325,3 +325,17 @@ func (m *bpe) mergeHeap(syms []symbol, h *mergeHeap) {
 		}
 	}
 }
+
+// idBytes returns, for a byte-level model, the raw bytes of every vocabulary id
+// (nil for ids not in the model vocabulary). Used to check round trips.
+func (m *bpe) idBytes() [][]byte {
+	maxID := uint32(0)
+	for _, id := range m.vocab {
+		maxID = max(maxID, id)
+	}
+	out := make([][]byte, maxID+1)
+	for k, id := range m.vocab {
+		out[id] = []byte(k)
+	}
+	return out
+}

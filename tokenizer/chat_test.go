@@ -64,7 +64,7 @@ func TestRenderChatErrors(t *testing.T) {
 	tk := newSyntheticWithTemplate(t, `{% if messages|length > 1 %}{{ raise_exception('only one message: ' ~ messages|length) }}{% endif %}ok`)
 	cases := []struct {
 		name, body, want string
-		is          error
+		is               error
 	}{
 		{"not_json", `{"messages":`, "parse chat request", nil},
 		{"not_object", `[1]`, "not a JSON object", nil},
