@@ -170,7 +170,7 @@ func NewSubscriber(cfg Config, sc StreamConfig, a batchApplier) (*Subscriber, er
 	cfg = cfg.withDefaults()
 	s := &Subscriber{
 		cfg: cfg, sc: sc, applier: a,
-		log:     cfg.Logger.With("worker", sc.Worker, "rank", sc.Rank, "endpoint", sc.Endpoint),
+		log:     cfg.Logger.With("worker", string(IndexWorkerID(sc.Worker, sc.Rank)), "endpoint", sc.Endpoint),
 		ctr:     newStreamCounters(cfg.Metrics, string(IndexWorkerID(sc.Worker, sc.Rank))),
 		changed: make(chan struct{}),
 	}

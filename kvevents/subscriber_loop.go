@@ -277,7 +277,11 @@ func (l *loop) clear(a Action) {
 		l.s.ctr.historyLost.Inc()
 	}
 	st := l.st.State()
-	l.s.log.Warn("stream cleared", "reason", a.Reason, "cause", a.Cause, "seq", st.LastSeq, "expect", st.Expect)
+	reason := string(a.Reason)
+	if a.Cause != "" {
+		reason += "/" + string(a.Cause)
+	}
+	l.s.log.Warn("stream cleared", "reason", reason, "seq", st.LastSeq, "expect", st.Expect)
 }
 
 func (l *loop) startReplay(from uint64) {
@@ -309,8 +313,11 @@ func (l *loop) endReplay(a Action) {
 	}
 	l.closeReplay()
 	l.s.ctr.replay(a.Outcome).Inc()
-	if a.Outcome != ReplaySuccess {
-		l.s.log.Warn("replay lost", "outcome", a.Outcome, "cause", a.Cause, "seq", from)
+	switch a.Outcome {
+	case ReplayLost:
+		l.s.log.Warn("replay lost", "reason", a.Cause, "seq", from)
+	case ReplayMismatch:
+		l.s.log.Warn("reconnect check failed: publisher restarted", "reason", a.Cause, "seq", from)
 	}
 }
 

@@ -33,11 +33,14 @@ import (
 // The monitor publishes on an inproc PAIR endpoint that the same goroutine reads, so the SUB,
 // the monitor and its PAIR all have one owner. Events used: ZMQ_EVENT_HANDSHAKE_SUCCEEDED (the
 // ZMTP session to the publisher is up; every one after the first is a reconnect) and
-// ZMQ_EVENT_DISCONNECTED (for the Connected flag). Detected: publisher process restarts and
-// closed TCP connections (the peer's FIN or RST), and, with ZMTP heartbeats enabled on the SUB
-// (Config.HeartbeatInterval), silent connection loss once the heartbeat times out. Not
-// detected: nothing, as long as libzmq reconnects; a fast restart that keeps the TCP connection
-// is impossible (a new process means a new connection).
+// ZMQ_EVENT_DISCONNECTED (for the Connected flag). Detected: every new ZMTP session after the
+// first, i.e. publisher restarts (a new process always means a new connection) and reconnects
+// after a closed connection (FIN or RST), and, with ZMTP heartbeats on the SUB
+// (Config.HeartbeatInterval), after silent connection loss once the heartbeat times out.
+// Not detected: loss inside a connection that stays up (PUB HWM drops, failed sends in vLLM);
+// those show up as seq gaps (§1.6 rule 4). If the monitor cannot start, StreamStatus.Monitored
+// is false and reconnects are seen only through seq (rule 5 still catches restarts whose seq
+// restarts below expect).
 const (
 	monitorEvents = C.ZMQ_EVENT_HANDSHAKE_SUCCEEDED | C.ZMQ_EVENT_DISCONNECTED
 
