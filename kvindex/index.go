@@ -28,7 +28,7 @@ type worker struct {
 	id   WorkerID
 	slot uint32
 	// eh maps, per medium, each engine hash to its entry.
-	eh [NumMedia]map[uint64]entry
+	eh [NumMedia]ehTable
 	// extra counts, per medium and row, the EHs backing that router key beyond the first (a key
 	// may be backed by several EHs; its presence bit goes only when none is left). Usually nil.
 	extra        [NumMedia]map[uint32]uint32
@@ -36,13 +36,6 @@ type worker struct {
 	entries      int // entries over all media, for MaxBlocksPerWorker
 	clears       int
 	capClears    int
-}
-
-// entry is one engine hash of a worker in one medium: its key row (excludedRef for an excluded
-// block) and how many stores are not yet matched by removes.
-type entry struct {
-	ref uint32
-	rc  uint32
 }
 
 // New returns an empty Index for cfg, or the field/value/rule errors of cfg.
@@ -86,9 +79,6 @@ func (ix *Index) add(w WorkerID) *worker {
 		}
 	}
 	wk := &worker{id: w, slot: s}
-	for m := range wk.eh {
-		wk.eh[m] = make(map[uint64]entry)
-	}
 	ix.slots[s] = wk
 	ix.ids[w] = s
 	ix.live[s/64] |= 1 << (s % 64)
@@ -109,8 +99,8 @@ func (ix *Index) ClearWorker(w WorkerID) {
 func (ix *Index) clear(wk *worker) {
 	word, bit := wk.slot/64, uint64(1)<<(wk.slot%64)
 	for m := range NumMedia {
-		for _, e := range wk.eh[m] {
-			if e.ref == excludedRef {
+		for _, e := range wk.eh[m].slots {
+			if e.rc == 0 || e.ref == excludedRef {
 				continue
 			}
 			mk := ix.keys.mask(e.ref, Medium(m))
@@ -122,7 +112,7 @@ func (ix *Index) clear(wk *worker) {
 				ix.keys.release(e.ref)
 			}
 		}
-		clear(wk.eh[m])
+		wk.eh[m].reset()
 		wk.extra[m] = nil
 	}
 	wk.entries = 0
@@ -158,7 +148,7 @@ func (ix *Index) SetCapacity(w WorkerID, numGPUBlocks int) {
 
 // checkCapacity applies the sanity check of SetCapacity and reports whether it cleared wk.
 func (ix *Index) checkCapacity(wk *worker) bool {
-	if wk.numGPUBlocks == 0 || len(wk.eh[GPU]) <= wk.numGPUBlocks {
+	if wk.numGPUBlocks == 0 || wk.eh[GPU].len() <= wk.numGPUBlocks {
 		return false
 	}
 	ix.clear(wk)
@@ -183,7 +173,7 @@ func (ix *Index) Stats(w WorkerID) (WorkerStats, bool) {
 	}
 	st := WorkerStats{Clears: wk.clears, CapacityClears: wk.capClears}
 	for m := range NumMedia {
-		st.Blocks[m] = len(wk.eh[m])
+		st.Blocks[m] = wk.eh[m].len()
 	}
 	return st, true
 }

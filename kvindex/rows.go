@@ -14,7 +14,7 @@ const excludedRef = ^uint32(0)
 // `words` words each, one bit per worker slot (GPU first, then CPU, then Disk). A row lives while
 // any of its bits is set; then its key is deleted and the row goes on the free list.
 type keyRows struct {
-	index  map[uint64]uint32 // router key -> row
+	index  keyTable // router key -> row
 	rows   []uint64
 	words  int // bitset words per medium
 	stride int // 1 + NumMedia*words
@@ -22,13 +22,12 @@ type keyRows struct {
 }
 
 func newKeyRows() keyRows {
-	return keyRows{index: make(map[uint64]uint32), words: 1, stride: 1 + NumMedia}
+	return keyRows{words: 1, stride: 1 + NumMedia}
 }
 
 // find returns the row of key.
 func (t *keyRows) find(key uint64) (uint32, bool) {
-	r, ok := t.index[key]
-	return r, ok
+	return t.index.find(key, t.rows, t.stride)
 }
 
 // key returns the router key of row r.
@@ -42,7 +41,7 @@ func (t *keyRows) mask(r uint32, m Medium) []uint64 {
 
 // findOrAdd returns the row of key, creating an empty one if needed.
 func (t *keyRows) findOrAdd(key uint64) uint32 {
-	if r, ok := t.index[key]; ok {
+	if r, ok := t.index.find(key, t.rows, t.stride); ok {
 		return r
 	}
 	var r uint32
@@ -54,7 +53,7 @@ func (t *keyRows) findOrAdd(key uint64) uint32 {
 		t.rows = append(t.rows, make([]uint64, t.stride)...)
 	}
 	t.rows[int(r)*t.stride] = key
-	t.index[key] = r
+	t.index.insert(key, r)
 	return r
 }
 
@@ -71,7 +70,7 @@ func (t *keyRows) empty(r uint32) bool {
 
 // release deletes row r's key and frees the row; the row must be empty.
 func (t *keyRows) release(r uint32) {
-	delete(t.index, t.key(r))
+	t.index.delete(t.key(r), r)
 	t.free = append(t.free, r)
 }
 
@@ -95,4 +94,4 @@ func (t *keyRows) grow(words int) {
 }
 
 // len returns the number of live rows (distinct router keys held).
-func (t *keyRows) len() int { return len(t.index) }
+func (t *keyRows) len() int { return t.index.n }

@@ -100,17 +100,20 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	}
 	var pk uint64
 	if s.HasParent {
-		e, ok := wk.eh[m][s.Parent]
-		if !ok && m != GPU {
-			e, ok = wk.eh[GPU][s.Parent]
+		tbl := &wk.eh[m]
+		at := tbl.find(s.Parent)
+		if at < 0 && m != GPU {
+			tbl = &wk.eh[GPU]
+			at = tbl.find(s.Parent)
 		}
-		switch {
-		case !ok:
+		if at < 0 {
 			return StoreResult{Skip: SkipParentNotFound}
-		case e.ref == excludedRef:
+		}
+		ref := tbl.slots[at].ref
+		if ref == excludedRef {
 			return StoreResult{Skip: SkipExcludedChain}
 		}
-		pk = ix.keys.key(e.ref)
+		pk = ix.keys.key(ref)
 	}
 	n := len(s.Hashes)
 	var res StoreResult
@@ -144,9 +147,9 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 // storePlaceholder applies a non-GPU store without tokens (the OffloadingConnector default):
 // each EH takes the router key of the same EH on GPU, all or nothing.
 func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreResult {
-	gpu := wk.eh[GPU]
+	gpu := &wk.eh[GPU]
 	for _, eh := range hashes {
-		if _, ok := gpu[eh]; !ok {
+		if gpu.find(eh) < 0 {
 			return StoreResult{Skip: SkipUnresolved}
 		}
 	}
@@ -155,7 +158,7 @@ func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreRe
 	}
 	var res StoreResult
 	for _, eh := range hashes {
-		ref := gpu[eh].ref
+		ref := gpu.slots[gpu.find(eh)].ref
 		ix.addEntry(wk, m, eh, ref)
 		if ref != excludedRef {
 			res.Stored++
@@ -166,25 +169,33 @@ func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreRe
 
 // addKeyEntry records one store of eh backing router key k in medium m of wk.
 func (ix *Index) addKeyEntry(wk *worker, m Medium, eh, k uint64) {
-	tbl := wk.eh[m]
-	if e, ok := tbl[eh]; ok {
-		e.rc++
-		tbl[eh] = e
+	tbl := &wk.eh[m]
+	at, ok := tbl.slot(eh)
+	if ok {
+		tbl.slots[at].rc++
 		return
 	}
-	ix.addEntry(wk, m, eh, ix.keys.findOrAdd(k))
+	ref := ix.keys.findOrAdd(k)
+	tbl.put(at, eh, ref)
+	ix.addBacking(wk, m, ref)
 }
 
 // addEntry records one store of eh with row ref (or excludedRef) in medium m of wk. An EH that
 // is already present only gains a reference: its first store decided its key.
 func (ix *Index) addEntry(wk *worker, m Medium, eh uint64, ref uint32) {
-	tbl := wk.eh[m]
-	if e, ok := tbl[eh]; ok {
-		e.rc++
-		tbl[eh] = e
+	tbl := &wk.eh[m]
+	at, ok := tbl.slot(eh)
+	if ok {
+		tbl.slots[at].rc++
 		return
 	}
-	tbl[eh] = entry{ref: ref, rc: 1}
+	tbl.put(at, eh, ref)
+	ix.addBacking(wk, m, ref)
+}
+
+// addBacking counts a new entry of wk in medium m and records it as backing row ref (unless
+// excluded).
+func (ix *Index) addBacking(wk *worker, m Medium, ref uint32) {
 	wk.entries++
 	if ref == excludedRef {
 		return
@@ -215,23 +226,24 @@ func (ix *Index) Remove(w WorkerID, m Medium, hashes []uint64) (removed, notFoun
 	if wk == nil {
 		return 0, len(hashes)
 	}
-	tbl := wk.eh[m]
+	tbl := &wk.eh[m]
 	for _, eh := range hashes {
-		e, ok := tbl[eh]
-		if !ok {
+		at := tbl.find(eh)
+		if at < 0 {
 			notFound++
 			continue
 		}
 		removed++
+		e := &tbl.slots[at]
 		if e.rc > 1 {
 			e.rc--
-			tbl[eh] = e
 			continue
 		}
-		delete(tbl, eh)
+		ref := e.ref
+		tbl.delete(at)
 		wk.entries--
-		if e.ref != excludedRef {
-			ix.dropBacking(wk, m, e.ref)
+		if ref != excludedRef {
+			ix.dropBacking(wk, m, ref)
 		}
 	}
 	return removed, notFound

@@ -1,0 +1,208 @@
+package kvindex
+
+// Open-addressing hash tables with linear probing and backward-shift deletion (no tombstones,
+// so heavy store/remove churn never lengthens probe sequences). Both grow by doubling when more
+// than 3/4 full and never shrink, except through reset.
+
+const (
+	minTableSize = 16
+	fibMul       = 0x9e3779b97f4a7c15 // 2^64 / golden ratio: Fibonacci hashing
+)
+
+// ehSlot is one entry of an ehTable; rc == 0 marks an empty slot.
+type ehSlot struct {
+	eh  uint64 // engine hash
+	ref uint32 // key row, or excludedRef
+	rc  uint32 // stores not yet matched by removes
+}
+
+// ehTable maps engine hashes to entries for one worker and medium.
+type ehTable struct {
+	slots []ehSlot
+	n     int
+	shift uint8 // 64 - log2(len(slots))
+}
+
+func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
+
+// len returns the number of entries.
+func (t *ehTable) len() int { return t.n }
+
+// find returns the slot index of eh, or -1. The index is valid until the next insert or delete.
+func (t *ehTable) find(eh uint64) int {
+	if t.n == 0 {
+		return -1
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(eh); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.rc == 0 {
+			return -1
+		}
+		if s.eh == eh {
+			return int(i)
+		}
+	}
+}
+
+// slot returns the slot index of eh and true, or the empty slot where eh belongs and false;
+// fill that with put before any other change to t. It grows t first if needed.
+func (t *ehTable) slot(eh uint64) (int, bool) {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(eh); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.rc == 0 {
+			return int(i), false
+		}
+		if s.eh == eh {
+			return int(i), true
+		}
+	}
+}
+
+// put stores a new entry for eh with one reference to ref at the empty slot i from slot.
+func (t *ehTable) put(i int, eh uint64, ref uint32) {
+	t.slots[i] = ehSlot{eh: eh, ref: ref, rc: 1}
+	t.n++
+}
+
+func (t *ehTable) grow() {
+	old := t.slots
+	size := max(minTableSize, 2*len(old))
+	t.slots = make([]ehSlot, size)
+	t.shift = uint8(64 - log2(size))
+	mask := uint64(size - 1)
+	for _, s := range old {
+		if s.rc == 0 {
+			continue
+		}
+		i := t.home(s.eh)
+		for t.slots[i].rc != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+// delete removes the entry at slot index at, as returned by find.
+func (t *ehTable) delete(at int) {
+	mask := uint64(len(t.slots) - 1)
+	i := uint64(at)
+	for j := (i + 1) & mask; t.slots[j].rc != 0; j = (j + 1) & mask {
+		// Move slot j into the hole at i unless its home lies cyclically in (i, j].
+		if h := t.home(t.slots[j].eh); (j-h)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = ehSlot{}
+	t.n--
+}
+
+// reset drops every entry, keeping the allocation unless it is large.
+func (t *ehTable) reset() {
+	if len(t.slots) > 1<<16 {
+		*t = ehTable{}
+		return
+	}
+	clear(t.slots)
+	t.n = 0
+}
+
+// keyTable maps router keys to rows of a keyRows. A slot holds the top 32 bits of the key's
+// Fibonacci hash (from which its home slot follows) and ref+1 (0 = empty), so probing compares
+// hashes in the table and reads a row only on a probable match.
+type keyTable struct {
+	slots []uint64
+	n     int
+	shift uint8 // 64 - log2(len(slots)), >= 32
+}
+
+func keyHash(key uint64) uint64 { return (key * fibMul) >> 32 }
+
+func (t *keyTable) home(h32 uint64) uint64 { return h32 >> (t.shift - 32) }
+
+// find returns the row of key; rows is keyRows.rows with the given stride.
+func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
+	if t.n == 0 {
+		return 0, false
+	}
+	h := keyHash(key)
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return 0, false
+		}
+		if s>>32 == h {
+			if r := uint32(s) - 1; rows[int(r)*stride] == key {
+				return r, true
+			}
+		}
+	}
+}
+
+// insert adds key (absent) with row ref.
+func (t *keyTable) insert(key uint64, ref uint32) {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	h := keyHash(key)
+	mask := uint64(len(t.slots) - 1)
+	i := t.home(h)
+	for t.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = h<<32 | uint64(ref+1)
+	t.n++
+}
+
+func (t *keyTable) grow() {
+	old := t.slots
+	size := max(minTableSize, 2*len(old))
+	t.slots = make([]uint64, size)
+	t.shift = uint8(64 - log2(size))
+	mask := uint64(size - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		i := t.home(s >> 32)
+		for t.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+// delete removes row ref holding key; it must be present.
+func (t *keyTable) delete(key uint64, ref uint32) {
+	mask := uint64(len(t.slots) - 1)
+	h := keyHash(key)
+	want := h<<32 | uint64(ref+1)
+	i := t.home(h)
+	for t.slots[i] != want {
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
+		if h := t.home(t.slots[j] >> 32); (j-h)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = 0
+	t.n--
+}
+
+// log2 returns log2 of the power of two n.
+func log2(n int) int {
+	l := 0
+	for n > 1 {
+		n >>= 1
+		l++
+	}
+	return l
+}
