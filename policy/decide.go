@@ -23,15 +23,22 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	}
 	// Step 2.
 	if !cfg.Enabled {
-		remote(cfg, in, snap, rng, &dec, ReasonRemoteDisabled)
+		remote(cfg, sanitize(in, snap), snap, rng, &dec, ReasonRemoteDisabled)
 		return dec
 	}
 	if !aligned(in.Decode, snap.Decode) {
 		dec.Inputs.Err = ErrSignalsMismatch
+		in = withoutDecodeSignals(in)
 		remote(cfg, in, snap, rng, &dec, ReasonRemotePolicyError)
 		return dec
 	}
 	// Step 3: preconditions.
+	if in.Prefill != nil && !aligned(in.Prefill, snap.Prefill) {
+		in = withoutPrefillSignals(in)
+		if cfg.Disagg.Policy.loadBased() {
+			dec.Inputs.PrefillPreviewed, dec.Inputs.PrefillBusy, dec.Inputs.Err = true, BusyUnknown, ErrSignalsMismatch
+		}
+	}
 	if in.ISL <= 0 {
 		remote(cfg, in, snap, rng, &dec, ReasonRemoteNoTokens)
 		return dec
@@ -61,8 +68,9 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	}
 	// Step 5: inputs.
 	previewDecode(cfg, in, snap, d, &dec)
-	// Step 6: prefill preview for load policies only.
-	if cfg.Disagg.Policy.loadBased() {
+	// Step 6: prefill preview for load policies only (unknown already if the prefill signals
+	// did not describe the prefill pool).
+	if cfg.Disagg.Policy.loadBased() && dec.Inputs.PrefillBusy == BusyNotEvaluated {
 		previewPrefill(cfg, in, snap, rng, &dec)
 	}
 	// Step 7: policy; step 8: decode-busy guard on a bypass only.
@@ -150,8 +158,7 @@ func previewDecode(cfg *Config, in *Input, snap *pool.Snapshot, d int, dec *Deci
 }
 
 // previewPrefill is step 6: a non-booking prefill-mode selection and the busy test
-// apt(p) > θp·mnbt(p). Every worker busy (pool rejection) ⇒ true; a missing threshold or a
-// signal mismatch ⇒ unknown.
+// apt(p) > θp·mnbt(p). Every worker busy (pool rejection) ⇒ true; a missing threshold ⇒ unknown.
 func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
 	x := &dec.Inputs
 	x.PrefillPreviewed = true
@@ -160,28 +167,22 @@ func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand,
 		x.PrefillBusy, x.Err = BusyUnknown, ErrNoThreshold
 		return
 	}
-	if in.Prefill != nil && !aligned(in.Prefill, snap.Prefill) {
-		x.PrefillBusy, x.Err = BusyUnknown, ErrSignalsMismatch
-		return
-	}
-	rejected := true
-	for i := range snap.Prefill {
-		if !prefillBusy(&snap.Prefill[i], theta) {
-			rejected = false
-			break
-		}
-	}
 	sel := newSelector(cfg, in, snap.Prefill, in.Prefill, modePrefill)
 	p := sel.pick(rng)
 	l := &snap.Prefill[p]
 	dec.Prefill = p
 	x.PrefillActive = l.ActivePrefillTokens
 	x.PrefillBudget = theta * float64(mnbt(l))
-	x.PrefillRejected = rejected
-	if rejected || prefillBusy(l, theta) {
-		x.PrefillBusy = BusyTrue
-	} else {
-		x.PrefillBusy = BusyFalse
+	x.PrefillBusy = BusyFalse
+	if prefillBusy(l, theta) {
+		// A pool rejection (every worker busy) implies the chosen one is busy too.
+		x.PrefillBusy, x.PrefillRejected = BusyTrue, true
+		for i := range snap.Prefill {
+			if !prefillBusy(&snap.Prefill[i], theta) {
+				x.PrefillRejected = false
+				break
+			}
+		}
 	}
 }
 
@@ -203,6 +204,7 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 	if !aligned(sigs, snap.Decode) {
 		sigs = nil
 	}
+	in = withoutPrefillSignals(in)
 	sel := newSelector(cfg, in, snap.Decode, sigs, modeBypass)
 	d := sel.pick(rng)
 	if d < 0 {
@@ -221,15 +223,12 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 	dec.PrefillTokens = int64(dec.Inputs.Eff)
 }
 
-// remote sets the remote path (step 9's targets): the previewed or pinned prefill worker if
+// remote sets the remote path (step 9's targets). in's signals must be aligned with snap or nil.: the previewed or pinned prefill worker if
 // any, else a prefill-mode selection, and a remote-decode-mode selection of the decode worker
 // (overlap credit only when the feature is on; restricted to a resolved decode pin).
 func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
 	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, pool.Guard{}
 	psigs := in.Prefill
-	if !aligned(psigs, snap.Prefill) {
-		psigs = nil
-	}
 	if dec.Prefill < 0 || dec.Prefill >= len(snap.Prefill) {
 		sel := newSelector(cfg, in, snap.Prefill, psigs, modePrefill)
 		dec.Prefill = sel.pick(rng)
@@ -243,7 +242,7 @@ func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 		dec.PrefillTokens = int64(max(in.ISL, 0) - min(dec.Inputs.PrefillCached, max(in.ISL, 0)))
 	}
 	dsigs := in.Decode
-	if !cfg.Enabled || !aligned(dsigs, snap.Decode) {
+	if !cfg.Enabled {
 		dsigs = nil
 	}
 	sel := newSelector(cfg, in, snap.Decode, dsigs, modeRemoteDecode)
@@ -274,7 +273,32 @@ func Demote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 	case ReasonRemoteCapacityUnknown:
 		dec.Gate = GateDeniedDecodeBusyUnknown
 	}
-	remote(cfg, in, snap, rng, dec, reason)
+	remote(cfg, sanitize(in, snap), snap, rng, dec, reason)
+}
+
+// sanitize returns in, or a copy without the signal slices that do not describe snap.
+func sanitize(in *Input, snap *pool.Snapshot) *Input {
+	if !aligned(in.Decode, snap.Decode) {
+		in = withoutDecodeSignals(in)
+	}
+	if in.Prefill != nil && !aligned(in.Prefill, snap.Prefill) {
+		in = withoutPrefillSignals(in)
+	}
+	return in
+}
+
+// withoutDecodeSignals and withoutPrefillSignals return a copy of in (on the caller's stack
+// when it does not escape) with one signal slice dropped.
+func withoutDecodeSignals(in *Input) *Input {
+	c := *in
+	c.Decode = nil
+	return &c
+}
+
+func withoutPrefillSignals(in *Input) *Input {
+	c := *in
+	c.Prefill = nil
+	return &c
 }
 
 // aligned reports whether sigs describe loads one to one, in order.

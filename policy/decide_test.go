@@ -322,3 +322,26 @@ func TestDecideDemote(t *testing.T) {
 		})
 	}
 }
+
+func TestDecisionReporting(t *testing.T) {
+	cfg := enabledConfig()
+	cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold, cfg.Disagg.DecodeBusyThreshold = ISLOrLoad, Set(1), Set(0.8)
+	snap := oneEach(pool.WorkerLoad{KVCapacityBlocks: -1}, pool.WorkerLoad{MaxBatchedTokens: 100})
+	in := &Input{Now: testNow, ISL: 4096, Decode: []Signal{{Worker: "d0", GPU: 192, Stream: live()}}, Prefill: []Signal{{Worker: "zz"}}}
+	dec := Decide(&cfg, in, snap, nil)
+	// O3 with capacity unknown: both unknown counters fire, the decision goes remote.
+	if p, d := dec.UnknownSignals(); !p || !d || dec.Reason != ReasonRemoteCapacityUnknown {
+		t.Fatalf("UnknownSignals = %v,%v reason %v", p, d, dec.Reason)
+	}
+	if got := string(dec.AppendHeader(nil)); got != "route=prefill;reason=remote_capacity_unknown;isl=4096;eff_isl=1024;overlap_blocks=192" {
+		t.Fatalf("header = %q", got)
+	}
+	for _, r := range Reasons() {
+		if r.String() == "unknown" || r.String() == "" {
+			t.Fatalf("reason %d has no name", r)
+		}
+	}
+	if len(Reasons()) != 17 {
+		t.Fatalf("%d reasons, the spec's enum has 17", len(Reasons()))
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/condisagg/condisagg/pool"
@@ -129,4 +130,25 @@ func (d *Decision) Booking(requestID string, keys []uint64) pool.Booking {
 		b.Mode, b.Prefill = pool.ModeRemote, d.PrefillID
 	}
 	return b
+}
+
+// UnknownSignals reports which busy signals were missing, for
+// condisagg_busy_signal_unknown_total{signal="prefill"|"decode_capacity"}.
+func (d *Decision) UnknownSignals() (prefill, decodeCapacity bool) {
+	return d.Inputs.PrefillBusy == BusyUnknown, d.Gate == GateDeniedDecodeBusyUnknown
+}
+
+// AppendHeader appends the x-condisagg-decision value (ARCHITECTURE §2):
+// route=…;reason=…;isl=…;eff_isl=…;overlap_blocks=….
+func (d *Decision) AppendHeader(dst []byte) []byte {
+	dst = append(dst, "route="...)
+	dst = append(dst, d.Route.String()...)
+	dst = append(dst, ";reason="...)
+	dst = append(dst, d.Reason.String()...)
+	dst = append(dst, ";isl="...)
+	dst = strconv.AppendInt(dst, int64(d.Inputs.ISL), 10)
+	dst = append(dst, ";eff_isl="...)
+	dst = strconv.AppendInt(dst, int64(d.Inputs.Eff), 10)
+	dst = append(dst, ";overlap_blocks="...)
+	return strconv.AppendInt(dst, int64(d.Inputs.Overlap), 10)
 }

@@ -262,9 +262,13 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 		s.At = now
 		w.scrape = s
 	}
-	if p.healthyLocked(w) != was {
+	if now := p.healthyLocked(w); now != was {
 		p.version++
-		p.log.Warn("worker eligibility changed by scrape", "worker", w.id, "healthy", !was, "err", err)
+		if now {
+			p.log.Info("worker metrics scrape recovered; worker eligible again", "worker", w.id)
+		} else {
+			p.log.Warn("worker metrics scrape failing; worker excluded from selection", "worker", w.id, "err", err)
+		}
 	}
 	p.publishLocked(w)
 }
