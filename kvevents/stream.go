@@ -386,6 +386,12 @@ func (st *Stream) replayHole(seq uint64) {
 
 // finish ends the replay in progress with cause ("" = the end marker arrived), decides the
 // outcome, and re-feeds the buffered live messages.
+//
+// The outcome is the spec's condition alone: success iff the replay started at the requested
+// seq and stayed contiguous up to at least the first buffered live seq - 1. A timeout, a
+// malformed reply or an overflow after that point loses nothing, so it is still a success;
+// before it, the replayed prefix (already applied) cannot reach the live stream, so the run
+// that does is the buffered live messages alone (or the run held after a hole).
 func (st *Stream) finish(cause LostCause) {
 	rp := &st.rp
 	rp.active = false
@@ -395,7 +401,7 @@ func (st *Stream) finish(cause LostCause) {
 	switch {
 	case rp.discard:
 		st.emit(Action{Kind: ActEndReplay, Outcome: ReplayMismatch, Cause: CauseDigest})
-	case cause == "" && !rp.lost && (len(rp.live) == 0 || rp.next >= rp.live[0].seq):
+	case !rp.lost && (len(rp.live) == 0 || rp.next >= rp.live[0].seq):
 		st.emit(Action{Kind: ActEndReplay, Outcome: ReplaySuccess})
 	default:
 		st.lostOutcome(cause)

@@ -57,8 +57,9 @@ func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
 	return kvindex.WorkerID(worker + "/dp" + strconv.FormatInt(rank, 10))
 }
 
-// Add starts ingesting stream sc. It returns once the stream's sockets are set up (or failed),
-// or when ctx ends. The stream runs until Remove, Close, or the end of ctx.
+// Add starts ingesting stream sc on a goroutine the group owns. It returns once the stream's
+// sockets are set up, with the setup error if any; ctx bounds only that wait (a stream whose
+// setup did not finish in time is stopped). The stream then runs until Remove or Close.
 func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 	key := streamKey{sc.Worker, sc.Rank}
 	applier := NewApplier(g.ix, IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, g.cfg.Metrics, g.lim)
@@ -97,6 +98,8 @@ func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 		}
 		return err
 	case <-ctx.Done():
+		g.drop(key, m)
+		<-m.done
 		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: %w", sc.Worker, sc.Rank, ctx.Err())
 	}
 }
