@@ -1,0 +1,287 @@
+package envoy
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// BodyMode selects the ext_proc processing modes of a rendered bootstrap
+// (envoy-extproc design §1 and §5).
+type BodyMode string
+
+const (
+	// Buffered sends the whole request body in one message and streams the response body:
+	// the recommended profile. Fail-open covers the whole exchange.
+	Buffered BodyMode = "buffered"
+	// Streamed streams both bodies. Envoy fixes the route before the request body arrives, so
+	// condisagg routes such requests as bodyless; for testing that path, not for production.
+	Streamed BodyMode = "streamed"
+	// FullDuplex uses FULL_DUPLEX_STREAMED both ways with trailers sent, as InferencePool
+	// gateways do. Envoy treats it as fail-closed, so Params.FailOpen must be false.
+	FullDuplex BodyMode = "full_duplex"
+)
+
+// Modes returns every BodyMode, in the order the tests render them.
+func Modes() []BodyMode { return []BodyMode{Buffered, Streamed, FullDuplex} }
+
+// Failure modes of the ext_proc filter (Params.FailOpen).
+const (
+	FailOpen   = true
+	FailClosed = false
+)
+
+// Endpoint is a host and port. Host is an IP literal (cluster type STATIC) or a DNS name
+// (STRICT_DNS); Port 0 is allowed only for Params.Listen and Params.Admin, where Envoy picks a
+// free port (read it back with Process.ListenerAddr and Process.AdminAddr).
+type Endpoint struct {
+	Host string
+	Port int
+}
+
+// String returns host:port ([v6]:port for IPv6).
+func (e Endpoint) String() string { return net.JoinHostPort(e.Host, strconv.Itoa(e.Port)) }
+
+// ParseEndpoint parses "host:port" (or "[v6]:port").
+func ParseEndpoint(s string) (Endpoint, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("envoy: parse endpoint %q: %w", s, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("envoy: parse endpoint %q: port %q is not a number", s, port)
+	}
+	return Endpoint{Host: host, Port: p}, nil
+}
+
+// Params are the values substituted into bootstrap.yaml.tmpl. Zero fields take the defaults
+// listed on each field; Render validates the result.
+type Params struct {
+	// Mode selects the body modes; default Buffered.
+	Mode BodyMode
+	// FailOpen sets failure_mode_allow. true: requests Envoy could not send to condisagg go to
+	// the decode_fallback cluster (DecodeFallback required). false: Envoy answers 500 when
+	// condisagg is unreachable and the catch-all route answers 503. Default false (the zero
+	// value); the demo and production Buffered profile use FailOpen.
+	FailOpen bool
+	// Listen is the client-facing listener; default 127.0.0.1:0 (Envoy picks the port).
+	Listen Endpoint
+	// Admin is Envoy's admin interface; default 127.0.0.1:0.
+	Admin Endpoint
+	// ExtProc is condisagg's ext_proc gRPC address; required.
+	ExtProc Endpoint
+	// DecodeFallback lists every decode worker for fail-open traffic; required when FailOpen.
+	DecodeFallback []Endpoint
+	// MessageTimeout is ext_proc's per-message timeout; default 2s (no timer in full duplex).
+	MessageTimeout time.Duration
+	// RequestBodyBufferLimitBytes is the largest body Envoy buffers; default 16 MiB.
+	RequestBodyBufferLimitBytes int64
+	// RouteTimeout and RouteIdleTimeout bound a whole request and its silences;
+	// defaults 3600s and 900s (long generations, non-streamed answers).
+	RouteTimeout, RouteIdleTimeout time.Duration
+	// ConnectTimeout applies to the worker clusters; default 5s.
+	ConnectTimeout time.Duration
+	// HealthCheckInterval is the active health-check period of condisagg and decode_fallback;
+	// default 5s.
+	HealthCheckInterval time.Duration
+	// MaxRequests is every cluster's circuit-breaker limit; default 10000.
+	MaxRequests int
+	// AccessLogPath, when set, enables a one-line-per-request access log there
+	// (route, upstream host, destination header, response code details).
+	AccessLogPath string
+}
+
+// StrippedHeaders returns the router-owned request headers the header_mutation filter removes
+// before ext_proc runs, besides every header starting with x-condisagg- (conditional-disagg §3
+// step 0).
+func StrippedHeaders() []string {
+	return []string{
+		"x-gateway-destination-endpoint",
+		"x-prefiller-host-port",
+		"x-bypass-remote-prefill",
+		"x-prefill-continue",
+	}
+}
+
+//go:embed bootstrap.yaml.tmpl
+var bootstrapTemplate string
+
+var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
+	"dur":         protoDuration,
+	"q":           strconv.Quote,
+	"clusterType": clusterType,
+	"list":        func(e Endpoint) []Endpoint { return []Endpoint{e} },
+}).Option("missingkey=error").Parse(bootstrapTemplate))
+
+// WithDefaults returns p with every zero field set to its default.
+func (p Params) WithDefaults() Params {
+	if p.Mode == "" {
+		p.Mode = Buffered
+	}
+	if p.Listen.Host == "" {
+		p.Listen.Host = "127.0.0.1"
+	}
+	if p.Admin.Host == "" {
+		p.Admin.Host = "127.0.0.1"
+	}
+	setDuration(&p.MessageTimeout, 2*time.Second)
+	setDuration(&p.RouteTimeout, time.Hour)
+	setDuration(&p.RouteIdleTimeout, 15*time.Minute)
+	setDuration(&p.ConnectTimeout, 5*time.Second)
+	setDuration(&p.HealthCheckInterval, 5*time.Second)
+	if p.RequestBodyBufferLimitBytes == 0 {
+		p.RequestBodyBufferLimitBytes = 16 << 20
+	}
+	if p.MaxRequests == 0 {
+		p.MaxRequests = 10000
+	}
+	return p
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// Validate reports every problem of p (after WithDefaults) at once.
+func (p Params) Validate() error {
+	var errs []error
+	bad := func(field string, value any, rule string) {
+		errs = append(errs, fmt.Errorf("envoy: %s: %v %s", field, value, rule))
+	}
+	switch p.Mode {
+	case Buffered, Streamed, FullDuplex:
+	default:
+		bad("mode", strconv.Quote(string(p.Mode)), "is not one of buffered, streamed, full_duplex")
+	}
+	if p.Mode == FullDuplex && p.FailOpen {
+		bad("fail_open", true, "is not allowed with full_duplex (Envoy ignores failure_mode_allow once a full-duplex body was sent)")
+	}
+	checkEndpoint(bad, "listen", p.Listen, true)
+	checkEndpoint(bad, "admin", p.Admin, true)
+	checkEndpoint(bad, "ext_proc", p.ExtProc, false)
+	if p.FailOpen && len(p.DecodeFallback) == 0 {
+		bad("decode_fallback", "[]", "must list at least one decode worker when fail_open is set")
+	}
+	for i, e := range p.DecodeFallback {
+		checkEndpoint(bad, fmt.Sprintf("decode_fallback[%d]", i), e, false)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"message_timeout", p.MessageTimeout}, {"route_timeout", p.RouteTimeout},
+		{"route_idle_timeout", p.RouteIdleTimeout}, {"connect_timeout", p.ConnectTimeout},
+		{"health_check_interval", p.HealthCheckInterval}} {
+		if d.v < time.Millisecond {
+			bad(d.name, d.v, "is below 1ms")
+		}
+	}
+	if p.RequestBodyBufferLimitBytes < 1 || p.RequestBodyBufferLimitBytes > 1<<32 {
+		bad("request_body_buffer_limit_bytes", p.RequestBodyBufferLimitBytes, "is outside [1, 4 GiB]")
+	}
+	if p.MaxRequests < 1 {
+		bad("max_requests", p.MaxRequests, "is below 1")
+	}
+	if strings.ContainsAny(p.AccessLogPath, "\n\r") {
+		bad("access_log_path", strconv.Quote(p.AccessLogPath), "contains a line break")
+	}
+	return errors.Join(errs...)
+}
+
+func checkEndpoint(bad func(string, any, string), field string, e Endpoint, portZeroOK bool) {
+	if !validHost(e.Host) {
+		bad(field+".host", strconv.Quote(e.Host), "is not an IP address or DNS name")
+	}
+	lo := 1
+	if portZeroOK {
+		lo = 0
+	}
+	if e.Port < lo || e.Port > 65535 {
+		bad(field+".port", e.Port, fmt.Sprintf("is outside [%d, 65535]", lo))
+	}
+}
+
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Render fills bootstrap.yaml.tmpl with p (after WithDefaults) and returns the Envoy bootstrap
+// YAML. It fails, naming every offending field, when p is invalid.
+func Render(p Params) ([]byte, error) {
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	data := struct {
+		Params
+		StrippedHeaders []string
+	}{p, StrippedHeaders()}
+	if err := tmpl.Execute(&buf, data); err != nil {
+		return nil, fmt.Errorf("envoy: render bootstrap mode=%s: %w", p.Mode, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteBootstrap renders p into dir/envoy-<mode>.yaml and returns the file's path.
+func WriteBootstrap(dir string, p Params) (string, error) {
+	out, err := Render(p)
+	if err != nil {
+		return "", err
+	}
+	mode := p.WithDefaults().Mode
+	path := filepath.Join(dir, "envoy-"+string(mode)+".yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return "", fmt.Errorf("envoy: write bootstrap %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// protoDuration formats d as a protobuf JSON duration ("2s", "0.25s").
+func protoDuration(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+func allIP(es []Endpoint) bool {
+	for _, e := range es {
+		if _, err := netip.ParseAddr(e.Host); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// clusterType is STATIC when every endpoint is an IP literal, else STRICT_DNS.
+func clusterType(es []Endpoint) string {
+	if allIP(es) {
+		return "STATIC"
+	}
+	return "STRICT_DNS"
+}
