@@ -301,6 +301,9 @@ func (d *decoder) events(p []byte) ([]byte, error) {
 // payload can hold them (each entry takes at least one byte), so a forged length cannot make
 // the decoder allocate more than the payload justifies.
 func reserve[T uint64 | uint32](arena []T, n uint32, left, limit int, what string) ([]T, error) {
+	if int(n) <= cap(arena)-len(arena) && int(n) <= left && int(n) <= limit {
+		return arena, nil
+	}
 	if int(n) > limit {
 		return arena, fmt.Errorf("%w: %d %s, limit %d", ErrLimit, n, what, limit)
 	}

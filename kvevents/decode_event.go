@@ -204,7 +204,7 @@ func (d *decoder) mapEvent(p []byte, ev *Event) ([]byte, error) {
 	if err != nil {
 		return p, d.fail(start, "event", err)
 	}
-	tag, ok, err := d.findTag(body, n)
+	tag, afterTag, first, ok, err := d.findTag(body, n)
 	if err != nil {
 		return body, err
 	}
@@ -223,8 +223,11 @@ func (d *decoder) mapEvent(p []byte, ev *Event) ([]byte, error) {
 		ev.UnknownTag = tag
 		return d.skipN(start, 1, "event")
 	}
-	p = body
-	for range n {
+	p, i := body, uint32(0)
+	if first {
+		p, i = afterTag, 1
+	}
+	for ; i < n; i++ {
 		var f field
 		if f, p, err = d.key(p); err != nil {
 			return p, err
@@ -242,49 +245,61 @@ func (d *decoder) mapEvent(p []byte, ev *Event) ([]byte, error) {
 }
 
 // findTag scans the n key/value pairs of a map event for "type". ok is false when the key is
-// missing or its value is not a str.
-func (d *decoder) findTag(p []byte, n uint32) (tag []byte, ok bool, err error) {
-	for range n {
+// missing or its value is not a str. first is true when "type" is the first key (as msgspec
+// writes it); rest then points just after the tag, so the field pass can start there.
+func (d *decoder) findTag(p []byte, n uint32) (tag, rest []byte, first, ok bool, err error) {
+	for i := range n {
 		at := p
-		if msgp.NextType(p) != msgp.StrType {
-			if p, err = d.skipN(p, 2, "event"); err != nil {
-				return nil, false, err
+		var key []byte
+		var isStr bool
+		if key, p, isStr, err = readKey(p); err != nil {
+			return nil, nil, false, false, d.fail(at, "event", err)
+		}
+		if !isStr || string(key) != "type" {
+			if p, err = d.skipN(p, 1, "event"); err != nil {
+				return nil, nil, false, false, err
 			}
 			continue
 		}
-		var key []byte
-		if key, p, err = msgp.ReadStringZC(p); err != nil {
-			return nil, false, d.fail(at, "event", err)
+		at = p
+		tag, p, isStr, err = readKey(p)
+		if err != nil {
+			return nil, nil, false, false, d.fail(at, "tag", err)
 		}
-		if string(key) == "type" {
-			if msgp.NextType(p) != msgp.StrType {
-				return nil, false, nil
-			}
-			at = p
-			if tag, _, err = msgp.ReadStringZC(p); err != nil {
-				return nil, false, d.fail(at, "tag", err)
-			}
-			return tag, true, nil
-		}
-		if p, err = d.skipN(p, 1, "event"); err != nil {
-			return nil, false, err
-		}
+		return tag, p, i == 0, isStr, nil
 	}
-	return nil, false, nil
+	return nil, nil, false, false, nil
 }
 
 // key reads a map-form key. Keys that are not str are consumed and give fNone.
 func (d *decoder) key(p []byte) (field, []byte, error) {
 	at := p
-	if msgp.NextType(p) != msgp.StrType {
-		p, err := d.skipN(p, 1, "event")
-		return fNone, p, err
-	}
-	key, p, err := msgp.ReadStringZC(p)
+	key, p, isStr, err := readKey(p)
 	if err != nil {
 		return fNone, p, d.fail(at, "event", err)
 	}
+	if !isStr {
+		return fNone, p, nil
+	}
 	return fieldNamed(key), p, nil
+}
+
+// readKey reads a str (aliasing p), with a fast path for fixstr, the encoding of every key and
+// tag vLLM sends. A value of another type is consumed and gives isStr false.
+func readKey(p []byte) (key, rest []byte, isStr bool, err error) {
+	if len(p) > 0 && p[0]&0xe0 == 0xa0 {
+		n := int(p[0]&0x1f) + 1
+		if len(p) < n {
+			return nil, p, false, msgp.ErrShortBytes
+		}
+		return p[1:n], p[n:], true, nil
+	}
+	if msgp.NextType(p) == msgp.StrType {
+		key, rest, err = msgp.ReadStringZC(p)
+		return key, rest, err == nil, err
+	}
+	rest, err = msgp.Skip(p)
+	return nil, rest, false, err
 }
 
 // skipN skips n msgpack values.
@@ -349,12 +364,8 @@ func (d *decoder) fieldValue(p []byte, ev *Event, f field) ([]byte, error) {
 
 // hashes reads block_hashes into the batch's hash arena.
 func (d *decoder) hashes(p []byte, ev *Event) ([]byte, status, error) {
-	if msgp.NextType(p) != msgp.ArrayType {
-		p, err := msgp.Skip(p)
-		return p, valBad, err
-	}
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil {
+	n, p, isArray, err := readArrayHeader(p)
+	if err != nil || !isArray {
 		return p, valBad, err
 	}
 	arena, err := reserve(d.b.hashes, n, len(p), d.lim.MaxHashes, "block hashes")
@@ -381,17 +392,11 @@ func (d *decoder) hashes(p []byte, ev *Event) ([]byte, status, error) {
 
 // tokens reads token_ids into the batch's token arena; nil is an empty list.
 func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
-	switch msgp.NextType(p) {
-	case msgp.NilType:
-		p, err := msgp.ReadNilBytes(p)
-		return p, valOK, err
-	case msgp.ArrayType:
-	default:
-		p, err := msgp.Skip(p)
-		return p, valBad, err
+	if msgp.IsNil(p) {
+		return p[1:], valOK, nil
 	}
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil {
+	n, p, isArray, err := readArrayHeader(p)
+	if err != nil || !isArray {
 		return p, valBad, err
 	}
 	arena, err := reserve(d.b.tokens, n, len(p), d.lim.MaxTokens, "token ids")

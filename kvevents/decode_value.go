@@ -27,6 +27,9 @@ func skipBad(p []byte) (status, []byte, error) {
 // readInt reads an int of any msgpack width, signed or unsigned (§2.4 rule 7), or nil.
 // An unsigned value above MaxInt64 is valBad.
 func readInt(p []byte) (int64, status, []byte, error) {
+	if len(p) > 0 && p[0] < 0x80 { // positive fixint: block sizes, group indexes, ranks
+		return int64(p[0]), valOK, p[1:], nil
+	}
 	switch msgp.NextType(p) {
 	case msgp.IntType:
 		v, p, err := msgp.ReadInt64Bytes(p)
@@ -45,8 +48,27 @@ func readInt(p []byte) (int64, status, []byte, error) {
 	return 0, st, p, err
 }
 
+// readArrayHeader reads an array header, with a fast path for fixarray. A value of another
+// type is consumed and gives isArray false.
+func readArrayHeader(p []byte) (n uint32, rest []byte, isArray bool, err error) {
+	if len(p) > 0 && p[0]&0xf0 == 0x90 {
+		return uint32(p[0] & 0x0f), p[1:], true, nil
+	}
+	if msgp.NextType(p) != msgp.ArrayType {
+		rest, err = msgp.Skip(p)
+		return 0, rest, false, err
+	}
+	n, rest, err = msgp.ReadArrayHeaderBytes(p)
+	return n, rest, err == nil, err
+}
+
 // readStr reads a str (aliasing p) or nil.
 func readStr(p []byte) ([]byte, status, []byte, error) {
+	if len(p) > 0 && p[0]&0xe0 == 0xa0 { // fixstr: media, names, kinds
+		if s, rest, _, err := readKey(p); err == nil {
+			return s, valOK, rest, nil
+		}
+	}
 	switch msgp.NextType(p) {
 	case msgp.StrType:
 		s, p, err := msgp.ReadStringZC(p)
@@ -80,6 +102,9 @@ func readRawArray(p []byte) ([]byte, status, []byte, error) {
 // its value, a negative int its two's-complement bits, a bin the big-endian value of its last
 // 8 bytes (left-padded with zeros when shorter). nil gives valNil.
 func readHash(p []byte) (uint64, status, []byte, error) {
+	if len(p) >= 9 && p[0] == 0xcf { // uint64: the low 64 bits of a SHA-256 or xxh3-128 digest
+		return binary.BigEndian.Uint64(p[1:]), valOK, p[9:], nil
+	}
 	switch msgp.NextType(p) {
 	case msgp.UintType:
 		u, p, err := msgp.ReadUint64Bytes(p)
@@ -108,35 +133,23 @@ func binHash(b []byte) uint64 {
 	return binary.BigEndian.Uint64(buf[:])
 }
 
-// tokenCode says how to decode a token id from the 8 big-endian bytes starting at its lead
-// byte: value = (word >> shift) & mask, size bytes long. size 0 sends the lead to readToken.
-type tokenCode struct {
-	shift, size uint8
-	mask        uint32
-}
-
-// tokenCodes covers the encodings msgspec uses for token ids: positive fixint, uint8, uint16
-// and uint32 (an immutable table).
-var tokenCodes = func() (t [256]tokenCode) {
-	for lead := range 0x80 {
-		t[lead] = tokenCode{shift: 56, size: 1, mask: 0x7f}
-	}
-	t[0xcc] = tokenCode{shift: 48, size: 2, mask: 0xff}
-	t[0xcd] = tokenCode{shift: 40, size: 3, mask: 0xffff}
-	t[0xce] = tokenCode{shift: 24, size: 5, mask: 0xffffffff}
-	return t
-}()
-
 // appendTokens reads n token ids and appends them to arena (which has room for n). Entries are
 // ints in [0, 2^32-1] or EAGLE [token, token] pairs, reduced to element 0 (§2.4 rule 7).
 // Anything else is skipped and makes the status valBad.
 func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status, error) {
 	result := valOK
 	i := uint32(0)
-	// Fast path, branch-free per token, while 8 bytes can be loaded.
+	// Fast path while 8 bytes can be loaded: msgspec writes token ids as positive fixint or
+	// uint8/16/32 (lead 0xcc..0xce, 1<<(lead-0xcc) value bytes). The length is computed, not
+	// looked up, to keep the per-token dependency chain short.
 	for ; i < n && len(p) >= 8; i++ {
-		c := tokenCodes[p[0]]
-		if c.size == 0 {
+		lead := p[0]
+		if lead < 0x80 {
+			arena, p = append(arena, uint32(lead)), p[1:]
+			continue
+		}
+		k := lead - 0xcc
+		if k > 2 {
 			t, st, rest, err := readToken(p)
 			if err != nil {
 				return arena, rest, valBad, err
@@ -149,8 +162,9 @@ func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status,
 			arena = append(arena, t)
 			continue
 		}
-		arena = append(arena, uint32(binary.BigEndian.Uint64(p)>>c.shift)&c.mask)
-		p = p[c.size:]
+		width := uint(8) << k // value bits: 8, 16, 32
+		word := binary.BigEndian.Uint64(p) << 8
+		arena, p = append(arena, uint32(word>>(64-width))), p[1+width/8:]
 	}
 	for ; i < n; i++ {
 		t, st, rest, err := readToken(p)
