@@ -1,0 +1,52 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// httpError is one immediate-response error (envoy-extproc.md §4 table).
+type httpError struct {
+	Status  int
+	Type    string
+	Reason  string
+	Message string
+}
+
+// toHTTPError maps a routing error to its immediate response. It is the only place that
+// decides status codes; internal errors reach it only under --failure-mode closed.
+func toHTTPError(err error) *httpError {
+	switch {
+	case errors.Is(err, ErrInvalidBody):
+		return &httpError{400, "invalid_request_error", "invalid_body", err.Error()}
+	case errors.Is(err, ErrBodyTooLarge):
+		return &httpError{413, "invalid_request_error", "body_too_large", err.Error()}
+	case errors.Is(err, ErrSubsetNoMatch):
+		return &httpError{503, "service_unavailable_error", "subset_no_match", err.Error()}
+	case errors.Is(err, ErrNoEligibleWorker):
+		return &httpError{503, "service_unavailable_error", "no_eligible_worker", err.Error()}
+	default:
+		return &httpError{503, "service_unavailable_error", "internal", "internal routing failure"}
+	}
+}
+
+// streamEnd maps how a Process stream ended to its gRPC result and the stream-error label
+// ("" when the end is normal: EOF or the client went away). It is the only place that turns
+// errors into gRPC status codes.
+func streamEnd(op string, err error) (error, string) {
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil, ""
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return nil, ""
+	case codes.OK, codes.Unknown:
+	default:
+		return err, op
+	}
+	return status.Errorf(codes.Unavailable, "extproc: %s: %v", op, err), op
+}

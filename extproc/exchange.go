@@ -1,0 +1,337 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+type resps = []*extprocv3.ProcessingResponse
+
+// reqState is where the request direction is.
+type reqState uint8
+
+const (
+	reqHeaders  reqState = iota // waiting for request headers
+	reqCollect                  // assembling a completion body for the decision
+	reqEcho                     // routed already; body chunks pass through
+	reqComplete                 // body complete (decided or rejected); later body messages are duplicates
+)
+
+// exchange is the state machine of one ext_proc stream: Step takes one ProcessingRequest and
+// returns the responses to send. It is owned by the goroutine running Process.
+type exchange struct {
+	srv      *Server
+	set      *Settings
+	reqMode  filterv3.ProcessingMode_BodySendMode
+	respMode filterv3.ProcessingMode_BodySendMode
+	modesSet bool
+
+	state     reqState
+	done      bool // an immediate response was sent: ignore everything, wait for EOF
+	ep        Endpoint
+	requestID string // x-request-id, for logs
+	strip     []string
+	subset    []string
+	hasSubset bool
+	body      []byte
+
+	out       Outcome
+	routed    bool
+	decidedAt time.Time
+
+	resp respObserver
+}
+
+func newExchange(s *Server) *exchange {
+	return &exchange{srv: s, set: s.router.Settings()}
+}
+
+// Step advances the machine by one message. A switch over message kinds with one handler
+// per kind.
+func (x *exchange) Step(ctx context.Context, req *extprocv3.ProcessingRequest) resps {
+	if !x.modesSet && req.GetProtocolConfig() != nil {
+		x.reqMode, x.respMode = req.ProtocolConfig.RequestBodyMode, req.ProtocolConfig.ResponseBodyMode
+		x.modesSet = true
+	}
+	if x.done {
+		return nil
+	}
+	switch m := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(ctx, req, m.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(ctx, m.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return x.requestTrailers(ctx)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return x.responseHeaders(m.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return x.responseBody(m.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return x.responseTrailers()
+	}
+	return nil
+}
+
+func (x *exchange) fullDuplex() bool { return x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED }
+
+// requestHeaders strips the client's router headers and either routes at once (bodyless,
+// passthrough paths, STREAMED) or waits for the body.
+func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
+	if x.state != reqHeaders {
+		return nil
+	}
+	method := x.readHeaders(h.GetHeaders())
+	x.subset, x.hasSubset = subsetHint(req.GetMetadataContext())
+	if method != "" && method != "POST" {
+		x.ep = EndpointOther
+	}
+	streamedBody := x.reqMode == filterv3.ProcessingMode_STREAMED || x.reqMode == filterv3.ProcessingMode_BUFFERED_PARTIAL
+	if h.GetEndOfStream() || x.ep == EndpointOther || streamedBody {
+		if x.ep != EndpointOther && !h.GetEndOfStream() {
+			x.streamedMisconfig()
+		}
+		x.state = reqEcho
+		if h.GetEndOfStream() {
+			x.state = reqComplete
+		}
+		out, err := x.srv.router.Passthrough(ReasonPassthrough)
+		if err != nil {
+			return x.reject(err)
+		}
+		return resps{x.routedResponse(phaseRequestHeaders, &out, -1)}
+	}
+	x.state = reqCollect
+	if x.fullDuplex() {
+		return nil // deferred until the body is complete
+	}
+	return resps{stripResponse(x.strip)}
+}
+
+// readHeaders records the request's path, id and the router headers to strip; it returns
+// the method.
+func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
+	x.strip = append(x.strip[:0], stripHeaders[:]...)
+	for _, hv := range hm.GetHeaders() {
+		key := strings.ToLower(hv.GetKey())
+		switch key {
+		case ":path":
+			x.ep = ParseEndpoint(headerValue(hv))
+		case ":method":
+			method = headerValue(hv)
+		case "x-request-id":
+			x.requestID = headerValue(hv)
+		default:
+			if strings.HasPrefix(key, "x-condisagg-") && !contains(x.strip, key) {
+				x.strip = append(x.strip, key)
+			}
+		}
+	}
+	return method
+}
+
+// requestBody assembles a completion body, or echoes a routed one.
+func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps {
+	switch x.state {
+	case reqComplete:
+		x.srv.metrics.DuplicateEOS.Inc()
+		return nil
+	case reqEcho:
+		if b.GetEndOfStream() {
+			x.state = reqComplete
+		}
+		if x.fullDuplex() {
+			return streamedBody(phaseRequestBody, b.GetBody(), b.GetEndOfStream())
+		}
+		return resps{wrap(phaseRequestBody, nil)}
+	case reqCollect:
+	default:
+		return nil
+	}
+	if len(x.body)+len(b.GetBody()) > x.set.MaxBodyBytes {
+		x.state = reqComplete
+		return x.reject(bodyTooLarge(len(x.body)+len(b.GetBody()), x.set.MaxBodyBytes))
+	}
+	x.body = append(x.body, b.GetBody()...)
+	if x.fullDuplex() && !b.GetEndOfStream() {
+		return nil
+	}
+	// BUFFERED: the one body message is the whole body, even when trailers follow.
+	x.state = reqComplete
+	return x.decide(ctx, b.GetEndOfStream())
+}
+
+// requestTrailers end a full-duplex body that had no end_of_stream chunk.
+func (x *exchange) requestTrailers(ctx context.Context) resps {
+	if x.state == reqCollect && x.fullDuplex() {
+		x.state = reqComplete
+		out := x.decide(ctx, false)
+		if x.done {
+			return out
+		}
+		return append(out, wrap(phaseRequestTrailers, nil))
+	}
+	if x.state == reqEcho {
+		x.state = reqComplete
+	}
+	return resps{wrap(phaseRequestTrailers, nil)}
+}
+
+// decide routes the assembled body and returns the decision in the shape of the body mode.
+func (x *exchange) decide(ctx context.Context, eos bool) resps {
+	out, err := x.route(ctx)
+	if err != nil {
+		return x.reject(err)
+	}
+	if !x.fullDuplex() {
+		return resps{x.routedResponse(phaseRequestBody, &out, -1)}
+	}
+	return append(resps{x.routedResponse(phaseRequestHeaders, &out, len(x.body))},
+		streamedBody(phaseRequestBody, x.body, eos)...)
+}
+
+// route parses and decides; internal failures follow --failure-mode.
+func (x *exchange) route(ctx context.Context) (Outcome, error) {
+	if _, err := ParseRequest(x.ep, x.body); err != nil {
+		return Outcome{}, err
+	}
+	out, err := x.srv.router.Decide(ctx, &DecideRequest{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
+	if err == nil || !errors.Is(err, ErrInternal) {
+		return out, err
+	}
+	x.srv.metrics.InternalErrors.Inc()
+	x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
+		"failure_mode", string(x.set.FailureMode), "err", err)
+	if x.set.FailureMode == FailOpen {
+		return x.srv.router.Passthrough(ReasonFailureOpen)
+	}
+	return Outcome{}, err
+}
+
+// routedResponse records a routing outcome and builds its response.
+func (x *exchange) routedResponse(p phase, out *Outcome, contentLength int) *extprocv3.ProcessingResponse {
+	x.out, x.routed, x.decidedAt = *out, true, time.Now()
+	x.resp.start(out)
+	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
+	if log := x.srv.log; log.Enabled(context.Background(), -4) {
+		in := &out.Decision.Inputs
+		log.Debug("decision", "request_id", x.requestID, "route", out.Route.String(), "reason", out.Reason,
+			"decode", out.Decode.ID, "prefill", out.Prefill.ID, "isl", out.Tokens, "cached", in.Cached,
+			"eff", in.Eff, "ratio", in.Ratio, "prefill_busy", in.PrefillBusy.String(), "pdb", in.ProjectedBlocks,
+			"kvcap", in.KVCapacity, "gate", out.Decision.Gate.String(), "booking", out.BookingID)
+	}
+	return decisionResponse(p, x.set, out, x.strip, contentLength)
+}
+
+// reject answers with an immediate error response; the stream then only drains.
+func (x *exchange) reject(err error) resps {
+	e := toHTTPError(err)
+	x.done = true
+	x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
+	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
+	return resps{immediateResponse(e)}
+}
+
+func (x *exchange) streamedMisconfig() {
+	x.srv.metrics.StreamedBodyMode.Inc()
+	if !x.srv.warnedModes.Swap(true) {
+		x.srv.log.Warn("request body mode STREAMED cannot carry a decision; routing completions without one " +
+			"(configure BUFFERED or FULL_DUPLEX_STREAMED)")
+	}
+}
+
+// responseHeaders observes the upstream status and answers at once.
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) resps {
+	code := 0
+	contentType := ""
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch strings.ToLower(hv.GetKey()) {
+		case ":status":
+			code, _ = strconv.Atoi(headerValue(hv))
+		case "content-type":
+			contentType = headerValue(hv)
+		}
+	}
+	x.resp.headers(x, code, contentType, h.GetEndOfStream())
+	decision := ""
+	if x.routed && x.set.DebugHeaders {
+		decision = decisionText(&x.out)
+	}
+	return resps{responseHeadersResponse(decision)}
+}
+
+// responseBody observes one chunk and passes it on unchanged.
+func (x *exchange) responseBody(b *extprocv3.HttpBody) resps {
+	x.resp.body(x, b.GetBody(), b.GetEndOfStream())
+	if x.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return streamedBody(phaseResponseBody, b.GetBody(), b.GetEndOfStream())
+	}
+	return resps{wrap(phaseResponseBody, nil)}
+}
+
+func (x *exchange) responseTrailers() resps {
+	x.resp.finish(x)
+	return resps{wrap(phaseResponseTrailers, nil)}
+}
+
+// end runs when the stream is over: a booking still held means the client went away.
+func (x *exchange) end() {
+	x.resp.cancel(x)
+}
+
+func headerValue(hv *corev3.HeaderValue) string {
+	if len(hv.GetRawValue()) > 0 {
+		return string(hv.GetRawValue())
+	}
+	return hv.GetValue()
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// subsetHint reads envoy.lb.subset_hint (a list or a comma string of ip:port).
+func subsetHint(md *corev3.Metadata) ([]string, bool) {
+	ns, ok := md.GetFilterMetadata()[SubsetNamespace]
+	if !ok {
+		return nil, false
+	}
+	v, ok := ns.GetFields()[SubsetKey]
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	if l := v.GetListValue(); l != nil {
+		for _, e := range l.GetValues() {
+			out = appendAddrs(out, e.GetStringValue())
+		}
+		return out, true
+	}
+	return appendAddrs(out, v.GetStringValue()), true
+}
+
+func appendAddrs(dst []string, s string) []string {
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			dst = append(dst, a)
+		}
+	}
+	return dst
+}
+
+func bodyTooLarge(n, limit int) error {
+	return fmt.Errorf("%w: request body of at least %d bytes is over the limit of %d bytes", ErrBodyTooLarge, n, limit)
+}

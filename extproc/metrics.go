@@ -1,0 +1,116 @@
+package extproc
+
+import (
+	"strconv"
+
+	"github.com/condisagg/condisagg/policy"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the ext_proc counters and histograms (ARCHITECTURE §5, conditional-disagg.md
+// §8.2). Every label comes from a closed set: policy kinds, routes, reasons, stages, HTTP
+// status codes 400–599 (else "other"), rejection reasons.
+type Metrics struct {
+	Decisions        *prometheus.CounterVec   // policy, route, reason
+	EffectiveISL     prometheus.Histogram     // eff tokens of policy decisions
+	EffectiveRatio   prometheus.Histogram     // eff / ISL
+	PromptTokens     *prometheus.HistogramVec // route
+	DecisionSeconds  *prometheus.HistogramVec // stage: tokenize, overlap, decide, book, total
+	BusyUnknown      *prometheus.CounterVec   // signal: prefill
+	Rejected         *prometheus.CounterVec   // reason: invalid_body, body_too_large, no_eligible_worker, subset_no_match, internal
+	InternalErrors   prometheus.Counter       // pipeline failures (before --failure-mode)
+	DuplicateEOS     prometheus.Counter       // request body messages after the body was complete
+	StreamedBodyMode prometheus.Counter       // completion requests in STREAMED mode (routed bodyless)
+	StreamErrors     *prometheus.CounterVec   // reason: recv, send, protocol
+	ActiveStreams    prometheus.Gauge         // open Process streams
+	UpstreamErrors   *prometheus.CounterVec   // route, code
+	Cancelled        prometheus.Counter       // streams that ended before their response did
+	FirstTokenSecs   *prometheus.HistogramVec // route: decision to first token
+	UsageTokens      *prometheus.CounterVec   // route, kind: prompt, completion, cached
+	CachedError      prometheus.Histogram     // bypass: usage cached_tokens − router cached(d)
+	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
+}
+
+// NewMetrics registers the ext_proc metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_decisions_total",
+			Help: "Routing decisions by policy, route and reason."}, []string{"policy", "route", "reason"}),
+		EffectiveISL: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_effective_isl_tokens",
+			Help: "Effective ISL (prompt tokens not cached on the previewed decode worker).",
+			Buckets: prometheus.ExponentialBuckets(16, 2, 14)}),
+		EffectiveRatio: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_effective_isl_ratio",
+			Help: "Effective ISL divided by ISL.", Buckets: prometheus.LinearBuckets(0, 0.1, 11)}),
+		PromptTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "condisagg_prompt_tokens",
+			Help: "Prompt tokens (ISL) of routed requests.", Buckets: prometheus.ExponentialBuckets(16, 2, 14)},
+			[]string{"route"}),
+		DecisionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "condisagg_decision_seconds",
+			Help: "Decision latency by stage.", Buckets: prometheus.ExponentialBuckets(1e-5, 2, 16)},
+			[]string{"stage"}),
+		BusyUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_busy_signal_unknown_total",
+			Help: "Decisions whose busy signal was unknown."}, []string{"signal"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_requests_rejected_total",
+			Help: "Requests answered with an immediate error response, by reason."}, []string{"reason"}),
+		InternalErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_internal_errors_total",
+			Help: "Routing pipeline failures handled by --failure-mode."}),
+		DuplicateEOS: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_duplicate_eos_total",
+			Help: "Request body messages received after the body was complete (ignored)."}),
+		StreamedBodyMode: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_streamed_body_mode_total",
+			Help: "Completion requests in STREAMED request body mode, routed without a decision."}),
+		StreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_extproc_stream_errors_total",
+			Help: "ext_proc streams that failed, by reason."}, []string{"reason"}),
+		ActiveStreams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_extproc_active_streams",
+			Help: "Open ext_proc streams."}),
+		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_upstream_errors_total",
+			Help: "Upstream error answers by route and HTTP status."}, []string{"route", "code"}),
+		Cancelled: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_requests_cancelled_total",
+			Help: "Requests whose stream ended before the response did (bookings released)."}),
+		FirstTokenSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "condisagg_time_to_first_token_seconds",
+			Help: "Time from the decision to the first token event.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)},
+			[]string{"route"}),
+		UsageTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_usage_tokens_total",
+			Help: "Tokens reported in answer usage, by route and kind."}, []string{"route", "kind"}),
+		CachedError: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_cached_tokens_error",
+			Help: "Bypass requests: reported cached_tokens minus the router's cached(d).",
+			Buckets: []float64{-4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096}}),
+		SSEOverflow: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_sse_parse_overflow_total",
+			Help: "Response streams whose incomplete SSE event exceeded the parse buffer."}),
+	}
+	reg.MustRegister(m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
+		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
+		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow)
+	return m
+}
+
+// decided records one routed request.
+func (m *Metrics) decided(pol policy.Kind, out *Outcome) {
+	route := out.Route.String()
+	m.Decisions.WithLabelValues(string(pol), route, out.Reason).Inc()
+	if out.Reason == ReasonPassthrough || out.Reason == ReasonFailureOpen {
+		return
+	}
+	in := &out.Decision.Inputs
+	m.PromptTokens.WithLabelValues(route).Observe(float64(out.Tokens))
+	if in.PreviewDecode != "" {
+		m.EffectiveISL.Observe(float64(in.Eff))
+		m.EffectiveRatio.Observe(in.Ratio)
+	}
+	if in.PrefillBusy == policy.BusyUnknown {
+		m.BusyUnknown.WithLabelValues("prefill").Inc()
+	}
+	var total float64
+	for i, d := range out.Stages {
+		s := d.Seconds()
+		total += s
+		m.DecisionSeconds.WithLabelValues(stageNames[i]).Observe(s)
+	}
+	m.DecisionSeconds.WithLabelValues("total").Observe(total)
+}
+
+// statusLabel bounds an HTTP status to a label.
+func statusLabel(code int) string {
+	if code >= 400 && code <= 599 {
+		return strconv.Itoa(code)
+	}
+	return "other"
+}

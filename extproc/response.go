@@ -1,0 +1,131 @@
+package extproc
+
+import (
+	"strings"
+	"time"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// respObserver follows the response of a booked request and releases its bookings
+// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry at the first token
+// (non-streaming: at the response headers), everything at the end, on an upstream error, or
+// when the stream ends first.
+type respObserver struct {
+	booking   string // pool booking id; "" = nothing to release
+	route     policy.Route
+	bypass    bool
+	cached    int // router's cached(d), for the bypass usage error
+	streaming bool
+	sse       sseParser
+	json      []byte // copy of a non-streaming answer, up to MaxJSONResponse
+	jsonOver  bool
+	ended     bool // the response ended (end_of_stream, trailers, error)
+	released  bool
+	prefill   bool // the prefill entry was released
+}
+
+func (o *respObserver) start(out *Outcome) {
+	*o = respObserver{booking: out.BookingID, route: out.Route, bypass: out.Route == policy.RouteDecode,
+		cached: out.Decision.Inputs.Cached}
+}
+
+// headers observes the response status and content type.
+func (o *respObserver) headers(x *exchange, code int, contentType string, eos bool) {
+	if o.booking == "" || o.released {
+		return
+	}
+	if code >= 400 {
+		x.srv.metrics.UpstreamErrors.WithLabelValues(o.route.String(), statusLabel(code)).Inc()
+		o.finish(x)
+		return
+	}
+	o.streaming = strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
+	if !o.streaming && code >= 200 && code < 300 {
+		o.firstToken(x) // vLLM sends non-streaming headers once the answer is complete
+	}
+	if eos {
+		o.finish(x)
+	}
+}
+
+// body observes one response chunk; it never changes or delays it.
+func (o *respObserver) body(x *exchange, chunk []byte, eos bool) {
+	if o.booking == "" || o.released {
+		return
+	}
+	if o.streaming {
+		obs := o.sse.Feed(chunk)
+		o.observed(x, &obs)
+	} else if !o.jsonOver {
+		if len(o.json)+len(chunk) > MaxJSONResponse {
+			o.json, o.jsonOver = nil, true
+		} else {
+			o.json = append(o.json, chunk...)
+		}
+	}
+	if eos {
+		if !o.streaming && !o.jsonOver {
+			obs := parseJSONResponse(o.json)
+			o.observed(x, &obs)
+		}
+		o.finish(x)
+	}
+}
+
+// observed applies what the parser saw.
+func (o *respObserver) observed(x *exchange, obs *observation) {
+	m := x.srv.metrics
+	if obs.Overflow {
+		m.SSEOverflow.Inc()
+	}
+	if obs.FirstToken {
+		o.firstToken(x)
+	}
+	if obs.HasUsage {
+		route := o.route.String()
+		m.UsageTokens.WithLabelValues(route, "prompt").Add(float64(obs.Usage.PromptTokens))
+		m.UsageTokens.WithLabelValues(route, "completion").Add(float64(obs.Usage.CompletionTokens))
+		if obs.Usage.CachedTokens >= 0 {
+			m.UsageTokens.WithLabelValues(route, "cached").Add(float64(obs.Usage.CachedTokens))
+			if o.bypass {
+				m.CachedError.Observe(float64(obs.Usage.CachedTokens - int64(o.cached)))
+			}
+		}
+	}
+	if obs.Error {
+		m.UpstreamErrors.WithLabelValues(o.route.String(), "stream_error").Inc()
+		o.finish(x)
+	}
+	if obs.Done {
+		o.finish(x)
+	}
+}
+
+func (o *respObserver) firstToken(x *exchange) {
+	if o.prefill {
+		return
+	}
+	o.prefill = true
+	x.srv.router.pool.ReleasePrefill(o.booking)
+	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(time.Since(x.decidedAt).Seconds())
+}
+
+// finish releases everything the booking still holds (idempotent).
+func (o *respObserver) finish(x *exchange) {
+	o.ended = true
+	if o.booking == "" || o.released {
+		return
+	}
+	o.released = true
+	x.srv.router.pool.Release(o.booking)
+}
+
+// cancel runs when the stream ends: a booking still held means the response never ended.
+func (o *respObserver) cancel(x *exchange) {
+	if o.booking == "" || o.released {
+		return
+	}
+	x.srv.metrics.Cancelled.Inc()
+	o.finish(x)
+}

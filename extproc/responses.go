@@ -1,0 +1,181 @@
+package extproc
+
+import (
+	"encoding/json"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// Header names of the contract (ARCHITECTURE §2).
+const (
+	HeaderRoute        = "x-condisagg-route"
+	HeaderDestination  = "x-gateway-destination-endpoint"
+	HeaderDecodeHost   = "x-condisagg-decode-host"
+	HeaderPrefillHost  = "x-condisagg-prefill-host"
+	HeaderPrefillerLLD = "x-prefiller-host-port"
+	HeaderDecision     = "x-condisagg-decision"
+	HeaderError        = "x-condisagg-error"
+	// MetadataNamespace carries the destination as dynamic metadata (GIE endpoint picker).
+	MetadataNamespace = "envoy.lb"
+	// SubsetNamespace and SubsetKey carry the gateway's subset hint.
+	SubsetNamespace = "envoy.lb.subset_hint"
+	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// MaxChunkBytes bounds one full-duplex streamed_response chunk (envoy-extproc.md §1).
+	MaxChunkBytes = 62000
+)
+
+// stripHeaders is conditional-disagg.md §3 step 0: every router-owned header a client may
+// send. Any other x-condisagg-* header the client sent is stripped too.
+var stripHeaders = [...]string{HeaderRoute, HeaderDecodeHost, HeaderPrefillHost, HeaderDecision,
+	HeaderDestination, HeaderPrefillerLLD, "x-bypass-remote-prefill", "x-prefill-continue"}
+
+// phase is the ext_proc message a response answers.
+type phase uint8
+
+const (
+	phaseRequestHeaders phase = iota
+	phaseRequestBody
+	phaseRequestTrailers
+	phaseResponseHeaders
+	phaseResponseBody
+	phaseResponseTrailers
+)
+
+// wrap builds the one response of phase p around common (nil = continue unchanged). It is the
+// only place that picks the oneof of a ProcessingResponse for a phase.
+func wrap(p phase, common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	switch p {
+	case phaseRequestHeaders:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: common}}}
+	case phaseResponseHeaders:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HeadersResponse{Response: common}}}
+	case phaseRequestBody:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: common}}}
+	case phaseResponseBody:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: common}}}
+	case phaseRequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}
+	default:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+}
+
+// stripResponse answers request headers whose decision comes later (BUFFERED): only the
+// client's router headers are removed.
+func stripResponse(strip []string) *extprocv3.ProcessingResponse {
+	return wrap(phaseRequestHeaders, &extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip}})
+}
+
+// decisionResponse carries a routing outcome in phase p (request headers or, in BUFFERED,
+// the request body): strip + set headers, clear_route_cache, and the destination mirrored in
+// dynamic metadata envoy.lb. contentLength >= 0 also sets Content-Length (full duplex).
+func decisionResponse(p phase, set *Settings, out *Outcome, strip []string, contentLength int) *extprocv3.ProcessingResponse {
+	dest := out.Destination().Endpoint
+	hs := []*corev3.HeaderValueOption{
+		header(HeaderRoute, out.Route.String()),
+		header(HeaderDestination, dest),
+		header(HeaderDecodeHost, out.Decode.Endpoint),
+	}
+	if out.Route == policy.RoutePrefill {
+		hs = append(hs, header(HeaderPrefillHost, out.Prefill.Endpoint))
+		if set.LLMDCompat {
+			hs = append(hs, header(HeaderPrefillerLLD, out.Prefill.Endpoint))
+		}
+	}
+	if set.DebugHeaders {
+		hs = append(hs, header(HeaderDecision, decisionText(out)))
+	}
+	if contentLength >= 0 {
+		hs = append(hs, header("content-length", strconv.Itoa(contentLength)))
+	}
+	resp := wrap(p, &extprocv3.CommonResponse{
+		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: hs, RemoveHeaders: strip},
+		ClearRouteCache: true,
+	})
+	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			HeaderDestination: structpb.NewStringValue(dest)}})}}
+	return resp
+}
+
+// responseHeadersResponse answers the upstream's response headers, echoing the decision
+// header with --debug-headers.
+func responseHeadersResponse(decision string) *extprocv3.ProcessingResponse {
+	if decision == "" {
+		return wrap(phaseResponseHeaders, nil)
+	}
+	return wrap(phaseResponseHeaders, &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{header(HeaderDecision, decision)}}})
+}
+
+// streamedBody writes body back in full-duplex mode as streamed_response chunks of at most
+// MaxChunkBytes, end_of_stream on the last one only when eos. An empty body with eos is one
+// empty chunk; an empty body without eos writes nothing.
+func streamedBody(p phase, body []byte, eos bool) []*extprocv3.ProcessingResponse {
+	var out []*extprocv3.ProcessingResponse
+	for len(body) > 0 || (eos && out == nil) {
+		n := min(len(body), MaxChunkBytes)
+		chunk := append([]byte(nil), body[:n]...)
+		body = body[n:]
+		out = append(out, wrap(p, &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+				Body: chunk, EndOfStream: eos && len(body) == 0}}}}))
+	}
+	return out
+}
+
+// errorBody is the OpenAI error object.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+// immediateResponse answers the client directly with an OpenAI-style JSON error.
+func immediateResponse(e *httpError) *extprocv3.ProcessingResponse {
+	var b errorBody
+	b.Error.Message, b.Error.Type, b.Error.Code = e.Message, e.Type, e.Reason
+	body, _ := json.Marshal(&b) // cannot fail: strings only
+	hs := []*corev3.HeaderValueOption{header("content-type", "application/json"), header(HeaderError, e.Reason)}
+	if e.Status == 429 || e.Status == 503 {
+		hs = append(hs, header("retry-after", "1"))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
+			Body:    body,
+			Details: "condisagg_" + e.Reason,
+		}}}
+}
+
+// header is one overwriting header mutation, value in raw_value only.
+func header(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// decisionText is the x-condisagg-decision value.
+func decisionText(out *Outcome) string {
+	in := &out.Decision.Inputs
+	return "route=" + out.Route.String() + ";reason=" + out.Reason + ";isl=" + strconv.Itoa(out.Tokens) +
+		";eff_isl=" + strconv.Itoa(in.Eff) + ";overlap_blocks=" + strconv.Itoa(in.Overlap)
+}

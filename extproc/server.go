@@ -1,0 +1,74 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// ProcessStream is what Process needs of a gRPC stream.
+type ProcessStream interface {
+	Context() context.Context
+	Recv() (*extprocv3.ProcessingRequest, error)
+	Send(*extprocv3.ProcessingResponse) error
+}
+
+// Server is the ext_proc service. It holds no per-stream state.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	router      *Router
+	metrics     *Metrics
+	log         *slog.Logger
+	warnedModes atomic.Bool // the STREAMED-mode misconfiguration was logged
+}
+
+// NewServer returns the ext_proc service over router. logger nil discards.
+func NewServer(router *Router, logger *slog.Logger) (*Server, error) {
+	if router == nil {
+		return nil, errors.New("extproc: server: router is required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{router: router, metrics: router.metrics, log: logger}, nil
+}
+
+// Process runs one ext_proc stream (one HTTP request): receive, step the per-stream machine,
+// send its answers. It returns nil when Envoy closes the stream or the client goes away.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	return s.process(stream)
+}
+
+func (s *Server) process(stream ProcessStream) error {
+	ctx := stream.Context()
+	s.metrics.ActiveStreams.Inc()
+	x := newExchange(s)
+	defer func() {
+		x.end()
+		s.metrics.ActiveStreams.Dec()
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return s.ended("recv", err)
+		}
+		for _, resp := range x.Step(ctx, req) {
+			if err := stream.Send(resp); err != nil {
+				return s.ended("send", err)
+			}
+		}
+	}
+}
+
+// ended turns a Recv/Send failure into the stream's result, counting real errors.
+func (s *Server) ended(op string, err error) error {
+	res, label := streamEnd(op, err)
+	if label != "" {
+		s.metrics.StreamErrors.WithLabelValues(label).Inc()
+		s.log.Warn("ext_proc stream failed", "op", op, "err", err)
+	}
+	return res
+}

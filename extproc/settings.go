@@ -1,0 +1,73 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// FailureMode says what an internal routing failure does (ARCHITECTURE §2).
+type FailureMode string
+
+const (
+	// FailOpen routes to the least-loaded decode worker (local prefill), nothing booked.
+	FailOpen FailureMode = "open"
+	// FailClosed answers 503.
+	FailClosed FailureMode = "closed"
+)
+
+// DefaultMaxBodyBytes is the default request body limit (10 MiB, as GIE's lwepp).
+const DefaultMaxBodyBytes = 10 << 20
+
+// Settings are the reloadable knobs of the ext_proc path. A validated Settings is never
+// modified; a reload validates a new one and swaps it in.
+type Settings struct {
+	Policy       *policy.Config // validated
+	MaxBodyBytes int
+	FailureMode  FailureMode
+	DebugHeaders bool // x-condisagg-decision on the request and the response
+	LLMDCompat   bool // x-prefiller-host-port on the remote path
+}
+
+// Validate returns every problem of s in the field/value/rule form.
+func (s *Settings) Validate() error {
+	var errs []error
+	if s.Policy == nil {
+		errs = append(errs, errors.New("extproc: settings: policy config is required"))
+	}
+	if s.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max_body_bytes: %d must be > 0", s.MaxBodyBytes))
+	}
+	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
+		errs = append(errs, fmt.Errorf("failure_mode: %q must be one of open, closed", s.FailureMode))
+	}
+	return errors.Join(errs...)
+}
+
+// Decision stages timed by condisagg_decision_seconds{stage}.
+const (
+	stageTokenize = iota
+	stageOverlap  // keys + index lookup
+	stageDecide   // snapshot + policy
+	stageBook
+	numStages
+)
+
+var stageNames = [numStages]string{"tokenize", "overlap", "decide", "book"}
+
+// stageClock measures consecutive stages of one decision.
+type stageClock struct {
+	now  func() time.Time
+	last time.Time
+}
+
+func newStageClock(now func() time.Time) stageClock { return stageClock{now: now, last: now()} }
+
+func (c *stageClock) lap() time.Duration {
+	t := c.now()
+	d := t.Sub(c.last)
+	c.last = t
+	return d
+}
