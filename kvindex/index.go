@@ -21,6 +21,8 @@ type Index struct {
 	live    []uint64            // bitset of occupied slots, keys.words words
 	keys    keyRows             // router key -> presence row
 	scratch hashSet             // Store's duplicate-hash check
+	keyBuf  []uint64            // Store's router keys of one event
+	sink    uint64              // keeps Store's prefetching loads alive
 }
 
 // worker is the state of one WorkerID.
@@ -97,19 +99,11 @@ func (ix *Index) ClearWorker(w WorkerID) {
 
 // clear drops every entry of wk and counts the clear. ix.mu must be write-locked.
 func (ix *Index) clear(wk *worker) {
-	word, bit := wk.slot/64, uint64(1)<<(wk.slot%64)
 	for m := range NumMedia {
 		for _, e := range wk.eh[m].slots {
-			if e.rc == 0 || e.ref == excludedRef {
-				continue
-			}
-			mk := ix.keys.mask(e.ref, Medium(m))
-			if mk[word]&bit == 0 {
-				continue // a second EH backing the same key, already withdrawn
-			}
-			mk[word] &^= bit
-			if ix.keys.empty(e.ref) {
-				ix.keys.release(e.ref)
+			// A second EH backing the same key finds the bit already cleared.
+			if e.rc != 0 && e.ref != excludedRef && ix.keys.has(e.ref, Medium(m), wk.slot) {
+				ix.keys.unset(e.ref, Medium(m), wk.slot)
 			}
 		}
 		wk.eh[m].reset()

@@ -43,15 +43,17 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	var inclW []uint64
 	end := len(keys)
 	for i, k := range keys {
-		row := out.zero
+		gpu, lower := out.zero[:W], out.zero
 		if r, ok := ix.keys.find(k); ok {
-			o := int(r)*ix.keys.stride + 1
-			row = ix.keys.rows[o : o+NumMedia*W]
+			gpu = ix.keys.gpu(r)
+			if l := ix.keys.lower(r); l != nil {
+				lower = l
+			}
 		}
 		if i == 0 {
-			inclW = out.markIncluded(g, row, W)
+			inclW = out.markIncluded(g, gpu, lower, W)
 		}
-		if !out.step(i, g, e, row, W) {
+		if !out.step(i, g, e, gpu, lower, W) {
 			end = -1
 			break
 		}
@@ -76,9 +78,9 @@ func (o *Overlaps) prepare(W, ns int) {
 	if len(o.gpuOn) < 2*W {
 		o.gpuOn = make([]uint64, 2*W) // second half: the included set
 		o.extOn = make([]uint64, W)
-		o.zero = make([]uint64, NumMedia*W)
+		o.zero = make([]uint64, 2*W)
 	}
-	o.gpuOn, o.extOn, o.zero = o.gpuOn[:2*W], o.extOn[:W], o.zero[:NumMedia*W]
+	o.gpuOn, o.extOn, o.zero = o.gpuOn[:2*W], o.extOn[:W], o.zero[:2*W]
 	if len(o.gpuEnd) < ns {
 		o.gpuEnd = make([]int32, ns)
 		o.extEnd = make([]int32, ns)
@@ -87,20 +89,21 @@ func (o *Overlaps) prepare(W, ns int) {
 }
 
 // markIncluded stores, in the second half of gpuOn, the live workers holding key 0 in any medium.
-func (o *Overlaps) markIncluded(g, row []uint64, W int) []uint64 {
+func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) []uint64 {
 	incl := o.gpuOn[W : 2*W]
 	for x := range W {
-		incl[x] = g[x] & (row[x] | row[W+x] | row[2*W+x])
+		incl[x] = g[x] & (gpu[x] | lower[x] | lower[W+x])
 	}
 	return incl
 }
 
-// step advances every extending worker over key i whose presence row is row, and reports
-// whether any worker is still extending.
-func (o *Overlaps) step(i int, g, e, row []uint64, W int) bool {
+// step advances every extending worker over key i, held on GPU by the workers of bitset gpu and
+// on CPU and Disk by those of lower (CPU words, then Disk words), and reports whether any worker
+// is still extending.
+func (o *Overlaps) step(i int, g, e, gpuBits, lower []uint64, W int) bool {
 	more := uint64(0)
 	for x := range W {
-		gpu, cpu, dsk := row[x], row[W+x], row[2*W+x]
+		gpu, cpu, dsk := gpuBits[x], lower[x], lower[W+x]
 		ext := cpu | dsk
 		gx, ex := g[x], e[x]
 		leaveG := gx &^ gpu

@@ -1,28 +1,34 @@
 package kvindex
 
 // maxRefs bounds the number of live key rows (and the per-worker entry cap), so that a row
-// reference fits in 32 bits with room for the excluded marker.
+// reference fits in 31 bits with room for the excluded marker.
 const maxRefs = 1 << 30
 
 // excludedRef is the row reference of an excluded entry (a non-plain block, §4.2 step 5): it is
 // refcounted like any entry but backs no router key.
 const excludedRef = ^uint32(0)
 
-// keyRows maps each router key that at least one worker holds to a row of presence bitsets.
+// keyRows maps each router key that at least one worker holds to a row of presence bitsets, one
+// bit per worker slot and medium.
 //
-// Row r occupies rows[r*stride : (r+1)*stride]: word 0 is the key, then NumMedia bitsets of
-// `words` words each, one bit per worker slot (GPU first, then CPU, then Disk). A row lives while
-// any of its bits is set; then its key is deleted and the row goes on the free list.
+// Row r occupies rows[r*stride : (r+1)*stride]: word 0 is the key, then the GPU bitset of
+// `words` words. Lower tiers are rarer, so their bitsets live apart: when extOf[r] != 0, the
+// CPU and then the Disk bitset of row r are ext[(extOf[r]-1)*2*words:][:2*words]. A row lives
+// while any of its bits is set; then its key is deleted and the row goes on the free list (its
+// lower-tier part as soon as that is empty).
 type keyRows struct {
-	index  keyTable // router key -> row
-	rows   []uint64
-	words  int // bitset words per medium
-	stride int // 1 + NumMedia*words
-	free   []uint32
+	index   keyTable // router key -> row
+	rows    []uint64
+	extOf   []uint32 // by row: 1 + index of its lower-tier bitsets in ext, or 0
+	ext     []uint64
+	words   int // bitset words per medium
+	stride  int // 1 + words
+	free    []uint32
+	extFree []uint32
 }
 
 func newKeyRows() keyRows {
-	return keyRows{words: 1, stride: 1 + NumMedia}
+	return keyRows{words: 1, stride: 2}
 }
 
 // find returns the row of key.
@@ -33,13 +39,93 @@ func (t *keyRows) find(key uint64) (uint32, bool) {
 // key returns the router key of row r.
 func (t *keyRows) key(r uint32) uint64 { return t.rows[int(r)*t.stride] }
 
-// mask returns row r's bitset for medium m.
-func (t *keyRows) mask(r uint32, m Medium) []uint64 {
-	o := int(r)*t.stride + 1 + int(m)*t.words
+// gpu returns row r's GPU bitset.
+func (t *keyRows) gpu(r uint32) []uint64 {
+	o := int(r)*t.stride + 1
 	return t.rows[o : o+t.words]
 }
 
-// findOrAdd returns the row of key, creating an empty one if needed.
+// lower returns row r's CPU and Disk bitsets (2*words words), or nil if both are empty.
+func (t *keyRows) lower(r uint32) []uint64 {
+	e := t.extOf[r]
+	if e == 0 {
+		return nil
+	}
+	o := int(e-1) * 2 * t.words
+	return t.ext[o : o+2*t.words]
+}
+
+// has reports whether bit slot of row r is set in medium m.
+func (t *keyRows) has(r uint32, m Medium, slot uint32) bool {
+	var bs []uint64
+	if m == GPU {
+		bs = t.gpu(r)
+	} else if bs = t.lower(r); bs == nil {
+		return false
+	} else if m != CPU {
+		bs = bs[t.words:]
+	}
+	return bs[slot/64]&(1<<(slot%64)) != 0
+}
+
+// set sets bit slot of row r in medium m.
+func (t *keyRows) set(r uint32, m Medium, slot uint32) {
+	if m == GPU {
+		t.gpu(r)[slot/64] |= 1 << (slot % 64)
+		return
+	}
+	bs := t.lower(r)
+	if bs == nil {
+		var e uint32
+		if n := len(t.extFree); n > 0 {
+			e = t.extFree[n-1]
+			t.extFree = t.extFree[:n-1]
+		} else {
+			e = uint32(len(t.ext) / (2 * t.words))
+			t.ext = append(t.ext, make([]uint64, 2*t.words)...)
+		}
+		t.extOf[r] = e + 1
+		bs = t.lower(r)
+	}
+	if m != CPU {
+		bs = bs[t.words:]
+	}
+	bs[slot/64] |= 1 << (slot % 64)
+}
+
+// unset clears bit slot of row r in medium m, freeing what became empty: the lower-tier part,
+// and the row with its key.
+func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
+	if m == GPU {
+		t.gpu(r)[slot/64] &^= 1 << (slot % 64)
+	} else if bs := t.lower(r); bs != nil {
+		if m != CPU {
+			bs[t.words+int(slot/64)] &^= 1 << (slot % 64)
+		} else {
+			bs[slot/64] &^= 1 << (slot % 64)
+		}
+		if allZero(bs) {
+			t.extFree = append(t.extFree, t.extOf[r]-1)
+			t.extOf[r] = 0
+		}
+	}
+	if t.extOf[r] == 0 && allZero(t.gpu(r)) {
+		t.index.delete(t.key(r), r)
+		t.free = append(t.free, r)
+	}
+}
+
+func allZero(ws []uint64) bool {
+	for _, w := range ws {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// findOrAdd returns the row of key, creating one without bits if needed; the caller must set a
+// bit in it before releasing ix.mu.
 func (t *keyRows) findOrAdd(key uint64) uint32 {
 	if r, ok := t.index.find(key, t.rows, t.stride); ok {
 		return r
@@ -51,27 +137,11 @@ func (t *keyRows) findOrAdd(key uint64) uint32 {
 	} else {
 		r = uint32(len(t.rows) / t.stride)
 		t.rows = append(t.rows, make([]uint64, t.stride)...)
+		t.extOf = append(t.extOf, 0)
 	}
 	t.rows[int(r)*t.stride] = key
 	t.index.insert(key, r)
 	return r
-}
-
-// empty reports whether row r has no bit set in any medium.
-func (t *keyRows) empty(r uint32) bool {
-	o := int(r)*t.stride + 1
-	for _, w := range t.rows[o : o+NumMedia*t.words] {
-		if w != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// release deletes row r's key and frees the row; the row must be empty.
-func (t *keyRows) release(r uint32) {
-	t.index.delete(t.key(r), r)
-	t.free = append(t.free, r)
 }
 
 // grow widens every bitset to words words (one per 64 worker slots).
@@ -79,18 +149,18 @@ func (t *keyRows) grow(words int) {
 	if words <= t.words {
 		return
 	}
-	stride := 1 + NumMedia*words
 	n := len(t.rows) / t.stride
-	rows := make([]uint64, n*stride, max(n, 64)*stride)
+	rows := make([]uint64, n*(1+words), max(n, 64)*(1+words))
 	for r := range n {
-		old := t.rows[r*t.stride : (r+1)*t.stride]
-		row := rows[r*stride : (r+1)*stride]
-		row[0] = old[0]
-		for m := range NumMedia {
-			copy(row[1+m*words:], old[1+m*t.words:1+(m+1)*t.words])
-		}
+		copy(rows[r*(1+words):], t.rows[r*t.stride:(r+1)*t.stride])
 	}
-	t.rows, t.words, t.stride = rows, words, stride
+	ne := len(t.ext) / (2 * t.words)
+	ext := make([]uint64, ne*2*words)
+	for e := range ne {
+		copy(ext[e*2*words:], t.ext[e*2*t.words:e*2*t.words+t.words])           // CPU
+		copy(ext[e*2*words+words:], t.ext[e*2*t.words+t.words:(e+1)*2*t.words]) // Disk
+	}
+	t.rows, t.ext, t.words, t.stride = rows, ext, words, 1+words
 }
 
 // len returns the number of live rows (distinct router keys held).

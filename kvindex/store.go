@@ -128,20 +128,46 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		return StoreResult{Skip: SkipCapacity}
 	}
 	seed := LoRASeed(s.LoRA)
-	plain := max(s.PlainBlocks, 0)
-	for j, eh := range s.Hashes {
-		if j >= plain {
-			ix.addEntry(wk, m, eh, excludedRef)
-			continue
-		}
-		if j >= covered {
-			break
-		}
+	plain := min(max(s.PlainBlocks, 0), covered)
+	keys := ix.keyBuf[:0]
+	for j := range plain {
 		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], seed))
-		ix.addKeyEntry(wk, m, eh, pk)
-		res.Stored++
+		keys = append(keys, pk)
+	}
+	ix.keyBuf = keys
+	ix.touch(wk, m, s.Hashes[:plain], keys)
+	for j, k := range keys {
+		ix.addKeyEntry(wk, m, s.Hashes[j], k)
+	}
+	res.Stored = plain
+	if plain < s.PlainBlocks {
+		return res // short tokens: blocks past the covered ones are not recorded
+	}
+	for _, eh := range s.Hashes[plain:] {
+		ix.addEntry(wk, m, eh, excludedRef)
 	}
 	return res
+}
+
+// touch loads the table slots and rows that storing keys under hashes will use, so that their
+// cache misses overlap instead of following one another (a software prefetch).
+func (ix *Index) touch(wk *worker, m Medium, hashes, keys []uint64) {
+	var acc uint64
+	if t := &wk.eh[m]; len(t.slots) > 0 {
+		for _, eh := range hashes {
+			acc += t.slots[t.home(eh)].eh
+		}
+	}
+	if t := &ix.keys.index; len(t.slots) > 0 {
+		for _, k := range keys {
+			acc += t.slots[t.home(keyHash(k))]
+		}
+	}
+	rows, free := ix.keys.rows, ix.keys.free
+	for j := range min(len(keys), len(free)) {
+		acc += rows[int(free[len(free)-1-j])*ix.keys.stride]
+	}
+	ix.sink = acc
 }
 
 // storePlaceholder applies a non-GPU store without tokens (the OffloadingConnector default):
@@ -200,10 +226,8 @@ func (ix *Index) addBacking(wk *worker, m Medium, ref uint32) {
 	if ref == excludedRef {
 		return
 	}
-	mk := ix.keys.mask(ref, m)
-	word, bit := wk.slot/64, uint64(1)<<(wk.slot%64)
-	if mk[word]&bit == 0 {
-		mk[word] |= bit
+	if !ix.keys.has(ref, m, wk.slot) {
+		ix.keys.set(ref, m, wk.slot)
 		return
 	}
 	if wk.extra[m] == nil {
@@ -261,8 +285,5 @@ func (ix *Index) dropBacking(wk *worker, m Medium, ref uint32) {
 			return
 		}
 	}
-	ix.keys.mask(ref, m)[wk.slot/64] &^= 1 << (wk.slot % 64)
-	if ix.keys.empty(ref) {
-		ix.keys.release(ref)
-	}
+	ix.keys.unset(ref, m, wk.slot)
 }
