@@ -28,35 +28,18 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	}
 	if !aligned(in.Decode, snap.Decode) {
 		dec.Inputs.Err = ErrSignalsMismatch
-		in = withoutDecodeSignals(in)
-		remote(cfg, in, snap, rng, &dec, ReasonRemotePolicyError)
+		remote(cfg, withoutDecodeSignals(in), snap, rng, &dec, ReasonRemotePolicyError)
 		return dec
+	}
+	prefillBad := in.Prefill != nil && !aligned(in.Prefill, snap.Prefill)
+	if prefillBad {
+		in = withoutPrefillSignals(in)
 	}
 	// Step 3: preconditions.
-	if in.Prefill != nil && !aligned(in.Prefill, snap.Prefill) {
-		in = withoutPrefillSignals(in)
-		if cfg.Disagg.Policy.loadBased() {
-			dec.Inputs.PrefillPreviewed, dec.Inputs.PrefillBusy, dec.Inputs.Err = true, BusyUnknown, ErrSignalsMismatch
-		}
-	}
-	if in.ISL <= 0 {
-		remote(cfg, in, snap, rng, &dec, ReasonRemoteNoTokens)
+	only, reason := preconditions(in, snap, &dec)
+	if reason != ReasonBypassISL {
+		remote(cfg, in, snap, rng, &dec, reason)
 		return dec
-	}
-	if in.Pin.Prefill != "" {
-		if dec.Prefill = find(snap.Prefill, in.Pin.Prefill); dec.Prefill < 0 {
-			dec.Inputs.Err = ErrPinUnresolved
-		}
-		remote(cfg, in, snap, rng, &dec, ReasonRemotePrefillPinned)
-		return dec
-	}
-	only := -1
-	if in.Pin.Decode != "" {
-		if only = find(snap.Decode, in.Pin.Decode); only < 0 {
-			dec.Inputs.Err = ErrPinUnresolved
-			remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodePinUnresolved)
-			return dec
-		}
 	}
 	// Step 4: decode preview in bypass mode, without booking.
 	sel := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
@@ -68,38 +51,71 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	}
 	// Step 5: inputs.
 	previewDecode(cfg, in, snap, d, &dec)
-	// Step 6: prefill preview for load policies only (unknown already if the prefill signals
-	// did not describe the prefill pool).
-	if cfg.Disagg.Policy.loadBased() && dec.Inputs.PrefillBusy == BusyNotEvaluated {
-		previewPrefill(cfg, in, snap, rng, &dec)
+	// Step 6: prefill preview for load policies only; prefill signals that do not describe
+	// the prefill pool are a preview error (busy unknown).
+	if cfg.Disagg.Policy.loadBased() {
+		if prefillBad {
+			dec.Inputs.PrefillPreviewed, dec.Inputs.PrefillBusy, dec.Inputs.Err = true, BusyUnknown, ErrSignalsMismatch
+		} else {
+			previewPrefill(cfg, in, snap, rng, &dec)
+		}
 	}
 	// Step 7: policy; step 8: decode-busy guard on a bypass only.
-	reason := evaluate(cfg.Disagg.Policy, &dec.Inputs)
+	reason = evaluate(cfg.Disagg.Policy, &dec.Inputs)
 	if reason.Route() == RoutePrefill {
 		dec.Gate = GateDeclinedByPolicy
 		remote(cfg, in, snap, rng, &dec, reason)
 		return dec
 	}
-	guard := cfg.Guard()
-	switch guard.Check(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity) {
+	if denied := applyGuard(cfg, &dec, reason); denied != reason {
+		remote(cfg, in, snap, rng, &dec, denied)
+		return dec
+	}
+	dec.Route, dec.Reason, dec.Guard = RouteDecode, reason, cfg.Guard()
+	dec.Decode, dec.DecodeID = d, snap.Decode[d].ID
+	dec.Prefill, dec.PrefillID = -1, ""
+	dec.PrefillTokens = int64(dec.Inputs.Eff)
+	return dec
+}
+
+// preconditions is step 3. It returns the decode index a trusted decode pin restricts the
+// preview to (-1 = none) and ReasonBypassISL when every precondition holds, else the remote
+// reason (a resolved prefill pin is left in dec.Prefill).
+func preconditions(in *Input, snap *pool.Snapshot, dec *Decision) (int, Reason) {
+	if in.ISL <= 0 {
+		return -1, ReasonRemoteNoTokens
+	}
+	if in.Pin.Prefill != "" {
+		if dec.Prefill = find(snap.Prefill, in.Pin.Prefill); dec.Prefill < 0 {
+			dec.Inputs.Err = ErrPinUnresolved
+		}
+		return -1, ReasonRemotePrefillPinned
+	}
+	if in.Pin.Decode == "" {
+		return -1, ReasonBypassISL
+	}
+	only := find(snap.Decode, in.Pin.Decode)
+	if only < 0 {
+		dec.Inputs.Err = ErrPinUnresolved
+		return -1, ReasonRemoteDecodePinUnresolved
+	}
+	return only, ReasonBypassISL
+}
+
+// applyGuard is step 8 on a policy bypass: it sets the gate label and returns the policy's
+// reason when the bypass stands, else remote_decode_busy or remote_capacity_unknown.
+func applyGuard(cfg *Config, dec *Decision, reason Reason) Reason {
+	switch cfg.Guard().Check(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity) {
 	case pool.VerdictOff:
 		dec.Gate = GateAllowedDecodeGateDisabled
 	case pool.VerdictPass:
 		dec.Gate = GateAllowedDecodeNotBusy
 	case pool.VerdictBusy:
-		dec.Gate = GateDeniedDecodeBusy
-		remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodeBusy)
-		return dec
+		dec.Gate, reason = GateDeniedDecodeBusy, ReasonRemoteDecodeBusy
 	case pool.VerdictCapacityUnknown:
-		dec.Gate = GateDeniedDecodeBusyUnknown
-		remote(cfg, in, snap, rng, &dec, ReasonRemoteCapacityUnknown)
-		return dec
+		dec.Gate, reason = GateDeniedDecodeBusyUnknown, ReasonRemoteCapacityUnknown
 	}
-	dec.Route, dec.Reason, dec.Guard = RouteDecode, reason, guard
-	dec.Decode, dec.DecodeID = d, snap.Decode[d].ID
-	dec.Prefill, dec.PrefillID = -1, ""
-	dec.PrefillTokens = int64(dec.Inputs.Eff)
-	return dec
+	return reason
 }
 
 // evaluate is step 7 (§4.1), both comparisons strict.
@@ -204,7 +220,6 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 	if !aligned(sigs, snap.Decode) {
 		sigs = nil
 	}
-	in = withoutPrefillSignals(in)
 	sel := newSelector(cfg, in, snap.Decode, sigs, modeBypass)
 	d := sel.pick(rng)
 	if d < 0 {
@@ -223,9 +238,10 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 	dec.PrefillTokens = int64(dec.Inputs.Eff)
 }
 
-// remote sets the remote path (step 9's targets). in's signals must be aligned with snap or nil.: the previewed or pinned prefill worker if
+// remote sets the remote path (step 9's targets): the previewed or pinned prefill worker if
 // any, else a prefill-mode selection, and a remote-decode-mode selection of the decode worker
-// (overlap credit only when the feature is on; restricted to a resolved decode pin).
+// (overlap credit only when the feature is on; restricted to a resolved decode pin). in's
+// signal slices must be aligned with snap or nil.
 func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
 	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, pool.Guard{}
 	psigs := in.Prefill

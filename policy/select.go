@@ -34,6 +34,7 @@ type selector struct {
 	mode    mode
 	isl     float64
 	bs      float64
+	invBS   float64 // 1/bs: cost evaluation multiplies instead of dividing
 	reqBlks float64 // ceil(ISL/bs)
 	only    int     // restrict to this index, -1 = all
 	minApt  int64   // min apt over candidates, for credit_decay
@@ -44,7 +45,7 @@ func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal,
 	sel := &cfg.Selection
 	s := selector{loads: loads, sigs: sigs, now: in.Now, after: cfg.Silence.After, minReq: cfg.Silence.MinRequests,
 		cw: sel.CreditWeight, hw: sel.HostWeight, dw: sel.DiskWeight, scale: sel.PrefillLoadScale,
-		arw: sel.ActiveRequestWeight, temp: sel.Temperature, mode: m, isl: float64(in.ISL), bs: bs,
+		arw: sel.ActiveRequestWeight, temp: sel.Temperature, mode: m, isl: float64(in.ISL), bs: bs, invBS: 1 / bs,
 		reqBlks: math.Ceil(float64(in.ISL) / bs), only: -1}
 	if sel.CreditDecay > 0 && sigs != nil {
 		s.decay = sel.CreditDecay
@@ -68,7 +69,7 @@ func (s *selector) creditBlocks(i int) float64 {
 	gpu := s.cw * float64(sg.GPU)
 	if s.decay > 0 {
 		rb := max(s.reqBlks, 1)
-		gpu /= 1 + s.decay*(float64(s.loads[i].ActivePrefillTokens-s.minApt)/s.bs)/rb
+		gpu /= 1 + s.decay*(float64(s.loads[i].ActivePrefillTokens-s.minApt)*s.invBS)/rb
 	}
 	return gpu + s.hw*float64(sg.Host) + s.dw*float64(sg.Disk)
 }
@@ -80,7 +81,7 @@ func (s *selector) cost(i int) float64 {
 	if s.mode == modeRemoteDecode {
 		return max(0, float64(l.ActiveDecodeBlocks)+s.reqBlks-s.creditBlocks(i)) + reqs
 	}
-	c := s.scale*max(0, (float64(l.ActivePrefillTokens)+s.isl)/s.bs-s.creditBlocks(i)) + reqs
+	c := s.scale*max(0, (float64(l.ActivePrefillTokens)+s.isl)*s.invBS-s.creditBlocks(i)) + reqs
 	if s.mode == modeBypass {
 		c += float64(l.ActiveDecodeBlocks + l.NewBlocks)
 	}
