@@ -1,0 +1,142 @@
+package sidecar
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Header names of the contract (ARCHITECTURE.md §2) and of the request id.
+const (
+	HeaderPrefillHost       = "X-Condisagg-Prefill-Host"
+	HeaderDecodeHost        = "X-Condisagg-Decode-Host"
+	HeaderPrefillerHostPort = "X-Prefiller-Host-Port" // llm-d compatibility: read when HeaderPrefillHost is absent
+	HeaderDestination       = "X-Gateway-Destination-Endpoint"
+	HeaderRequestID         = "X-Request-Id"
+	HeaderError             = "X-Condisagg-Error"
+)
+
+// maxRequestIDLen bounds a client-supplied X-Request-Id; a longer or non-printable one is
+// replaced by a fresh UUID4.
+const maxRequestIDLen = 128
+
+// isHopByHop reports the RFC 9110 §7.6.1 connection-specific headers (plus the legacy ones
+// every proxy drops); they are never forwarded in either direction.
+func isHopByHop(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// isRoutingHeader reports whether a header belongs to the routing contract. Such headers are
+// read by the sidecar and never forwarded to a worker; '_' spellings count too.
+func isRoutingHeader(name string) bool {
+	n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+	return strings.HasPrefix(n, "x-condisagg-") || n == "x-gateway-destination-endpoint" ||
+		n == "x-prefiller-host-port" || n == "x-prefiller-url"
+}
+
+// dropped reports whether a header is hop-by-hop, named by the Connection header, or Content-Length.
+func dropped(name string, connTokens []string) bool {
+	if isHopByHop(name) {
+		return true
+	}
+	for _, t := range connTokens {
+		if strings.EqualFold(name, t) {
+			return true
+		}
+	}
+	return strings.EqualFold(name, "Content-Length")
+}
+
+func connectionTokens(h http.Header) []string {
+	var out []string
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// outboundHeader is the header sent on both legs: the client's end-to-end headers without the
+// routing contract, plus X-Request-Id and X-Forwarded-For.
+func outboundHeader(r *http.Request, requestID string) http.Header {
+	conn := connectionTokens(r.Header)
+	h := make(http.Header, len(r.Header)+2)
+	for k, vs := range r.Header {
+		if dropped(k, conn) || isRoutingHeader(k) || k == HeaderRequestID {
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	h[HeaderRequestID] = []string{requestID}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	return h
+}
+
+// prefillHeader is outboundHeader for P: its JSON answer is parsed, so ask for no encoding.
+func prefillHeader(h http.Header) http.Header {
+	p := h.Clone()
+	p["Accept-Encoding"] = []string{"identity"}
+	return p
+}
+
+// copyResponseHeader copies an upstream response's end-to-end headers to the client.
+func copyResponseHeader(dst, src http.Header, keepLength bool) {
+	conn := connectionTokens(src)
+	for k, vs := range src {
+		if dropped(k, conn) && (!keepLength || !strings.EqualFold(k, "Content-Length")) {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
+}
+
+// requestID returns the client's X-Request-Id when it is usable, else a new UUID4.
+func requestID(h http.Header) string {
+	if v := h.Get(HeaderRequestID); v != "" && len(v) <= maxRequestIDLen && printable(v) {
+		return v
+	}
+	return newUUID4()
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newUUID4 returns a random RFC 9562 version-4 UUID in its 36-character text form.
+func newUUID4() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
