@@ -23,8 +23,8 @@ const (
 type UsageRewrite int
 
 const (
-	UsageAsIs    UsageRewrite = iota // D's usage goes to the client unchanged (default)
-	UsageFromPrefill                  // §6.3 step 6
+	UsageAsIs        UsageRewrite = iota // D's usage goes to the client unchanged (default)
+	UsageFromPrefill                     // §6.3 step 6
 )
 
 // Defaults of Config.
