@@ -456,3 +456,30 @@ func TestApplyDoesNotAllocate(t *testing.T) {
 		t.Errorf("%.1f allocations per %d batches, want 0", allocs, len(batches))
 	}
 }
+
+// TestApplyChainsAndRefcounts: §3.6 and §8 "Semantics and index" through the decoder: a chain
+// of stores across batches, an orphaned chain skipped, and refcounted duplicate stores.
+func TestApplyChainsAndRefcounts(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6}
+	e := newApplyEnv(t, 2, 0)
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10}, tokens: toks[:2], blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{11}, parent: ptr[uint64](10), tokens: toks[2:4], blockSize: 2}))
+	e.mustApply(t, payload(0,
+		ev{kind: "BlockStored", hashes: []uint64{21}, parent: ptr[uint64](20), tokens: toks[2:4], blockSize: 2}, // orphan
+		ev{kind: "BlockStored", hashes: []uint64{22}, parent: ptr[uint64](21), tokens: toks[4:6], blockSize: 2}, // its child
+		ev{kind: "BlockStored", hashes: []uint64{12}, parent: ptr[uint64](11), tokens: toks[4:6], blockSize: 2},
+	))
+	if got := e.overlap(toks, 2, "").GPU; got != 3 || e.skipped("parent_not_found") != 2 {
+		t.Fatalf("chain: %d blocks, parent_not_found %v; want 3 and 2", got, e.skipped("parent_not_found"))
+	}
+	// A second store of EH 10 (vLLM recomputing the last block) needs two removes.
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10}, tokens: toks[:2], blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
+	if got := e.overlap(toks, 2, "").GPU; got != 3 {
+		t.Errorf("after one of two removes: %d blocks, want 3", got)
+	}
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
+	if got := e.overlap(toks, 2, "").GPU; got != 0 {
+		t.Errorf("after the second remove: %d blocks, want 0", got)
+	}
+}

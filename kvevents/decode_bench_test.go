@@ -3,8 +3,31 @@ package kvevents
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"time"
 )
+
+// cpuMeter reports work per CPU second of the benchmark's thread (see threadCPU).
+type cpuMeter struct {
+	start time.Duration
+	ok    bool
+}
+
+func startCPU() cpuMeter {
+	runtime.LockOSThread()
+	d, ok := threadCPU()
+	return cpuMeter{start: d, ok: ok}
+}
+
+// report adds "<unit>/cpu-s" for total units of work, and unlocks the thread.
+func (c cpuMeter) report(b *testing.B, total float64, unit string) {
+	defer runtime.UnlockOSThread()
+	end, ok := threadCPU()
+	if c.ok && ok && end > c.start {
+		b.ReportMetric(total/(end-c.start).Seconds(), unit+"/cpu-s")
+	}
+}
 
 // realisticBatches returns n map-form batches (vLLM >= 0.24) of a steady stream: each holds
 // stores BlockStored events of 4–32 blocks of blockSize random token ids (pairs of events chain
@@ -73,6 +96,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			var batch Batch
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				for _, p := range batches {
 					if err := DecodeBatch(p, &batch); err != nil {
@@ -80,6 +104,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 					}
 				}
 			}
+			cpu.report(b, float64(blocks)*float64(b.N), "blocks")
 			sec := b.Elapsed().Seconds()
 			b.ReportMetric(float64(events)*float64(b.N)/sec, "events/s")
 			b.ReportMetric(float64(blocks)*float64(b.N)/sec, "blocks/s")
@@ -120,6 +145,7 @@ func BenchmarkApplyPayload(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				for _, p := range batches {
 					if err := e.app.ApplyPayload(p); err != nil {
@@ -127,6 +153,7 @@ func BenchmarkApplyPayload(b *testing.B) {
 					}
 				}
 			}
+			cpu.report(b, float64(blocks)*float64(b.N), "blocks")
 			sec := b.Elapsed().Seconds()
 			b.ReportMetric(float64(blocks)*float64(b.N)/sec, "blocks/s")
 			b.ReportMetric(float64(events)*float64(b.N)/sec, "events/s")
@@ -146,6 +173,7 @@ func BenchmarkApplyPayload(b *testing.B) {
 			}
 			m := make(map[uint64]uint64)
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				for _, hs := range hashes {
 					for _, h := range hs {
@@ -158,6 +186,7 @@ func BenchmarkApplyPayload(b *testing.B) {
 					}
 				}
 			}
+			cpu.report(b, float64(blocks)*float64(b.N), "blocks")
 			b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
 		})
 	}
