@@ -185,3 +185,26 @@ func TestCommitConcurrentDecideBookRelease(t *testing.T) {
 		t.Errorf("open bookings gauge = %v", got)
 	}
 }
+
+// TestDecideBooksNothing is R8 at this layer: a decision (what Explain shows) leaves the pool
+// untouched; only Book changes it.
+func TestDecideBooksNothing(t *testing.T) {
+	p, _ := newPool(t, 10000)
+	before := p.Workers()
+	var snap pool.Snapshot
+	keys := chain(1, 100)
+	p.Snapshot(&snap, pool.Request{Keys: keys, ISL: 1600})
+	cfg := enabledConfig()
+	in := &Input{Now: testNow, ISL: 1600, Decode: []Signal{{Worker: "d0", GPU: 90, Stream: live()}}}
+	for range 10 {
+		if dec := Decide(&cfg, in, &snap, newRand(1)); dec.Reason != ReasonBypassISL {
+			t.Fatalf("setup: %v", dec.Reason)
+		}
+	}
+	after := p.Workers()
+	for i := range before {
+		if before[i] != after[i] {
+			t.Fatalf("Decide changed the pool: %+v -> %+v", before[i], after[i])
+		}
+	}
+}
