@@ -197,12 +197,16 @@ func TestRenderedStructure(t *testing.T) {
 			for i, f := range filters {
 				names[i] = dig(t, f, "name").(string)
 			}
-			wantFilters := "envoy.filters.http.header_mutation,envoy.filters.http.ext_proc,envoy.filters.http.router"
+			wantFilters := "envoy.filters.http.ext_proc,envoy.filters.http.router"
 			if got := strings.Join(names, ","); got != wantFilters {
-				t.Errorf("http_filters = %s; want %s (strip before ext_proc, router last)", got, wantFilters)
+				t.Errorf("http_filters = %s; want %s", got, wantFilters)
 			}
-			checkStripped(t, dig(t, filters[0], "typed_config", "mutations", "request_mutations").([]any))
-			ext := dig(t, filters[1], "typed_config")
+			early := dig(t, hcm, "early_header_mutation_extensions", 0)
+			if dig(t, early, "name") != "envoy.http.early_header_mutation.header_mutation" {
+				t.Errorf("early header mutation = %v", early)
+			}
+			checkStripped(t, dig(t, early, "typed_config", "mutations").([]any))
+			ext := dig(t, filters[0], "typed_config")
 			if got := dig(t, ext, "failure_mode_allow"); got != p.FailOpen {
 				t.Errorf("failure_mode_allow = %v; want %v", got, p.FailOpen)
 			}
