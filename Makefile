@@ -28,8 +28,9 @@ test: deps vet
 test-short: deps
 	$(GO) test -short -count=1 $(PKGS)
 
+# Runs every benchmark and rewrites the generated tables of BENCHMARKS.md.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./kvindex/ ./kvevents/ | tee bench.out
+	BENCHTIME=$(BENCHTIME) bash scripts/bench.sh
 
 # Runs every fuzz target briefly (FUZZTIME each); a crasher stays in testdata/fuzz/.
 fuzz: deps
