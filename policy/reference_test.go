@@ -96,7 +96,7 @@ func TestDecideMatchesReference(t *testing.T) {
 							pool.WorkerLoad{ActivePrefillTokens: ld.apt, MaxBatchedTokens: 8192})
 						st := live()
 						if silent {
-							st.RoutedSinceStored, st.LastStored = 20, testNow.Add(-DefaultKVEventsSilence - 1)
+							st.RoutedSinceStored, st.LastStored = 20, testNow.Add(-DefaultKVEventsSilence-1)
 						}
 						in := &Input{Now: testNow, ISL: pr.isl, Decode: []Signal{{Worker: "d0", GPU: pr.gpu, Stream: st}},
 							Prefill: []Signal{{Worker: "p0", Stream: live()}}}
@@ -130,4 +130,3 @@ func TestDecideMatchesReference(t *testing.T) {
 		t.Fatalf("only %d cases", n)
 	}
 }
-
