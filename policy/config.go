@@ -145,9 +145,10 @@ func cfgErr(source, field, value, rule string) error {
 
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// Validate returns every problem of c (after withDefaults), joined with errors.Join.
-func (c Config) Validate() error {
-	c = c.withDefaults()
+// Validate fills the defaults whose zero value is never meaningful (block size, policy,
+// silence window) into c and returns every remaining problem, joined with errors.Join.
+func (c *Config) Validate() error {
+	*c = c.withDefaults()
 	var errs []error
 	if c.DisaggGiven && !c.Enabled {
 		errs = append(errs, cfgErr(SourceDisagg, "", "", "requires --router-conditional-disagg"))

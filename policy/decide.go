@@ -16,6 +16,11 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	dec.Inputs = Inputs{Policy: cfg.Disagg.Policy, SnapshotVersion: snap.Version, ISL: in.ISL,
 		EffISLThreshold: cfg.Disagg.EffISLThreshold, RatioThreshold: cfg.Disagg.EffISLRatioThreshold,
 		DecodeBusy: cfg.Disagg.DecodeBusyThreshold.Value, GuardEnabled: cfg.Disagg.DecodeBusyThreshold.Set}
+	if cfg.BlockSize < 1 {
+		dec.Inputs.Err = ErrInvalidConfig
+		remote(cfg, sanitize(in, snap), snap, rng, &dec, ReasonRemotePolicyError)
+		return dec
+	}
 	// Step 1: no prefill workers ⇒ aggregated, even when the feature is off.
 	if len(snap.Prefill) == 0 {
 		aggregated(cfg, in, snap, rng, &dec)
@@ -187,6 +192,7 @@ func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand,
 	p := sel.pick(rng)
 	l := &snap.Prefill[p]
 	dec.Prefill = p
+	x.PreviewPrefill = l.ID
 	x.PrefillActive = l.ActivePrefillTokens
 	x.PrefillBudget = theta * float64(mnbt(l))
 	x.PrefillBusy = BusyFalse

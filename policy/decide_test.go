@@ -345,3 +345,40 @@ func TestDecisionReporting(t *testing.T) {
 		t.Fatalf("%d reasons, the spec's enum has 17", len(Reasons()))
 	}
 }
+
+// TestDecideAllocatesNothing holds Decide to zero allocations on every path, including the
+// error paths that drop misaligned signals.
+func TestDecideAllocatesNothing(t *testing.T) {
+	base := enabledConfig()
+	base.Disagg.Policy, base.Disagg.PrefillBusyThreshold, base.Disagg.DecodeBusyThreshold = ISLOrLoad, Set(1), Set(0.8)
+	snap, in := benchFixture(16)
+	bad := *in
+	bad.Prefill = bad.Prefill[:3]
+	worse := *in
+	worse.Decode = worse.Decode[1:]
+	soft := base
+	soft.Selection.Temperature = 0.7
+	off := base
+	off.Enabled = false
+	noPrefill := *snap
+	noPrefill.Prefill = nil
+	rng := newRand(1)
+	for _, tc := range []struct {
+		name string
+		cfg  *Config
+		in   *Input
+		snap *pool.Snapshot
+	}{{"remote", &base, in, snap}, {"misaligned_prefill", &base, &bad, snap}, {"misaligned_decode", &base, &worse, snap},
+		{"softmax", &soft, in, snap}, {"disabled", &off, in, snap}, {"aggregated", &base, in, &noPrefill}} {
+		if a := testing.AllocsPerRun(100, func() { Decide(tc.cfg, tc.in, tc.snap, rng) }); a != 0 {
+			t.Errorf("%s: %v allocs per decision", tc.name, a)
+		}
+	}
+	var zero Config
+	if d := Decide(&zero, in, snap, rng); d.Reason != ReasonRemotePolicyError || d.Inputs.Err != ErrInvalidConfig {
+		t.Fatalf("unvalidated config: %v %v", d.Reason, d.Inputs.Err)
+	}
+	if err := zero.Validate(); err != nil || zero.BlockSize != DefaultBlockSize || zero.Disagg.Policy != ISLBounding {
+		t.Fatalf("Validate on the zero config: %v, block size %d policy %q", err, zero.BlockSize, zero.Disagg.Policy)
+	}
+}

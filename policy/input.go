@@ -62,6 +62,7 @@ var (
 	ErrPinUnresolved   = errors.New("policy: pinned worker not in the snapshot")
 	ErrNoThreshold     = errors.New("policy: prefill busy threshold unresolved")
 	ErrNoTarget        = errors.New("policy: no eligible worker for the route")
+	ErrInvalidConfig   = errors.New("policy: config not validated (block size < 1)")
 )
 
 // Inputs records every value a decision used, for Explain, the decision header and logs.
