@@ -81,8 +81,9 @@ type Inputs struct {
 	Ratio            float64
 	EffISLThreshold  int64
 	RatioThreshold   float64
-	Silent           bool // d's event stream is silent or down: no overlap credit, flagged
-	PrefillPreviewed bool // step 6 ran (never for isl_bounding)
+	Silent           bool   // d's event stream is silent or down: no overlap credit, flagged
+	PrefillPreviewed bool   // step 6 ran (never for isl_bounding)
+	PreviewPrefill   string // the previewed prefill worker p
 	PrefillBusy      Busy
 	PrefillRejected  bool // every prefill worker over θp·mnbt
 	PrefillActive    int64
