@@ -286,10 +286,11 @@ func (d *decoder) events(p []byte) ([]byte, error) {
 		d.b.Events = grown
 	}
 	first := len(d.b.Events)
-	for i := range int(n) {
-		d.event = first + i
-		d.b.Events = append(d.b.Events, Event{})
-		if p, err = d.eventValue(p, &d.b.Events[first+i]); err != nil {
+	d.b.Events = d.b.Events[:total]
+	clear(d.b.Events[first:]) // one bulk clear instead of one zero value per event
+	for i := first; i < total; i++ {
+		d.event = i
+		if p, err = d.eventValue(p, &d.b.Events[i]); err != nil {
 			return p, err
 		}
 	}
