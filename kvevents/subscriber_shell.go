@@ -1,0 +1,262 @@
+package kvevents
+
+import (
+	"errors"
+	"time"
+
+	"github.com/go-zeromq/goczmq/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// replaySession is one replay request in flight on its own DEALER (a fresh socket per replay,
+// so a late reply to a timed-out request can never be mistaken for the next one).
+type replaySession struct {
+	dealer  *goczmq.Sock
+	from    uint64
+	started time.Time
+	last    time.Time // last reply (or the request)
+}
+
+// streamShell is the imperative shell of one stream: it feeds the stream's machine, carries out
+// its actions, and owns the stream's replay DEALER. It lives on the goroutine of the loop that
+// holds it, like every socket it touches.
+type streamShell struct {
+	s     *Subscriber
+	st    *Stream
+	rp    *replaySession
+	lagOf interface{ Batch() *Batch }
+
+	pendingEnd     ReplayEnd // a replay failure noticed while executing actions, fed afterwards
+	socketsChanged bool      // a DEALER was created or destroyed: the loop rebuilds its poller
+	dirty          bool      // the status snapshot is stale
+	lastEvent      time.Time
+	dropped        uint64
+	malformed      uint64
+}
+
+func newStreamShell(s *Subscriber) *streamShell {
+	sh := &streamShell{s: s, dirty: true, st: NewStream(StreamOptions{
+		HasReplay:       s.sc.ReplayEndpoint != "",
+		PendingMessages: s.cfg.PendingMessages,
+		PendingBytes:    s.cfg.PendingBytes,
+	})}
+	sh.lagOf, _ = s.applier.(interface{ Batch() *Batch })
+	return sh
+}
+
+// live handles one live message of this stream.
+func (sh *streamShell) live(frames [][]byte) {
+	seq, payload, reason := parseLive(frames, sh.s.cfg.MaxPayloadBytes)
+	if reason != "" {
+		sh.drop(reason)
+		return
+	}
+	sh.do(sh.st.Live(seq, payload))
+}
+
+// reconnect feeds a transport reconnect.
+func (sh *streamShell) reconnect() {
+	sh.s.ctr.reconnects.Inc()
+	sh.s.log.Info("publisher reconnected", "seq", sh.st.State().LastSeq)
+	sh.do(sh.st.Reconnect())
+}
+
+// publish stores the stream's snapshot if it changed.
+func (sh *streamShell) publish(connected, monitored bool) {
+	if !sh.dirty {
+		return
+	}
+	sh.dirty = false
+	sh.s.publish(func(ss *StreamStatus) {
+		ss.Connected = connected
+		ss.Monitored = monitored
+		ss.LastEvent = sh.lastEvent
+		ss.Dropped = sh.dropped
+		ss.MalformedClear = sh.malformed
+		ss.StreamState = sh.st.State()
+		ss.Clears += sh.malformed
+	})
+}
+
+func (sh *streamShell) drainReplay() {
+	for i := 0; i < recvBurst && sh.rp != nil && readable(sh.rp.dealer); i++ {
+		frames, err := sh.rp.dealer.RecvMessage()
+		if err != nil {
+			return
+		}
+		sh.rp.last = time.Now()
+		seq, payload, kind, err := parseReplay(frames, sh.s.cfg.MaxPayloadBytes)
+		switch kind {
+		case replayData:
+			sh.do(sh.st.ReplayBatch(seq, payload))
+		case replayEnd:
+			sh.do(sh.st.EndReplay(EndMarker))
+		case replayTooLarge:
+			sh.drop(DropTooLarge)
+		default:
+			sh.drop("replay_malformed")
+			sh.s.log.Warn("malformed replay reply", "seq", sh.rp.from, "err", err)
+			sh.do(sh.st.EndReplay(EndMalformed))
+		}
+	}
+}
+
+func (sh *streamShell) checkReplayDeadline(now time.Time) {
+	if sh.rp == nil {
+		return
+	}
+	if now.Sub(sh.rp.last) >= sh.s.cfg.ReplayIdleTimeout || now.Sub(sh.rp.started) >= sh.s.cfg.ReplayTotalTimeout {
+		sh.do(sh.st.EndReplay(EndTimeout))
+	}
+}
+
+func (sh *streamShell) drop(reason DropReason) {
+	sh.dropped++
+	sh.dirty = true
+	sh.s.ctr.dropped(reason).Inc()
+}
+
+// do carries out the machine's actions in order. A replay that fails while starting is fed back
+// after the list is done (the list is reused by the machine's next call).
+func (sh *streamShell) do(acts []Action) {
+	sh.dirty = true
+	for _, a := range acts {
+		switch a.Kind {
+		case ActApply:
+			sh.apply(a.Seq, a.Payload)
+		case ActReplay:
+			sh.startReplay(a.Seq)
+		case ActEndReplay:
+			sh.endReplay(a)
+		case ActClear:
+			sh.clear(a)
+		case ActGap:
+			sh.s.ctr.gaps.Inc()
+			sh.s.log.Debug("sequence gap", "seq", a.Seq, "expect", a.Expect)
+		case ActRestart:
+			sh.s.ctr.restarts.Inc()
+		}
+	}
+	if end := sh.pendingEnd; end != 0 {
+		sh.pendingEnd = 0
+		sh.do(sh.st.EndReplay(end))
+	}
+}
+
+func (sh *streamShell) apply(seq uint64, payload []byte) {
+	err := sh.s.applier.ApplyPayload(payload)
+	switch {
+	case err == nil:
+		now := time.Now()
+		sh.lastEvent = now
+		sh.s.ctr.lastSeq.Set(float64(seq))
+		sh.s.ctr.lastEvent.Set(float64(now.UnixNano()) / 1e9)
+		if sh.lagOf != nil {
+			if ts := sh.lagOf.Batch().TS; ts > 0 {
+				sh.s.ctr.lag.Observe(float64(now.UnixNano())/1e9 - ts)
+			}
+		}
+	case errors.Is(err, ErrMalformedBatch):
+		sh.s.applier.Clear()
+		sh.malformed++
+		sh.s.ctr.clear(ClearMalformedBatch).Inc()
+		sh.s.log.Warn("stream cleared", "reason", ClearMalformedBatch, "seq", seq, "err", err)
+	case errors.Is(err, ErrRankMismatch):
+		// Dropped and counted by the applier; the index is still valid.
+	default:
+		sh.s.log.Warn("apply batch", "seq", seq, "err", err)
+	}
+}
+
+func (sh *streamShell) clear(a Action) {
+	sh.s.applier.Clear()
+	sh.s.ctr.clear(a.Reason).Inc()
+	if a.Reason == ClearHistoryLost {
+		sh.s.ctr.historyLost.Inc()
+	}
+	st := sh.st.State()
+	reason := string(a.Reason)
+	if a.Cause != "" {
+		reason += "/" + string(a.Cause)
+	}
+	sh.s.log.Warn("stream cleared", "reason", reason, "seq", st.LastSeq, "expect", st.Expect)
+}
+
+func (sh *streamShell) startReplay(from uint64) {
+	sh.closeReplay()
+	sh.socketsChanged = true
+	now := time.Now()
+	dealer := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetRcvhwm(0), goczmq.SockSetLinger(0))
+	sh.rp = &replaySession{dealer: dealer, from: from, started: now, last: now}
+	req := replayRequest(from)
+	err := dealer.Connect(sh.s.sc.ReplayEndpoint)
+	if err == nil {
+		err = dealer.SendFrame(req[0], goczmq.FlagMore|goczmq.FlagDontWait)
+	}
+	if err == nil {
+		err = dealer.SendFrame(req[1], goczmq.FlagDontWait)
+	}
+	if err != nil {
+		sh.s.log.Warn("replay request failed", "seq", from, "err", err)
+		sh.pendingEnd = EndFailed
+		return
+	}
+	sh.s.log.Debug("replay requested", "seq", from)
+}
+
+func (sh *streamShell) endReplay(a Action) {
+	from := uint64(0)
+	if sh.rp != nil {
+		from = sh.rp.from
+	}
+	sh.closeReplay()
+	sh.s.ctr.replay(a.Outcome).Inc()
+	switch a.Outcome {
+	case ReplayLost:
+		sh.s.log.Warn("replay lost", "reason", a.Cause, "seq", from)
+	case ReplayMismatch:
+		sh.s.log.Warn("reconnect check failed: publisher restarted", "reason", a.Cause, "seq", from)
+	}
+}
+
+func (sh *streamShell) closeReplay() {
+	if sh.rp == nil {
+		return
+	}
+	sh.socketsChanged = true
+	sh.rp.dealer.Destroy()
+	sh.rp = nil
+}
+
+// streamCounters are the Metrics children of one stream, resolved once.
+type streamCounters struct {
+	m                                       *Metrics
+	worker                                  string
+	gaps, restarts, reconnects, historyLost prometheus.Counter
+	lastSeq, lastEvent                      prometheus.Gauge
+	lag                                     prometheus.Observer
+}
+
+func newStreamCounters(m *Metrics, worker string) streamCounters {
+	return streamCounters{
+		m: m, worker: worker,
+		gaps:        m.Gaps.WithLabelValues(worker),
+		restarts:    m.Restarts.WithLabelValues(worker),
+		reconnects:  m.Reconnects.WithLabelValues(worker),
+		historyLost: m.HistoryLost.WithLabelValues(worker),
+		lastSeq:     m.LastSeq.WithLabelValues(worker),
+		lastEvent:   m.LastEventUnix.WithLabelValues(worker),
+		lag:         m.EventLagSecond,
+	}
+}
+
+// The label values below come from closed sets of constants, so these lookups stay bounded.
+func (c streamCounters) dropped(r DropReason) prometheus.Counter {
+	return c.m.DroppedFrames.WithLabelValues(c.worker, string(r))
+}
+func (c streamCounters) clear(r ClearReason) prometheus.Counter {
+	return c.m.Clears.WithLabelValues(c.worker, string(r))
+}
+func (c streamCounters) replay(o ReplayOutcome) prometheus.Counter {
+	return c.m.Replays.WithLabelValues(c.worker, string(o))
+}
