@@ -50,3 +50,15 @@ func streamEnd(op string, err error) (error, string) {
 	}
 	return status.Errorf(codes.Unavailable, "extproc: %s: %v", op, err), op
 }
+
+// adminStatus maps an Explain error to its gRPC status.
+func adminStatus(err error) error {
+	switch {
+	case errors.Is(err, ErrInvalidBody):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrNoEligibleWorker), errors.Is(err, ErrSubsetNoMatch):
+		return status.Error(codes.Unavailable, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}

@@ -81,7 +81,9 @@ func (x *exchange) Step(ctx context.Context, req *extprocv3.ProcessingRequest) r
 	return nil
 }
 
-func (x *exchange) fullDuplex() bool { return x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED }
+func (x *exchange) fullDuplex() bool {
+	return x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
 
 // requestHeaders strips the client's router headers and either routes at once (bodyless,
 // passthrough paths, STREAMED) or waits for the body.

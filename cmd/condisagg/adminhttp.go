@@ -1,0 +1,56 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/condisagg/condisagg/extproc"
+)
+
+// httpHandler serves the admin HTTP endpoints on its own mux.
+func (s *service) httpHandler(admin *extproc.Admin) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if missing := s.unready(); len(missing) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready:\n"+strings.Join(missing, "\n")+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	// POST /debug/explain?path=/v1/chat/completions with the OpenAI body.
+	mux.HandleFunc("POST /debug/explain", func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Query().Get("path")
+		if path == "" {
+			path = "/v1/chat/completions"
+		}
+		limit := int64(s.router.Settings().MaxBodyBytes)
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil || int64(len(body)) > limit {
+			http.Error(w, "body unreadable or over --max-body-bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		resp, err := admin.ExplainHTTP(r.Context(), path, body)
+		if err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, extproc.ErrInvalidBody) {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		out, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+		w.Header().Set("content-type", "application/json")
+		_, _ = w.Write(out)
+	})
+	return mux
+}

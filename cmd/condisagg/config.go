@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+)
+
+// fileConfig is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
+// can be overridden by its flag.
+type fileConfig struct {
+	Listen       string        `yaml:"listen"`
+	AdminListen  string        `yaml:"admin_listen"`
+	TLSCert      string        `yaml:"tls_cert"`
+	TLSKey       string        `yaml:"tls_key"`
+	MaxBodyBytes int           `yaml:"max_body_bytes"`
+	FailureMode  string        `yaml:"failure_mode"`
+	DebugHeaders bool          `yaml:"debug_headers"`
+	LLMDCompat   bool          `yaml:"llmd_compat"`
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	UnreadyDelay time.Duration `yaml:"unready_delay"`
+	LogLevel     string        `yaml:"log_level"`
+	Model        struct {
+		Tokenizer     string `yaml:"tokenizer"`
+		BlockSize     int    `yaml:"block_size"`
+		CacheSegments int    `yaml:"cache_segments"`
+	} `yaml:"model"`
+	Router struct {
+		Mode                    string           `yaml:"mode"`
+		KVEvents                bool             `yaml:"kv_events"`
+		ConditionalDisagg       bool             `yaml:"conditional_disagg"`
+		ConditionalDisaggConfig yaml.Node        `yaml:"conditional_disagg_config"`
+		QueueThreshold          *float64         `yaml:"queue_threshold"`
+		Selection               policy.Selection `yaml:",inline"`
+		Silence                 policy.Silence   `yaml:",inline"`
+	} `yaml:"router"`
+	Pool struct {
+		BookingTTL      time.Duration `yaml:"booking_ttl"`
+		SweepInterval   time.Duration `yaml:"sweep_interval"`
+		ResolveInterval time.Duration `yaml:"resolve_interval"`
+		ScrapeInterval  time.Duration `yaml:"scrape_interval"`
+	} `yaml:"pool"`
+	Workers []pool.WorkerConfig `yaml:"workers"`
+}
+
+// config is the validated configuration of `serve`.
+type config struct {
+	file          fileConfig
+	listen        string
+	adminListen   string
+	tlsCert       string
+	tlsKey        string
+	drainTimeout  time.Duration
+	unreadyDelay  time.Duration
+	logLevel      slog.Level
+	tokenizer     string
+	cacheSegments int
+	kvEvents      bool
+	settings      *extproc.Settings
+	pool          pool.Config
+}
+
+// serveFlags are the command-line flags of serve; names follow Dynamo's router flags.
+type serveFlags struct {
+	fs               *flag.FlagSet
+	configPath       string
+	routerMode       string
+	kvEvents         bool
+	condDisagg       bool
+	condDisaggConfig string
+	queueThreshold   float64
+	listen           string
+	adminListen      string
+	tokenizer        string
+	blockSize        int
+	failureMode      string
+	debugHeaders     bool
+	llmdCompat       bool
+	maxBodyBytes     int
+	tlsCert          string
+	tlsKey           string
+	drainTimeout     time.Duration
+	logLevel         string
+}
+
+func newServeFlags() *serveFlags {
+	f := &serveFlags{fs: flag.NewFlagSet("serve", flag.ContinueOnError)}
+	fs := f.fs
+	fs.StringVar(&f.configPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
+	fs.StringVar(&f.routerMode, "router-mode", "kv", "router mode (kv is required by conditional disaggregation)")
+	fs.BoolVar(&f.kvEvents, "router-kv-events", false, "subscribe to every worker's KV events")
+	fs.BoolVar(&f.condDisagg, "router-conditional-disagg", false, "enable conditional disaggregation")
+	fs.StringVar(&f.condDisaggConfig, "router-conditional-disagg-config", "", "JSON policy object (conditional-disagg.md §2)")
+	fs.Float64Var(&f.queueThreshold, "router-queue-threshold", 0, "prefill queue threshold (θp when prefill_busy_threshold is unset)")
+	fs.StringVar(&f.listen, "listen", "0.0.0.0:9002", "ext_proc + Admin gRPC address")
+	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9090", "admin HTTP address (/metrics, /healthz, /readyz, /debug/explain)")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "model directory with tokenizer.json")
+	fs.IntVar(&f.blockSize, "block-size", policy.DefaultBlockSize, "KV block size in tokens (must equal the workers')")
+	fs.StringVar(&f.failureMode, "failure-mode", string(extproc.FailOpen), "internal routing failure: open (least-loaded decode worker) or closed (503)")
+	fs.BoolVar(&f.debugHeaders, "debug-headers", false, "add x-condisagg-decision to requests and responses")
+	fs.BoolVar(&f.llmdCompat, "llmd-compat", false, "also set x-prefiller-host-port on the remote path")
+	fs.IntVar(&f.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "request body limit (413 above)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate for the gRPC port (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key for the gRPC port")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Minute, "bound of the graceful drain on SIGTERM")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return f
+}
+
+// defaultFile is the file configuration before the YAML and the flags apply.
+func defaultFile() fileConfig {
+	var fc fileConfig
+	fc.Listen, fc.AdminListen = "0.0.0.0:9002", "127.0.0.1:9090"
+	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
+	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
+	fc.Model.BlockSize, fc.Model.CacheSegments = policy.DefaultBlockSize, 65536
+	fc.Router.Mode = "kv"
+	fc.Router.Selection = policy.DefaultSelection()
+	fc.Router.Silence = policy.Silence{After: policy.DefaultKVEventsSilence, MinRequests: policy.DefaultKVEventsMinRequests}
+	return fc
+}
+
+// load reads the file (if any), applies the explicitly set flags and validates everything,
+// returning every problem at once.
+func (f *serveFlags) load() (*config, error) {
+	fc := defaultFile()
+	if f.configPath != "" {
+		data, err := os.ReadFile(f.configPath)
+		if err != nil {
+			return nil, fmt.Errorf("config: read %s: %w", f.configPath, err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fc); err != nil {
+			return nil, fmt.Errorf("config: parse %s: %w", f.configPath, err)
+		}
+	}
+	disaggJSON, err := disaggFromFile(&fc.Router.ConditionalDisaggConfig)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	over := func(name string, apply func()) {
+		if set[name] {
+			apply()
+		}
+	}
+	over("router-mode", func() { fc.Router.Mode = f.routerMode })
+	over("router-kv-events", func() { fc.Router.KVEvents = f.kvEvents })
+	over("router-conditional-disagg", func() { fc.Router.ConditionalDisagg = f.condDisagg })
+	over("router-conditional-disagg-config", func() { disaggJSON = &f.condDisaggConfig })
+	over("router-queue-threshold", func() { fc.Router.QueueThreshold = &f.queueThreshold })
+	over("listen", func() { fc.Listen = f.listen })
+	over("admin-listen", func() { fc.AdminListen = f.adminListen })
+	over("tokenizer", func() { fc.Model.Tokenizer = f.tokenizer })
+	over("block-size", func() { fc.Model.BlockSize = f.blockSize })
+	over("failure-mode", func() { fc.FailureMode = f.failureMode })
+	over("debug-headers", func() { fc.DebugHeaders = f.debugHeaders })
+	over("llmd-compat", func() { fc.LLMDCompat = f.llmdCompat })
+	over("max-body-bytes", func() { fc.MaxBodyBytes = f.maxBodyBytes })
+	over("tls-cert", func() { fc.TLSCert = f.tlsCert })
+	over("tls-key", func() { fc.TLSKey = f.tlsKey })
+	over("drain-timeout", func() { fc.DrainTimeout = f.drainTimeout })
+	over("log-level", func() { fc.LogLevel = f.logLevel })
+	return validate(fc, disaggJSON)
+}
+
+// disaggFromFile turns router.conditional_disagg_config (a mapping or a JSON string) into
+// the JSON text policy.ParseDisagg reads; nil when absent.
+func disaggFromFile(n *yaml.Node) (*string, error) {
+	if n.Kind == 0 {
+		return nil, nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		return &n.Value, nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, fmt.Errorf("config: router.conditional_disagg_config: %w", err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("config: router.conditional_disagg_config: %v must be a mapping", v)
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// validate checks every field and builds the package configs.
+func validate(fc fileConfig, disaggJSON *string) (*config, error) {
+	var errs []error
+	bad := func(field string, value any, rule string) {
+		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
+	}
+	c := &config{file: fc, listen: fc.Listen, adminListen: fc.AdminListen, tlsCert: fc.TLSCert, tlsKey: fc.TLSKey,
+		drainTimeout: fc.DrainTimeout, unreadyDelay: fc.UnreadyDelay, tokenizer: fc.Model.Tokenizer,
+		cacheSegments: fc.Model.CacheSegments, kvEvents: fc.Router.KVEvents}
+	if fc.Listen == "" {
+		bad("listen", `""`, "must be host:port")
+	}
+	if fc.Model.Tokenizer == "" {
+		bad("model.tokenizer", `""`, "must name a model directory (--tokenizer)")
+	} else if st, err := os.Stat(fc.Model.Tokenizer); err != nil || !st.IsDir() {
+		bad("model.tokenizer", fc.Model.Tokenizer, "must be an existing model directory")
+	}
+	if (fc.TLSCert == "") != (fc.TLSKey == "") {
+		bad("tls_cert/tls_key", fc.TLSCert+"/"+fc.TLSKey, "must be given together")
+	}
+	if fc.DrainTimeout <= 0 {
+		bad("drain_timeout", fc.DrainTimeout, "must be > 0")
+	}
+	if fc.UnreadyDelay < 0 {
+		bad("unready_delay", fc.UnreadyDelay, "must be >= 0")
+	}
+	if err := c.logLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
+		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
+	}
+	if fc.Model.CacheSegments < 0 {
+		bad("model.cache_segments", fc.Model.CacheSegments, "must be >= 0")
+	}
+	pc, err := policyConfig(fc, disaggJSON)
+	errs = append(errs, err)
+	c.settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
+		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
+	errs = append(errs, c.settings.Validate())
+	c.pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
+		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval}
+	if len(fc.Workers) == 0 {
+		bad("workers", "[]", "must list at least one decode worker")
+	}
+	errs = append(errs, c.pool.Validate())
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// policyConfig builds and validates the policy configuration.
+func policyConfig(fc fileConfig, disaggJSON *string) (policy.Config, error) {
+	pc := policy.DefaultConfig()
+	pc.Enabled, pc.RouterMode, pc.KVEvents = fc.Router.ConditionalDisagg, fc.Router.Mode, fc.Router.KVEvents
+	pc.BlockSize, pc.Selection, pc.Silence = fc.Model.BlockSize, fc.Router.Selection, fc.Router.Silence
+	pc.DistinctPools = distinctPools(fc.Workers)
+	if fc.Router.QueueThreshold != nil {
+		pc.QueueThreshold = policy.Set(*fc.Router.QueueThreshold)
+	}
+	var errs []error
+	if disaggJSON != nil {
+		pc.DisaggGiven = true
+		d, err := policy.ParseDisagg([]byte(*disaggJSON))
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			pc.Disagg = d
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, pc.Validate())
+	}
+	return pc, errors.Join(errs...)
+}
+
+// distinctPools: both pools are configured and no endpoint serves both roles.
+func distinctPools(ws []pool.WorkerConfig) bool {
+	roles := map[string]pool.Role{}
+	var decode, prefill bool
+	for _, w := range ws {
+		ep := strings.ToLower(w.Endpoint)
+		if r, ok := roles[ep]; ok && r != w.Role {
+			return false
+		}
+		roles[ep] = w.Role
+		decode = decode || w.Role == pool.RoleDecode
+		prefill = prefill || w.Role == pool.RolePrefill
+	}
+	return decode && prefill
+}

@@ -1,0 +1,50 @@
+// Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
+// server; `explain` and `workers` query a running router's Admin API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: condisagg <command> [flags]
+
+commands:
+  serve     run the ext_proc router (--config file.yaml, Dynamo-compatible --router-* flags)
+  explain   show the decision for a request without booking it (--addr, --path, --body @file)
+  workers   list workers with load and KV event stream state (--addr)
+
+Run "condisagg <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], stderr, serveHooks{})
+	case "explain":
+		return runExplain(ctx, args[1:], stdout, stderr)
+	case "workers":
+		return runWorkers(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "condisagg: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/health"
+
+	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+// fileCheckInterval is how often serve looks for a changed configuration file.
+const fileCheckInterval = 2 * time.Second
+
+// serveHooks let tests learn the bound addresses.
+type serveHooks struct {
+	listening func(grpcAddr, httpAddr string)
+}
+
+// service is one running `condisagg serve`.
+type service struct {
+	flags   *serveFlags
+	log     *slog.Logger
+	level   *slog.LevelVar
+	cfg     atomic.Pointer[config]
+	reg     *prometheus.Registry
+	pool    *pool.Pool
+	index   *kvindex.Index
+	router  *extproc.Router
+	streams *eventStreams // nil without --router-kv-events
+	group   *kvevents.Group
+	health  *health.Server
+	ready   atomic.Bool
+	mu      sync.Mutex // serialises reloads
+}
+
+// runServe parses the flags, validates the configuration and serves until ctx ends.
+func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveHooks) int {
+	f := newServeFlags()
+	f.fs.SetOutput(stderr)
+	if err := f.fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := f.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "condisagg serve: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	level := new(slog.LevelVar)
+	level.Set(cfg.logLevel)
+	s := &service{flags: f, level: level, log: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	s.cfg.Store(cfg)
+	if err := s.run(ctx, hooks); err != nil {
+		s.log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// run builds every component and serves until ctx ends.
+func (s *service) run(ctx context.Context, hooks serveHooks) error {
+	cfg := s.cfg.Load()
+	for _, w := range cfg.settings.Policy.Warnings() {
+		s.log.Warn("configuration warning", "err", w)
+	}
+	tok, err := tokenizer.Load(cfg.tokenizer, tokenizer.Options{CacheSegments: cfg.cacheSegments})
+	if err != nil {
+		return fmt.Errorf("load tokenizer %s: %w", cfg.tokenizer, err)
+	}
+	if err := s.build(ctx, cfg, tok); err != nil {
+		return err
+	}
+	if s.group != nil {
+		defer s.group.Close()
+	}
+	return s.serve(ctx, cfg, hooks)
+}
+
+// build creates the registry, index, pool, event group and router.
+func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokenizer) error {
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if s.index, err = kvindex.New(kvindex.Config{BlockSize: cfg.pool.BlockSize}); err != nil {
+		return err
+	}
+	var onChange func(added, removed []pool.WorkerInfo)
+	if cfg.kvEvents {
+		if s.group, err = kvevents.NewGroup(kvevents.Config{Metrics: kvevents.NewMetrics(s.reg), Logger: s.log}, s.index, kvevents.Limits{}); err != nil {
+			return err
+		}
+		s.streams = newEventStreams(s.group)
+		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, added, removed) }
+	}
+	s.pool, err = pool.New(cfg.pool, pool.Options{Metrics: pool.NewMetrics(s.reg), Logger: s.log, OnChange: onChange})
+	if err != nil {
+		return err
+	}
+	if s.group != nil {
+		s.membership(ctx, s.pool.Workers(), nil)
+	}
+	ropts := extproc.RouterOptions{Tokenizer: tok, Index: s.index, Pool: s.pool, Metrics: extproc.NewMetrics(s.reg), Settings: cfg.settings}
+	if s.streams != nil {
+		ropts.Streams = s.streams
+	}
+	s.router, err = extproc.NewRouter(ropts)
+	return err
+}
+
+// membership starts and stops event streams as workers join and leave.
+func (s *service) membership(ctx context.Context, added, removed []pool.WorkerInfo) {
+	for _, w := range removed {
+		if err := s.group.Remove(ctx, w.ID, 0); err != nil {
+			s.log.Warn("stop event stream", "worker", w.ID, "err", err)
+		}
+		s.index.RemoveWorker(kvindex.WorkerID(w.ID))
+	}
+	for _, w := range added {
+		if w.KVEvents == "" {
+			continue
+		}
+		sc := kvevents.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
+		if err := s.group.Add(ctx, sc); err != nil {
+			s.log.Warn("start event stream", "worker", w.ID, "endpoint", w.KVEvents, "err", err)
+		}
+	}
+}
+
+// serve runs the gRPC and HTTP servers and the background loops until ctx ends.
+func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) error {
+	srv, err := extproc.NewServer(s.router, s.log)
+	if err != nil {
+		return err
+	}
+	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin})
+	if err != nil {
+		return err
+	}
+	gopts := extproc.GRPCOptions{MaxBodyBytes: cfg.settings.MaxBodyBytes}
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return fmt.Errorf("load TLS key pair %s: %w", cfg.tlsCert, err)
+		}
+		gopts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	g, hs := extproc.NewGRPCServer(srv, admin, gopts)
+	s.health = hs
+	glis, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.listen, err)
+	}
+	hlis, err := net.Listen("tcp", cfg.adminListen)
+	if err != nil {
+		glis.Close()
+		return fmt.Errorf("admin listen %s: %w", cfg.adminListen, err)
+	}
+	hsrv := &http.Server{Handler: s.httpHandler(admin), ReadHeaderTimeout: 10 * time.Second}
+	s.log.Info("serving", "endpoint", glis.Addr().String(), "admin", hlis.Addr().String(),
+		"policy", string(cfg.settings.Policy.Disagg.Policy))
+	if hooks.listening != nil {
+		hooks.listening(glis.Addr().String(), hlis.Addr().String())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() { s.pool.Run(ctx) })
+	wg.Go(func() { s.watchReady(ctx) })
+	wg.Go(func() { s.watchConfig(ctx) })
+	wg.Go(func() { errs <- extproc.Serve(ctx, g, hs, glis, cfg.unreadyDelay, cfg.drainTimeout) })
+	wg.Go(func() {
+		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- err
+		}
+	})
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hsrv.Shutdown(shutdownCtx)
+	cancel()
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// reporter is the admin's stream reporter (nil without event streams).
+func (s *service) reporter() extproc.StreamReporter {
+	if s.streams == nil {
+		return nil
+	}
+	return s.streams
+}
+
+// watchReady updates readiness once a second: every discovered worker is healthy and, with
+// KV events, its stream has been seen.
+func (s *service) watchReady(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		ready := s.unready() == nil
+		if s.ready.Swap(ready) != ready || ready {
+			extproc.SetReady(s.health, ready)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// unready lists the workers that keep the router from being ready.
+func (s *service) unready() []string {
+	var out []string
+	decode := false
+	for _, w := range s.pool.Workers() {
+		decode = decode || (w.Role == pool.RoleDecode && w.Healthy)
+		if !w.Healthy {
+			out = append(out, w.ID+": unhealthy")
+		} else if s.streams != nil && w.KVEvents != "" && !s.streams.Seen(w.ID) {
+			out = append(out, w.ID+": no KV event stream yet")
+		}
+	}
+	if !decode {
+		out = append(out, "no healthy decode worker")
+	}
+	return out
+}
+
+// watchConfig reloads on SIGHUP and when the file changes.
+func (s *service) watchConfig(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	path := s.flags.configPath
+	last := fileStamp(path)
+	t := time.NewTicker(fileCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = s.reload("sighup")
+		case <-t.C:
+			if st := fileStamp(path); path != "" && st != last {
+				last = st
+				_ = s.reload("file_changed")
+			}
+		}
+	}
+}
+
+type stamp struct {
+	mod  time.Time
+	size int64
+}
+
+func fileStamp(path string) stamp {
+	if path == "" {
+		return stamp{}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	return stamp{st.ModTime(), st.Size()}
+}
+
+func (s *service) reloadFromAdmin(context.Context) error { return s.reload("admin") }
+
+// reload re-reads the file (flags still override it), validates it and swaps the
+// reloadable settings in; a bad file keeps the old configuration.
+func (s *service) reload(trigger string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg, err := s.flags.load()
+	if err != nil {
+		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
+		return err
+	}
+	if old := s.cfg.Load(); old.pool.BlockSize != cfg.pool.BlockSize {
+		err = fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead",
+			cfg.pool.BlockSize, old.pool.BlockSize)
+	} else {
+		err = s.router.Reload(cfg.settings)
+	}
+	if err != nil {
+		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
+		return err
+	}
+	old := s.cfg.Swap(cfg)
+	s.level.Set(cfg.logLevel)
+	if restart := restartNeeded(old, cfg); restart != "" {
+		s.log.Warn("configuration reloaded; some changes need a restart", "reason", trigger, "err", restart)
+		return nil
+	}
+	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.settings.Policy.Disagg.Policy))
+	return nil
+}
+
+// restartNeeded names the changed fields a reload cannot apply.
+func restartNeeded(old, cur *config) string {
+	var fields []string
+	if !reflect.DeepEqual(old.pool, cur.pool) {
+		fields = append(fields, "workers/pool")
+	}
+	if old.tokenizer != cur.tokenizer || old.cacheSegments != cur.cacheSegments {
+		fields = append(fields, "model")
+	}
+	if old.listen != cur.listen || old.adminListen != cur.adminListen || old.tlsCert != cur.tlsCert || old.tlsKey != cur.tlsKey {
+		fields = append(fields, "listeners/tls")
+	}
+	if old.kvEvents != cur.kvEvents {
+		fields = append(fields, "router.kv_events")
+	}
+	if len(fields) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%v changed", fields)
+}

@@ -1,0 +1,153 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/condisagg/condisagg/kvindex"
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// StreamInfo is one worker's KV event stream state for ListWorkers.
+type StreamInfo struct {
+	Connected   bool
+	LastSeq     uint64
+	HasLastSeq  bool
+	Gaps        uint64
+	Replays     uint64
+	ReplaysLost uint64
+	LastEvent   time.Time // zero: no event yet
+}
+
+// StreamReporter reports the event stream of a worker; false when it has none.
+type StreamReporter interface {
+	StreamInfo(worker string) (StreamInfo, bool)
+}
+
+// AdminOptions are the Admin service's collaborators; Router is required.
+type AdminOptions struct {
+	Router  *Router
+	Streams StreamReporter // nil: no worker has an event stream
+	// Reload re-reads and applies the configuration file; nil: ReloadConfig is unavailable.
+	Reload func(ctx context.Context) error
+	Now    func() time.Time // default time.Now
+}
+
+// Admin implements condisagg.v1.Admin.
+type Admin struct {
+	condisaggv1.UnimplementedAdminServer
+	opts AdminOptions
+}
+
+// NewAdmin returns the Admin service.
+func NewAdmin(opts AdminOptions) (*Admin, error) {
+	if opts.Router == nil {
+		return nil, fmt.Errorf("extproc: admin: router is required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Admin{opts: opts}, nil
+}
+
+// Explain decides for an OpenAI request without booking anything.
+func (a *Admin) Explain(ctx context.Context, req *condisaggv1.ExplainRequest) (*condisaggv1.ExplainResponse, error) {
+	resp, err := a.explain(ctx, req.GetPath(), req.GetBody())
+	if err != nil {
+		return nil, adminStatus(err)
+	}
+	return resp, nil
+}
+
+// ExplainHTTP is Explain for /debug/explain: the same answer, or the routing error.
+func (a *Admin) ExplainHTTP(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
+	return a.explain(ctx, path, body)
+}
+
+func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
+	ep := ParseEndpoint(path)
+	if ep == EndpointOther {
+		return nil, invalidBody("path %q is not /v1/chat/completions or /v1/completions", path)
+	}
+	if _, err := ParseRequest(ep, body); err != nil {
+		return nil, err
+	}
+	out, err := a.opts.Router.Decide(ctx, &DecideRequest{Endpoint: ep, Body: body, DryRun: true})
+	if err != nil {
+		return nil, err
+	}
+	set := a.opts.Router.Settings()
+	in := &out.Decision.Inputs
+	resp := &condisaggv1.ExplainResponse{
+		Route: out.Route.String(), Reason: out.Reason, Gate: out.Decision.Gate.String(),
+		Policy: string(set.Policy.Disagg.Policy), Tokens: int64(out.Tokens), BlockKeys: int64(out.Keys),
+		DecodeWorker: out.Decode.ID, DecodeEndpoint: out.Decode.Endpoint,
+		PrefillWorker: out.Prefill.ID, PrefillEndpoint: out.Prefill.Endpoint,
+		Destination: out.Destination().Endpoint,
+		Inputs: &condisaggv1.PolicyInputs{
+			SnapshotVersion: in.SnapshotVersion, PreviewDecode: in.PreviewDecode,
+			OverlapBlocks: int64(in.Overlap), HostBlocks: int64(in.HostBlocks), DiskBlocks: int64(in.DiskBlocks),
+			CachedTokens: int64(in.Cached), EffectiveIsl: int64(in.Eff), Ratio: in.Ratio,
+			EffIslThreshold: in.EffISLThreshold, RatioThreshold: in.RatioThreshold, Silent: in.Silent,
+			PrefillPreviewed: in.PrefillPreviewed, PrefillBusy: in.PrefillBusy.String(),
+			PrefillRejected: in.PrefillRejected, PrefillActiveTokens: in.PrefillActive,
+			PrefillBudget: in.PrefillBudget, PrefillCachedTokens: int64(in.PrefillCached),
+			ProjectedDecodeBlocks: in.ProjectedBlocks, KvCapacityBlocks: in.KVCapacity,
+			DecodeBusyThreshold: in.DecodeBusy, GuardEnabled: in.GuardEnabled,
+		},
+	}
+	if in.Err != nil {
+		resp.Inputs.Error = in.Err.Error()
+	}
+	for _, o := range out.Overlaps {
+		resp.Overlaps = append(resp.Overlaps, &condisaggv1.WorkerOverlap{Worker: string(o.Worker),
+			GpuBlocks: int64(o.GPU), CpuBlocks: int64(o.CPU), DiskBlocks: int64(o.Disk)})
+	}
+	return resp, nil
+}
+
+// ListWorkers reports every discovered worker.
+func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*condisaggv1.ListWorkersResponse, error) {
+	r := a.opts.Router
+	now := a.opts.Now()
+	resp := &condisaggv1.ListWorkersResponse{}
+	for _, w := range r.pool.Workers() {
+		pw := &condisaggv1.Worker{Id: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint,
+			Healthy: w.Healthy, KvCapacityBlocks: w.KVCapacityBlocks, MaxBatchedTokens: w.MaxBatchedTokens,
+			ActivePrefillTokens: w.ActivePrefillTokens, ActiveDecodeBlocks: w.ActiveDecodeBlocks,
+			ActiveRequests: w.ActiveRequests}
+		if st, ok := r.index.Stats(kvindex.WorkerID(w.ID)); ok {
+			pw.IndexedGpuBlocks = int64(st.Blocks[kvindex.GPU])
+			pw.IndexedCpuBlocks = int64(st.Blocks[kvindex.CPU])
+			pw.IndexedDiskBlocks = int64(st.Blocks[kvindex.Disk])
+		}
+		if a.opts.Streams != nil {
+			if si, ok := a.opts.Streams.StreamInfo(w.ID); ok {
+				age := -1.0
+				if !si.LastEvent.IsZero() {
+					age = now.Sub(si.LastEvent).Seconds()
+				}
+				pw.Events = &condisaggv1.EventStream{Connected: si.Connected, LastSeq: si.LastSeq,
+					HasLastSeq: si.HasLastSeq, Gaps: si.Gaps, Replays: si.Replays, ReplaysLost: si.ReplaysLost,
+					LastEventAgeSeconds: age}
+			}
+		}
+		resp.Workers = append(resp.Workers, pw)
+	}
+	return resp, nil
+}
+
+// ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.
+func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+	if a.opts.Reload == nil {
+		return nil, status.Error(codes.Unimplemented, "extproc: reload: no configuration file")
+	}
+	if err := a.opts.Reload(ctx); err != nil {
+		return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
+	}
+	return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "configuration reloaded"}, nil
+}
