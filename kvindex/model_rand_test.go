@@ -94,7 +94,7 @@ func FuzzIndexOps(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > 4096 {
+		if len(data) > 1024 {
 			return
 		}
 		ix, err := New(Config{BlockSize: 2, MaxBlocksPerWorker: 40})
@@ -106,9 +106,11 @@ func FuzzIndexOps(f *testing.F) {
 		c := &bytesChooser{b: data}
 		qs := g.queries()
 		var cov coverage
-		for len(c.b) > 0 {
+		for i := 0; len(c.b) > 0; i++ {
 			desc := g.step(t, c, ix, m, &cov)
-			compareWithModel(t, ix, m, qs, desc, &cov)
+			if i%4 == 0 || len(c.b) == 0 {
+				compareWithModel(t, ix, m, qs, desc, &cov)
+			}
 		}
 	})
 }

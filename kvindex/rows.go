@@ -127,10 +127,10 @@ func allZero(ws []uint64) bool {
 // findOrAdd returns the row of key, creating one without bits if needed; the caller must set a
 // bit in it before releasing ix.mu.
 func (t *keyRows) findOrAdd(key uint64) uint32 {
-	if r, ok := t.index.find(key, t.rows, t.stride); ok {
+	at, r, ok := t.index.slot(key, t.rows, t.stride)
+	if ok {
 		return r
 	}
-	var r uint32
 	if n := len(t.free); n > 0 {
 		r = t.free[n-1]
 		t.free = t.free[:n-1]
@@ -140,7 +140,7 @@ func (t *keyRows) findOrAdd(key uint64) uint32 {
 		t.extOf = append(t.extOf, 0)
 	}
 	t.rows[int(r)*t.stride] = key
-	t.index.insert(key, r)
+	t.index.put(at, key, r)
 	return r
 }
 

@@ -25,7 +25,7 @@ const (
 	SkipTokenMismatch                       // more tokens than len(Hashes)*BlockSize
 	SkipDuplicateHash                       // Hashes repeats a hash or contains the parent
 	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
-	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker
+	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^30 keys)
 )
 
 // String returns the metric label of r.
@@ -62,7 +62,8 @@ type StoreResult struct {
 }
 
 // Store applies one BlockStored event of worker w, registering w if needed (vllm-kv-events.md
-// §4.2, §3.4, §3.6). A skipped event changes nothing. s is only read, never retained.
+// §4.2, §3.4, §3.6). A skipped event changes nothing. s is only read, never retained. A Medium
+// outside GPU..Disk is treated as Disk.
 func (ix *Index) Store(w WorkerID, s *Store) StoreResult {
 	if s == nil || len(s.Hashes) == 0 {
 		ix.mu.Lock()
@@ -124,18 +125,19 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		covered = len(s.Tokens) / B
 		res.ShortTokens = true
 	}
-	if wk.entries+n > ix.cfg.MaxBlocksPerWorker {
+	if wk.entries+n > ix.cfg.MaxBlocksPerWorker || ix.keys.len()+n > maxRefs {
 		return StoreResult{Skip: SkipCapacity}
 	}
 	seed := LoRASeed(s.LoRA)
 	plain := min(max(s.PlainBlocks, 0), covered)
+	ix.touchEH(&wk.eh[m], s.Hashes[:plain]) // its misses overlap with hashing
 	keys := ix.keyBuf[:0]
 	for j := range plain {
 		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], seed))
 		keys = append(keys, pk)
 	}
 	ix.keyBuf = keys
-	ix.touch(wk, m, s.Hashes[:plain], keys)
+	ix.touchKeys(keys)
 	for j, k := range keys {
 		ix.addKeyEntry(wk, m, s.Hashes[j], k)
 	}
@@ -149,15 +151,21 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	return res
 }
 
-// touch loads the table slots and rows that storing keys under hashes will use, so that their
-// cache misses overlap instead of following one another (a software prefetch).
-func (ix *Index) touch(wk *worker, m Medium, hashes, keys []uint64) {
-	var acc uint64
-	if t := &wk.eh[m]; len(t.slots) > 0 {
-		for _, eh := range hashes {
-			acc += t.slots[t.home(eh)].eh
-		}
+// touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,
+// so that their cache misses overlap instead of following one another (a software prefetch).
+func (ix *Index) touchEH(t *ehTable, hashes []uint64) {
+	if len(t.slots) == 0 {
+		return
 	}
+	var acc uint64
+	for _, eh := range hashes {
+		acc += t.slots[t.home(eh)].eh
+	}
+	ix.sink += acc
+}
+
+func (ix *Index) touchKeys(keys []uint64) {
+	var acc uint64
 	if t := &ix.keys.index; len(t.slots) > 0 {
 		for _, k := range keys {
 			acc += t.slots[t.home(keyHash(k))]
@@ -167,7 +175,7 @@ func (ix *Index) touch(wk *worker, m Medium, hashes, keys []uint64) {
 	for j := range min(len(keys), len(free)) {
 		acc += rows[int(free[len(free)-1-j])*ix.keys.stride]
 	}
-	ix.sink = acc
+	ix.sink += acc
 }
 
 // storePlaceholder applies a non-GPU store without tokens (the OffloadingConnector default):
@@ -239,7 +247,7 @@ func (ix *Index) addBacking(wk *worker, m Medium, ref uint32) {
 // Remove applies one BlockRemoved event of worker w in medium m: each known EH loses one
 // reference, and at zero its entry goes, and with it w's presence on the key unless another EH
 // of w still backs it. A remove never touches another medium. Unknown EHs (and unknown workers)
-// count as notFound.
+// count as notFound. A Medium outside GPU..Disk is treated as Disk.
 func (ix *Index) Remove(w WorkerID, m Medium, hashes []uint64) (removed, notFound int) {
 	if m >= NumMedia {
 		m = Disk

@@ -145,18 +145,30 @@ func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
 	}
 }
 
-// insert adds key (absent) with row ref.
-func (t *keyTable) insert(key uint64, ref uint32) {
+// slot returns the row of key and true, or the empty slot index where key belongs and false;
+// fill it with put before any other change to t. It grows t first if needed.
+func (t *keyTable) slot(key uint64, rows []uint64, stride int) (int, uint32, bool) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
 	h := keyHash(key)
 	mask := uint64(len(t.slots) - 1)
-	i := t.home(h)
-	for t.slots[i] != 0 {
-		i = (i + 1) & mask
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return int(i), 0, false
+		}
+		if s>>32 == h {
+			if r := uint32(s) - 1; rows[int(r)*stride] == key {
+				return 0, r, true
+			}
+		}
 	}
-	t.slots[i] = h<<32 | uint64(ref+1)
+}
+
+// put stores key with row ref at the empty slot i returned by slot.
+func (t *keyTable) put(i int, key uint64, ref uint32) {
+	t.slots[i] = keyHash(key)<<32 | uint64(ref+1)
 	t.n++
 }
 
