@@ -49,7 +49,14 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 	// Step 4: decode preview in bypass mode, without booking.
 	sel := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
 	sel.only = only
-	d := sel.pick(rng)
+	var d int
+	if sel.temp > 0 && rng != nil {
+		d = sel.pick(rng)
+	} else {
+		var r int
+		d, r = sel.pickBoth(rng)
+		dec.remoteHint = r + 1
+	}
 	if d < 0 {
 		remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodeRejected)
 		return dec
@@ -267,11 +274,16 @@ func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 	if !cfg.Enabled {
 		dsigs = nil
 	}
-	sel := newSelector(cfg, in, snap.Decode, dsigs, modeRemoteDecode)
-	if in.Pin.Decode != "" && reason != ReasonRemoteDecodePinUnresolved {
-		sel.only = find(snap.Decode, in.Pin.Decode)
+	if dec.remoteHint > 0 {
+		// Computed by the decode preview over the same workers, signals and pin.
+		dec.Decode = dec.remoteHint - 1
+	} else {
+		sel := newSelector(cfg, in, snap.Decode, dsigs, modeRemoteDecode)
+		if in.Pin.Decode != "" && reason != ReasonRemoteDecodePinUnresolved {
+			sel.only = find(snap.Decode, in.Pin.Decode)
+		}
+		dec.Decode = sel.pick(rng)
 	}
-	dec.Decode = sel.pick(rng)
 	dec.DecodeID = ""
 	if dec.Decode >= 0 {
 		dec.DecodeID = snap.Decode[dec.Decode].ID

@@ -22,8 +22,10 @@ func benchFixture(n int) (*pool.Snapshot, *Input) {
 	return snap, in
 }
 
-// BenchmarkDecide is one decision (decode preview, prefill preview, policy, guard and, on the
-// remote path, both target selections) over a prebuilt snapshot, excluding the overlap lookup.
+// BenchmarkDecide is one decision over a prebuilt snapshot, excluding the overlap lookup. The
+// fixture's decisions take the remote path (remote_isl_too_long), the heaviest one: decode
+// preview fused with the remote-decode target, prefill preview (load policies) or prefill
+// target, policy and guard.
 func BenchmarkDecide(b *testing.B) {
 	for _, tc := range []struct {
 		name string

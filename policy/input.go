@@ -112,6 +112,8 @@ type Decision struct {
 	// Guard is the decode-busy guard the bypass commit must re-check (off for non-policy routes).
 	Guard  pool.Guard
 	Inputs Inputs
+
+	remoteHint int // 1 + the remote-decode choice computed with the preview; 0 = none
 }
 
 // Routable reports whether the decision names every worker its route needs.

@@ -117,6 +117,42 @@ func (s *selector) pick(rng *rand.Rand) int {
 	return best
 }
 
+// pickBoth is the temperature-0 pick over the decode pool in bypass mode and, in the same pass
+// (sharing each worker's credit), in remote-decode mode: the decode preview and the decode
+// target should the decision go remote. Both are argmins with uniform random tie-breaks.
+func (s *selector) pickBoth(rng *rand.Rand) (bypass, remote int) {
+	bypass, remote = -1, -1
+	var bt, rt int
+	var bc, rc float64
+	for i := range s.loads {
+		if !s.candidate(i) {
+			continue
+		}
+		l := &s.loads[i]
+		credit := s.creditBlocks(i)
+		reqs := s.arw * float64(l.ActiveRequests)
+		b := s.scale*max(0, (float64(l.ActivePrefillTokens)+s.isl)*s.invBS-credit) + float64(l.ActiveDecodeBlocks+l.NewBlocks) + reqs
+		r := max(0, float64(l.ActiveDecodeBlocks)+s.reqBlks-credit) + reqs
+		bypass, bc, bt = reservoir(rng, i, b, bypass, bc, bt)
+		remote, rc, rt = reservoir(rng, i, r, remote, rc, rt)
+	}
+	return bypass, remote
+}
+
+// reservoir folds candidate i with cost c into the running argmin (best, cost, ties).
+func reservoir(rng *rand.Rand, i int, c float64, best int, bestCost float64, ties int) (int, float64, int) {
+	switch {
+	case best < 0 || c < bestCost:
+		return i, c, 1
+	case c == bestCost:
+		ties++
+		if rng != nil && rng.IntN(ties) == 0 {
+			best = i
+		}
+	}
+	return best, bestCost, ties
+}
+
 func (s *selector) sample(rng *rand.Rand) int {
 	cmin, cmax, n := math.Inf(1), math.Inf(-1), 0
 	for i := range s.loads {

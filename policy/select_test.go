@@ -232,3 +232,44 @@ func TestSelectRestrictAndEmpty(t *testing.T) {
 		t.Fatalf("empty pool softmax pick = %d, want -1", got)
 	}
 }
+
+// TestPickBothMatchesSeparatePicks checks the fused one-pass decode selection against the two
+// separate selections it replaces, on random loads and overlaps (deterministic first minimum),
+// and that its tie-breaks stay uniform.
+func TestPickBothMatchesSeparatePicks(t *testing.T) {
+	cfg := enabledConfig()
+	cfg.Selection.ActiveRequestWeight = 0.5
+	rng := newRand(11)
+	for iter := range 2000 {
+		n := 1 + rng.IntN(12)
+		loads := make([]pool.WorkerLoad, n)
+		sigs := make([]Signal, n)
+		for i := range loads {
+			loads[i] = pool.WorkerLoad{ActivePrefillTokens: int64(rng.IntN(4) * 160), ActiveDecodeBlocks: int64(rng.IntN(4) * 10),
+				NewBlocks: int64(rng.IntN(3)), ActiveRequests: int64(rng.IntN(3))}
+			sigs[i] = Signal{GPU: rng.IntN(4) * 5, Host: rng.IntN(2), Stream: Stream{Connected: rng.IntN(8) != 0, LastStored: testNow}}
+		}
+		isl := 16 * (1 + rng.IntN(40))
+		only := -1
+		if iter%5 == 0 {
+			only = rng.IntN(n)
+		}
+		b := selectorFor(&cfg, isl, loads, sigs, modeBypass)
+		r := selectorFor(&cfg, isl, loads, sigs, modeRemoteDecode)
+		b.only, r.only = only, only
+		gb, gr := b.pickBoth(nil)
+		if wb, wr := b.pick(nil), r.pick(nil); gb != wb || gr != wr {
+			t.Fatalf("iteration %d: pickBoth = %d,%d, separate picks = %d,%d", iter, gb, gr, wb, wr)
+		}
+	}
+	loads := []pool.WorkerLoad{{}, {}, {}}
+	s := selectorFor(&cfg, 160, loads, nil, modeBypass)
+	counts := make([]int, 3)
+	for range 30000 {
+		_, r := s.pickBoth(rng)
+		counts[r]++
+	}
+	if x := chiSquare(counts, 30000); x > 9.21 {
+		t.Fatalf("fused remote tie-break counts %v: chi-square %.2f", counts, x)
+	}
+}
