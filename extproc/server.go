@@ -23,6 +23,7 @@ type Server struct {
 	metrics     *Metrics
 	log         *slog.Logger
 	warnedModes atomic.Bool // the STREAMED-mode misconfiguration was logged
+	afterStream func()      // tests: called when a stream's cleanup is done
 }
 
 // NewServer returns the ext_proc service over router. logger nil discards.
@@ -49,6 +50,9 @@ func (s *Server) process(stream ProcessStream) error {
 	defer func() {
 		x.end()
 		s.metrics.ActiveStreams.Dec()
+		if s.afterStream != nil {
+			s.afterStream()
+		}
 	}()
 	for {
 		req, err := stream.Recv()

@@ -138,18 +138,21 @@ type responsePayload struct {
 	} `json:"usage"`
 }
 
-// payload reads one JSON payload; malformed payloads reveal nothing.
+// payload reads one JSON payload; malformed payloads reveal nothing. Only the first token
+// event of the stream reports FirstToken.
 func (p *sseParser) payload(data []byte, obs *observation) {
 	var r responsePayload
 	if json.Unmarshal(data, &r) != nil {
 		return
 	}
-	observePayload(&r, obs)
-	if obs.FirstToken {
-		if p.tokens {
-			obs.FirstToken = false // only the first token event counts
-		}
-		p.tokens = true
+	var one observation
+	observePayload(&r, &one)
+	if one.FirstToken && !p.tokens {
+		p.tokens, obs.FirstToken = true, true
+	}
+	obs.Error = obs.Error || one.Error
+	if one.HasUsage {
+		obs.HasUsage, obs.Usage = true, one.Usage
 	}
 }
 
