@@ -27,6 +27,7 @@ type bpe struct {
 	fallbackIDs  [256]int64 // byte fallback: id of "<0xXX>", -1 if absent
 	unkID        int64      // -1 when the model has no unk token
 	fuseUnk      bool
+	words        *wordCache // recently merged words; has its own locks
 }
 
 func newBPE(ms *modelSpec, byteLevel bool) (*bpe, error) {
@@ -49,6 +50,7 @@ func newBPE(ms *modelSpec, byteLevel bool) (*bpe, error) {
 		byteFallback: ms.ByteFallback,
 		unkID:        -1,
 		fuseUnk:      ms.FuseUnk,
+		words:        &wordCache{},
 	}
 	for i := range m.byteIDs {
 		m.byteIDs[i], m.fallbackIDs[i] = -1, -1
@@ -129,6 +131,15 @@ func (m *bpe) encodeWord(dst []uint32, word string, sc *scratch) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if len(word) == 1 && m.byteLevel && m.byteIDs[word[0]] >= 0 {
+		return append(dst, uint32(m.byteIDs[word[0]]))
+	}
+	cacheable := len(word) <= wordCacheMaxWordBytes
+	if cacheable {
+		if ids, ok := m.words.get(word); ok {
+			return append(dst, ids...)
+		}
+	}
 	syms := m.initialSymbols(sc.syms[:0], word)
 	sc.syms = syms
 	if len(syms) > 1 {
@@ -138,8 +149,12 @@ func (m *bpe) encodeWord(dst []uint32, word string, sc *scratch) []uint32 {
 			m.mergeHeap(syms, &sc.heap)
 		}
 	}
+	n := len(dst)
 	for i := int32(0); i >= 0 && int(i) < len(syms); i = syms[i].next {
 		dst = append(dst, syms[i].id)
+	}
+	if cacheable {
+		m.words.put(word, append([]uint32(nil), dst[n:]...))
 	}
 	return dst
 }
@@ -202,31 +217,49 @@ func (m *bpe) allFallback(ch string) bool {
 	return true
 }
 
-// mergeLinear applies merges lowest rank first, leftmost on ties, by scanning:
-// the fastest way for short words and equivalent to the priority-queue order.
+// mergeLinear applies merges lowest rank first, leftmost on ties, by scanning
+// a cached rank per adjacent pair: the fastest way for short words, and the same
+// order as the priority queue.
 func (m *bpe) mergeLinear(syms []symbol) {
+	const none = ^uint32(0)
+	var rankBuf [48]uint32
+	var idBuf [48]uint32
+	ranks, ids := rankBuf[:len(syms)], idBuf[:len(syms)]
+	pair := func(i int32) {
+		j := syms[i].next
+		if j < 0 {
+			ranks[i] = none
+			return
+		}
+		if r, ok := m.merges[pairKey(syms[i].id, syms[j].id)]; ok {
+			ranks[i], ids[i] = r.rank, r.id
+		} else {
+			ranks[i] = none
+		}
+	}
+	for i := range syms {
+		pair(int32(i))
+	}
 	for {
-		best := uint32(^uint32(0))
-		bestPos := int32(-1)
-		var bestID uint32
+		best, bestPos := none, int32(-1)
 		for i := int32(0); i >= 0; i = syms[i].next {
-			j := syms[i].next
-			if j < 0 {
-				break
-			}
-			if r, ok := m.merges[pairKey(syms[i].id, syms[j].id)]; ok && r.rank < best {
-				best, bestPos, bestID = r.rank, i, r.id
+			if ranks[i] < best {
+				best, bestPos = ranks[i], i
 			}
 		}
 		if bestPos < 0 {
 			return
 		}
 		j := syms[bestPos].next
-		syms[bestPos].id = bestID
+		syms[bestPos].id = ids[bestPos]
 		syms[bestPos].next = syms[j].next
 		syms[j].alive = false
 		if nn := syms[j].next; nn >= 0 {
 			syms[nn].prev = bestPos
+		}
+		pair(bestPos)
+		if p := syms[bestPos].prev; p >= 0 {
+			pair(p)
 		}
 	}
 }

@@ -18,20 +18,24 @@ var byteToRune = func() [256]rune {
 	return t
 }()
 
+// runeByte inverts byteToRune over U+0000..U+01FF; -1 marks runes outside it.
+var runeByte = func() [0x200]int16 {
+	var t [0x200]int16
+	for i := range t {
+		t[i] = -1
+	}
+	for b, r := range byteToRune {
+		t[r] = int16(b)
+	}
+	return t
+}()
+
 // runeToByte inverts byteToRune; runes outside the alphabet map to -1.
 func runeToByte(r rune) int {
-	if r < 0 || r > 0x1FF {
+	if r < 0 || r >= 0x200 {
 		return -1
 	}
-	if r < 256 && byteToRune[r] == r {
-		return int(r)
-	}
-	for b, m := range byteToRune {
-		if m == r {
-			return b
-		}
-	}
-	return -1
+	return int(runeByte[r])
 }
 
 // decodeByteLevel turns a byte-level vocabulary entry back into the raw bytes it

@@ -20,14 +20,14 @@ func TestCacheMatchesUncached(t *testing.T) {
 			plain := loadModel(t, m, Options{})
 			cached := loadModel(t, m, Options{CacheSegments: 4096, CacheBytes: 8 << 20})
 			for pass := range 2 {
-				for i, text := range texts[:1500] {
+				for i, text := range texts[:800] {
 					want := plain.Encode(nil, text, WithSpecialTokens)
 					if got := cached.Encode(nil, text, WithSpecialTokens); !equalIDs(got, want) {
 						t.Fatalf("pass %d text %d: cached %v != uncached %v", pass, i, clip32(got, 8), clip32(want, 8))
 					}
 				}
 			}
-			for i, body := range reqs[:40] {
+			for i, body := range reqs[:25] {
 				for _, prefix := range growingPrefixes(t, body) {
 					want, err1 := plain.EncodeChat(nil, prefix, ChatOptions{Now: now})
 					got, err2 := cached.EncodeChat(nil, prefix, ChatOptions{Now: now})

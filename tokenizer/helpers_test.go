@@ -26,9 +26,15 @@ var (
 )
 
 // loadModel loads testdata/models/<name>, failing the test with the fetch
-// instructions when the files are missing.
+// instructions when the files are missing. With a cache option it returns a
+// fresh copy of the shared model with its own segment cache.
 func loadModel(t testing.TB, name string, opts Options) *Tokenizer {
 	t.Helper()
+	if opts.CacheSegments > 0 {
+		c := *loadModel(t, name, Options{})
+		c.cache = newSegmentCache(opts.CacheSegments, opts.CacheBytes)
+		return &c
+	}
 	modelsMu.Lock()
 	defer modelsMu.Unlock()
 	if tk, ok := models[modelKey{name, opts}]; ok {

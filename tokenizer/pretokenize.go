@@ -112,11 +112,14 @@ func (prefixSpace) split(dst []string, s string) []string {
 type seqPre []preTokenizer
 
 func (p seqPre) split(dst []string, s string) []string {
-	if len(p) == 0 {
+	switch len(p) {
+	case 0:
 		if s != "" {
 			dst = append(dst, s)
 		}
 		return dst
+	case 1:
+		return p[0].split(dst, s)
 	}
 	words := p[0].split(nil, s)
 	for _, next := range p[1:] {

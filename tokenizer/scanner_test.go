@@ -23,13 +23,15 @@ func checkScannerAgrees(t *testing.T, pattern, s string) {
 	}
 }
 
-// TestScannerMatchesRegexp2OnCorpus: the hot-path scanner splits every corpus
-// text exactly as regexp2 runs the tokenizer.json pattern.
+// TestScannerMatchesRegexp2OnCorpus: the hot-path scanner splits corpus texts
+// exactly as regexp2 runs the tokenizer.json pattern.
 func TestScannerMatchesRegexp2OnCorpus(t *testing.T) {
 	texts := readJSONL[string](t, "conformance_texts.jsonl.gz")
+	// Every third text keeps this fast under -race; the conformance tests run
+	// the scanner on all of them.
 	for _, p := range scannerPatterns {
-		for _, s := range texts {
-			checkScannerAgrees(t, p, s)
+		for i := 0; i < len(texts); i += 3 {
+			checkScannerAgrees(t, p, texts[i])
 		}
 	}
 }

@@ -124,9 +124,15 @@ func parseSpec(data []byte) (*fileSpec, error) {
 			return nil, fmt.Errorf("tokenizer: tokenizer.json key %q: %w", k, ErrUnsupported)
 		}
 	}
-	var spec fileSpec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("tokenizer: parse tokenizer.json: %w", err)
+	spec := fileSpec{
+		Truncation: keys["truncation"], Padding: keys["padding"], Normalizer: keys["normalizer"],
+		PreTokenizer: keys["pre_tokenizer"], Model: keys["model"], PostProcessor: keys["post_processor"],
+		Decoder: keys["decoder"],
+	}
+	if raw := keys["added_tokens"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &spec.AddedTokens); err != nil {
+			return nil, fmt.Errorf("tokenizer: parse added_tokens: %w", err)
+		}
 	}
 	if !isNull(spec.Truncation) {
 		return nil, fmt.Errorf("tokenizer: truncation is set: %w", ErrUnsupported)
@@ -146,31 +152,28 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("tokenizer: parse merges: %w", err)
-	}
-	out := make([][2]string, 0, len(items))
-	for i, it := range items {
-		var pair [2]string
-		if len(it) > 0 && it[0] == '"' {
-			var s string
-			if err := json.Unmarshal(it, &s); err != nil {
-				return nil, fmt.Errorf("tokenizer: parse merge %d: %w", i, err)
+	var pairs [][]string
+	if err := json.Unmarshal(raw, &pairs); err == nil {
+		out := make([][2]string, len(pairs))
+		for i, p := range pairs {
+			if len(p) != 2 {
+				return nil, fmt.Errorf("tokenizer: merge %d %q: want a pair of strings", i, p)
 			}
-			a, b, ok := strings.Cut(s, " ")
-			if !ok || strings.Contains(b, " ") {
-				return nil, fmt.Errorf("tokenizer: merge %d %q: want two space-separated parts", i, s)
-			}
-			pair = [2]string{a, b}
-		} else {
-			var parts []string
-			if err := json.Unmarshal(it, &parts); err != nil || len(parts) != 2 {
-				return nil, fmt.Errorf("tokenizer: merge %d %s: want a pair of strings", i, it)
-			}
-			pair = [2]string{parts[0], parts[1]}
+			out[i] = [2]string{p[0], p[1]}
 		}
-		out = append(out, pair)
+		return out, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err != nil {
+		return nil, fmt.Errorf("tokenizer: parse merges: want a list of \"a b\" strings or of pairs: %w", err)
+	}
+	out := make([][2]string, len(lines))
+	for i, s := range lines {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || strings.Contains(b, " ") {
+			return nil, fmt.Errorf("tokenizer: merge %d %q: want two space-separated parts", i, s)
+		}
+		out[i] = [2]string{a, b}
 	}
 	return out, nil
 }

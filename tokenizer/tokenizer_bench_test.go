@@ -1,0 +1,108 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkEncodeCorpus encodes the whole conformance text corpus, single
+// thread, without the segment cache (the number to compare with HF tokenizers,
+// see testdata/bench_hf.py).
+func BenchmarkEncodeCorpus(b *testing.B) {
+	texts := readJSONL[string](b, "conformance_texts.jsonl.gz")
+	total := 0
+	for _, s := range texts {
+		total += len(s)
+	}
+	for _, m := range modelNames {
+		b.Run("model="+m, func(b *testing.B) {
+			tk := loadModel(b, m, Options{})
+			var ids []uint32
+			tokens := 0
+			b.SetBytes(int64(total))
+			b.ReportAllocs()
+			for b.Loop() {
+				tokens = 0
+				for _, s := range texts {
+					ids = tk.Encode(ids[:0], s, WithSpecialTokens)
+					tokens += len(ids)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens), "ns/token")
+		})
+	}
+}
+
+// chatBody builds a Qwen3 chat request of about targetTokens tokens from corpus
+// texts, and returns the body with a %d placeholder in the final user message.
+func chatBody(b *testing.B, tk *Tokenizer, targetTokens int) string {
+	texts := readJSONL[string](b, "conformance_texts.jsonl.gz")
+	msgs := []map[string]string{{"role": "system", "content": "You are a helpful assistant."}}
+	n, turn := 0, 0
+	for n < targetTokens {
+		var user, asst strings.Builder
+		for user.Len() < 1500 {
+			user.WriteString(texts[(turn*7)%len(texts)])
+			user.WriteString("\n")
+			turn++
+		}
+		for asst.Len() < 1500 {
+			asst.WriteString(texts[(turn*11)%len(texts)])
+			asst.WriteString("\n")
+			turn++
+		}
+		msgs = append(msgs, map[string]string{"role": "user", "content": user.String()},
+			map[string]string{"role": "assistant", "content": asst.String()})
+		body, _ := json.Marshal(map[string]any{"messages": msgs})
+		ids, err := tk.EncodeChat(nil, body, ChatOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(ids)
+	}
+	msgs = append(msgs, map[string]string{"role": "user", "content": "NEWTURN"})
+	body, _ := json.Marshal(map[string]any{"messages": msgs})
+	return strings.Replace(strings.ReplaceAll(string(body), "%", "%%"), "NEWTURN", "new question number %d, please answer", 1)
+}
+
+// BenchmarkChat renders and encodes a Qwen3 chat request of 8k and 32k tokens:
+// cold (no segment cache) and warm (every earlier turn cached; only the new
+// final user message is encoded afresh, a different one each iteration).
+func BenchmarkChat(b *testing.B) {
+	now := time.Date(2026, 7, 2, 0, 0, 0, 0, time.UTC)
+	for _, size := range []int{8192, 32768} {
+		tk := loadModel(b, "qwen3", Options{})
+		tmpl := chatBody(b, tk, size)
+		body0 := fmt.Appendf(nil, tmpl, 0)
+		ids, err := tk.EncodeChat(nil, body0, ChatOptions{Now: now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mode := range []string{"cold", "warm"} {
+			b.Run(fmt.Sprintf("tokens=%dk/%s", len(ids)/1000, mode), func(b *testing.B) {
+				t := tk
+				if mode == "warm" {
+					t = loadModel(b, "qwen3", Options{CacheSegments: 1 << 16})
+					if _, err := t.EncodeChat(nil, body0, ChatOptions{Now: now}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var out []uint32
+				var body []byte
+				i := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					i++
+					body = fmt.Appendf(body[:0], tmpl, i)
+					if out, err = t.EncodeChat(out[:0], body, ChatOptions{Now: now}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(out)), "tokens/request")
+			})
+		}
+	}
+}
