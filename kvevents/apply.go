@@ -173,7 +173,7 @@ func (a *Applier) medium(ev *Event) (kvindex.Medium, bool) {
 	return m, true
 }
 
-// indexedKinds are the kv_cache_spec_kind values whose groups are indexed (§3.5).
+// indexedKind reports whether a kv_cache_spec_kind value names an indexed group (§3.5).
 func indexedKind(kind []byte) bool {
 	switch string(kind) {
 	case "full_attention", "mla_attention", "sink_full_attention":

@@ -1,6 +1,10 @@
 package kvevents
 
-import "github.com/tinylib/msgp/msgp"
+import (
+	"encoding/binary"
+
+	"github.com/tinylib/msgp/msgp"
+)
 
 // field identifies an event field (vllm-kv-events.md §2.3).
 type field uint8
@@ -271,8 +275,18 @@ func (d *decoder) findTag(p []byte, n uint32) (tag, rest []byte, first, ok bool,
 	return nil, nil, false, false, nil
 }
 
-// key reads a map-form key. Keys that are not str are consumed and give fNone.
+// key reads a map-form key. Keys that are not str are consumed and give fNone. The fixstr
+// fast path is small enough to inline.
 func (d *decoder) key(p []byte) (field, []byte, error) {
+	if len(p) > 0 && p[0]&0xe0 == 0xa0 {
+		if n := int(p[0]&0x1f) + 1; len(p) >= n {
+			return fieldNamed(p[1:n]), p[n:], nil
+		}
+	}
+	return d.keySlow(p)
+}
+
+func (d *decoder) keySlow(p []byte) (field, []byte, error) {
 	at := p
 	key, p, isStr, err := readKey(p)
 	if err != nil {
@@ -375,6 +389,10 @@ func (d *decoder) hashes(p []byte, ev *Event) ([]byte, status, error) {
 	ev.hashOff = len(arena)
 	result := valOK
 	for range n {
+		if len(p) >= 9 && p[0] == 0xcf { // uint64, as vLLM sends digests
+			arena, p = append(arena, binary.BigEndian.Uint64(p[1:])), p[9:]
+			continue
+		}
 		var h uint64
 		var st status
 		if h, st, p, err = readHash(p); err != nil {
