@@ -186,7 +186,8 @@ func previewDecode(cfg *Config, in *Input, snap *pool.Snapshot, d int, dec *Deci
 }
 
 // previewPrefill is step 6: a non-booking prefill-mode selection and the busy test
-// apt(p) > θp·mnbt(p). Every worker busy (pool rejection) ⇒ true; a missing threshold ⇒ unknown.
+// apt(p) > θp·mnbt(p). Every worker over the queue threshold (pool rejection) ⇒ true; a missing
+// threshold ⇒ unknown.
 func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
 	x := &dec.Inputs
 	x.PrefillPreviewed = true
@@ -204,13 +205,20 @@ func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand,
 	x.PrefillBudget = theta * float64(mnbt(l))
 	x.PrefillBusy = BusyFalse
 	if prefillBusy(l, theta) {
-		// A pool rejection (every worker busy) implies the chosen one is busy too.
-		x.PrefillBusy, x.PrefillRejected = BusyTrue, true
+		x.PrefillBusy = BusyTrue
+	}
+	// Pool rejection: with --router-queue-threshold set, every prefill worker above it means
+	// the prefill pool would reject the request, which counts as busy.
+	if q := cfg.QueueThreshold; q.Set {
+		x.PrefillRejected = true
 		for i := range snap.Prefill {
-			if !prefillBusy(&snap.Prefill[i], theta) {
+			if !prefillBusy(&snap.Prefill[i], q.Value) {
 				x.PrefillRejected = false
 				break
 			}
+		}
+		if x.PrefillRejected {
+			x.PrefillBusy = BusyTrue
 		}
 	}
 }

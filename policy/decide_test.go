@@ -127,9 +127,6 @@ func TestDecidePrefillBusy(t *testing.T) {
 		{spec: "B4", name: "inherited_threshold_at_budget_not_busy", cfg: func(c *Config) {
 			c.Disagg.Policy, c.QueueThreshold = PrefillLoad, Set(0.5)
 		}, isl: 1000, pre: pool.WorkerLoad{ActivePrefillTokens: 4096}, want: cold(1000)},
-		{spec: "B5", name: "explicit_theta_beats_queue_threshold", cfg: func(c *Config) {
-			c.Disagg.Policy, c.Disagg.PrefillBusyThreshold, c.QueueThreshold = PrefillLoad, Set(2), Set(0.8)
-		}, isl: 1000, pre: pool.WorkerLoad{ActivePrefillTokens: 16384}, want: cold(1000)},
 		{spec: "B6", name: "theta_16_at_budget_not_busy", cfg: policyIs(PrefillLoad, 16), isl: 1000, pre: pool.WorkerLoad{ActivePrefillTokens: 131072}, want: cold(1000)},
 		{spec: "B6", name: "theta_16_above_budget_busy", cfg: policyIs(PrefillLoad, 16), isl: 1000, pre: pool.WorkerLoad{ActivePrefillTokens: 131073}, want: hot(1000)},
 		{spec: "L1", name: "busy_is_bypass_prefill_busy", cfg: policyIs(PrefillLoad, 1), isl: 1000, pre: pool.WorkerLoad{ActivePrefillTokens: 9000}, want: hot(1000)},
@@ -197,22 +194,48 @@ func TestDecideGuard(t *testing.T) {
 	})
 }
 
-// TestDecidePrefillPoolRejects is L4: every prefill worker over θp·mnbt ⇒ busy (rejection).
+// TestDecidePrefillPoolRejects is L4: every prefill worker over the queue threshold (the pool
+// would reject) ⇒ busy, even where apt(p) <= θp·mnbt(p).
 func TestDecidePrefillPoolRejects(t *testing.T) {
 	cfg := enabledConfig()
-	cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold = PrefillLoad, Set(1)
+	cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold, cfg.QueueThreshold = PrefillLoad, Set(4), Set(0.5)
 	snap := &pool.Snapshot{Decode: []pool.WorkerLoad{{ID: "d0", KVCapacityBlocks: 100}},
-		Prefill: []pool.WorkerLoad{{ID: "p0", MaxBatchedTokens: 100, ActivePrefillTokens: 101}, {ID: "p1", MaxBatchedTokens: 200, ActivePrefillTokens: 201}}}
+		Prefill: []pool.WorkerLoad{{ID: "p0", MaxBatchedTokens: 100, ActivePrefillTokens: 51}, {ID: "p1", MaxBatchedTokens: 200, ActivePrefillTokens: 101}}}
 	in := &Input{Now: testNow, ISL: 50, Decode: []Signal{{Worker: "d0", Stream: live()}}}
 	got := Decide(&cfg, in, snap, newRand(3))
 	if got.Reason != ReasonBypassPrefillBusy || !got.Inputs.PrefillRejected || got.Inputs.PrefillBusy != BusyTrue {
 		t.Fatalf("L4: got reason %v rejected %v busy %v, want bypass_prefill_busy, rejected, true", got.Reason, got.Inputs.PrefillRejected, got.Inputs.PrefillBusy)
 	}
-	// One worker below its budget: no rejection, the cheapest (p1, less loaded in blocks? no: p0) decides.
-	snap.Prefill[1].ActivePrefillTokens = 0
+	// One worker at (not above) the queue threshold: no rejection, and p1 is below θp.
+	snap.Prefill[1].ActivePrefillTokens = 100
 	got = Decide(&cfg, in, snap, newRand(3))
-	if got.Inputs.PrefillRejected || got.Reason != ReasonRemotePrefillNotBusy || got.PrefillID != "p1" {
-		t.Fatalf("L4 control: got %v rejected %v prefill %s, want remote_prefill_not_busy on p1", got.Reason, got.Inputs.PrefillRejected, got.PrefillID)
+	if got.Inputs.PrefillRejected || got.Reason != ReasonRemotePrefillNotBusy {
+		t.Fatalf("L4 control: got %v rejected %v, want remote_prefill_not_busy", got.Reason, got.Inputs.PrefillRejected)
+	}
+}
+
+// TestDecideExplicitThetaBeatsQueueThreshold is B5 where it changes the outcome: p0 (chosen for
+// its prefix) holds 16384 tokens ≤ 2.0·8192, so it is not busy under θp = 2.0 although it would
+// be under the queue threshold 0.8; p1 keeps the pool from rejecting.
+func TestDecideExplicitThetaBeatsQueueThreshold(t *testing.T) {
+	snap := &pool.Snapshot{Decode: []pool.WorkerLoad{{ID: "d0", KVCapacityBlocks: 100}},
+		Prefill: []pool.WorkerLoad{{ID: "p0", MaxBatchedTokens: 8192, ActivePrefillTokens: 16384}, {ID: "p1", MaxBatchedTokens: 8192}}}
+	in := &Input{Now: testNow, ISL: 1000, Decode: []Signal{{Worker: "d0", Stream: live()}},
+		Prefill: []Signal{{Worker: "p0", GPU: 2000, Stream: live()}, {Worker: "p1", Stream: live()}}}
+	for _, tc := range []struct {
+		spec  string
+		theta Threshold
+		want  Reason
+	}{{"B5_explicit_2.0", Set(2), ReasonRemotePrefillNotBusy}, {"B4_inherited_0.8", Threshold{}, ReasonBypassPrefillBusy}} {
+		t.Run(tc.spec, func(t *testing.T) {
+			cfg := enabledConfig()
+			cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold, cfg.QueueThreshold = PrefillLoad, tc.theta, Set(0.8)
+			mustValid(t, cfg)
+			got := Decide(&cfg, in, snap, newRand(1))
+			if got.Reason != tc.want || got.Inputs.PreviewPrefill != "p0" || got.Inputs.PrefillRejected {
+				t.Fatalf("got %v (p=%s rejected=%v budget=%v), want %v on p0", got.Reason, got.Inputs.PreviewPrefill, got.Inputs.PrefillRejected, got.Inputs.PrefillBudget, tc.want)
+			}
+		})
 	}
 }
 
