@@ -41,9 +41,10 @@ func isRoutingHeader(name string) bool {
 		n == "x-prefiller-host-port" || n == "x-prefiller-url"
 }
 
-// dropped reports whether a header is hop-by-hop, named by the Connection header, or Content-Length.
+// dropped reports whether a header is hop-by-hop, named by the Connection header,
+// Content-Length (recomputed per leg) or Expect (the sidecar already has the whole body).
 func dropped(name string, connTokens []string) bool {
-	if isHopByHop(name) {
+	if isHopByHop(name) || strings.EqualFold(name, "Expect") {
 		return true
 	}
 	for _, t := range connTokens {
