@@ -264,6 +264,11 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 // (overlap credit only when the feature is on; restricted to a resolved decode pin). in's
 // signal slices must be aligned with snap or nil.
 func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
+	remoteExcept(cfg, in, snap, rng, dec, reason, -1)
+}
+
+// remoteExcept is remote with decode worker skip (-1 = none) excluded from the target selection.
+func remoteExcept(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason, skip int) {
 	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, pool.Guard{}
 	psigs := in.Prefill
 	if dec.Prefill < 0 || dec.Prefill >= len(snap.Prefill) {
@@ -282,11 +287,12 @@ func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 	if !cfg.Enabled {
 		dsigs = nil
 	}
-	if dec.remoteHint > 0 {
+	if dec.remoteHint > 0 && skip < 0 {
 		// Computed by the decode preview over the same workers, signals and pin.
 		dec.Decode = dec.remoteHint - 1
 	} else {
 		sel := newSelector(cfg, in, snap.Decode, dsigs, modeRemoteDecode)
+		sel.skip = skip
 		if in.Pin.Decode != "" && reason != ReasonRemoteDecodePinUnresolved {
 			sel.only = find(snap.Decode, in.Pin.Decode)
 		}
@@ -304,18 +310,25 @@ func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 // Demote turns a decision whose bypass commit failed into the remote path with reason
 // (remote_decode_busy for pool.ErrGuardDenied, remote_capacity_unknown for
 // pool.ErrCapacityUnknown, remote_policy_error otherwise), keeping its inputs and the previewed
-// prefill worker. snap must be the snapshot the decision was made on.
+// prefill worker. For remote_policy_error (the decode worker vanished, R7) that decode worker is
+// excluded from the remote-decode selection. snap must be the snapshot the decision was made on.
+// A remote booking that fails needs a new snapshot and a new Decide.
 func Demote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
 	if reason.Route() != RoutePrefill {
 		reason = ReasonRemotePolicyError
 	}
+	skip := -1
 	switch reason {
 	case ReasonRemoteDecodeBusy:
 		dec.Gate = GateDeniedDecodeBusy
 	case ReasonRemoteCapacityUnknown:
 		dec.Gate = GateDeniedDecodeBusyUnknown
+	case ReasonRemotePolicyError:
+		if dec.Route == RouteDecode {
+			skip = dec.Decode
+		}
 	}
-	remote(cfg, sanitize(in, snap), snap, rng, dec, reason)
+	remoteExcept(cfg, sanitize(in, snap), snap, rng, dec, reason, skip)
 }
 
 // sanitize returns in, or a copy without the signal slices that do not describe snap.

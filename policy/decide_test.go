@@ -311,31 +311,32 @@ func TestDecideOrchestration(t *testing.T) {
 func TestDecideDemote(t *testing.T) {
 	cfg := enabledConfig()
 	cfg.Disagg.DecodeBusyThreshold = Set(0.8)
-	snap := oneEach(pool.WorkerLoad{KVCapacityBlocks: 1000}, pool.WorkerLoad{})
-	in := &Input{Now: testNow, ISL: 4096, Decode: []Signal{{Worker: "d0", GPU: 192, Stream: live()}}}
+	// d0 holds the prefix; d1 is idle. The bypass previews d0; its remote-decode choice is d0 too.
+	snap := &pool.Snapshot{Decode: []pool.WorkerLoad{{ID: "d0", KVCapacityBlocks: 1000}, {ID: "d1", KVCapacityBlocks: 1000}},
+		Prefill: []pool.WorkerLoad{{ID: "p0"}}}
+	in := &Input{Now: testNow, ISL: 4096, Decode: []Signal{{Worker: "d0", GPU: 192, Stream: live()}, {Worker: "d1", Stream: live()}}}
 	dec := Decide(&cfg, in, snap, nil)
-	if dec.Reason != ReasonBypassISL || !dec.Guard.Enabled {
-		t.Fatalf("setup: %v guard %+v", dec.Reason, dec.Guard)
+	if dec.Reason != ReasonBypassISL || !dec.Guard.Enabled || dec.DecodeID != "d0" {
+		t.Fatalf("setup: %v on %s guard %+v", dec.Reason, dec.DecodeID, dec.Guard)
 	}
 	b := dec.Booking("r1", nil)
 	if b.Mode != pool.ModeBypass || b.Decode != "d0" || b.PrefillTokens != 1024 || b.Guard != cfg.Guard() {
 		t.Fatalf("bypass booking = %+v", b)
 	}
 	for _, tc := range []struct {
-		spec   string
-		reason Reason
-		gate   Gate
-	}{{"§5.3_commit_denied", ReasonRemoteDecodeBusy, GateDeniedDecodeBusy},
-		{"R7_worker_gone", ReasonRemotePolicyError, GateAllowedDecodeNotBusy},
-		{"bypass_reason_becomes_policy_error", ReasonBypassISL, GateAllowedDecodeNotBusy}} {
+		spec       string
+		reason     Reason
+		gate       Gate
+		wantReason Reason
+		wantDecode string
+	}{{"§5.3_commit_denied_keeps_cache_affine_decode", ReasonRemoteDecodeBusy, GateDeniedDecodeBusy, ReasonRemoteDecodeBusy, "d0"},
+		{"§5.3_capacity_unknown_at_commit", ReasonRemoteCapacityUnknown, GateDeniedDecodeBusyUnknown, ReasonRemoteCapacityUnknown, "d0"},
+		{"R7_worker_gone_is_excluded", ReasonRemotePolicyError, GateAllowedDecodeNotBusy, ReasonRemotePolicyError, "d1"},
+		{"bypass_reason_becomes_policy_error", ReasonBypassISL, GateAllowedDecodeNotBusy, ReasonRemotePolicyError, "d1"}} {
 		t.Run(tc.spec, func(t *testing.T) {
 			d := dec
 			Demote(&cfg, in, snap, nil, &d, tc.reason)
-			want := tc.reason
-			if want.Route() == RouteDecode {
-				want = ReasonRemotePolicyError
-			}
-			if d.Route != RoutePrefill || d.Reason != want || d.Gate != tc.gate || d.PrefillID != "p0" || d.DecodeID != "d0" || d.Guard.Enabled {
+			if d.Route != RoutePrefill || d.Reason != tc.wantReason || d.Gate != tc.gate || d.PrefillID != "p0" || d.DecodeID != tc.wantDecode || d.Guard.Enabled {
 				t.Fatalf("Demote = route %v reason %v gate %v p %q d %q guard %v", d.Route, d.Reason, d.Gate, d.PrefillID, d.DecodeID, d.Guard)
 			}
 			rb := d.Booking("r1", []uint64{1})

@@ -37,6 +37,7 @@ type selector struct {
 	invBS   float64 // 1/bs: cost evaluation multiplies instead of dividing
 	reqBlks float64 // ceil(ISL/bs)
 	only    int     // restrict to this index, -1 = all
+	skip    int     // never this index, -1 = none
 	minApt  int64   // min apt over candidates, for credit_decay
 }
 
@@ -46,7 +47,7 @@ func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal,
 	s := selector{loads: loads, sigs: sigs, now: in.Now, after: cfg.Silence.After, minReq: cfg.Silence.MinRequests,
 		cw: sel.CreditWeight, hw: sel.HostWeight, dw: sel.DiskWeight, scale: sel.PrefillLoadScale,
 		arw: sel.ActiveRequestWeight, temp: sel.Temperature, mode: m, isl: float64(in.ISL), bs: bs, invBS: 1 / bs,
-		reqBlks: math.Ceil(float64(in.ISL) / bs), only: -1}
+		reqBlks: math.Ceil(float64(in.ISL) / bs), only: -1, skip: -1}
 	if sel.CreditDecay > 0 && sigs != nil {
 		s.decay = sel.CreditDecay
 		s.minApt = math.MaxInt64
@@ -88,7 +89,7 @@ func (s *selector) cost(i int) float64 {
 	return c
 }
 
-func (s *selector) candidate(i int) bool { return s.only < 0 || s.only == i }
+func (s *selector) candidate(i int) bool { return (s.only < 0 || s.only == i) && i != s.skip }
 
 // pick selects a worker index (§6.2), or -1 when there is no candidate. Temperature 0 is the
 // argmin with exact ties broken uniformly by reservoir sampling on rng; T > 0 samples
