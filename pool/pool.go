@@ -46,7 +46,8 @@ type Options struct {
 	HTTPClient *http.Client // default a new client; used only by the scrape
 	Logger     *slog.Logger // default discards
 	// OnChange, if set, is called after a membership change with the added and removed
-	// workers, outside any lock, on the goroutine that ran Resolve.
+	// workers, outside any lock, on the goroutine that ran New or Resolve (kvevents uses it to
+	// open and close subscriptions and drop a departed worker's index entries).
 	OnChange func(added, removed []WorkerInfo)
 }
 
