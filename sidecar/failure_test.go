@@ -1,6 +1,8 @@
 package sidecar
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -266,4 +268,85 @@ func TestTimeouts(t *testing.T) {
 		resp, body := h.do("POST", "/v1/completions", `{"prompt":"a","stream":true}`, routeHeaders(p, d))
 		wantError(t, resp, body, http.StatusGatewayTimeout, "decode_timeout")
 	})
+}
+
+// TestRetries_ConnectFailure: a refused connection is retried (the request never reached the
+// worker), MaxAttempts times in all, then the fallback serves the request.
+func TestRetries_ConnectFailure(t *testing.T) {
+	pAddr := closedAddr(t)
+	d := newWorker(t, decodeJSON)
+	h := newHarness(t, testConfig(), pAddr, d.addr)
+	resp, _ := h.do("POST", "/v1/completions", `{"prompt":"a"}`, map[string]string{HeaderPrefillHost: pAddr, HeaderDecodeHost: d.addr})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := counter(h.m.Retries.WithLabelValues(string(legPrefill))); got != DefaultMaxAttempts-1 {
+		t.Errorf("retries{prefill} = %v, want %d", got, DefaultMaxAttempts-1)
+	}
+	if got := counter(h.m.UpstreamErrors.WithLabelValues(string(legPrefill), reasonConnect)); got != DefaultMaxAttempts {
+		t.Errorf("upstream_errors{prefill,connect} = %v, want %d", got, DefaultMaxAttempts)
+	}
+}
+
+// TestClientCancel_DuringPrefill: a client that goes away while P works cancels P's request,
+// and D is never called.
+func TestClientCancel_DuringPrefill(t *testing.T) {
+	pGone := make(chan struct{})
+	p := newWorker(t, func(_ http.ResponseWriter, r *http.Request, _ []byte) {
+		<-r.Context().Done()
+		close(pGone)
+	})
+	d := newWorker(t, decodeJSON)
+	h := newHarness(t, testConfig(), p.addr, d.addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+"/v1/completions", strings.NewReader(`{"prompt":"a"}`))
+		for k, v := range routeHeaders(p, d) {
+			req.Header.Set(k, v)
+		}
+		resp, err := h.srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	p.next(t) // P has the request
+	cancel()
+	select {
+	case <-pGone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the prefill worker's request was not cancelled")
+	}
+	if err := <-errc; err == nil {
+		t.Error("client got an answer after cancelling")
+	}
+	if n := d.count(); n != 0 {
+		t.Errorf("decode worker got %d requests", n)
+	}
+}
+
+// TestDecodeDiesMidStream: when D fails after its headers went out, the client sees a
+// truncated stream (an error), not a clean end.
+func TestDecodeDiesMidStream(t *testing.T) {
+	p := newWorker(t, prefillOK(pKV, 0))
+	d := newWorker(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, sseEvents[0])
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the worker drops the connection mid-stream
+	})
+	h := newHarness(t, testConfig(), p.addr, d.addr)
+	resp := h.send(context.Background(), "POST", "/v1/chat/completions", chatBody, routeHeaders(p, d))
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("clean end of a truncated stream: %q", got)
+	}
+	if string(got) != sseEvents[0] {
+		t.Errorf("got %q before the cut, want the first event", got)
+	}
+	if n := counter(h.m.StreamAborts); n != 1 {
+		t.Errorf("stream_aborts_total = %v", n)
+	}
 }
