@@ -1,9 +1,11 @@
 package kvevents
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -420,5 +422,53 @@ func TestDecodeReuseDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%.1f allocations per pass over %d warm fixtures, want 0", allocs, len(payloads))
+	}
+}
+
+// TestAppendTokensMatchesNaive checks the token fast path against readToken, value by value,
+// on random token lists mixing every int encoding (minimal or not), negative and oversized
+// values and EAGLE pairs.
+func TestAppendTokensMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for round := range 200 {
+		n := rng.IntN(40)
+		var m mp
+		for range n {
+			v := uint64(rng.IntN(200000))
+			switch rng.IntN(10) {
+			case 0:
+				m = m.raw(0xcf).raw(binary.BigEndian.AppendUint64(nil, v)...) // non-minimal uint64
+			case 1:
+				m = m.i64(-int64(rng.IntN(1000)) - 1) // negative: malformed
+			case 2:
+				m = m.arr(2).u64(v).u64(v + 1) // EAGLE pair
+			case 3:
+				m = m.u64(1<<32 + v) // above 2^32-1: malformed
+			case 4:
+				m = m.raw(0xd2).raw(binary.BigEndian.AppendUint32(nil, uint32(v))...) // int32
+			default:
+				m = m.u64(v)
+			}
+		}
+		m = m.raw(0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0)[:len(m)+rng.IntN(9)] // vary the tail length
+		var want []uint32
+		wantSt := valOK
+		p := []byte(m)
+		for range n {
+			tok, st, rest, err := readToken(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p = rest
+			if st != valOK {
+				wantSt = valBad
+				continue
+			}
+			want = append(want, tok)
+		}
+		got, rest, st, err := appendTokens(make([]uint32, 0, n), m, uint32(n))
+		if err != nil || st != wantSt || len(rest) != len(p) || !reflect.DeepEqual(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("round %d: got %v %d rest %d %v; want %v %d rest %d", round, got, st, len(rest), err, want, wantSt, len(p))
+		}
 	}
 }
