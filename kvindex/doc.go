@@ -49,7 +49,7 @@
 //
 // Every method is safe for concurrent use. One sync.RWMutex (Index.mu) guards all state:
 // Store, Remove, ClearWorker, RemoveWorker and SetCapacity take it for writing, one event at a
-// time; Overlap, Stats, Workers and NumKeys take it for reading, so lookups run in parallel with
+// time, and Update holds it for a whole batch of events (Tx); Overlap, Stats, Workers and NumKeys take it for reading, so lookups run in parallel with
 // each other and wait only for the event being applied. An Overlaps value holds the scratch of
 // one lookup and belongs to one caller at a time. The Config is fixed at New.
 //

@@ -1,7 +1,7 @@
 package kvindex
 
 // smallHashes is the list length up to which hasDuplicate compares pairs directly.
-const smallHashes = 16
+const smallHashes = 6
 
 // hashSet is a reusable scratch set for Store's duplicate-hash guard (§3.6). Slots are valid
 // only when their stamp equals the current generation, so it needs no clearing between uses.

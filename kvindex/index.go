@@ -92,6 +92,11 @@ func (ix *Index) add(w WorkerID) *worker {
 func (ix *Index) ClearWorker(w WorkerID) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.clearWorker(w)
+}
+
+// clearWorker is ClearWorker with ix.mu write-locked.
+func (ix *Index) clearWorker(w WorkerID) {
 	if wk := ix.lookup(w); wk != nil {
 		ix.clear(wk)
 	}

@@ -225,3 +225,24 @@ func BenchmarkMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeys computes router keys of a 2,048-block (32k-token) prompt, the per-request cost
+// on the query side and the hashing share of Store.
+func BenchmarkKeys(b *testing.B) {
+	r := rand.New(rand.NewPCG(15, 16))
+	tokens := make([]uint32, 2048*benchB)
+	for i := range tokens {
+		tokens[i] = r.Uint32N(150000)
+	}
+	dst := make([]uint64, 0, 2048)
+	for _, lora := range []string{"", "sql-lora"} {
+		b.Run(fmt.Sprintf("blocks=2048/lora=%q", lora), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(4 * len(tokens)))
+			for b.Loop() {
+				dst = AppendKeys(dst[:0], 0, tokens, benchB, []byte(lora))
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*2048), "ns/block")
+		})
+	}
+}

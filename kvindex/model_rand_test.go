@@ -34,11 +34,12 @@ func TestIndexMatchesModel(t *testing.T) {
 		workers  int
 		maxBlock int
 		seed     uint64
+		steps    int
 	}{
-		{"few_workers", 2, 3, 0, 1},
-		{"many_workers_two_bitset_words", 2, 70, 0, 2},
-		{"block_size_16", 16, 5, 0, 3},
-		{"tight_cap", 2, 4, 12, 4},
+		{"few_workers", 2, 3, 0, 1, 3000},
+		{"many_workers_two_bitset_words", 2, 70, 0, 2, 1500},
+		{"block_size_16", 16, 5, 0, 3, 3000},
+		{"tight_cap", 2, 4, 12, 4, 3000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix, err := New(Config{BlockSize: tc.B, MaxBlocksPerWorker: tc.maxBlock})
@@ -49,7 +50,7 @@ func TestIndexMatchesModel(t *testing.T) {
 			g := newOpGen(tc.B, tc.workers)
 			c := randChooser{rand.New(rand.NewPCG(tc.seed, 99))}
 			qs := g.queries()
-			steps := 3000
+			steps := tc.steps
 			if testing.Short() {
 				steps = 500
 			}

@@ -347,7 +347,13 @@ func (g *opGen) step(t testing.TB, c chooser, ix *Index, m *model, cov *coverage
 	switch op := c.intn(24); {
 	case op < 13:
 		s := g.store(c, med, m.workers[w])
-		got, want := ix.Store(w, s), m.store(w, s)
+		var got StoreResult
+		if c.intn(2) == 0 {
+			got = ix.Store(w, s)
+		} else {
+			ix.Update(func(tx Tx) { got = tx.Store(w, s) })
+		}
+		want := m.store(w, s)
 		if got != want {
 			t.Fatalf("Store(%s, %+v) = %+v, want %+v", w, *s, got, want)
 		}
@@ -369,14 +375,23 @@ func (g *opGen) step(t testing.TB, c chooser, ix *Index, m *model, cov *coverage
 		if c.intn(8) == 0 {
 			hs = append(hs, uint64(c.intn(5)))
 		}
-		r1, n1 := ix.Remove(w, med, hs)
+		var r1, n1 int
+		if c.intn(2) == 0 {
+			r1, n1 = ix.Remove(w, med, hs)
+		} else {
+			ix.Update(func(tx Tx) { r1, n1 = tx.Remove(w, med, hs) })
+		}
 		r2, n2 := m.remove(w, med, hs)
 		if r1 != r2 || n1 != n2 {
 			t.Fatalf("Remove(%s, %v, %x) = %d, %d, want %d, %d", w, med, hs, r1, n1, r2, n2)
 		}
 		return fmt.Sprintf("remove %s %v %x", w, med, hs)
 	case op < 21:
-		ix.ClearWorker(w)
+		if c.intn(2) == 0 {
+			ix.ClearWorker(w)
+		} else {
+			ix.Update(func(tx Tx) { tx.ClearWorker(w) })
+		}
 		cov.clears++
 		if mw := m.workers[w]; mw != nil {
 			m.clear(mw)

@@ -65,19 +65,21 @@ type StoreResult struct {
 // §4.2, §3.4, §3.6). A skipped event changes nothing. s is only read, never retained. A Medium
 // outside GPU..Disk is treated as Disk.
 func (ix *Index) Store(w WorkerID, s *Store) StoreResult {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.store(w, s)
+}
+
+// store is Store with ix.mu write-locked.
+func (ix *Index) store(w WorkerID, s *Store) StoreResult {
+	wk := ix.add(w)
 	if s == nil || len(s.Hashes) == 0 {
-		ix.mu.Lock()
-		ix.add(w)
-		ix.mu.Unlock()
 		return StoreResult{}
 	}
 	m := s.Medium
 	if m >= NumMedia {
 		m = Disk
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	wk := ix.add(w)
 	if ix.scratch.hasDuplicate(s.Hashes, s.Parent, s.HasParent) {
 		return StoreResult{Skip: SkipDuplicateHash}
 	}
@@ -249,11 +251,16 @@ func (ix *Index) addBacking(wk *worker, m Medium, ref uint32) {
 // of w still backs it. A remove never touches another medium. Unknown EHs (and unknown workers)
 // count as notFound. A Medium outside GPU..Disk is treated as Disk.
 func (ix *Index) Remove(w WorkerID, m Medium, hashes []uint64) (removed, notFound int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.remove(w, m, hashes)
+}
+
+// remove is Remove with ix.mu write-locked.
+func (ix *Index) remove(w WorkerID, m Medium, hashes []uint64) (removed, notFound int) {
 	if m >= NumMedia {
 		m = Disk
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
 	wk := ix.lookup(w)
 	if wk == nil {
 		return 0, len(hashes)
