@@ -199,5 +199,5 @@ func cached(cfg *Config, sg *Signal, now time.Time) int {
 		return 0
 	}
 	sel := &cfg.Selection
-	return int(math.Round((float64(sg.GPU) + sel.HostWeight*float64(sg.Host) + sel.DiskWeight*float64(sg.Disk)) * float64(cfg.BlockSize)))
+	return max(0, int(math.Round((float64(sg.GPU)+sel.HostWeight*float64(sg.Host)+sel.DiskWeight*float64(sg.Disk))*float64(cfg.BlockSize))))
 }
