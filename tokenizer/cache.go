@@ -48,10 +48,11 @@ func newSegmentCache(maxEntries, maxBytes int) *segmentCache {
 
 func entryBytes(key string, ids []uint32) int { return len(key) + 4*len(ids) + entryOverheadBytes }
 
-// encode appends the ids of one segment, from the cache when present.
+// encode appends the ids of one segment, from the cache when present. The
+// caller never passes a segment whose ids depend on its position.
 func (c *segmentCache) encode(dst []uint32, text string, t *Tokenizer, sc *encodeScratch) []uint32 {
 	if len(text) < minCachedSegmentBytes {
-		return t.encodeSegment(dst, text, sc)
+		return t.encodeSegment(dst, text, false, sc)
 	}
 	c.mu.Lock()
 	if e, ok := c.items[text]; ok {
@@ -66,7 +67,7 @@ func (c *segmentCache) encode(dst []uint32, text string, t *Tokenizer, sc *encod
 	c.mu.Unlock()
 
 	n := len(dst)
-	dst = t.encodeSegment(dst, text, sc)
+	dst = t.encodeSegment(dst, text, false, sc)
 	ids := append([]uint32(nil), dst[n:]...)
 	size := entryBytes(text, ids)
 	if size > c.maxBytes {

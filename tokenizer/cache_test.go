@@ -119,3 +119,24 @@ func TestCacheConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestCachePositionalSegments: with Metaspace prepend_scheme "first" a segment
+// encodes differently at the start of the input, and the cache must not mix
+// the two.
+func TestCachePositionalSegments(t *testing.T) {
+	plain := loadSynthetic(t, "metaspace_first")
+	cached := loadSynthetic(t, "metaspace_first")
+	cached.cache = newSegmentCache(64, 1<<20)
+	inputs := []string{"hello world again and again", "</s>hello world again and again", "hello world again and again</s>hello world again and again"}
+	for pass := range 2 {
+		for _, s := range inputs {
+			want := plain.Encode(nil, s, WithSpecialTokens)
+			if got := cached.Encode(nil, s, WithSpecialTokens); !equalIDs(got, want) {
+				t.Errorf("pass %d %q: cached %v, uncached %v", pass, s, got, want)
+			}
+		}
+	}
+	if st := cached.CacheStats(); st.Hits == 0 {
+		t.Errorf("later segments never hit the cache: %+v", st)
+	}
+}

@@ -28,7 +28,7 @@ func TestLoadRefusesUnsupportedFeatures(t *testing.T) {
 		{"end_of_word_suffix", []string{"model", "end_of_word_suffix"}, `"</w>"`, "end_of_word_suffix"},
 		{"lowercase_normalizer", []string{"normalizer"}, `{"type":"Lowercase"}`, "Lowercase"},
 		{"regex_replace", []string{"normalizer"}, `{"type":"Replace","pattern":{"Regex":"a+"},"content":"b"}`, "Replace with a regex"},
-		{"metaspace", []string{"pre_tokenizer"}, `{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}`, "Metaspace"},
+		{"metaspace_scheme", []string{"pre_tokenizer"}, `{"type":"Metaspace","replacement":"▁","prepend_scheme":"sometimes","split":true}`, "sometimes"},
 		{"whitespace_pretok", []string{"pre_tokenizer"}, `{"type":"Whitespace"}`, "Whitespace"},
 		{"split_removed", []string{"pre_tokenizer"}, `{"type":"Split","pattern":{"Regex":"a"},"behavior":"Removed","invert":false}`, "Removed"},
 		{"split_invert", []string{"pre_tokenizer"}, `{"type":"Split","pattern":{"Regex":"a"},"behavior":"Isolated","invert":true}`, "invert"},

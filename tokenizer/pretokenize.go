@@ -13,9 +13,10 @@ import (
 const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 
 // preTokenizer cuts normalized text into the words the model encodes one by one.
-// split appends the words of s to dst.
+// split appends the words of s to dst; first reports that s starts at offset 0
+// of the original input (only Metaspace's prepend_scheme "first" cares).
 type preTokenizer interface {
-	split(dst []string, s string) []string
+	split(dst []string, s string, first bool) []string
 }
 
 // regexSplit is the Split pre-tokenizer with behavior Isolated: matches and the
@@ -33,7 +34,7 @@ func newRegexSplit(pattern string) (*regexSplit, error) {
 	return &regexSplit{re: re, pattern: pattern}, nil
 }
 
-func (p *regexSplit) split(dst []string, s string) []string {
+func (p *regexSplit) split(dst []string, s string, _ bool) []string {
 	if s == "" {
 		return dst
 	}
@@ -76,7 +77,7 @@ func (p *regexSplit) split(dst []string, s string) []string {
 // literalSplit is the Split pre-tokenizer with a String pattern, behavior Isolated.
 type literalSplit struct{ sep string }
 
-func (p literalSplit) split(dst []string, s string) []string {
+func (p literalSplit) split(dst []string, s string, _ bool) []string {
 	for s != "" {
 		i := strings.Index(s, p.sep)
 		if i < 0 {
@@ -98,7 +99,7 @@ func (p literalSplit) split(dst []string, s string) []string {
 // does not start with one.
 type prefixSpace struct{}
 
-func (prefixSpace) split(dst []string, s string) []string {
+func (prefixSpace) split(dst []string, s string, _ bool) []string {
 	if s == "" {
 		return dst
 	}
@@ -111,7 +112,7 @@ func (prefixSpace) split(dst []string, s string) []string {
 // seqPre runs pre-tokenizers one after the other on every word.
 type seqPre []preTokenizer
 
-func (p seqPre) split(dst []string, s string) []string {
+func (p seqPre) split(dst []string, s string, first bool) []string {
 	switch len(p) {
 	case 0:
 		if s != "" {
@@ -119,24 +120,55 @@ func (p seqPre) split(dst []string, s string) []string {
 		}
 		return dst
 	case 1:
-		return p[0].split(dst, s)
+		return p[0].split(dst, s, first)
 	}
-	words := p[0].split(nil, s)
+	words := p[0].split(nil, s, first)
 	for _, next := range p[1:] {
 		var out []string
-		for _, w := range words {
-			out = next.split(out, w)
+		for i, w := range words {
+			out = next.split(out, w, first && i == 0)
 		}
 		words = out
 	}
 	return append(dst, words...)
 }
 
+// metaspace is the Metaspace pre-tokenizer: spaces become the replacement
+// character, which is prepended per prepend_scheme, and with split the text is
+// cut before every replacement character.
+type metaspace struct {
+	replacement string
+	prepend     string // "always", "first" or "never"
+	splitWords  bool
+}
+
+func (m metaspace) split(dst []string, s string, first bool) []string {
+	if s == "" {
+		return dst
+	}
+	s = strings.ReplaceAll(s, " ", m.replacement)
+	if !strings.HasPrefix(s, m.replacement) && (m.prepend == "always" || (m.prepend == "first" && first)) {
+		s = m.replacement + s
+	}
+	if !m.splitWords {
+		return append(dst, s)
+	}
+	for {
+		i := strings.Index(s[1:], m.replacement)
+		if i < 0 {
+			return append(dst, s)
+		}
+		dst = append(dst, s[:i+1])
+		s = s[i+1:]
+	}
+}
+
 // preTokenizerSpec is the decoded pre-tokenizer chain. byteLevel reports whether
 // the chain ends with the ByteLevel byte mapping.
 type preTokenizerSpec struct {
-	steps     []preTokenizer
-	byteLevel bool
+	steps      []preTokenizer
+	byteLevel  bool
+	positional bool // a step depends on the piece's offset (Metaspace "first")
 }
 
 // addRegexStep appends an Isolated split on pattern: the hand-written scanner
@@ -176,6 +208,8 @@ func parsePreTokenizer(raw json.RawMessage, out *preTokenizerSpec) error {
 		return nil
 	case "Split":
 		return parseSplit(&c, out)
+	case "Metaspace":
+		return parseMetaspace(&c, out)
 	case "ByteLevel":
 		if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
 			out.steps = append(out.steps, prefixSpace{})
@@ -210,5 +244,28 @@ func parseSplit(c *componentSpec, out *preTokenizerSpec) error {
 	default:
 		return fmt.Errorf("tokenizer: Split with an empty pattern: %w", ErrUnsupported)
 	}
+	return nil
+}
+
+func parseMetaspace(c *componentSpec, out *preTokenizerSpec) error {
+	if utf8.RuneCountInString(c.Replacement) != 1 {
+		return fmt.Errorf("tokenizer: Metaspace replacement %q: want one character: %w", c.Replacement, ErrUnsupported)
+	}
+	scheme := c.PrependScheme
+	if scheme == "" {
+		// Files from before prepend_scheme carry add_prefix_space instead.
+		scheme = "never"
+		if c.AddPrefixSpace == nil || *c.AddPrefixSpace {
+			scheme = "always"
+		}
+	}
+	switch scheme {
+	case "always", "never":
+	case "first":
+		out.positional = true
+	default:
+		return fmt.Errorf("tokenizer: Metaspace prepend_scheme %q: %w", scheme, ErrUnsupported)
+	}
+	out.steps = append(out.steps, metaspace{replacement: c.Replacement, prepend: scheme, splitWords: c.Split == nil || *c.Split})
 	return nil
 }

@@ -110,7 +110,7 @@ func isNumber(c uint8) bool  { return c == clsNumber }
 func isOther(c uint8) bool   { return c == clsOther }
 func isNewline(c uint8) bool { return c == clsNewline }
 
-func (sc *scanner) split(dst []string, s string) []string {
+func (sc *scanner) split(dst []string, s string, _ bool) []string {
 	for i := 0; i < len(s); {
 		end := sc.next(s, i)
 		dst = append(dst, s[i:end])

@@ -16,8 +16,8 @@ func checkScannerAgrees(t *testing.T, pattern, s string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := re.split(nil, s)
-	got := newScanner(pattern).split(nil, s)
+	want := re.split(nil, s, true)
+	got := newScanner(pattern).split(nil, s, true)
 	if !slices.Equal(got, want) {
 		t.Fatalf("pattern %.30q on %q:\nscanner %q\nregexp2 %q", pattern, s, got, want)
 	}

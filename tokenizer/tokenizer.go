@@ -20,6 +20,7 @@ type Tokenizer struct {
 	model      *bpe
 	normalizer normalizer
 	pre        preTokenizer
+	positional bool          // pre-tokenization depends on whether a segment starts the input
 	rawAdded   *addedMatcher // added tokens matched on raw text (normalized=false)
 	normAdded  *addedMatcher // added tokens matched on normalized text
 	prefix     []uint32      // TemplateProcessing "single" ids before the sequence
@@ -52,6 +53,7 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.pre = seqPre(pre.steps)
+	t.positional = pre.positional
 	var ms modelSpec
 	if err := json.Unmarshal(spec.Model, &ms); err != nil {
 		return nil, fmt.Errorf("tokenizer: parse model: %w", err)
@@ -171,33 +173,35 @@ type encodeScratch struct {
 // encodeText splits text at raw added tokens and encodes each text segment.
 func (t *Tokenizer) encodeText(dst []uint32, text string, sc *encodeScratch) []uint32 {
 	sc.pieces = t.rawAdded.split(sc.pieces[:0], text)
-	for _, p := range sc.pieces {
+	for i, p := range sc.pieces {
 		if p.id >= 0 {
 			dst = append(dst, uint32(p.id))
 			continue
 		}
-		if t.cache != nil {
+		first := i == 0
+		if t.cache != nil && !(first && t.positional) {
 			dst = t.cache.encode(dst, p.text, t, sc)
 			continue
 		}
-		dst = t.encodeSegment(dst, p.text, sc)
+		dst = t.encodeSegment(dst, p.text, first, sc)
 	}
 	return dst
 }
 
 // encodeSegment encodes text that holds no raw added token: normalize, split at
-// normalized added tokens, pre-tokenize, BPE.
-func (t *Tokenizer) encodeSegment(dst []uint32, text string, sc *encodeScratch) []uint32 {
+// normalized added tokens, pre-tokenize, BPE. first reports that text starts the
+// input.
+func (t *Tokenizer) encodeSegment(dst []uint32, text string, first bool, sc *encodeScratch) []uint32 {
 	if t.normalizer != nil {
 		text = t.normalizer.normalize(text)
 	}
 	sc.sub = t.normAdded.split(sc.sub[:0], text)
-	for _, p := range sc.sub {
+	for j, p := range sc.sub {
 		if p.id >= 0 {
 			dst = append(dst, uint32(p.id))
 			continue
 		}
-		sc.words = t.pre.split(sc.words[:0], p.text)
+		sc.words = t.pre.split(sc.words[:0], p.text, first && j == 0)
 		for _, w := range sc.words {
 			dst = t.model.encodeWord(dst, w, &sc.bpe)
 		}

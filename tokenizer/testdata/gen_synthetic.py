@@ -15,7 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROBES = ["hello world", "say <sw> now", "say<sw>now", "x <ls>  y", "x   <ls>y", "a<rs>   b", "a <rs>\n\nb",
           "ﬁx the ﬁle", "fix it", "<eos> inside", "  leading and trailing  ", "naïve café 😀", "",
-          "<sw>", "<rs><rs> <ls><ls>", "hello\u3000world\u00a0!", "ZZZ unknown ☃ chars", "ab" * 40]
+          "<sw>", "<rs><rs> <ls><ls>", "hello\u3000world\u00a0!", "ZZZ unknown ☃ chars", "ab" * 40,
+          "<s>hello world</s>", "</s> hello", " hello  world ", "▁hello▁▁world", "hello</s>world <s> x"]
 
 
 def byte_level():
@@ -41,7 +42,7 @@ def byte_level():
     return tok
 
 
-def sentencepiece():
+def sentencepiece(style="normalizer"):
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     for b in range(256):
         vocab[f"<0x{b:02X}>"] = len(vocab)
@@ -53,7 +54,12 @@ def sentencepiece():
         vocab.setdefault(a + b, len(vocab))
         merges.append((a, b))
     tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    if style == "normalizer":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    elif style == "metaspace_first":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     tok.add_special_tokens([AddedToken("<s>", normalized=False), AddedToken("</s>", normalized=False)])
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A $B:1", special_tokens=[("<s>", 1)])
@@ -62,7 +68,9 @@ def sentencepiece():
 
 def main():
     expect = {}
-    for name, tok in [("bytelevel", byte_level()), ("sentencepiece", sentencepiece())]:
+    for name, tok in [("bytelevel", byte_level()), ("sentencepiece", sentencepiece()),
+                      ("metaspace_first", sentencepiece("metaspace_first")),
+                      ("metaspace_always", sentencepiece("metaspace_always"))]:
         path = os.path.join(HERE, f"synthetic_{name}_tokenizer.json")
         tok.save(path)
         expect[name] = [{"text": p, "special": s, "ids": tok.encode(p, add_special_tokens=s).ids}
