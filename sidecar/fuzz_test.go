@@ -3,8 +3,11 @@ package sidecar
 import (
 	"bytes"
 	"encoding/json"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -145,6 +148,51 @@ func FuzzSSEUsage(f *testing.F) {
 		}
 		if whole.rewrites == 0 && !bytes.Equal(want, in) {
 			t.Fatalf("nothing rewritten but output differs:\n got %q\n  in %q", want, in)
+		}
+	})
+}
+
+// FuzzCanonicalHostPort: the routing-header check never panics, and what it accepts is
+// canonical (idempotent), a plain host:port, and free of URL syntax.
+func FuzzCanonicalHostPort(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "hostports.txt"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+		f.Add(line)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := canonicalHostPort(s)
+		if err != nil {
+			return
+		}
+		if again, err := canonicalHostPort(c); err != nil || again != c {
+			t.Fatalf("canonical(%q) = %q, again %q, %v", s, c, again, err)
+		}
+		host, port, err := net.SplitHostPort(c)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(c, "/?#@ ") {
+			t.Fatalf("accepted %q as %q", s, c)
+		}
+		u, err := url.Parse("http://" + c + "/x")
+		if err != nil || u.Host != c || u.User != nil || u.Path != "/x" {
+			t.Fatalf("%q does not make a URL with host %q: %v", c, c, err)
+		}
+	})
+}
+
+// FuzzParseWorkerEndpoints: a config file never panics the worker-list reader.
+func FuzzParseWorkerEndpoints(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "workers.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte("workers: [{endpoint: 1}]"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		eps, err := ParseWorkerEndpoints(in)
+		if err == nil && len(eps) == 0 {
+			t.Fatal("no error and no endpoints")
 		}
 	})
 }
