@@ -1,0 +1,200 @@
+package extproc
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+// brokenTokenizer fails every chat the way a model without a chat template does, or panics.
+type brokenTokenizer struct{ panics bool }
+
+func (b brokenTokenizer) EncodeChat(dst []uint32, _ []byte, _ tokenizer.ChatOptions) ([]uint32, error) {
+	if b.panics {
+		panic("tokenizer bug")
+	}
+	return dst, fmt.Errorf("render: %w", tokenizer.ErrNoChatTemplate)
+}
+
+func (b brokenTokenizer) EncodeCompletion(dst []uint32, _ []byte) ([]uint32, error) {
+	return append(dst, 1, 2, 3), nil
+}
+
+// expectImmediate checks an immediate response: status, OpenAI JSON body, headers.
+func expectImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, reason string) string {
+	t.Helper()
+	ir := r.GetImmediateResponse()
+	if ir == nil {
+		t.Fatalf("want an immediate %d response, got %v", status, r)
+	}
+	if int(ir.GetStatus().GetCode()) != status || ir.GetDetails() != "condisagg_"+reason {
+		t.Fatalf("status %v details %q, want %d condisagg_%s", ir.GetStatus().GetCode(), ir.GetDetails(), status, reason)
+	}
+	var body errorBody
+	if err := json.Unmarshal(ir.GetBody(), &body); err != nil || body.Error.Code != reason || body.Error.Message == "" {
+		t.Fatalf("body %s: %v", ir.GetBody(), err)
+	}
+	h := map[string]string{}
+	for _, hv := range ir.GetHeaders().GetSetHeaders() {
+		h[hv.GetHeader().GetKey()] = string(hv.GetHeader().GetRawValue())
+	}
+	if h["content-type"] != "application/json" || h[HeaderError] != reason {
+		t.Fatalf("headers %v", h)
+	}
+	if (status == 503) != (h["retry-after"] == "1") {
+		t.Fatalf("retry-after %q on %d", h["retry-after"], status)
+	}
+	return body.Error.Message
+}
+
+// TestInvalidBody400: malformed JSON, no model, no messages/prompt, tokenizer refusals.
+func TestInvalidBody400(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	cases := []struct{ path, body, want string }{
+		{chatPath, `{"model":"m","messages":[`, "not a valid JSON object"},
+		{chatPath, `{"messages":[{"role":"user","content":"x"}]}`, `"model"`},
+		{chatPath, `{"model":"m"}`, `"messages"`},
+		{"/v1/completions", `{"model":"m"}`, `"prompt"`},
+		{"/v1/completions", `{"model":"m","prompt":["a","b"]}`, "more than one sequence"},
+		{chatPath, `{"model":"m","messages":[{"role":"user","content":{"x":1}}]}`, ""},
+	}
+	for _, mode := range []filterv3.ProcessingMode_BodySendMode{buffered, fullDuplex} {
+		for _, c := range cases {
+			v := e.open(mode, streamed)
+			v.requestHeaders(false, ":method", "POST", ":path", c.path)
+			if mode == buffered {
+				v.recv()
+			}
+			v.requestBody([]byte(c.body), true)
+			msg := expectImmediate(t, v.recv(), 400, "invalid_body")
+			if !strings.Contains(msg, c.want) {
+				t.Fatalf("%v %s: message %q lacks %q", mode, c.body, msg, c.want)
+			}
+			v.requestBody([]byte("ignored"), true) // after an immediate response nothing is answered
+			v.closeAndDrain()
+		}
+	}
+	if e.totalRequests() != 0 {
+		t.Fatal("a rejected request was booked")
+	}
+}
+
+// TestBodyTooLarge413: the limit is checked per chunk before the end of the body.
+func TestBodyTooLarge413(t *testing.T) {
+	e := newEnv(t, envOptions{settings: func(s *Settings) { s.MaxBodyBytes = 1000 }})
+	v := e.open(fullDuplex, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	body := sizedChatBody(1500)
+	v.requestBody(body[:600], false)
+	v.requestBody(body[600:1200], false)
+	expectImmediate(t, v.recv(), 413, "body_too_large")
+	v.requestBody(body[1200:], true)
+	v.closeAndDrain()
+
+	v = e.open(buffered, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	v.recv()
+	v.requestBody(body, true)
+	expectImmediate(t, v.recv(), 413, "body_too_large")
+	v.closeAndDrain()
+	if got := testutil.ToFloat64(e.metrics.Rejected.WithLabelValues("body_too_large")); got != 2 {
+		t.Fatalf("rejected{body_too_large} = %v", got)
+	}
+}
+
+// TestNoEligibleWorker503: no healthy decode worker.
+func TestNoEligibleWorker503(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, id := range []string{"decode-0", "decode-1"} {
+		if err := e.pool.SetHealth(id, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := e.open(buffered, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	v.recv()
+	v.requestBody(chatBody("hi", false), true)
+	expectImmediate(t, v.recv(), 503, "no_eligible_worker")
+	v.closeAndDrain()
+	v = e.open(buffered, streamed)
+	v.requestHeaders(true, ":method", "GET", ":path", "/v1/models")
+	expectImmediate(t, v.recv(), 503, "no_eligible_worker")
+	v.closeAndDrain()
+}
+
+func subsetMetadata(list ...string) *corev3.Metadata {
+	vals := make([]any, len(list))
+	for i, s := range list {
+		vals[i] = s
+	}
+	st, _ := structpb.NewStruct(map[string]any{SubsetKey: vals})
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{SubsetNamespace: st}}
+}
+
+// TestSubsetHint: envoy-extproc.md §2 — the hint restricts the decode worker by IP (any
+// port); empty or unmatched is 503 subset_no_match.
+func TestSubsetHint(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	run := func(md *corev3.Metadata) *extprocv3.ProcessingResponse {
+		v := e.open(buffered, streamed)
+		v.send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs(":method", "POST", ":path", chatPath)}}})
+		v.recv()
+		v.requestBody(chatBody("hello", false), true)
+		r := v.recv()
+		v.closeAndDrain()
+		return r
+	}
+	for range 5 {
+		h := setHeaders(run(subsetMetadata("10.0.0.22:9999")).GetRequestBody().GetResponse())
+		if h[HeaderDecodeHost] != d1Addr {
+			t.Fatalf("subset 10.0.0.22 chose %v", h[HeaderDecodeHost])
+		}
+	}
+	expectImmediate(t, run(subsetMetadata()), 503, "subset_no_match")
+	expectImmediate(t, run(subsetMetadata("10.9.9.9:8000")), 503, "subset_no_match")
+	st, _ := structpb.NewStruct(map[string]any{SubsetKey: "10.0.0.21:1, 10.0.0.99:1"})
+	h := setHeaders(run(&corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{SubsetNamespace: st}}).GetRequestBody().GetResponse())
+	if h[HeaderDecodeHost] != d0Addr {
+		t.Fatalf("comma-string subset chose %v", h[HeaderDecodeHost])
+	}
+}
+
+// TestFailureMode: internal failures (a model without a chat template, a recovered panic)
+// answer 503 internal when closed and route to the least-loaded decode worker when open.
+func TestFailureMode(t *testing.T) {
+	for _, c := range []struct {
+		mode   FailureMode
+		panics bool
+	}{{FailClosed, false}, {FailOpen, false}, {FailClosed, true}, {FailOpen, true}} {
+		t.Run(fmt.Sprintf("%s/panic=%v", c.mode, c.panics), func(t *testing.T) {
+			e := newEnv(t, envOptions{tokenizer: brokenTokenizer{panics: c.panics},
+				settings: func(s *Settings) { s.FailureMode = c.mode }})
+			v := e.open(buffered, streamed)
+			v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+			v.recv()
+			v.requestBody(chatBody("hi", false), true)
+			r := v.recv()
+			if c.mode == FailClosed {
+				expectImmediate(t, r, 503, "internal")
+			} else if h := setHeaders(r.GetRequestBody().GetResponse()); h[HeaderRoute] != "decode" ||
+				!strings.Contains(h[HeaderDecision], "reason=failure_open") {
+				t.Fatalf("fail-open headers %v", h)
+			}
+			v.closeAndDrain()
+			if got := testutil.ToFloat64(e.metrics.InternalErrors); got != 1 {
+				t.Fatalf("internal errors = %v", got)
+			}
+		})
+	}
+}

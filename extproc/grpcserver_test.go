@@ -1,0 +1,163 @@
+package extproc
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// startServer runs NewGRPCServer + Serve on 127.0.0.1:0 and returns a client connection and
+// a stop function that cancels Serve and waits for it.
+func startServer(t *testing.T, e *env, drain time.Duration) (*grpc.ClientConn, func() error) {
+	t.Helper()
+	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, hs := NewGRPCServer(e.server, admin, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})
+	SetReady(hs, true)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, g, hs, lis, 0, drain) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { conn.Close(); _ = stop() })
+	return conn, stop
+}
+
+// TestHealthNames: envoy-extproc.md §2 — liveness, readiness, the ext_proc service and "".
+func TestHealthNames(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	conn, _ := startServer(t, e, time.Second)
+	hc := healthpb.NewHealthClient(conn)
+	for _, name := range []string{HealthLiveness, HealthReadiness, HealthExtProc, ""} {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", name, r, err)
+		}
+	}
+}
+
+// TestGracefulStopDrainsStreams: on shutdown readiness drops, the open stream can finish,
+// and Serve returns once it has; a stuck stream is cut at the drain deadline.
+func TestGracefulStopDrainsStreams(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	conn, stop := startServer(t, e, time.Minute)
+	client := extprocv3.NewExternalProcessorClient(conn)
+	stream, err := client.Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &envoy{t: t, stream: stream, reqMode: buffered, respMode: streamed, first: true}
+	h := decideBuffered(t, v, chatBody("draining", true))
+	if h[HeaderRoute] == "" {
+		t.Fatal("no decision")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// The open stream still works during the drain.
+	v.responseHeaders(false, ":status", "200", "content-type", "text/event-stream")
+	v.recv()
+	v.responseBody([]byte(sseToken+"data: [DONE]\n\n"), true)
+	v.recv()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Serve returned (%v) while a stream was open", err)
+	default:
+	}
+	v.closeAndDrain()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+
+	e2 := newEnv(t, envOptions{})
+	conn2, stop2 := startServer(t, e2, 50*time.Millisecond)
+	s2, err := extprocv3.NewExternalProcessorClient(conn2).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := &envoy{t: t, stream: s2, reqMode: buffered, respMode: streamed, first: true}
+	decideBuffered(t, v2, chatBody("stuck", true))
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Recv(); err == nil {
+		t.Fatal("stuck stream survived Stop")
+	}
+}
+
+// TestAdminService: Explain books nothing (R8) and reports the inputs; ListWorkers shows
+// load and index state; ReloadConfig calls the reload hook.
+func TestAdminService(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	body := chatBody(strings.Repeat("explain this conversation ", 60), false)
+	e.cacheOn("decode-0", body)
+	conn, _ := startServer(t, e, time.Second)
+	ac := condisaggv1.NewAdminClient(conn)
+	r, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Route != "decode" || r.Reason != "bypass_isl" || r.DecodeWorker != "decode-0" || r.Destination != d0Addr ||
+		r.Tokens == 0 || r.BlockKeys != r.Tokens/16 || len(r.Overlaps) != 1 || r.Overlaps[0].GpuBlocks != r.BlockKeys {
+		t.Fatalf("explain: %v", r)
+	}
+	if e.totalRequests() != 0 {
+		t.Fatal("Explain booked")
+	}
+	if _, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: []byte("{")}); err == nil ||
+		!strings.Contains(err.Error(), "InvalidArgument") {
+		t.Fatalf("explain of a bad body: %v", err)
+	}
+	lw, err := ac.ListWorkers(context.Background(), &condisaggv1.ListWorkersRequest{})
+	if err != nil || len(lw.Workers) != 3 || lw.Workers[0].Id != "decode-0" || lw.Workers[0].IndexedGpuBlocks != r.BlockKeys {
+		t.Fatalf("list workers: %v %v", lw, err)
+	}
+	rr, err := ac.ReloadConfig(context.Background(), &condisaggv1.ReloadConfigRequest{})
+	if err != nil || !rr.Applied {
+		t.Fatalf("reload: %v %v", rr, err)
+	}
+}
+
+// TestReloadKeepsOldSettings: a settings swap validates first; a bad one leaves the old.
+func TestReloadKeepsOldSettings(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	old := e.router.Settings()
+	bad := *old
+	bad.FailureMode = "sometimes"
+	if err := e.router.Reload(&bad); err == nil || !strings.Contains(err.Error(), `failure_mode: "sometimes" must be one of open, closed`) {
+		t.Fatalf("reload error %v", err)
+	}
+	if e.router.Settings() != old {
+		t.Fatal("rejected settings were applied")
+	}
+	good := *old
+	good.DebugHeaders = false
+	if err := e.router.Reload(&good); err != nil || e.router.Settings() != &good {
+		t.Fatalf("good reload: %v", err)
+	}
+}
