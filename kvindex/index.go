@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"math/bits"
 	"slices"
 	"sync"
 )
@@ -14,7 +13,7 @@ type WorkerID string
 type Index struct {
 	cfg Config // validated, with defaults; never modified
 
-	mu      sync.RWMutex        // guards every field below; Overlap, Stats and Workers read-lock it
+	mu      sync.RWMutex        // guards every field below; lookups read-lock it, events write-lock it
 	ids     map[WorkerID]uint32 // worker -> slot
 	slots   []*worker           // by slot; nil marks a free slot
 	free    []uint32            // free slots, reused before slots grows
@@ -194,12 +193,4 @@ func (ix *Index) NumKeys() int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.keys.len()
-}
-
-// forEachBit calls f with the index of every set bit of word x (bit numbers offset by 64*x).
-func forEachBit(x int, word uint64, f func(int)) {
-	for word != 0 {
-		f(64*x + bits.TrailingZeros64(word))
-		word &= word - 1
-	}
 }

@@ -67,7 +67,8 @@ func TestIndexMatchesModel(t *testing.T) {
 					t.Errorf("no Store skipped as %v", SkipReason(r))
 				}
 			}
-			if cov.stored == 0 || cov.short == 0 || cov.gpu == 0 || cov.cpu == 0 || cov.disk == 0 || cov.capClears == 0 {
+			if cov.stored == 0 || cov.short == 0 || cov.gpu == 0 || cov.cpu == 0 || cov.disk == 0 || cov.capClears == 0 ||
+				tc.maxBlock == 0 && cov.longest <= lookupChunk {
 				t.Errorf("random run did not exercise every case: %+v", cov)
 			}
 			for _, w := range g.workers {

@@ -245,6 +245,7 @@ type coverage struct {
 	stored, short     int
 	gpu, cpu, disk    int // overlap results with a non-zero count of that tier
 	capClears, clears int
+	longest           int // longest GPU+CPU+Disk prefix seen
 }
 
 // compareWithModel checks every observable of ix against m for the given queries.
@@ -260,6 +261,7 @@ func compareWithModel(t testing.TB, ix *Index, m *model, queries [][]uint64, ste
 			t.Fatalf("%s: overlap of query %d (%d keys):\n got  %+v\n want %+v", step, qi, len(q), got, want)
 		}
 		for _, o := range got {
+			cov.longest = max(cov.longest, o.GPU+o.CPU+o.Disk)
 			cov.gpu += min(o.GPU, 1)
 			cov.cpu += min(o.CPU, 1)
 			cov.disk += min(o.Disk, 1)
@@ -304,7 +306,7 @@ func newOpGen(B, nWorkers int) *opGen {
 	for i := range nWorkers {
 		g.workers = append(g.workers, WorkerID(fmt.Sprintf("w%02d", i)))
 	}
-	base := make([]uint32, 12*B)
+	base := make([]uint32, 36*B) // over two Overlap lookup chunks
 	for i := range base {
 		base[i] = uint32(i%5 + 1)
 	}
@@ -332,7 +334,7 @@ func (g *opGen) queries() [][]uint64 {
 			qs = append(qs, Keys(doc, g.B, l))
 		}
 	}
-	qs = append(qs, Keys(g.docs[0][:3*g.B], g.B, nil), nil)
+	qs = append(qs, Keys(g.docs[0][:3*g.B], g.B, nil), Keys(g.docs[1][:17*g.B], g.B, nil), nil)
 	return qs
 }
 
@@ -402,7 +404,10 @@ func (g *opGen) step(t testing.TB, c chooser, ix *Index, m *model, cov *coverage
 		delete(m.workers, w)
 		return "remove worker " + string(w)
 	default:
-		n := c.intn(40) - 10
+		n := c.intn(200) - 20 // mostly unknown (<= 0) or roomy
+		if c.intn(4) == 0 {
+			n = c.intn(30)
+		}
 		ix.SetCapacity(w, n)
 		m.setCapacity(w, n)
 		return fmt.Sprintf("capacity %s %d", w, n)
@@ -422,7 +427,7 @@ func (g *opGen) store(c chooser, med Medium, mw *modelWorker) *Store {
 			start++
 		}
 	}
-	n := 1 + c.intn(min(4, nb-start))
+	n := 1 + c.intn(min(8, nb-start))
 	s := &Store{Medium: med, BlockSize: g.B, LoRA: g.loras[l], PlainBlocks: n}
 	if c.intn(6) == 0 {
 		s.PlainBlocks = c.intn(n + 1)

@@ -2,6 +2,9 @@ package kvindex
 
 import "math/bits"
 
+// lookupChunk is how many keys Overlap looks up ahead of the scan.
+const lookupChunk = 16
+
 // WorkerOverlap is one worker's cached prefix of a key sequence, in blocks: GPU leading keys on
 // the device, then CPU and Disk keys continuing that prefix contiguously in the lower tiers
 // (ext_host and ext_disk of conditional-disagg.md §1).
@@ -41,25 +44,38 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	copy(g, ix.live)
 	clear(e)
 	var inclW []uint64
-	end := len(keys)
-	for i, k := range keys {
-		gpu, lower := out.zero[:W], out.zero
-		if r, ok := ix.keys.find(k); ok {
-			gpu = ix.keys.gpu(r)
-			if l := ix.keys.lower(r); l != nil {
-				lower = l
+	var refs, exts [lookupChunk]uint32 // row+1 (0 = no worker holds the key), extOf of the row
+	done := false
+	for base := 0; base < len(keys) && !done; base += lookupChunk {
+		chunk := keys[base:min(base+lookupChunk, len(keys))]
+		// Look the whole chunk up first: the lookups are independent, so their cache misses
+		// overlap instead of each waiting for the previous key's step.
+		for j, k := range chunk {
+			refs[j], exts[j] = 0, 0
+			if r, ok := ix.keys.find(k); ok {
+				refs[j], exts[j] = r+1, ix.keys.extOf[r]
 			}
 		}
-		if i == 0 {
-			inclW = out.markIncluded(g, gpu, lower, W)
-		}
-		if !out.step(i, g, e, gpu, lower, W) {
-			end = -1
-			break
+		for j := range chunk {
+			gpu, lower := out.zero[:W], out.zero
+			if refs[j] != 0 {
+				gpu = ix.keys.gpu(refs[j] - 1)
+				if exts[j] != 0 {
+					lower = ix.keys.lower(refs[j] - 1)
+				}
+			}
+			i := base + j
+			if i == 0 {
+				inclW = out.markIncluded(g, gpu, lower, W)
+			}
+			if !out.step(i, g, e, gpu, lower, W) {
+				done = true
+				break
+			}
 		}
 	}
-	if end >= 0 {
-		out.finish(end, g, e)
+	if !done {
+		out.finish(len(keys), g, e)
 	}
 	for x, word := range inclW {
 		for word != 0 {
