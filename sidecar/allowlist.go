@@ -13,9 +13,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// ErrHostNotAllowed is returned for a routing header that names no allowed host:port.
-var ErrHostNotAllowed = errors.New("host not in the allowlist")
-
 // Resolver looks up the addresses of a DNS name; *net.Resolver satisfies it.
 type Resolver interface {
 	LookupHost(ctx context.Context, host string) ([]string, error)

@@ -52,9 +52,9 @@ func (u usageRewriter) rewriteJSON(body []byte) ([]byte, bool) {
 	return obj.rewrite(edit{key: keyUsage, op: opSet, value: newUsage}), true
 }
 
-var (
-	sseData     = []byte("data:")
-	usageMarker = []byte(`"usage"`)
+const (
+	sseData     = "data:"
+	usageMarker = `"usage"`
 )
 
 // sseUsage rewrites the usage of a server-sent-event stream line by line. Complete lines go
@@ -106,8 +106,8 @@ func (s *sseUsage) finish(out []byte) []byte {
 }
 
 func (s *sseUsage) line(out, line []byte) []byte {
-	payload, ok := bytes.CutPrefix(line, sseData)
-	if !ok || !bytes.Contains(payload, usageMarker) {
+	payload, ok := bytes.CutPrefix(line, []byte(sseData))
+	if !ok || !bytes.Contains(payload, []byte(usageMarker)) {
 		return append(out, line...)
 	}
 	body := bytes.TrimRight(payload, "\r\n")
