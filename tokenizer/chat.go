@@ -152,7 +152,8 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 
 // vllmMessages rebuilds each message as vLLM hands it to a string-content chat
 // template: {role, content} with text parts joined by "\n", then tool_calls
-// (assistant, arguments parsed from JSON), tool_call_id (tool) and name.
+// (assistant, arguments parsed from JSON) and reasoning/reasoning_content
+// (assistant), tool_call_id (tool), name, task, and tools (developer).
 func vllmMessages(msgs *jinja.List) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, msgs.Len())
 	for i, m := range msgs.Items {
@@ -181,13 +182,28 @@ func vllmMessages(msgs *jinja.List) (jinja.Value, error) {
 				}
 				d.Set("tool_calls", calls)
 			}
+			// vLLM accepts the deprecated reasoning_content as reasoning and hands
+			// templates both names.
+			r, ok := md.Get("reasoning")
+			if !ok || r.IsNone() {
+				r, ok = md.Get("reasoning_content")
+			}
+			if ok && !r.IsNone() {
+				d.Set("reasoning", r)
+				d.Set("reasoning_content", r)
+			}
 		case "tool":
 			if id, ok := md.Get("tool_call_id"); ok {
 				d.Set("tool_call_id", id)
 			}
 		}
-		if name, ok := md.Get("name"); ok && name.IsString() {
-			d.Set("name", name)
+		for _, k := range []string{"name", "task"} {
+			if v, ok := md.Get(k); ok && v.IsString() {
+				d.Set(k, v)
+			}
+		}
+		if role.AsString() == "developer" {
+			d.Set("tools", getOrNone(md, "tools"))
 		}
 		out = append(out, nm)
 	}
@@ -274,7 +290,8 @@ func copyDict(d *jinja.Dict) jinja.Value {
 }
 
 // vllmTools rebuilds tools as vLLM's ChatCompletionToolsParam.model_dump() does:
-// {"type", "function": {"name", "description", "parameters"}} with nulls kept.
+// {"type", "function": {"name", "description", "parameters"}} with nulls kept,
+// then any extra keys in request order (vLLM's models allow extra fields).
 func vllmTools(tv jinja.Value) (jinja.Value, error) {
 	if !tv.IsList() {
 		return jinja.Undefined(), fmt.Errorf("tokenizer: chat request: tools is not a list")
@@ -296,6 +313,7 @@ func vllmTools(tv jinja.Value) (jinja.Value, error) {
 		nf.AsDict().Set("name", name)
 		nf.AsDict().Set("description", getOrNone(fn.AsDict(), "description"))
 		nf.AsDict().Set("parameters", getOrNone(fn.AsDict(), "parameters"))
+		copyExtras(nf.AsDict(), fn.AsDict())
 		nt := jinja.NewDict()
 		typ, ok := tool.AsDict().Get("type")
 		if !ok || typ.IsNone() {
@@ -303,9 +321,19 @@ func vllmTools(tv jinja.Value) (jinja.Value, error) {
 		}
 		nt.AsDict().Set("type", typ)
 		nt.AsDict().Set("function", nf)
+		copyExtras(nt.AsDict(), tool.AsDict())
 		out = append(out, nt)
 	}
 	return jinja.NewList(out), nil
+}
+
+// copyExtras appends to dst, in src order, the keys of src that dst lacks.
+func copyExtras(dst, src *jinja.Dict) {
+	for _, k := range src.Keys {
+		if !dst.Has(k) {
+			dst.Set(k, src.Data[k])
+		}
+	}
 }
 
 func getOrNone(d *jinja.Dict, k string) jinja.Value {

@@ -224,6 +224,8 @@ def json_schema(rng, depth=0):
 
 def make_tool(rng):
     fn = {"name": rng.choice(TOOL_NAMES)}
+    if rng.random() < 0.1:
+        fn["strict"] = rng.random() < 0.5
     if rng.random() < 0.85:
         fn["description"] = rng.choice([prose(rng, 1), "Line one.\nLine two with \"quotes\" and \\backslash.", "Emoji 🚀 and </tool_call> text"])
     if rng.random() < 0.9:
@@ -272,7 +274,13 @@ def conversation(rng, idx):
         reply = message_text(rng)
         if rng.random() < 0.2:
             reply = "<think>\n" + prose(rng, 1) + "\n</think>\n\n" + reply
-        msgs.append({"role": "assistant", "content": reply})
+        am = {"role": "assistant", "content": reply}
+        r = rng.random()
+        if r < 0.1:
+            am["reasoning_content"] = prose(rng, 1)
+        elif r < 0.2:
+            am["reasoning"] = "\n" + prose(rng, 1) + "\n"
+        msgs.append(am)
     req = {"model": "m", "messages": msgs}
     if tools:
         req["tools"] = tools

@@ -34,7 +34,8 @@ MODELS = ["qwen3", "llama3"]
 def vllm_messages(msgs):
     """Mirrors vllm.entrypoints.chat_utils for "string" content-format templates:
     text parts joined with newlines, tool_calls kept with their JSON arguments
-    parsed to objects, tool_call_id and name copied."""
+    parsed to objects, reasoning (or the deprecated reasoning_content) handed on
+    under both names, tool_call_id, name and task copied, developer tools kept."""
     out = []
     for m in msgs:
         content = m.get("content")
@@ -54,22 +55,38 @@ def vllm_messages(msgs):
                 elif not isinstance(a, dict):
                     c["function"]["arguments"] = json.loads(a)
             r["tool_calls"] = calls
+        if m["role"] == "assistant":
+            reasoning = m.get("reasoning")
+            if reasoning is None:
+                reasoning = m.get("reasoning_content")
+            if reasoning is not None:
+                r["reasoning"] = reasoning
+                r["reasoning_content"] = reasoning
         elif m["role"] == "tool" and "tool_call_id" in m:
             r["tool_call_id"] = m["tool_call_id"]
-        if isinstance(m.get("name"), str):
-            r["name"] = m["name"]
+        for k in ("name", "task"):
+            if isinstance(m.get(k), str):
+                r[k] = m[k]
+        if m["role"] == "developer":
+            r["tools"] = m.get("tools")
         out.append(r)
     return out
 
 
 def vllm_tools(tools):
-    """ChatCompletionToolsParam.model_dump(): every field, None included, in field order."""
+    """ChatCompletionToolsParam.model_dump(): declared fields (None included) in field
+    order, then extra fields in request order (vLLM's models use extra="allow")."""
     if tools is None:
         return None
-    return [{"type": t.get("type", "function"),
-             "function": {"name": t["function"]["name"],
-                          "description": t["function"].get("description"),
-                          "parameters": t["function"].get("parameters")}} for t in tools]
+    out = []
+    for t in tools:
+        fn = {"name": t["function"]["name"], "description": t["function"].get("description"),
+              "parameters": t["function"].get("parameters")}
+        fn.update({k: v for k, v in t["function"].items() if k not in fn})  # extra="allow" fields
+        tool = {"type": t.get("type", "function"), "function": fn}
+        tool.update({k: v for k, v in t.items() if k not in tool})
+        out.append(tool)
+    return out
 
 
 def render_chat(tok, req):
