@@ -349,4 +349,7 @@ func TestDecodeDiesMidStream(t *testing.T) {
 	if n := counter(h.m.StreamAborts); n != 1 {
 		t.Errorf("stream_aborts_total = %v", n)
 	}
+	if n := d.count(); n != 1 {
+		t.Errorf("decode worker got %d requests, want 1 (no retry once bytes went out)", n)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -326,4 +328,36 @@ func TestHealthz(t *testing.T) {
 	if resp, _ := h.do("GET", "/healthz", "", nil); resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+}
+
+// TestRemote_LLMDHeaderAndIPv6: x-prefiller-host-port alone selects the remote path, and an
+// allowlisted IPv6 worker is dialled correctly.
+func TestRemote_LLMDHeaderAndIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	p := &worker{reqs: make(chan seen, 8)}
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		p.reqs <- seen{method: r.Method, path: r.URL.RequestURI(), header: r.Header.Clone(), body: body}
+		prefillOK(pKV, 0)(w, r, body)
+	}))
+	p.srv.Listener.Close()
+	p.srv.Listener = ln
+	p.srv.Start()
+	t.Cleanup(p.srv.Close)
+	p.addr = ln.Addr().String()
+	d := newWorker(t, decodeJSON)
+	h := newHarness(t, testConfig(), p.addr, d.addr)
+	_, port, _ := net.SplitHostPort(p.addr)
+	hdr := map[string]string{HeaderPrefillerHostPort: "[0:0::1]:" + port, HeaderDecodeHost: d.addr}
+	resp, _ := h.do("POST", "/v1/completions", `{"prompt":"a"}`, hdr)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := p.next(t); !strings.Contains(string(got.body), `"do_remote_decode":true`) {
+		t.Fatalf("prefill leg body %s", got.body)
+	}
+	mustEqualBytes(t, "decode body", d.next(t).body, []byte(`{"prompt":"a","kv_transfer_params":`+pKV+`}`))
 }
