@@ -313,17 +313,55 @@ func egToExtProc(t *testing.T, e map[string]any, cluster string) map[string]any 
 func TestEnvoyGatewayExample(t *testing.T) {
 	objs := loadObjects(t, filepath.Join("examples", "envoy-gateway", "condisagg-envoy-gateway.yaml"))
 	ref := loadReference(t)
-	targets := func(o map[string]any, kind, name string) {
-		t.Helper()
-		tr := dig(t, o, "spec", "targetRefs", 0)
-		if dig(t, tr, "kind") != kind || dig(t, tr, "name") != name {
-			t.Errorf("%s targets %v; want %s %s", dig(t, o, "kind"), tr, kind, name)
-		}
-		object(t, objs, kind, name)
+	translated := checkEGExtProc(t, objs, ref)
+	checkEGRoute(t, objs)
+
+	btp := object(t, objs, "BackendTrafficPolicy", "condisagg")
+	egTargets(t, objs, btp, "HTTPRoute", "llm")
+	if got := dig(t, btp, "spec", "loadBalancer", "endpointOverride", "extractFrom", 0, "header"); got != "x-gateway-destination-endpoint" {
+		t.Errorf("endpointOverride header = %v; want x-gateway-destination-endpoint", got)
+	}
+	if _, retry := dig(t, btp, "spec").(map[string]any)["retry"]; retry {
+		t.Error("BackendTrafficPolicy sets retries (a retry re-sends the prompt and double-books)")
 	}
 
+	ctp := object(t, objs, "ClientTrafficPolicy", "condisagg")
+	egTargets(t, objs, ctp, "Gateway", "llm")
+	removed := dig(t, ctp, "spec", "headers", "earlyRequestHeaders", "remove").([]any)
+	mustStrip := append([]string{"x-condisagg-route", "x-condisagg-decode-host", "x-condisagg-prefill-host", "x-condisagg-decision"}, StrippedHeaders()...)
+	for _, h := range mustStrip {
+		if !slices.Contains(removed, any(h)) {
+			t.Errorf("ClientTrafficPolicy does not strip %s", h)
+		}
+	}
+	var early []any
+	for _, h := range removed {
+		early = append(early, map[string]any{"remove": h})
+	}
+
+	// What Envoy Gateway generates for these fields, in the reference bootstrap: validated by Envoy.
+	hcm := ref.hcm()
+	hcm["http_filters"].([]any)[0].(map[string]any)["typed_config"] = translated
+	dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config").(map[string]any)["mutations"] = early
+	writeAndValidate(t, ref.doc)
+}
+
+// egTargets checks that policy o targets the named object and that it exists in objs.
+func egTargets(t *testing.T, objs []map[string]any, o map[string]any, kind, name string) {
+	t.Helper()
+	tr := dig(t, o, "spec", "targetRefs", 0)
+	if dig(t, tr, "kind") != kind || dig(t, tr, "name") != name {
+		t.Errorf("%s targets %v; want %s %s", dig(t, o, "kind"), tr, kind, name)
+	}
+	object(t, objs, kind, name)
+}
+
+// checkEGExtProc checks the EnvoyExtensionPolicy and returns its ext_proc entry translated to
+// Envoy's ExternalProcessor.
+func checkEGExtProc(t *testing.T, objs []map[string]any, ref reference) map[string]any {
+	t.Helper()
 	eep := object(t, objs, "EnvoyExtensionPolicy", "condisagg")
-	targets(eep, "HTTPRoute", "llm")
+	egTargets(t, objs, eep, "HTTPRoute", "llm")
 	procs := dig(t, eep, "spec", "extProc").([]any)
 	if len(procs) != 1 {
 		t.Fatalf("%d extProc entries; want 1", len(procs))
@@ -347,7 +385,12 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	if !reflect.DeepEqual(without(translated, "grpc_service"), without(ref.extProc(), "grpc_service")) {
 		t.Errorf("EnvoyExtensionPolicy translates to\n %v\nwant the reference's\n %v", without(translated, "grpc_service"), without(ref.extProc(), "grpc_service"))
 	}
+	return translated
+}
 
+// checkEGRoute checks the HTTPRoute's rule table and that every backend is a Service port of objs.
+func checkEGRoute(t *testing.T, objs []map[string]any) {
+	t.Helper()
 	route := object(t, objs, "HTTPRoute", "llm")
 	var rules []string
 	for _, r := range dig(t, route, "spec", "rules").([]any) {
@@ -364,34 +407,4 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	if got, want := strings.Join(rules, " "), "x-condisagg-route=prefill->pd-sidecar x-condisagg-route=decode->vllm-decode *->vllm-decode"; got != want {
 		t.Errorf("HTTPRoute rules = %s; want %s", got, want)
 	}
-
-	btp := object(t, objs, "BackendTrafficPolicy", "condisagg")
-	targets(btp, "HTTPRoute", "llm")
-	if got := dig(t, btp, "spec", "loadBalancer", "endpointOverride", "extractFrom", 0, "header"); got != "x-gateway-destination-endpoint" {
-		t.Errorf("endpointOverride header = %v; want x-gateway-destination-endpoint", got)
-	}
-	if _, retry := dig(t, btp, "spec").(map[string]any)["retry"]; retry {
-		t.Error("BackendTrafficPolicy sets retries (a retry re-sends the prompt and double-books)")
-	}
-
-	ctp := object(t, objs, "ClientTrafficPolicy", "condisagg")
-	targets(ctp, "Gateway", "llm")
-	removed := dig(t, ctp, "spec", "headers", "earlyRequestHeaders", "remove").([]any)
-	mustStrip := append([]string{"x-condisagg-route", "x-condisagg-decode-host", "x-condisagg-prefill-host", "x-condisagg-decision"}, StrippedHeaders()...)
-	var early []any
-	for _, h := range mustStrip {
-		if !slices.Contains(removed, any(h)) {
-			t.Errorf("ClientTrafficPolicy does not strip %s", h)
-		}
-	}
-	for _, h := range removed {
-		early = append(early, map[string]any{"remove": h})
-	}
-
-	// What Envoy Gateway generates for these fields, in the reference bootstrap: validated by Envoy.
-	doc := ref.doc
-	hcm := ref.hcm()
-	hcm["http_filters"].([]any)[0].(map[string]any)["typed_config"] = translated
-	dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config").(map[string]any)["mutations"] = early
-	writeAndValidate(t, doc)
 }

@@ -360,15 +360,22 @@ func TestEnvoyRoutesOnExtProcDecision(t *testing.T) {
 	if n := canary.hits.Load() + fallback.hits.Load(); n != 0 {
 		t.Errorf("canary/fallback received %d requests; want 0", n)
 	}
-	ctx := context.Background()
-	for _, stat := range []string{"cluster.decode.original_dst_host_invalid", "cluster.prefill.original_dst_host_invalid",
-		"http.llm.ext_proc.streams_failed", "http.llm.ext_proc.spurious_msgs_received", "http.llm.ext_proc.clear_route_cache_ignored"} {
-		if v, err := env.Counter(ctx, stat); err != nil || v != 0 {
-			t.Errorf("stat %s = %d, %v; want 0", stat, v, err)
+	expectStats(t, env, map[string]uint64{
+		"cluster.decode.original_dst_host_invalid":    0,
+		"cluster.prefill.original_dst_host_invalid":   0,
+		"http.llm.ext_proc.streams_failed":            0,
+		"http.llm.ext_proc.spurious_msgs_received":    0,
+		"http.llm.ext_proc.clear_route_cache_ignored": 0,
+		"http.llm.ext_proc.streams_closed":            3,
+	})
+}
+
+func expectStats(t *testing.T, env *Process, want map[string]uint64) {
+	t.Helper()
+	for stat, w := range want {
+		if v, err := env.Counter(context.Background(), stat); err != nil || v != w {
+			t.Errorf("stat %s = %d, %v; want %d", stat, v, err, w)
 		}
-	}
-	if v, err := env.Counter(ctx, "http.llm.ext_proc.streams_closed"); err != nil || v != 3 {
-		t.Errorf("stat http.llm.ext_proc.streams_closed = %d, %v; want 3", v, err)
 	}
 }
 
@@ -406,9 +413,7 @@ func TestEnvoyFailureModes(t *testing.T) {
 						t.Errorf("forged %s: %q reached the fallback upstream", h, v)
 					}
 				}
-				if v, err := env.Counter(context.Background(), "http.llm.ext_proc.failure_mode_allowed"); err != nil || v != 1 {
-					t.Errorf("stat failure_mode_allowed = %d, %v; want 1", v, err)
-				}
+				expectStats(t, env, map[string]uint64{"http.llm.ext_proc.failure_mode_allowed": 1})
 			} else if n := fallback.hits.Load(); n != 0 {
 				t.Errorf("fallback received %d requests; want 0", n)
 			}
