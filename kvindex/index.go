@@ -104,12 +104,12 @@ func (ix *Index) clearWorker(w WorkerID) {
 // clear drops every entry of wk and counts the clear. ix.mu must be write-locked.
 func (ix *Index) clear(wk *worker) {
 	for m := range NumMedia {
-		for _, e := range wk.eh[m].slots {
+		wk.eh[m].each(func(ref uint32) {
 			// A second EH backing the same key finds the bit already cleared.
-			if e.rc != 0 && e.ref != excludedRef && ix.keys.has(e.ref, Medium(m), wk.slot) {
-				ix.keys.unset(e.ref, Medium(m), wk.slot)
+			if ref != excludedRef && ix.keys.has(ref, Medium(m), wk.slot) {
+				ix.keys.unset(ref, Medium(m), wk.slot)
 			}
-		}
+		})
 		wk.eh[m].reset()
 		wk.extra[m] = nil
 	}

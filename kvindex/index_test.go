@@ -83,6 +83,19 @@ func TestIndexRules(t *testing.T) {
 			want: overlaps{"a": {Worker: "a", GPU: 2}},
 		},
 		{
+			name: "refcount_beyond_three_is_exact", spec: "§3.6",
+			steps: []step{{w: "a", store: gpuStore(0, 2), want: StoreResult{Stored: 2}},
+				{w: "a", store: gpuStore(1, 2), want: StoreResult{Stored: 1}},
+				{w: "a", store: gpuStore(1, 2), want: StoreResult{Stored: 1}},
+				{w: "a", store: gpuStore(1, 2), want: StoreResult{Stored: 1}},
+				{w: "a", store: gpuStore(1, 2), want: StoreResult{Stored: 1}},
+				{w: "a", remove: []uint64{eh1, eh1, eh1, eh1}, wantRm: [2]int{4, 0}},
+				{w: "a", store: gpuStore(2, 3), want: StoreResult{Stored: 1}},
+				{w: "a", remove: []uint64{eh1, eh1}, wantRm: [2]int{1, 1}}}, // 5 stores, 6 removes
+			want:  overlaps{"a": {Worker: "a", GPU: 1}},
+			stats: map[WorkerID]WorkerStats{"a": {Blocks: [NumMedia]int{2, 0, 0}}},
+		},
+		{
 			name: "second_remove_withdraws_and_unknown_remove_counted", spec: "§3.6, §8",
 			steps: []step{{w: "a", store: gpuStore(0, 2), want: StoreResult{Stored: 2}},
 				{w: "a", store: gpuStore(1, 2), want: StoreResult{Stored: 1}},
@@ -342,7 +355,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{}, []string{"block_size=0"}},
 		{Config{BlockSize: MaxBlockSize + 1}, []string{"block_size=65537"}},
 		{Config{BlockSize: -1, MaxBlocksPerWorker: -5}, []string{"block_size=-1", "max_blocks_per_worker=-5"}},
-		{Config{BlockSize: 16, MaxBlocksPerWorker: maxRefs + 1}, []string{"max_blocks_per_worker=1073741825"}},
+		{Config{BlockSize: 16, MaxBlocksPerWorker: maxRefs + 1}, []string{"max_blocks_per_worker=536870913"}},
 	}
 	for _, c := range cases {
 		ix, err := New(c.cfg)

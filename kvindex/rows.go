@@ -1,8 +1,8 @@
 package kvindex
 
-// maxRefs bounds the number of live key rows (and the per-worker entry cap), so that a row
-// reference fits in 31 bits with room for the excluded marker.
-const maxRefs = 1 << 30
+// maxRefs bounds the number of live key rows (and the per-worker entry cap), so that row+1
+// fits an ehTable slot's 30-bit row field below its excluded marker.
+const maxRefs = 1 << 29
 
 // excludedRef is the row reference of an excluded entry (a non-plain block, §4.2 step 5): it is
 // refcounted like any entry but backs no router key.

@@ -112,7 +112,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		if at < 0 {
 			return StoreResult{Skip: SkipParentNotFound}
 		}
-		ref := tbl.slots[at].ref
+		ref := tbl.ref(at)
 		if ref == excludedRef {
 			return StoreResult{Skip: SkipExcludedChain}
 		}
@@ -156,12 +156,12 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 // touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,
 // so that their cache misses overlap instead of following one another (a software prefetch).
 func (ix *Index) touchEH(t *ehTable, hashes []uint64) {
-	if len(t.slots) == 0 {
+	if t.len() == 0 {
 		return
 	}
 	var acc uint64
 	for _, eh := range hashes {
-		acc += t.slots[t.home(eh)].eh
+		acc += t.touch(eh)
 	}
 	ix.sink += acc
 }
@@ -194,7 +194,7 @@ func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreRe
 	}
 	var res StoreResult
 	for _, eh := range hashes {
-		ref := gpu.slots[gpu.find(eh)].ref
+		ref := gpu.ref(gpu.find(eh))
 		ix.addEntry(wk, m, eh, ref)
 		if ref != excludedRef {
 			res.Stored++
@@ -208,7 +208,7 @@ func (ix *Index) addKeyEntry(wk *worker, m Medium, eh, k uint64) {
 	tbl := &wk.eh[m]
 	at, ok := tbl.slot(eh)
 	if ok {
-		tbl.slots[at].rc++
+		tbl.addRef(at)
 		return
 	}
 	ref := ix.keys.findOrAdd(k)
@@ -222,7 +222,7 @@ func (ix *Index) addEntry(wk *worker, m Medium, eh uint64, ref uint32) {
 	tbl := &wk.eh[m]
 	at, ok := tbl.slot(eh)
 	if ok {
-		tbl.slots[at].rc++
+		tbl.addRef(at)
 		return
 	}
 	tbl.put(at, eh, ref)
@@ -273,12 +273,10 @@ func (ix *Index) remove(w WorkerID, m Medium, hashes []uint64) (removed, notFoun
 			continue
 		}
 		removed++
-		e := &tbl.slots[at]
-		if e.rc > 1 {
-			e.rc--
+		if !tbl.dropRef(at) {
 			continue
 		}
-		ref := e.ref
+		ref := tbl.ref(at)
 		tbl.delete(at)
 		wk.entries--
 		if ref != excludedRef {

@@ -9,18 +9,29 @@ const (
 	fibMul       = 0x9e3779b97f4a7c15 // 2^64 / golden ratio: Fibonacci hashing
 )
 
-// ehSlot is one entry of an ehTable; rc == 0 marks an empty slot.
-type ehSlot struct {
-	eh  uint64 // engine hash
-	ref uint32 // key row, or excludedRef
-	rc  uint32 // stores not yet matched by removes
+// ehGroup holds four ehTable slots: 12 bytes a slot instead of the 16 of a padded struct.
+type ehGroup struct {
+	eh   [4]uint64 // engine hashes
+	meta [4]uint32 // 0 = empty slot; else the row field (bits 0-29) and the refcount field
 }
 
-// ehTable maps engine hashes to entries for one worker and medium.
+// An ehTable slot's meta word: bits 0-29 hold row+1, or metaExcluded for an excluded entry;
+// bits 30-31 hold refcount-1 for refcounts 1 to 3, and 3 when the refcount (4 or more) is kept
+// in the table's overflow map. maxRefs keeps row+1 below metaExcluded.
+const (
+	metaRowMask  = 1<<30 - 1
+	metaExcluded = metaRowMask
+	metaRCShift  = 30
+	metaRCMap    = 3
+)
+
+// ehTable maps engine hashes to entries {key row, refcount} for one worker and medium. Slot
+// indexes address group i/4, lane i%4.
 type ehTable struct {
-	slots []ehSlot
-	n     int
-	shift uint8 // 64 - log2(len(slots))
+	groups []ehGroup
+	n      int
+	shift  uint8             // 64 - log2(number of slots)
+	rc     map[uint64]uint32 // refcounts of 4 or more, by engine hash; usually nil
 }
 
 func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
@@ -28,18 +39,25 @@ func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
 // len returns the number of entries.
 func (t *ehTable) len() int { return t.n }
 
-// find returns the slot index of eh, or -1. The index is valid until the next insert or delete.
+func (t *ehTable) size() int { return 4 * len(t.groups) }
+
+func (t *ehTable) at(i uint64) (*uint64, *uint32) {
+	g := &t.groups[i>>2]
+	return &g.eh[i&3], &g.meta[i&3]
+}
+
+// find returns the slot index of eh, or -1. The index is valid until the next put or delete.
 func (t *ehTable) find(eh uint64) int {
 	if t.n == 0 {
 		return -1
 	}
-	mask := uint64(len(t.slots) - 1)
+	mask := uint64(t.size() - 1)
 	for i := t.home(eh); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.rc == 0 {
+		e, m := t.at(i)
+		if *m == 0 {
 			return -1
 		}
-		if s.eh == eh {
+		if *e == eh {
 			return int(i)
 		}
 	}
@@ -48,68 +66,148 @@ func (t *ehTable) find(eh uint64) int {
 // slot returns the slot index of eh and true, or the empty slot where eh belongs and false;
 // fill that with put before any other change to t. It grows t first if needed.
 func (t *ehTable) slot(eh uint64) (int, bool) {
-	if (t.n+1)*4 > len(t.slots)*3 {
+	if (t.n+1)*4 > t.size()*3 {
 		t.grow()
 	}
-	mask := uint64(len(t.slots) - 1)
+	mask := uint64(t.size() - 1)
 	for i := t.home(eh); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.rc == 0 {
+		e, m := t.at(i)
+		if *m == 0 {
 			return int(i), false
 		}
-		if s.eh == eh {
+		if *e == eh {
 			return int(i), true
 		}
 	}
 }
 
-// put stores a new entry for eh with one reference to ref at the empty slot i from slot.
+// put stores a new entry for eh with one reference to ref (or excludedRef) at the empty slot i
+// from slot.
 func (t *ehTable) put(i int, eh uint64, ref uint32) {
-	t.slots[i] = ehSlot{eh: eh, ref: ref, rc: 1}
+	field := uint32(metaExcluded)
+	if ref != excludedRef {
+		field = ref + 1
+	}
+	e, m := t.at(uint64(i))
+	*e, *m = eh, field
 	t.n++
 }
 
+// ref returns the row of the entry at slot i, or excludedRef.
+func (t *ehTable) ref(i int) uint32 {
+	_, m := t.at(uint64(i))
+	if f := *m & metaRowMask; f != metaExcluded {
+		return f - 1
+	}
+	return excludedRef
+}
+
+// addRef adds one reference to the entry at slot i.
+func (t *ehTable) addRef(i int) {
+	e, m := t.at(uint64(i))
+	switch c := *m >> metaRCShift; {
+	case c < 2:
+		*m += 1 << metaRCShift
+	case c == 2:
+		*m |= metaRCMap << metaRCShift
+		if t.rc == nil {
+			t.rc = make(map[uint64]uint32)
+		}
+		t.rc[*e] = 4
+	default:
+		t.rc[*e]++
+	}
+}
+
+// dropRef removes one reference from the entry at slot i and reports whether it was the last;
+// the caller then deletes the entry.
+func (t *ehTable) dropRef(i int) bool {
+	e, m := t.at(uint64(i))
+	switch c := *m >> metaRCShift; {
+	case c == 0:
+		return true
+	case c < metaRCMap:
+		*m -= 1 << metaRCShift
+	default:
+		if n := t.rc[*e] - 1; n > 3 {
+			t.rc[*e] = n
+		} else {
+			delete(t.rc, *e)
+			*m = *m&metaRowMask | 2<<metaRCShift
+		}
+	}
+	return false
+}
+
 func (t *ehTable) grow() {
-	old := t.slots
-	size := max(minTableSize, 2*len(old))
-	t.slots = make([]ehSlot, size)
+	old := t.groups
+	size := max(minTableSize, 2*t.size())
+	t.groups = make([]ehGroup, size/4)
 	t.shift = uint8(64 - log2(size))
 	mask := uint64(size - 1)
-	for _, s := range old {
-		if s.rc == 0 {
-			continue
+	for gi := range old {
+		g := &old[gi]
+		for l, m := range g.meta {
+			if m == 0 {
+				continue
+			}
+			i := t.home(g.eh[l])
+			for _, mm := t.at(i); *mm != 0; _, mm = t.at(i) {
+				i = (i + 1) & mask
+			}
+			e, mm := t.at(i)
+			*e, *mm = g.eh[l], m
 		}
-		i := t.home(s.eh)
-		for t.slots[i].rc != 0 {
-			i = (i + 1) & mask
-		}
-		t.slots[i] = s
 	}
 }
 
 // delete removes the entry at slot index at, as returned by find.
 func (t *ehTable) delete(at int) {
-	mask := uint64(len(t.slots) - 1)
+	mask := uint64(t.size() - 1)
 	i := uint64(at)
-	for j := (i + 1) & mask; t.slots[j].rc != 0; j = (j + 1) & mask {
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		ej, mj := t.at(j)
+		if *mj == 0 {
+			break
+		}
 		// Move slot j into the hole at i unless its home lies cyclically in (i, j].
-		if h := t.home(t.slots[j].eh); (j-h)&mask >= (j-i)&mask {
-			t.slots[i] = t.slots[j]
+		if h := t.home(*ej); (j-h)&mask >= (j-i)&mask {
+			ei, mi := t.at(i)
+			*ei, *mi = *ej, *mj
 			i = j
 		}
 	}
-	t.slots[i] = ehSlot{}
+	e, m := t.at(i)
+	*e, *m = 0, 0
 	t.n--
+}
+
+// each calls f with the row (or excludedRef) of every entry.
+func (t *ehTable) each(f func(ref uint32)) {
+	for gi := range t.groups {
+		for l, m := range t.groups[gi].meta {
+			if m != 0 {
+				f(t.ref(4*gi + l))
+			}
+		}
+	}
+}
+
+// touch loads the home slot of eh (a prefetch) and returns a value that depends on it.
+func (t *ehTable) touch(eh uint64) uint64 {
+	e, _ := t.at(t.home(eh))
+	return *e
 }
 
 // reset drops every entry, keeping the allocation unless it is large.
 func (t *ehTable) reset() {
-	if len(t.slots) > 1<<16 {
+	if len(t.groups) > 1<<14 {
 		*t = ehTable{}
 		return
 	}
-	clear(t.slots)
+	clear(t.groups)
 	t.n = 0
+	t.rc = nil
 }
 
 // keyTable maps router keys to rows of a keyRows. A slot holds the top 32 bits of the key's

@@ -23,7 +23,7 @@ func TestTablesMatchMap(t *testing.T) {
 			k := draw()
 			if _, ok := want[k]; ok && r.IntN(2) == 0 {
 				at := eh.find(k)
-				if at < 0 || eh.slots[at].ref != want[k] {
+				if at < 0 || eh.ref(at) != want[k] {
 					t.Fatalf("op %d: ehTable.find(%d) = %d, want ref %d", i, k, at, want[k])
 				}
 				eh.delete(at)
@@ -47,7 +47,7 @@ func TestTablesMatchMap(t *testing.T) {
 			t.Fatalf("clustered=%v: lengths %d, %d, want %d", clustered, eh.len(), kr.len(), len(want))
 		}
 		for k, ref := range want {
-			if at := eh.find(k); at < 0 || eh.slots[at].ref != ref {
+			if at := eh.find(k); at < 0 || eh.ref(at) != ref {
 				t.Fatalf("clustered=%v: ehTable lost %d", clustered, k)
 			}
 			if got, ok := kr.find(k); !ok || got != ref || kr.key(got) != k {
@@ -60,4 +60,56 @@ func TestTablesMatchMap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEHTableRefcounts drives refcounts through the in-slot range (1-3) and the overflow map
+// (4 and more) and back, moving entries by deletes in between.
+func TestEHTableRefcounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	var eh ehTable
+	want := map[uint64]int{}
+	for i := range 100000 {
+		k := uint64(r.IntN(64)) // few hashes: long clusters, many repeats
+		at, found := eh.slot(k)
+		switch {
+		case !found && r.IntN(2) == 0:
+			eh.put(at, k, uint32(k))
+			want[k] = 1
+		case found && r.IntN(2) == 0:
+			eh.addRef(at)
+			want[k]++
+		case found:
+			if last := eh.dropRef(at); last != (want[k] == 1) {
+				t.Fatalf("op %d: dropRef(%d) last=%v with refcount %d", i, k, last, want[k])
+			} else if last {
+				eh.delete(at)
+				delete(want, k)
+			} else {
+				want[k]--
+			}
+		}
+		if i%1000 == 0 {
+			for k, n := range want {
+				at := eh.find(k)
+				if at < 0 || eh.ref(at) != uint32(k) {
+					t.Fatalf("op %d: entry %d lost", i, k)
+				}
+				if got := ehRefcount(&eh, at); got != n {
+					t.Fatalf("op %d: refcount of %d = %d, want %d", i, k, got, n)
+				}
+			}
+		}
+	}
+	if eh.len() != len(want) {
+		t.Fatalf("len = %d, want %d", eh.len(), len(want))
+	}
+}
+
+// ehRefcount decodes the refcount of slot i.
+func ehRefcount(t *ehTable, i int) int {
+	e, m := t.at(uint64(i))
+	if c := *m >> metaRCShift; c < metaRCMap {
+		return int(c) + 1
+	}
+	return int(t.rc[*e])
 }
