@@ -154,29 +154,49 @@ func reservoir(rng *rand.Rand, i int, c float64, best int, bestCost float64, tie
 	return best, bestCost, ties
 }
 
+// sampleBuf bounds the stack buffer that holds costs, then weights, during softmax sampling;
+// larger pools recompute them instead.
+const sampleBuf = 256
+
 func (s *selector) sample(rng *rand.Rand) int {
+	var buf [sampleBuf]float64
+	stored := len(s.loads) <= sampleBuf
 	cmin, cmax, n := math.Inf(1), math.Inf(-1), 0
 	for i := range s.loads {
-		if s.candidate(i) {
-			c := s.cost(i)
-			cmin, cmax, n = min(cmin, c), max(cmax, c), n+1
+		if !s.candidate(i) {
+			continue
 		}
+		c := s.cost(i)
+		if stored {
+			buf[i] = c
+		}
+		cmin, cmax, n = min(cmin, c), max(cmax, c), n+1
 	}
 	if n == 0 {
 		return -1
 	}
 	uniform := cmax == cmin
 	scale := (cmax - cmin) * s.temp
-	weight := func(c float64) float64 {
+	weight := func(i int) float64 {
 		if uniform {
 			return 1
+		}
+		var c float64
+		if stored {
+			c = buf[i]
+		} else {
+			c = s.cost(i)
 		}
 		return math.Exp(-(c - cmin) / scale)
 	}
 	total := 0.0
 	for i := range s.loads {
 		if s.candidate(i) {
-			total += weight(s.cost(i))
+			w := weight(i)
+			if stored {
+				buf[i] = w // the cost is not needed again
+			}
+			total += w
 		}
 	}
 	u := rng.Float64() * total
@@ -186,7 +206,13 @@ func (s *selector) sample(rng *rand.Rand) int {
 			continue
 		}
 		last = i
-		if u -= weight(s.cost(i)); u < 0 {
+		var w float64
+		if stored && !uniform {
+			w = buf[i]
+		} else {
+			w = weight(i)
+		}
+		if u -= w; u < 0 {
 			return i
 		}
 	}

@@ -273,3 +273,30 @@ func TestPickBothMatchesSeparatePicks(t *testing.T) {
 		t.Fatalf("fused remote tie-break counts %v: chi-square %.2f", counts, x)
 	}
 }
+
+// TestSelectSoftmaxLargePool covers sampling beyond the stack buffer (costs recomputed): the
+// same distribution as S3 on pools up to one past the buffer with one cheap worker.
+func TestSelectSoftmaxLargePool(t *testing.T) {
+	cfg := enabledConfig()
+	cfg.Selection.Temperature = 1
+	for _, n := range []int{2, sampleBuf, sampleBuf + 1} {
+		loads := make([]pool.WorkerLoad, n)
+		for i := 1; i < n; i++ {
+			loads[i].ActiveDecodeBlocks = 10
+		}
+		s := selectorFor(&cfg, 0, loads, nil, modeRemoteDecode)
+		rng := newRand(5)
+		first := 0
+		const draws = 3000
+		for range draws {
+			if s.pick(rng) == 0 {
+				first++
+			}
+		}
+		// P(first) = 1 / (1 + (n-1)·e^-1).
+		want := 1 / (1 + float64(n-1)*math.Exp(-1))
+		if p := float64(first) / draws; math.Abs(p-want) > 4*math.Sqrt(want*(1-want)/draws)+1e-3 {
+			t.Fatalf("n=%d: P(cheap) = %.4f, want %.4f", n, p, want)
+		}
+	}
+}
