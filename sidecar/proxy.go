@@ -219,13 +219,13 @@ func readAllInto(b []byte, r io.Reader) ([]byte, error) {
 
 func (p *Proxy) reject(ex *exchange, e *apiError) {
 	p.m.Rejected.WithLabelValues(e.code).Inc()
-	p.finish(ex, modeRejected, e.status)
+	p.countRequest(modeRejected, e.status)
 	p.log.Debug("request rejected", "request_id", ex.id, "reason", e.code)
 	e.write(ex.w, ex.id)
 }
 
-// finish counts a request by mode and final status.
-func (p *Proxy) finish(ex *exchange, mode string, status int) {
+// countRequest counts a request by mode and final status.
+func (p *Proxy) countRequest(mode string, status int) {
 	p.m.Requests.WithLabelValues(mode, strconv.Itoa(status)).Inc()
 }
 

@@ -47,16 +47,16 @@ func (p *Proxy) remote(ctx context.Context, ex *exchange) {
 		p.decode(ctx, ex, decodeBody(req, out.ans.kvTransferParams), stream, u, modeRemote)
 	case out.reason == reasonCanceled:
 		p.m.ClientCancels.Inc()
-		p.finish(ex, modeRemote, statusClientClosed)
+		p.countRequest(modeRemote, statusClientClosed)
 	case out.fallback && p.cfg.Fallback == FallbackLocal:
 		p.m.Fallbacks.WithLabelValues(out.reason).Inc()
 		p.log.Debug("prefill failed, local prefill at decode", "request_id", ex.id, "endpoint", ex.prefill, "reason", out.reason)
 		p.decode(ctx, ex, localBody(req), stream, nil, modeFallback)
 	case out.resp != nil:
-		p.finish(ex, modePrefillError, out.resp.status)
+		p.countRequest(modePrefillError, out.resp.status)
 		p.writeBuffered(ex.w, out.resp)
 	default:
-		p.finish(ex, modePrefillError, out.apiErr.status)
+		p.countRequest(modePrefillError, out.apiErr.status)
 		out.apiErr.write(ex.w, ex.id)
 	}
 }
@@ -114,18 +114,18 @@ func (p *Proxy) decode(ctx context.Context, ex *exchange, body []byte, stream bo
 	if fail != nil {
 		if fail.reason == reasonCanceled {
 			p.m.ClientCancels.Inc()
-			p.finish(ex, mode, statusClientClosed)
+			p.countRequest(mode, statusClientClosed)
 			return
 		}
 		e := upstreamError(legDecode, fail.reason)
 		p.log.Debug("decode failed", "request_id", ex.id, "endpoint", ex.decode, "err", fail.err)
-		p.finish(ex, mode, e.status)
+		p.countRequest(mode, e.status)
 		e.write(ex.w, ex.id)
 		return
 	}
 	defer up.close()
 	p.m.FirstByte.Observe(time.Since(start).Seconds())
-	p.finish(ex, mode, up.resp.StatusCode)
+	p.countRequest(mode, up.resp.StatusCode)
 	p.log.Debug("request routed", "request_id", ex.id, "route", mode, "endpoint", ex.decode)
 	p.relay(ctx, ex, up.resp, u)
 }
