@@ -260,6 +260,11 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 	} else {
 		w.scrapeFailures = 0
 		s.At = now
+		if s.BlockSize > 0 && s.BlockSize != int64(p.cfg.BlockSize) && s.BlockSize != w.scrape.BlockSize {
+			// Every prefix hit on this worker would be lost (conditional-disagg.md §9.6).
+			p.log.Warn("worker block size differs from --block-size; its prefix hits will not match",
+				"worker", w.id, "expect", p.cfg.BlockSize, "got", s.BlockSize)
+		}
 		w.scrape = s
 	}
 	if now := p.healthyLocked(w); now != was {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -93,6 +94,8 @@ func TestScrape(t *testing.T) {
 		{Name: "p0", Role: RolePrefill, Endpoint: ep, MaxNumBatchedTokens: 2048},
 	}})
 	f.p.http = srv.Client()
+	var logs strings.Builder
+	f.p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx := context.Background()
 	if w := f.info(t, "d0"); w.KVCapacityBlocks != -1 {
 		t.Fatalf("kvcap before scrape = %d, want -1", w.KVCapacityBlocks)
@@ -102,6 +105,9 @@ func TestScrape(t *testing.T) {
 	}
 	if w := f.info(t, "d0"); w.KVCapacityBlocks != 27000 || w.Scrape.KVUsage != 0.4375 || !w.Scrape.At.Equal(t0) {
 		t.Fatalf("d0 after scrape = %+v", w)
+	}
+	if strings.Contains(logs.String(), "block size differs") {
+		t.Fatalf("block size 16 matches the default yet was reported: %s", logs.String())
 	}
 	if w := f.info(t, "d1"); w.KVCapacityBlocks != 500 {
 		t.Fatalf("configured kvcap must win over scraped: %d", w.KVCapacityBlocks)
@@ -153,6 +159,19 @@ func TestScrape(t *testing.T) {
 		if got := testutil.ToFloat64(f.m.Scrapes.WithLabelValues("d0", outcome)); got != want {
 			t.Errorf("scrapes{d0,%s} = %v, want %v", outcome, got, want)
 		}
+	}
+	// A pool configured with --block-size 32 warns once per worker about vLLM's 16.
+	g := newFixture(t, Config{BlockSize: 32, Workers: []WorkerConfig{{Name: "d0", Role: RoleDecode, Endpoint: ep}}})
+	g.p.http = srv.Client()
+	logs.Reset()
+	g.p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	for range 2 {
+		if err := g.p.ScrapeAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "block size differs"); n != 1 || !strings.Contains(logs.String(), "expect=32 got=16") {
+		t.Fatalf("block size warnings (%d): %s", n, logs.String())
 	}
 }
 
