@@ -73,6 +73,14 @@ type openAIBody struct {
 // ParseRequest checks an OpenAI body of endpoint ep and returns its routing fields. Every
 // refusal wraps ErrInvalidBody and says what is wrong in OpenAI terms.
 func ParseRequest(ep Endpoint, body []byte) (Request, error) {
+	if req, ok := scanRequest(ep, body); ok {
+		return req, nil
+	}
+	return decodeRequest(ep, body)
+}
+
+// decodeRequest is ParseRequest with encoding/json: the slow path with exact messages.
+func decodeRequest(ep Endpoint, body []byte) (Request, error) {
 	req := Request{Endpoint: ep}
 	var b openAIBody
 	if err := json.Unmarshal(body, &b); err != nil {

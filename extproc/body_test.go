@@ -71,3 +71,39 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanRequest: whenever the fast scanner accepts a body that encoding/json also accepts,
+// both read the same routing fields (the scanner never invents a field).
+func FuzzScanRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"h\"i]}"}],"stream":true}`))
+	f.Add([]byte(`{"model":"m","prompt":[1,2], "stream" : false }`))
+	f.Add([]byte(`{"model":"m\u0041","messages":[]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, ep := range []Endpoint{EndpointChat, EndpointCompletions} {
+			fast, ok := scanRequest(ep, body)
+			slow, err := decodeRequest(ep, body)
+			if ok && err == nil && fast != slow {
+				t.Fatalf("%v: scan %+v, decode %+v", ep, fast, slow)
+			}
+		}
+	})
+}
+
+// TestScanRequestAgrees: the fast path accepts the common shapes and matches decodeRequest.
+func TestScanRequestAgrees(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"a \"quoted\" ] } text\\"}],"stream":true}`,
+		` { "stream" : false , "model" : "qwen3", "prompt" : "x" } `,
+		`{"model":"m","prompt":[1,2,3],"max_tokens":5,"temperature":0.5,"stop":null}`,
+	} {
+		ep := EndpointChat
+		if strings.Contains(body, "prompt") {
+			ep = EndpointCompletions
+		}
+		fast, ok := scanRequest(ep, []byte(body))
+		slow, err := decodeRequest(ep, []byte(body))
+		if !ok || err != nil || fast != slow {
+			t.Fatalf("%s: scan %+v %v, decode %+v %v", body, fast, ok, slow, err)
+		}
+	}
+}
