@@ -3,10 +3,10 @@ package pool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
