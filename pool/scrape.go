@@ -263,7 +263,7 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 		if s.BlockSize > 0 && s.BlockSize != int64(p.cfg.BlockSize) && s.BlockSize != w.scrape.BlockSize {
 			// Every prefix hit on this worker would be lost (conditional-disagg.md §9.6).
 			p.log.Warn("worker block size differs from --block-size; its prefix hits will not match",
-				"worker", w.id, "expect", p.cfg.BlockSize, "got", s.BlockSize)
+				"worker", w.id, "expect", p.cfg.BlockSize, "err", fmt.Errorf("vllm:cache_config_info block_size=%d", s.BlockSize))
 		}
 		w.scrape = s
 	}
