@@ -16,12 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +38,7 @@ func leakedGoroutines() string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "condisagg/envoy.Start") || strings.Contains(g, "condisagg/envoy.(*testProcessor)") {
+			if strings.Contains(g, "condisagg/envoy.Start") || strings.Contains(g, "condisagg/envoy.(*testProcessor)") || strings.Contains(g, "condisagg/envoy.(*testStream)") {
 				leaked = append(leaked, g)
 			}
 		}
@@ -64,9 +58,10 @@ type upstream struct {
 }
 
 type seenRequest struct {
-	method, path string
-	bodySHA      [32]byte
-	header       http.Header
+	method, path  string
+	bodySHA       [32]byte
+	contentLength int64
+	header        http.Header
 }
 
 func newUpstream(t *testing.T, name string) *upstream {
@@ -79,7 +74,7 @@ func newUpstream(t *testing.T, name string) *upstream {
 		u.hits.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		select {
-		case u.reqs <- seenRequest{r.Method, r.URL.Path, sha256.Sum256(body), r.Header.Clone()}:
+		case u.reqs <- seenRequest{r.Method, r.URL.Path, sha256.Sum256(body), r.ContentLength, r.Header.Clone()}:
 		default:
 		}
 		// Three flushed chunks, as a streamed completion would arrive.
@@ -96,98 +91,6 @@ func newUpstream(t *testing.T, name string) *upstream {
 func (u *upstream) endpoint(t *testing.T) Endpoint {
 	t.Helper()
 	e, err := ParseEndpoint(u.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-// testProcessor plays condisagg's side of ext_proc in its simplest form: it answers every message
-// and puts its decision (route + destination) where the BUFFERED flow expects it: the headers
-// response of a bodyless request, else the body response (envoy-extproc §1).
-type testProcessor struct {
-	extprocv3.UnimplementedExternalProcessorServer
-	decide  func(path string) (route, dest string)
-	headers chan map[string]string // request headers as ext_proc saw them, one map per stream
-}
-
-func (p *testProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var path string
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return nil // io.EOF or cancel: the stream is over
-		}
-		var resp *extprocv3.ProcessingResponse
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			hs := map[string]string{}
-			for _, h := range r.RequestHeaders.GetHeaders().GetHeaders() {
-				hs[h.Key] = string(h.RawValue) + h.Value
-			}
-			path = hs[":path"]
-			select {
-			case p.headers <- hs:
-			default:
-			}
-			common := &extprocv3.CommonResponse{}
-			if r.RequestHeaders.EndOfStream {
-				common = p.decision(path)
-			}
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: common}}}
-		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-				RequestBody: &extprocv3.BodyResponse{Response: p.decision(path)}}}
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-				ResponseHeaders: &extprocv3.HeadersResponse{}}}
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-				ResponseBody: &extprocv3.BodyResponse{}}}
-		default:
-			return fmt.Errorf("test processor: unexpected message %T", r)
-		}
-		if err := stream.Send(resp); err != nil {
-			return nil
-		}
-	}
-}
-
-func (p *testProcessor) decision(path string) *extprocv3.CommonResponse {
-	route, dest := p.decide(path)
-	set := func(k, v string) *corev3.HeaderValueOption {
-		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
-	}
-	return &extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-			set("x-condisagg-route", route), set("x-gateway-destination-endpoint", dest)}},
-		ClearRouteCache: true,
-	}
-}
-
-// startProcessor serves p on 127.0.0.1 with the gRPC health service Envoy's health check asks.
-func startProcessor(t *testing.T, p *testProcessor) Endpoint {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(srv, p)
-	hs := health.NewServer()
-	hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	e, err := ParseEndpoint(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,12 +180,17 @@ func send(t *testing.T, proc *Process, method, path string, body []byte, headers
 	return result{resp.StatusCode, string(b), resp.Header}
 }
 
-func expectServed(t *testing.T, u *upstream, method, path string, body []byte) seenRequest {
+// expectServed checks the request u received; wantLength is the Content-Length it should carry
+// (-1: none, the body came chunked).
+func expectServed(t *testing.T, u *upstream, method, path string, body []byte, wantLength int64) seenRequest {
 	t.Helper()
 	select {
 	case r := <-u.reqs:
 		if r.method != method || r.path != path || r.bodySHA != sha256.Sum256(body) {
 			t.Errorf("%s got %s %s (body sha %x); want %s %s with the client's body", u.name, r.method, r.path, r.bodySHA[:4], method, path)
+		}
+		if body != nil && r.contentLength != wantLength {
+			t.Errorf("%s got Content-Length %d; want %d", u.name, r.contentLength, wantLength)
 		}
 		return r
 	default:
@@ -301,61 +209,84 @@ func chatBody(n int) []byte {
 	return b.Bytes()
 }
 
-// TestEnvoyRoutesOnExtProcDecision runs the real Envoy with the recommended profile (BUFFERED
-// request, STREAMED response, fail-open) in front of a minimal ext_proc server: the decision
-// headers select the prefill or decode cluster and the exact upstream address, the body arrives
-// unchanged, the streamed answer comes back whole, and forged client headers never reach
-// ext_proc, the upstream, or the canary they point at.
+// TestEnvoyRoutesOnExtProcDecision runs the real Envoy, in each body mode, in front of a minimal
+// ext_proc server: the decision headers select the prefill or decode cluster and the exact
+// upstream address, the body arrives unchanged with its Content-Length, the streamed answer comes
+// back whole, and forged client headers never reach ext_proc, the upstream, or the canary they
+// point at. In STREAMED mode the route is fixed before the body, so everything goes to decode.
 func TestEnvoyRoutesOnExtProcDecision(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		mode      BodyMode
+		failOpen  bool
+		remoteFor string // the path routed to prefill
+	}{
+		{Buffered, FailOpen, "/v1/completions"},
+		{Streamed, FailOpen, ""},
+		{FullDuplex, FailClosed, "/v1/completions"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			t.Parallel()
+			routeThroughEnvoy(t, testParams(c.mode, c.failOpen), c.remoteFor)
+		})
+	}
+}
+
+func routeThroughEnvoy(t *testing.T, p Params, remoteFor string) {
 	decode, prefill := newUpstream(t, "decode"), newUpstream(t, "prefill")
 	fallback, canary := newUpstream(t, "fallback"), newUpstream(t, "canary")
-	proc := &testProcessor{headers: make(chan map[string]string, 16), decide: func(path string) (string, string) {
-		if path == "/v1/completions" {
+	proc := &testProcessor{mode: p.Mode, headers: make(chan map[string]string, 16), decide: func(path string) (string, string) {
+		if path != "" && path == remoteFor {
 			return "prefill", prefill.srv.Listener.Addr().String()
 		}
 		return "decode", decode.srv.Listener.Addr().String()
 	}}
-	p := testParams(Buffered, FailOpen)
 	p.ExtProc = startProcessor(t, proc)
-	p.DecodeFallback = []Endpoint{fallback.endpoint(t)}
+	if p.FailOpen {
+		p.DecodeFallback = []Endpoint{fallback.endpoint(t)}
+	}
 	env := startEnvoy(t, p)
 	canaryAddr := canary.srv.Listener.Addr().String()
-
 	for _, c := range []struct {
 		method, path string
 		body         []byte
-		want         *upstream
-		route        string
 	}{
-		{http.MethodPost, "/v1/chat/completions", chatBody(200 << 10), decode, "decode"},
-		{http.MethodPost, "/v1/completions", []byte(`{"model":"m","prompt":"hello"}`), prefill, "prefill"},
-		{http.MethodGet, "/v1/models", nil, decode, "decode"},
+		{http.MethodPost, "/v1/chat/completions", chatBody(200 << 10)},
+		{http.MethodPost, "/v1/completions", []byte(`{"model":"m","prompt":"hello"}`)},
+		{http.MethodGet, "/v1/models", nil},
 	} {
-		t.Run(c.method+c.path, func(t *testing.T) {
-			res := send(t, env, c.method, c.path, c.body, forged(canaryAddr))
-			if res.status != http.StatusOK || strings.Count(res.body, `"served_by":"`+c.want.name+`"`) != 3 {
-				t.Fatalf("status %d body %q; want 200 with three chunks from %s", res.status, res.body, c.want.name)
+		want, route := decode, "decode"
+		if c.path == remoteFor {
+			want, route = prefill, "prefill"
+		}
+		res := send(t, env, c.method, c.path, c.body, forged(canaryAddr))
+		if res.status != http.StatusOK || strings.Count(res.body, `"served_by":"`+want.name+`"`) != 3 {
+			t.Fatalf("%s %s: status %d body %q; want 200 with three chunks from %s", c.method, c.path, res.status, res.body, want.name)
+		}
+		// Envoy drops Content-Length when ext_proc may rewrite a STREAMED body; in full duplex the
+		// value condisagg sets is kept (allow_content_length_header).
+		wantLength := int64(len(c.body))
+		if p.Mode == Streamed {
+			wantLength = -1
+		}
+		seen := expectServed(t, want, c.method, c.path, c.body, wantLength)
+		if got := seen.header.Get("x-condisagg-route"); got != route {
+			t.Errorf("%s: upstream saw x-condisagg-route %q; want %q", c.path, got, route)
+		}
+		if got, w := seen.header.Get("x-gateway-destination-endpoint"), want.srv.Listener.Addr().String(); got != w {
+			t.Errorf("%s: upstream saw x-gateway-destination-endpoint %q; want %q", c.path, got, w)
+		}
+		for _, h := range []string{"x-condisagg-decode-host", "x-condisagg-prefill-host", "x-prefiller-host-port", "x-bypass-remote-prefill"} {
+			if v := seen.header.Get(h); v != "" {
+				t.Errorf("%s: forged %s: %q reached the upstream", c.path, h, v)
 			}
-			seen := expectServed(t, c.want, c.method, c.path, c.body)
-			if got := seen.header.Get("x-condisagg-route"); got != c.route {
-				t.Errorf("upstream saw x-condisagg-route %q; want %q", got, c.route)
+		}
+		hs := <-proc.headers
+		for h := range forged("") {
+			if v, ok := hs[strings.ToLower(h)]; ok {
+				t.Errorf("%s: forged %s: %q reached ext_proc (the early header mutation must strip it)", c.path, h, v)
 			}
-			if got, want := seen.header.Get("x-gateway-destination-endpoint"), c.want.srv.Listener.Addr().String(); got != want {
-				t.Errorf("upstream saw x-gateway-destination-endpoint %q; want %q", got, want)
-			}
-			for _, h := range []string{"x-condisagg-decode-host", "x-condisagg-prefill-host", "x-prefiller-host-port", "x-bypass-remote-prefill"} {
-				if v := seen.header.Get(h); v != "" {
-					t.Errorf("forged %s: %q reached the upstream", h, v)
-				}
-			}
-			hs := <-proc.headers
-			for h := range forged("") {
-				if v, ok := hs[strings.ToLower(h)]; ok {
-					t.Errorf("forged %s: %q reached ext_proc (header_mutation must strip it first)", h, v)
-				}
-			}
-		})
+		}
 	}
 	if n := canary.hits.Load() + fallback.hits.Load(); n != 0 {
 		t.Errorf("canary/fallback received %d requests; want 0", n)
@@ -407,7 +338,7 @@ func TestEnvoyFailureModes(t *testing.T) {
 				t.Fatalf("status %d body %q; want %d", res.status, res.body, c.wantStatus)
 			}
 			if c.served {
-				seen := expectServed(t, fallback, http.MethodPost, "/v1/chat/completions", body)
+				seen := expectServed(t, fallback, http.MethodPost, "/v1/chat/completions", body, int64(len(body)))
 				for h := range forged("") {
 					if v := seen.header.Get(h); v != "" {
 						t.Errorf("forged %s: %q reached the fallback upstream", h, v)
