@@ -85,7 +85,7 @@ type Inputs struct {
 	PrefillPreviewed bool   // step 6 ran (never for isl_bounding)
 	PreviewPrefill   string // the previewed prefill worker p
 	PrefillBusy      Busy
-	PrefillRejected  bool // every prefill worker over θp·mnbt
+	PrefillRejected  bool // every prefill worker over --router-queue-threshold·mnbt
 	PrefillActive    int64
 	PrefillBudget    float64 // θp·mnbt(p) of the previewed p
 	PrefillCached    int     // cached(p) of the chosen prefill worker (remote path)
