@@ -161,6 +161,7 @@ type StreamState struct {
 type heldMsg struct {
 	seq     uint64
 	payload []byte
+	back    bool // live only: seq <= the previous live seq (the live stream went back)
 }
 
 // replayState is the bookkeeping of the replay in progress.
@@ -188,6 +189,8 @@ type Stream struct {
 	lastSeq   uint64
 	lastHash  uint64 // XXH3-64 of the last applied payload
 	hasLast   bool
+	lastLive  uint64 // seq of the last live message received
+	liveSeen  bool
 	rp        replayState
 	counters  StreamCounters
 	acts      []Action
@@ -215,13 +218,19 @@ func (st *Stream) State() StreamState {
 }
 
 // Live feeds one live message (§1.6 rules 1–5). The Stream keeps payload while it is buffered.
+//
+// Rule 5 needs the live stream itself to go back (seq <= the previous live seq): a replay can
+// run ahead of live delivery, and live messages it already covered may still arrive after it
+// ended with seq < expect; those are overlap and are skipped.
 func (st *Stream) Live(seq uint64, payload []byte) []Action {
 	st.acts = st.acts[:0]
+	back := st.liveSeen && seq <= st.lastLive
+	st.lastLive, st.liveSeen = seq, true
 	if st.rp.active {
-		st.bufferLive(seq, payload)
+		st.bufferLive(seq, payload, back)
 		return st.acts
 	}
-	st.step(seq, payload)
+	st.step(seq, payload, back)
 	return st.acts
 }
 
@@ -248,7 +257,7 @@ func (st *Stream) ReplayBatch(seq uint64, payload []byte) []Action {
 		st.apply(seq, payload)
 		return st.acts
 	}
-	rp.run = append(rp.run, heldMsg{seq, payload})
+	rp.run = append(rp.run, heldMsg{seq: seq, payload: payload})
 	rp.bytes += len(payload)
 	if st.overBudget() {
 		st.finish(CauseOverflow)
@@ -289,8 +298,9 @@ func (st *Stream) reconnect() {
 	}
 }
 
-// step applies rules 2–5 to a message when no replay is in progress.
-func (st *Stream) step(seq uint64, payload []byte) {
+// step applies rules 2–5 to a live message when no replay is in progress; back says the live
+// stream went back at this message.
+func (st *Stream) step(seq uint64, payload []byte, back bool) {
 	switch {
 	case !st.expectSet:
 		if seq == 0 {
@@ -306,12 +316,14 @@ func (st *Stream) step(seq uint64, payload []byte) {
 		st.counters.Gaps++
 		st.emit(Action{Kind: ActGap, Expect: st.expect, Seq: seq})
 		st.recover(seq, payload, st.expect)
+	case !back:
+		// seq < expect, but the live stream moved forward: a replay already applied it.
 	default:
 		st.counters.Restarts++
 		st.emit(Action{Kind: ActRestart, Expect: st.expect, Seq: seq})
 		st.clear(ClearRestart, "")
 		st.unset()
-		st.step(seq, payload)
+		st.step(seq, payload, false)
 	}
 }
 
@@ -325,7 +337,7 @@ func (st *Stream) recover(seq uint64, payload []byte, from uint64) {
 		return
 	}
 	st.startReplay(from)
-	st.bufferLive(seq, payload)
+	st.bufferLive(seq, payload, false)
 }
 
 func (st *Stream) startReplay(from uint64) {
@@ -334,8 +346,8 @@ func (st *Stream) startReplay(from uint64) {
 	st.emit(Action{Kind: ActReplay, Seq: from})
 }
 
-func (st *Stream) bufferLive(seq uint64, payload []byte) {
-	st.rp.live = append(st.rp.live, heldMsg{seq, payload})
+func (st *Stream) bufferLive(seq uint64, payload []byte, back bool) {
+	st.rp.live = append(st.rp.live, heldMsg{seq, payload, back})
 	st.rp.bytes += len(payload)
 	if st.overBudget() {
 		st.finish(CauseOverflow)
@@ -436,8 +448,9 @@ func (st *Stream) lostOutcome(cause LostCause) {
 	}
 }
 
-// refeed passes the messages buffered during the replay through the live rules, skipping those
-// the replay already covered. A seq that goes back within the buffer is a real restart.
+// refeed passes the messages buffered during the replay through the live rules; step skips
+// those the replay already covered, and a message at which the live stream went back is a real
+// restart.
 func (st *Stream) refeed() {
 	rp := &st.rp
 	buf := rp.live
@@ -447,15 +460,10 @@ func (st *Stream) refeed() {
 	}
 	*rp = replayState{run: rp.run[:0]}
 	for i, m := range buf {
-		switch {
-		case rp.active:
-			st.bufferLive(m.seq, m.payload)
-		case i > 0 && m.seq <= buf[i-1].seq:
-			st.step(m.seq, m.payload)
-		case st.expectSet && m.seq < st.expect:
-			// covered by the replay
-		default:
-			st.step(m.seq, m.payload)
+		if rp.active {
+			st.bufferLive(m.seq, m.payload, m.back)
+		} else {
+			st.step(m.seq, m.payload, m.back)
 		}
 		buf[i] = heldMsg{}
 	}

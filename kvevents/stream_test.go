@@ -205,7 +205,7 @@ func parseMsgs(items []string) ([]heldMsg, error) {
 			if hasPayload {
 				p = payload
 			}
-			msgs = append(msgs, heldMsg{q, []byte(p)})
+			msgs = append(msgs, heldMsg{seq: q, payload: []byte(p)})
 		}
 	}
 	return msgs, nil

@@ -151,7 +151,7 @@ func TestSubscriberGapReplayHeals(t *testing.T) {
 				t.Fatalf("index holds %d blocks of the chain, want 12 (as with no drop)", got)
 			}
 			if st.Gaps < 2 || st.HistoryLost != 0 || st.Clears != 0 {
-				t.Fatalf("gaps=%d history_lost=%d clears=%d, want >=2, 0, 0", st.Gaps, st.HistoryLost, st.Clears)
+				t.Fatalf("gaps=%d history_lost=%d clears=%d, want >=2, 0, 0 (status %+v)", st.Gaps, st.HistoryLost, st.Clears, st)
 			}
 			if n := h.counter(h.m.Replays, "w", string(ReplaySuccess)); n < 2 {
 				t.Fatalf("successful replays counted %v, want >= 2", n)
