@@ -3,6 +3,8 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -47,6 +49,11 @@ type Config struct {
 	// typically the worker the sidecar sits beside. Empty: such requests get 403
 	// no_decode_host. It is operator configuration and is dialled without the allowlist.
 	DefaultDecodeHost string
+	// DialOverrides maps a worker host:port as named in the routing headers (and allowed) to
+	// the host:port actually dialled. It lets a sidecar listen on the endpoint its worker
+	// advertises to the router (Envoy dials the prefill worker's endpoint on the prefill
+	// route) while the worker itself listens elsewhere, e.g. 10.0.0.11:8000 -> 127.0.0.1:8001.
+	DialOverrides map[string]string
 	// ConnectTimeout bounds each TCP connect to P or D.
 	ConnectTimeout time.Duration
 	// PrefillTimeout bounds the whole prefill leg, every attempt and backoff included.
@@ -115,6 +122,14 @@ func (c Config) Validate() error {
 	if c.DefaultDecodeHost != "" {
 		if _, err := canonicalHostPort(c.DefaultDecodeHost); err != nil {
 			bad("default_decode_host", strconv.Quote(c.DefaultDecodeHost), err.Error())
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.DialOverrides)) {
+		if _, err := canonicalHostPort(k); err != nil {
+			bad("dial_overrides", strconv.Quote(k), err.Error())
+		}
+		if _, err := canonicalHostPort(c.DialOverrides[k]); err != nil {
+			bad("dial_overrides["+k+"]", strconv.Quote(c.DialOverrides[k]), err.Error())
 		}
 	}
 	for _, d := range []struct {

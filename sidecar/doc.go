@@ -22,6 +22,9 @@
 // end-to-end headers (Authorization included); hop-by-hop headers and the routing contract
 // (x-condisagg-*, x-gateway-destination-endpoint, x-prefiller-host-port) are never forwarded.
 //
+// Config.DialOverrides maps an allowed host:port to the address actually dialled, for a sidecar
+// that listens on the endpoint its prefill worker advertises to the router.
+//
 // Everything else (no prefill host, other paths and methods) passes straight to D. A request
 // without x-condisagg-decode-host goes to Config.DefaultDecodeHost, or gets 403 no_decode_host
 // when none is configured. On every path a client-sent kv_transfer_params is removed before D

@@ -36,7 +36,8 @@ type Options struct {
 type Proxy struct {
 	cfg           Config
 	allow         *Allowlist
-	defaultDecode string // canonical DefaultDecodeHost, or ""
+	defaultDecode string            // canonical DefaultDecodeHost, or ""
+	dial          map[string]string // canonical DialOverrides; immutable after New
 	transport     *http.Transport
 	m             *Metrics
 	log           *slog.Logger
@@ -59,6 +60,14 @@ func New(cfg Config, allow *Allowlist, opts Options) (*Proxy, error) {
 	}
 	if cfg.DefaultDecodeHost != "" {
 		p.defaultDecode, _ = canonicalHostPort(cfg.DefaultDecodeHost) // validated above
+	}
+	p.dial = make(map[string]string, len(cfg.DialOverrides))
+	for k, v := range cfg.DialOverrides {
+		ck, _ := canonicalHostPort(k) // validated above
+		if _, ok := allow.Allowed(ck); !ok {
+			return nil, fmt.Errorf("sidecar config: dial_overrides: %q is not in the allowlist", k)
+		}
+		p.dial[ck], _ = canonicalHostPort(v)
 	}
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 	p.transport = &http.Transport{
@@ -156,7 +165,7 @@ func (p *Proxy) route(ex *exchange) *apiError {
 		if !ok {
 			return errHostNotAllowed(name, pv[0])
 		}
-		ex.prefill = c
+		ex.prefill = p.dialAddr(c)
 	default:
 		return errHostNotAllowed(name, fmt.Sprint(pv))
 	}
@@ -172,11 +181,19 @@ func (p *Proxy) route(ex *exchange) *apiError {
 		if !ok {
 			return errHostNotAllowed(HeaderDecodeHost, dv[0])
 		}
-		ex.decode = c
+		ex.decode = p.dialAddr(c)
 	default:
 		return errHostNotAllowed(HeaderDecodeHost, fmt.Sprint(dv))
 	}
 	return nil
+}
+
+// dialAddr is the address dialled for an allowed host:port (DialOverrides, else itself).
+func (p *Proxy) dialAddr(hostport string) string {
+	if t, ok := p.dial[hostport]; ok {
+		return t
+	}
+	return hostport
 }
 
 // readBody reads the whole client body, at most MaxBodyBytes.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi \"there\""}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":50,"min_tokens":5,"temperature":0.7}`
@@ -360,4 +362,33 @@ func TestRemote_LLMDHeaderAndIPv6(t *testing.T) {
 		t.Fatalf("prefill leg body %s", got.body)
 	}
 	mustEqualBytes(t, "decode body", d.next(t).body, []byte(`{"prompt":"a","kv_transfer_params":`+pKV+`}`))
+}
+
+// TestDialOverrides: a routing-header host with an override is dialled at its target (a
+// sidecar listening on its prefill worker's advertised endpoint), and an override whose key
+// is not allowed is a configuration error.
+func TestDialOverrides(t *testing.T) {
+	p := newWorker(t, prefillOK(pKV, 0))
+	d := newWorker(t, decodeJSON)
+	advertised := closedAddr(t) // what the router knows P by: nothing of P's listens there
+	cfg := testConfig()
+	cfg.DialOverrides = map[string]string{advertised: p.addr}
+	h := newHarness(t, cfg, advertised, d.addr)
+	resp, _ := h.do("POST", "/v1/completions", `{"prompt":"a"}`, map[string]string{HeaderPrefillHost: advertised, HeaderDecodeHost: d.addr})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := p.next(t); !strings.Contains(string(got.body), `"do_remote_decode":true`) {
+		t.Fatalf("prefill leg body %s", got.body)
+	}
+	mustEqualBytes(t, "decode body", d.next(t).body, []byte(`{"prompt":"a","kv_transfer_params":`+pKV+`}`))
+
+	al, _ := NewAllowlist([]string{d.addr})
+	if _, err := New(cfg, al, Options{Metrics: NewMetrics(prometheus.NewRegistry())}); err == nil || !strings.Contains(err.Error(), "not in the allowlist") {
+		t.Fatalf("override of an unlisted host: err = %v", err)
+	}
+	cfg.DialOverrides = map[string]string{advertised: "nope"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "dial_overrides["+advertised+`]: "nope"`) {
+		t.Fatalf("bad target: err = %v", err)
+	}
 }

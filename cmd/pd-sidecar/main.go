@@ -36,10 +36,10 @@ func main() {
 }
 
 type flags struct {
-	listen, adminListen, configPath, allow, logLevel string
-	cfg                                              sidecar.Config
-	fallback, rewriteUsage                           bool
-	resolveEvery, drain                              time.Duration
+	listen, adminListen, configPath, allow, dial, logLevel string
+	cfg                                                    sidecar.Config
+	fallback, rewriteUsage                                 bool
+	resolveEvery, drain                                    time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (flags, error) {
@@ -50,6 +50,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9091", "admin listen address for /metrics and /healthz (empty: off)")
 	fs.StringVar(&f.configPath, "config", "", "router YAML config; the endpoints of its workers: list form the allowlist")
 	fs.StringVar(&f.allow, "allow", "", "comma-separated worker host:port allowlist (added to --config's workers)")
+	fs.StringVar(&f.dial, "dial", "", "comma-separated ADDR=TARGET: a routing-header host ADDR (allowed) is dialled at TARGET, e.g. 10.0.0.11:8000=127.0.0.1:8001 when the sidecar listens on its worker's advertised endpoint")
 	fs.StringVar(&f.cfg.DefaultDecodeHost, "default-decode-host", "", "host:port for requests without x-condisagg-decode-host (empty: 403)")
 	fs.BoolVar(&f.fallback, "fallback-local-prefill", true, "on prefill failure, let the decode worker prefill locally")
 	fs.BoolVar(&f.rewriteUsage, "rewrite-usage", false, "replace the decode answer's usage.prompt_tokens_details.cached_tokens with the prefill worker's")
@@ -68,6 +69,19 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for pair := range strings.SplitSeq(f.dial, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(pair, "=")
+		if !ok {
+			return f, fmt.Errorf("--dial %q: want ADDR=TARGET", pair)
+		}
+		if f.cfg.DialOverrides == nil {
+			f.cfg.DialOverrides = map[string]string{}
+		}
+		f.cfg.DialOverrides[strings.TrimSpace(from)] = strings.TrimSpace(to)
 	}
 	if !f.fallback {
 		f.cfg.Fallback = sidecar.FallbackOff

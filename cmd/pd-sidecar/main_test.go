@@ -109,6 +109,8 @@ func TestRun_ConfigErrors(t *testing.T) {
 		{"missing_config", []string{"--config", "/nonexistent/x.yaml"}, "read --config"},
 		{"bad_timeout", []string{"--allow", "10.0.0.1:80", "--prefill-timeout", "-1s"}, "prefill_timeout"},
 		{"bad_log_level", []string{"--allow", "10.0.0.1:80", "--log-level", "loud"}, "--log-level"},
+		{"bad_dial", []string{"--allow", "10.0.0.1:80", "--dial", "10.0.0.1:80"}, "want ADDR=TARGET"},
+		{"dial_not_allowed", []string{"--allow", "10.0.0.1:80", "--dial", "10.0.0.2:80=127.0.0.1:81"}, "not in the allowlist"},
 		{"extra_args", []string{"--allow", "10.0.0.1:80", "extra"}, "unexpected arguments"},
 	}
 	for _, tc := range cases {
