@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const serveYAML = `listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+drain_timeout: 5s
+model: {tokenizer: MODEL, block_size: 16}
+router:
+  mode: kv
+  kv_events: false
+  conditional_disagg: false
+`
+
+// TestServeEndToEnd starts `condisagg serve` in-process on loopback with a config file and
+// drives it with the explain and workers clients, the admin HTTP endpoints and a reload.
+func TestServeEndToEnd(t *testing.T) {
+	model := requireModel(t)
+	dir := t.TempDir()
+	cfgPath := writeFile(t, dir, "condisagg.yaml", strings.Replace(serveYAML, "MODEL", model, 1)+workersYAML)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan [2]string, 1)
+	logs := &syncBuffer{}
+	exit := make(chan int, 1)
+	go func() {
+		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(g, h string) { addrs <- [2]string{g, h} }})
+	}()
+	var grpcAddr, httpAddr string
+	select {
+	case a := <-addrs:
+		grpcAddr, httpAddr = a[0], a[1]
+	case code := <-exit:
+		t.Fatalf("serve exited %d:\n%s", code, logs.String())
+	}
+	body := `{"model":"qwen3","messages":[{"role":"user","content":"hello"}]}`
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"explain", "--addr", grpcAddr, "--body", body}, &out, &errOut); code != 0 {
+		t.Fatalf("explain exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "reason") || !strings.Contains(out.String(), "remote_disabled") {
+		t.Fatalf("explain table:\n%s", out.String())
+	}
+	out.Reset()
+	bodyFile := writeFile(t, dir, "req.json", body)
+	if code := run(ctx, []string{"explain", "--addr", grpcAddr, "--body", "@" + bodyFile, "-o", "json"}, &out, &errOut); code != 0 {
+		t.Fatalf("explain json exit %d: %s", code, errOut.String())
+	}
+	var ex struct{ Route, Reason, Destination string }
+	if err := json.Unmarshal(out.Bytes(), &ex); err != nil || ex.Route != "prefill" || ex.Destination != "127.0.0.1:8100" {
+		t.Fatalf("explain json %+v %v:\n%s", ex, err, out.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"workers", "--addr", grpcAddr}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "decode-0") || !strings.Contains(out.String(), "127.0.0.1:8200") {
+		t.Fatalf("workers exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	if code, text := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz %d %s", code, text)
+	}
+	if _, text := get("/metrics"); !strings.Contains(text, "condisagg_extproc_active_streams") {
+		t.Fatal("/metrics lacks the extproc metrics")
+	}
+	resp, err := http.Post("http://"+httpAddr+"/debug/explain?path=/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"remote_disabled"`) {
+		t.Fatalf("/debug/explain %d %s", resp.StatusCode, b)
+	}
+
+	// A bad file is rejected and the old configuration stays; a good one is applied.
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := condisaggv1.NewAdminClient(conn)
+	good := strings.Replace(serveYAML, "MODEL", model, 1)
+	bad := strings.Replace(good, "conditional_disagg: false", "conditional_disagg: true\n  kv_events: true\n  conditional_disagg_config: {eff_isl_ratio_threshold: 1.5}", 1)
+	bad = strings.Replace(bad, "  kv_events: false\n", "", 1)
+	if err := os.WriteFile(cfgPath, []byte(bad+workersYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := admin.ReloadConfig(ctx, &condisaggv1.ReloadConfigRequest{})
+	if err != nil || rr.Applied || !strings.Contains(rr.Message, "eff_isl_ratio_threshold: 1.5 is outside [0.0, 1.0]") {
+		t.Fatalf("bad reload: %v %v", rr, err)
+	}
+	er, err := admin.Explain(ctx, &condisaggv1.ExplainRequest{Path: "/v1/chat/completions", Body: []byte(body)})
+	if err != nil || er.Reason != "remote_disabled" {
+		t.Fatalf("after a rejected reload: %v %v", er, err)
+	}
+	enabled := strings.Replace(bad, "1.5", "0.9", 1)
+	if err := os.WriteFile(cfgPath, []byte(enabled+workersYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rr, err := admin.ReloadConfig(ctx, &condisaggv1.ReloadConfigRequest{}); err != nil || !rr.Applied {
+		t.Fatalf("good reload: %v %v", rr, err)
+	}
+	er, err = admin.Explain(ctx, &condisaggv1.ExplainRequest{Path: "/v1/chat/completions", Body: []byte(body)})
+	if err != nil || er.Reason == "remote_disabled" || er.Inputs.RatioThreshold != 0.9 {
+		t.Fatalf("after a good reload: %v %v", er, err)
+	}
+
+	cancel()
+	if code := <-exit; code != 0 {
+		t.Fatalf("serve exit %d:\n%s", code, logs.String())
+	}
+}
+
+// TestServeRejectsBadConfig: startup validation fails with exit 2 and the messages.
+func TestServeRejectsBadConfig(t *testing.T) {
+	var errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--failure-mode", "maybe"}, io.Discard, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), `failure_mode: "maybe" must be one of open, closed`) ||
+		!strings.Contains(errOut.String(), "model.tokenizer") {
+		t.Fatalf("exit %d:\n%s", code, errOut.String())
+	}
+}
