@@ -21,8 +21,9 @@ var ErrNoBinary = errors.New("envoy: no Envoy binary: run scripts/install-envoy.
 const venvDir = ".venv-envoy"
 
 // FindBinary returns the Envoy binary to run: $ENVOY_BIN if set, else $ENVOY_VENV/envoy if
-// ENVOY_VENV is set, else .venv-envoy/envoy in the repository root (the nearest directory above
-// the working directory holding go.mod). The error wraps ErrNoBinary and names the paths tried.
+// ENVOY_VENV is set (a relative path is taken from the repository root, as the install script
+// does), else .venv-envoy/envoy in the repository root (the nearest directory above the working
+// directory holding go.mod). The error wraps ErrNoBinary and names the paths tried.
 func FindBinary() (string, error) {
 	if bin := os.Getenv("ENVOY_BIN"); bin != "" {
 		if err := executable(bin); err != nil {
@@ -30,11 +31,16 @@ func FindBinary() (string, error) {
 		}
 		return bin, nil
 	}
+	root, rootErr := repoRoot()
 	var candidates []string
 	if v := os.Getenv("ENVOY_VENV"); v != "" {
+		// Relative to the repository root, as scripts/install-envoy.sh reads it.
+		if !filepath.IsAbs(v) && rootErr == nil {
+			v = filepath.Join(root, v)
+		}
 		candidates = append(candidates, filepath.Join(v, "envoy"))
 	}
-	if root, err := repoRoot(); err == nil {
+	if rootErr == nil {
 		candidates = append(candidates, filepath.Join(root, venvDir, "envoy"))
 	}
 	for _, c := range candidates {

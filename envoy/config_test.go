@@ -413,4 +413,10 @@ func TestFindBinaryHonoursEnvoyBin(t *testing.T) {
 	if got, err := FindBinary(); err != nil || got != fake {
 		t.Errorf("FindBinary() with ENVOY_VENV = %q, %v; want %q", got, err, fake)
 	}
+	// A relative ENVOY_VENV is taken from the repository root (the package test runs in envoy/).
+	t.Setenv("ENVOY_VENV", venvDir)
+	root, _ := filepath.Abs("..")
+	if got, err := FindBinary(); err != nil || got != filepath.Join(root, venvDir, "envoy") {
+		t.Errorf("FindBinary() with ENVOY_VENV=%s = %q, %v; want it under %s", venvDir, got, err, root)
+	}
 }

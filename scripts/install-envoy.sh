@@ -32,17 +32,16 @@ have_envoy() {
 }
 
 ensure_venv_module() {
-  command -v "$python" >/dev/null 2>&1 || { log "$python not found: install Python 3.10 or newer"; exit 1; }
-  if "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  if command -v "$python" >/dev/null 2>&1 && "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     return
   fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    log "$python has no working venv module (ensurepip missing) and apt-get is not available"
+    log "$python is missing or cannot create virtual environments (no ensurepip), and apt-get is not available"
     exit 1
   fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  log "installing python3-venv (Debian package) for $python"
+  log "installing python3-venv (Debian package; brings python3 if missing) for $python"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
   "$python" -c 'import venv, ensurepip' >/dev/null 2>&1 || {
