@@ -20,20 +20,64 @@ var tojsonRef = regexp.MustCompile(`\|\s*tojson\b`)
 // tagSpan matches one {{ ... }} or {% ... %} tag.
 var tagSpan = regexp.MustCompile(`(?s)\{\{.*?\}\}|\{%.*?%\}`)
 
-// pyTojsonName is the filter name our Python-compatible tojson is registered
-// under. The engine resolves built-in filters before template data, so the
-// template's tojson references are renamed to reach ours.
-const pyTojsonName = "condisagg_py_tojson"
+// outputTag splits an output tag into its delimiters (with whitespace control)
+// and its expression.
+var outputTag = regexp.MustCompile(`(?s)^(\{\{-?)(.*?)(-?\}\})$`)
 
+// Names our Python-compatible filters are registered under. The engine resolves
+// built-in filters before template data, so the template's references are
+// rewritten to reach ours.
+const (
+	pyTojsonName = "condisagg_py_tojson"
+	pyOutputName = "condisagg_py_output"
+)
+
+// compileChatTemplate compiles src with two source rewrites that make the
+// engine print what Jinja2 prints: tojson becomes Python's json.dumps, and every
+// {{ expr }} goes through a filter that prints None, booleans and floats as
+// Python does. If the rewritten source does not compile (an unusual tag the
+// rewrite misread), the tojson rewrite alone, then the original, are used.
 func compileChatTemplate(src string) (*chatTemplate, error) {
-	src = tagSpan.ReplaceAllStringFunc(src, func(tag string) string {
-		return tojsonRef.ReplaceAllString(tag, "| "+pyTojsonName)
-	})
-	tmpl, err := jinja.Compile(src)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: compile chat template: %w", err)
+	renameTojson := func(tag string) string { return tojsonRef.ReplaceAllString(tag, "| "+pyTojsonName) }
+	wrapOutput := func(tag string) string {
+		tag = renameTojson(tag)
+		m := outputTag.FindStringSubmatch(tag)
+		if m == nil || strings.TrimSpace(m[2]) == "" {
+			return tag
+		}
+		return m[1] + " (" + m[2] + ") | " + pyOutputName + " " + m[3]
 	}
-	return &chatTemplate{tmpl: tmpl}, nil
+	var firstErr error
+	for _, rewrite := range []func(string) string{wrapOutput, renameTojson, nil} {
+		s := src
+		if rewrite != nil {
+			s = tagSpan.ReplaceAllStringFunc(src, rewrite)
+		}
+		tmpl, err := jinja.Compile(s)
+		if err == nil {
+			return &chatTemplate{tmpl: tmpl}, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return nil, fmt.Errorf("tokenizer: compile chat template: %w", firstErr)
+}
+
+// pyOutputFilter prints scalars as Jinja2 does (str() of the Python value);
+// strings, lists and dicts are left to the engine.
+func pyOutputFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.NewString(""), nil
+	}
+	v := args[0]
+	switch {
+	case v.IsNone():
+		return jinja.NewString("None"), nil
+	case v.IsFloat():
+		return jinja.NewString(pyFloatRepr(v.AsFloat())), nil
+	}
+	return v, nil
 }
 
 // ChatOptions are per-call inputs of chat rendering that do not come from the body.
@@ -127,6 +171,7 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 		"bos_token":             jinja.NewString(t.cfg.bosToken),
 		"eos_token":             jinja.NewString(t.cfg.eosToken),
 		pyTojsonName:            jinja.NewCallable("tojson", tojsonFilter),
+		pyOutputName:            jinja.NewCallable("output", pyOutputFilter),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 	}
 	if kw, ok := r.Get("chat_template_kwargs"); ok && !kw.IsNone() {
@@ -134,7 +179,7 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 			return nil, false, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
 		}
 		for _, k := range kw.AsDict().Keys {
-			if k == pyTojsonName {
+			if k == pyTojsonName || k == pyOutputName {
 				continue
 			}
 			vars[k], _ = kw.AsDict().Get(k)

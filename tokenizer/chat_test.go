@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ardanlabs/jinja"
 )
 
 func newSyntheticWithTemplate(t *testing.T, tmpl string) *Tokenizer {
@@ -137,5 +139,49 @@ func TestQwen3EnableThinking(t *testing.T) {
 	}
 	if want := "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestEngineDifferencesWorkedAround: where ardanlabs/jinja prints differently
+// from Jinja2 we rewrite the template; expectations are Jinja2's output under
+// transformers' environment.
+func TestEngineDifferencesWorkedAround(t *testing.T) {
+	cases := []struct {
+		name, spec, tmpl, want string
+	}{
+		{"scalars_print_like_python", "Jinja2 prints str(value): 1.0, None, True, 2.5e-07",
+			"{{ 1.0 }}|{{ none }}|{{ true }}|{{ 2.5e-7 }}|{{ 3 }}|{{ 'x' }}|{{ [1, 'a'] }}", "1.0|None|True|2.5e-07|3|x|[1, 'a']"},
+		{"whitespace_control_kept", "{{- -}} still trims around a rewritten output",
+			"{% set v = {'a': 1.5} %}{{ v.a }}|  {{- ' t ' -}}  |{{ v | tojson }}", `1.5| t |{"a": 1.5}`},
+		{"request_floats_print_like_python", "JSON 1.0 from the request prints as 1.0",
+			"{{ messages[0].content }}{{ messages[0].x }}", "1.0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tk := newSyntheticWithTemplate(t, c.tmpl)
+			vars, _, err := tk.chatVars([]byte(`{"messages":[{"role":"user","content":"c"}]}`), ChatOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := jinja.NewDict()
+			msg.AsDict().Set("content", jinja.NewFloat(1.0))
+			vars["messages"] = jinja.NewList([]jinja.Value{msg})
+			got, err := tk.chat.tmpl.RenderValues(vars)
+			if err != nil {
+				t.Fatalf("%s: %v", c.spec, err)
+			}
+			if got != c.want {
+				t.Errorf("%s:\n got %q\nwant %q", c.spec, got, c.want)
+			}
+		})
+	}
+	// A tag the output rewrite misreads ('}}' inside a string) still compiles
+	// through the fallback.
+	ct, err := compileChatTemplate("{{ '}}' }}")
+	if err != nil {
+		t.Fatalf("fallback compile: %v", err)
+	}
+	if got, err := ct.tmpl.RenderValues(nil); err != nil || got != "}}" {
+		t.Errorf("fallback render = %q, %v; want %q", got, err, "}}")
 	}
 }

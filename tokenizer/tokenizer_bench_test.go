@@ -8,31 +8,43 @@ import (
 	"time"
 )
 
-// BenchmarkEncodeCorpus encodes the whole conformance text corpus, single
-// thread, without the segment cache (the number to compare with HF tokenizers,
-// see testdata/bench_hf.py).
+// BenchmarkEncodeCorpus encodes the conformance text corpus, single thread,
+// without the segment cache: all texts, and only those under 1 KiB (without the
+// very long words and whitespace runs). testdata/bench_hf.py times Hugging Face
+// tokenizers on the same two sets.
 func BenchmarkEncodeCorpus(b *testing.B) {
-	texts := readJSONL[string](b, "conformance_texts.jsonl.gz")
-	total := 0
-	for _, s := range texts {
-		total += len(s)
+	all := readJSONL[string](b, "conformance_texts.jsonl.gz")
+	var short []string
+	for _, s := range all {
+		if len(s) < 1024 {
+			short = append(short, s)
+		}
 	}
-	for _, m := range modelNames {
-		b.Run("model="+m, func(b *testing.B) {
-			tk := loadModel(b, m, Options{})
-			var ids []uint32
-			tokens := 0
-			b.SetBytes(int64(total))
-			b.ReportAllocs()
-			for b.Loop() {
-				tokens = 0
-				for _, s := range texts {
-					ids = tk.Encode(ids[:0], s, WithSpecialTokens)
-					tokens += len(ids)
+	for _, set := range []struct {
+		name  string
+		texts []string
+	}{{"all", all}, {"short", short}} {
+		total := 0
+		for _, s := range set.texts {
+			total += len(s)
+		}
+		for _, m := range modelNames {
+			b.Run("corpus="+set.name+"/model="+m, func(b *testing.B) {
+				tk := loadModel(b, m, Options{})
+				var ids []uint32
+				tokens := 0
+				b.SetBytes(int64(total))
+				b.ReportAllocs()
+				for b.Loop() {
+					tokens = 0
+					for _, s := range set.texts {
+						ids = tk.Encode(ids[:0], s, WithSpecialTokens)
+						tokens += len(ids)
+					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens), "ns/token")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens), "ns/token")
+			})
+		}
 	}
 }
 
