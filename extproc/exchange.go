@@ -72,6 +72,7 @@ func (x *exchange) Step(ctx context.Context, req *extprocv3.ProcessingRequest) r
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return x.requestTrailers(ctx)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
 		return x.responseHeaders(m.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return x.responseBody(m.ResponseBody)
@@ -323,6 +324,15 @@ func subsetHint(md *corev3.Metadata) ([]string, bool) {
 		return out, true
 	}
 	return appendAddrs(out, v.GetStringValue()), true
+}
+
+// servedEndpoint reads envoy.lb x-gateway-destination-endpoint-served ("" when absent).
+func servedEndpoint(md *corev3.Metadata) string {
+	ns, ok := md.GetFilterMetadata()[MetadataNamespace]
+	if !ok {
+		return ""
+	}
+	return ns.GetFields()[ServedKey].GetStringValue()
 }
 
 func appendAddrs(dst []string, s string) []string {

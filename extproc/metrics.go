@@ -29,6 +29,8 @@ type Metrics struct {
 	UsageTokens      *prometheus.CounterVec   // route, kind: prompt, completion, cached
 	CachedError      prometheus.Histogram     // bypass: usage cached_tokens − router cached(d)
 	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
+	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
+	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
 }
 
 // NewMetrics registers the ext_proc metrics on reg.
@@ -75,10 +77,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{-4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096}}),
 		SSEOverflow: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_sse_parse_overflow_total",
 			Help: "Response streams whose incomplete SSE event exceeded the parse buffer."}),
+		ServedMismatch: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_served_endpoint_mismatch_total",
+			Help: "Responses served by another endpoint than the booked one (booking released)."}),
+		SilentWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "condisagg_kv_events_silent_workers",
+			Help: "Workers whose KV event stream is down or silent (conditional-disagg.md §8.3)."}, []string{"pool"}),
 	}
 	reg.MustRegister(m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
-		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow)
+		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
+		m.ServedMismatch, m.SilentWorkers)
 	return m
 }
 

@@ -13,6 +13,7 @@ import (
 // when the stream ends first.
 type respObserver struct {
 	booking   string // pool booking id; "" = nothing to release
+	dest      string // the destination Envoy was told to use
 	route     policy.Route
 	bypass    bool
 	cached    int // router's cached(d), for the bypass usage error
@@ -26,8 +27,21 @@ type respObserver struct {
 }
 
 func (o *respObserver) start(out *Outcome) {
-	*o = respObserver{booking: out.BookingID, route: out.Route, bypass: out.Route == policy.RouteDecode,
-		cached: out.Decision.Inputs.Cached}
+	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, route: out.Route,
+		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
+}
+
+// served checks the endpoint the gateway reports it used (envoy-extproc.md §2): another one
+// means the gateway retried elsewhere on its own, so the booking is wrong and is released.
+func (o *respObserver) served(x *exchange, endpoint string) {
+	if endpoint == "" || o.booking == "" || o.released {
+		return
+	}
+	if first, _, _ := strings.Cut(endpoint, ","); strings.TrimSpace(first) == o.dest {
+		return
+	}
+	x.srv.metrics.ServedMismatch.Inc()
+	o.finish(x)
 }
 
 // headers observes the response status and content type.

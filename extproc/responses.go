@@ -26,6 +26,8 @@ const (
 	// SubsetNamespace and SubsetKey carry the gateway's subset hint.
 	SubsetNamespace = "envoy.lb.subset_hint"
 	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// ServedKey is the endpoint a gateway reports it actually used (envoy.lb namespace).
+	ServedKey = "x-gateway-destination-endpoint-served"
 	// MaxChunkBytes bounds one full-duplex streamed_response chunk (envoy-extproc.md §1).
 	MaxChunkBytes = 62000
 )

@@ -217,10 +217,14 @@ func (s *service) reporter() extproc.StreamReporter {
 func (s *service) watchReady(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	silent := map[string]bool{}
 	for {
 		ready := s.unready() == nil
 		if s.ready.Swap(ready) != ready || ready {
 			extproc.SetReady(s.health, ready)
+		}
+		for _, w := range s.router.UpdateSilence(time.Now(), silent) {
+			s.log.Warn("KV event stream silence changed", "worker", w, "silent", silent[w])
 		}
 		select {
 		case <-ctx.Done():
