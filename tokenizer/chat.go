@@ -174,6 +174,13 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 		pyOutputName:            jinja.NewCallable("output", pyOutputFilter),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 	}
+	// vLLM hands these request fields to the template too.
+	if v, ok := r.Get("documents"); ok {
+		vars["documents"] = v
+	}
+	if v, ok := r.Get("reasoning_effort"); ok && !v.IsNone() {
+		vars["reasoning_effort"] = v
+	}
 	if kw, ok := r.Get("chat_template_kwargs"); ok && !kw.IsNone() {
 		if !kw.IsDict() {
 			return nil, false, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")

@@ -48,6 +48,8 @@ func TestRenderChatRules(t *testing.T) {
 			`T[{"type": "function", "function": {"name": "f", "description": null, "parameters": null}}]<bos><eos>`},
 		{"chat_template_kwargs_passed_through", "vLLM chat_template_kwargs become template variables",
 			`{"messages":[],"chat_template_kwargs":{"enable_thinking":false}}`, "GEFalse<bos><eos>"},
+		{"chat_template_kwargs_override_request_fields", "vLLM updates its template kwargs with chat_template_kwargs last",
+			`{"messages":[],"add_generation_prompt":true,"chat_template_kwargs":{"add_generation_prompt":false}}`, "<bos><eos>"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
