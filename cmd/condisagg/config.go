@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -145,6 +146,10 @@ func (f *serveFlags) load() (*config, error) {
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil {
 			return nil, fmt.Errorf("config: parse %s: %w", f.configPath, err)
+		}
+		// A relative model path in the file is relative to the file.
+		if t := fc.Model.Tokenizer; t != "" && !filepath.IsAbs(t) {
+			fc.Model.Tokenizer = filepath.Join(filepath.Dir(f.configPath), t)
 		}
 	}
 	disaggJSON, err := disaggFromFile(&fc.Router.ConditionalDisaggConfig)

@@ -134,3 +134,15 @@ workers:
 		t.Fatalf("unknown YAML key: %v", err)
 	}
 }
+
+// TestExampleConfigLoads keeps condisagg.example.yaml valid.
+func TestExampleConfigLoads(t *testing.T) {
+	requireModel(t)
+	c, err := loadArgs(t, "--config", "condisagg.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.pool.Workers) != 2 || !c.kvEvents {
+		t.Fatalf("example config: %+v", c.settings.Policy)
+	}
+}
