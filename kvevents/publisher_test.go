@@ -30,6 +30,7 @@ type pubOptions struct {
 	bufferSteps         int
 	newLayout           bool // vLLM >= 0.26 replay reply layout
 	noReplay            bool
+	connectLater        bool // the PUB neither binds nor connects until ConnectPub (centralized topology)
 	silentReplay        bool // receive replay requests but never answer (a stuck endpoint)
 }
 
@@ -41,6 +42,7 @@ const (
 	cmdWaitSubscribed
 	cmdRaw
 	cmdBounce
+	cmdConnect
 	cmdStop
 )
 
@@ -74,12 +76,15 @@ func (p *testPublisher) run(o pubOptions, ready chan<- error) {
 	defer close(p.done)
 	xpub := goczmq.NewSock(goczmq.XPub, goczmq.SockSetLinger(0), goczmq.SockSetSndhwm(100000))
 	defer xpub.Destroy()
-	port, err := bindRetry(xpub, o.pubPort)
-	if err != nil {
-		ready <- fmt.Errorf("publisher: bind PUB port %d: %w", o.pubPort, err)
-		return
+	port := 0
+	if !o.connectLater {
+		var err error
+		if port, err = bindRetry(xpub, o.pubPort); err != nil {
+			ready <- fmt.Errorf("publisher: bind PUB port %d: %w", o.pubPort, err)
+			return
+		}
+		p.PubEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	}
-	p.PubEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	socks := []*goczmq.Sock{xpub}
 	var router *goczmq.Sock
 	if !o.noReplay {
@@ -205,6 +210,9 @@ func (s *pubState) handle(c pubCmd) {
 	case cmdRaw:
 		_ = s.xpub.SendMessage(c.frames)
 		c.reply <- 0
+	case cmdConnect:
+		_ = s.xpub.Connect(string(c.payload))
+		c.reply <- 0
 	case cmdBounce:
 		// Unbinding closes the accepted connections; rebinding lets the subscriber reconnect to
 		// the same process (a network blip: same seq, same replay ring).
@@ -262,6 +270,11 @@ func (p *testPublisher) Raw(frames [][]byte) {
 	c := pubCmd{kind: cmdRaw, frames: frames, reply: make(chan uint64, 1)}
 	p.cmds <- c
 	<-c.reply
+}
+
+// ConnectPub connects the PUB to a binding subscriber (centralized topology).
+func (p *testPublisher) ConnectPub(endpoint string) {
+	p.call(cmdConnect, []byte(endpoint))
 }
 
 // Bounce drops the PUB connections and listens again on the same port.

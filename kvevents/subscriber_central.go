@@ -1,0 +1,150 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/condisagg/condisagg/kvindex"
+)
+
+// Central ingests several streams through one bound SUB socket: the centralized topology of
+// vllm-kv-events.md §1.1, where every engine's PUB connects to condisagg and the streams are
+// told apart by their topic (which must be unique per engine). Each topic has its own sequence
+// machine, applier and replay endpoint; all sockets belong to the goroutine running Run.
+//
+// Reconnects cannot be tied to a topic: every new ZMTP session makes each stream with a replay
+// endpoint run the reconnect check (which clears nothing when the digest matches); streams
+// without replay rely on the seq rules only. The stream set is fixed at construction.
+type Central struct {
+	cfg      Config
+	endpoint string
+	subs     []*Subscriber
+
+	mu    sync.Mutex // guards bound
+	bound string
+	ready chan struct{} // closed once the SUB is bound (or failed to bind)
+}
+
+// NewCentral validates the configs and returns a centralized subscriber that binds endpoint and
+// applies each stream's batches to ix. Every stream needs a unique, non-empty Topic; its
+// Endpoint is ignored (set to endpoint).
+func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex.Index, lim Limits) (*Central, error) {
+	var errs []error
+	if endpoint == "" {
+		errs = append(errs, errors.New("kvevents: central endpoint: \"\" must not be empty"))
+	}
+	if ix == nil {
+		errs = append(errs, errors.New("kvevents: central index: nil is not allowed"))
+	}
+	if len(streams) == 0 {
+		errs = append(errs, errors.New("kvevents: central streams: none configured"))
+	}
+	topics := make(map[string]bool)
+	c := &Central{cfg: cfg.withDefaults(), endpoint: endpoint, ready: make(chan struct{})}
+	for _, sc := range streams {
+		sc.Endpoint = endpoint
+		if sc.Topic == "" || topics[sc.Topic] {
+			errs = append(errs, fmt.Errorf("kvevents: central stream %s topic: %q must be non-empty and unique", sc.Worker, sc.Topic))
+			continue
+		}
+		topics[sc.Topic] = true
+		if ix == nil {
+			continue
+		}
+		a := NewApplier(ix, IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, cfg.Metrics, lim)
+		s, err := NewSubscriber(cfg, sc, a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.subs = append(c.subs, s)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run binds the SUB and ingests every stream until ctx ends. It returns nil on cancellation
+// and an error if the SUB cannot be bound.
+func (c *Central) Run(ctx context.Context) error {
+	l, err := c.newLoop()
+	c.mu.Lock()
+	if l != nil {
+		c.bound = l.endpoint
+	}
+	close(c.ready)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	return l.run(ctx)
+}
+
+func (c *Central) newLoop() (*loop, error) {
+	runtime.LockOSThread()
+	l := &loop{cfg: c.cfg, endpoint: c.endpoint, byTopic: make(map[string]*streamShell),
+		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", "unknown_topic")}
+	topics := make([]string, 0, len(c.subs))
+	for _, s := range c.subs {
+		sh := newStreamShell(s)
+		l.shells = append(l.shells, sh)
+		l.byTopic[s.sc.Topic] = sh
+		topics = append(topics, s.sc.Topic)
+	}
+	l.sub, l.mon = newSub(c.cfg, topics, c.cfg.Logger)
+	port, err := l.sub.Bind(c.endpoint)
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("kvevents: bind central SUB endpoint=%s: %w", c.endpoint, err)
+	}
+	if strings.HasSuffix(c.endpoint, ":*") && port > 0 {
+		l.endpoint = strings.TrimSuffix(c.endpoint, "*") + strconv.Itoa(port)
+	}
+	return l, nil
+}
+
+// Endpoint waits until Run has bound the SUB and returns the bound endpoint (an ephemeral
+// tcp port "*" resolved), or "" if binding failed.
+func (c *Central) Endpoint(ctx context.Context) (string, error) {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return "", fmt.Errorf("kvevents: central endpoint %s: %w", c.endpoint, ctx.Err())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bound, nil
+}
+
+// Subscriber returns the stream (worker, rank), or nil; use it for Status and Wait.
+func (c *Central) Subscriber(worker string, rank int64) *Subscriber {
+	for _, s := range c.subs {
+		if s.sc.Worker == worker && s.sc.Rank == rank {
+			return s
+		}
+	}
+	return nil
+}
+
+// Status returns a snapshot of every stream, sorted by worker and rank.
+func (c *Central) Status() []StreamStatus {
+	out := make([]StreamStatus, 0, len(c.subs))
+	for _, s := range c.subs {
+		out = append(out, s.Status())
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int {
+		if r := strings.Compare(a.Worker, b.Worker); r != 0 {
+			return r
+		}
+		return int(a.Rank - b.Rank)
+	})
+	return out
+}
