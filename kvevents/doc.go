@@ -15,7 +15,8 @@
 //     and one DEALER per replay request, all created, used and destroyed on the goroutine that
 //     runs it; it parses frames, feeds the machine and carries out its actions. A Group runs one
 //     subscriber per stream, so a slow or dead worker never blocks the others, and adds and
-//     removes streams as discovery changes.
+//     removes streams as discovery changes. Central is the optional centralized topology: one
+//     bound SUB that every engine connects to, streams told apart by topic, one machine each.
 //
 // Invariants: live batches are never applied ahead of an earlier replayed range; every
 // dropped message, skipped event and clear is counted with a reason; every buffer (pending
@@ -23,8 +24,9 @@
 // be recovered the stream's index is cleared: the index may under-credit a worker, never
 // over-credit it.
 //
-// Concurrency: Subscriber.Status and Wait, and every Group method, are safe for concurrent use
-// (Subscriber.mu guards its snapshot, Group.mu its stream map). A Stream and an Applier belong
+// Concurrency: Subscriber.Status and Wait, every Group method, and Central's Endpoint, Status
+// and Subscriber are safe for concurrent use (Subscriber.mu guards its snapshot, Group.mu its
+// stream map, Central.mu its bound endpoint). A Stream and an Applier belong
 // to their subscriber goroutine. Metrics come from NewMetrics on an injected registry.
 //
 // kvevents imports kvindex and nothing else of condisagg.

@@ -21,6 +21,9 @@ const (
 	DropFrames   DropReason = "frames"    // a live message without exactly 3 frames
 	DropSeqSize  DropReason = "seq_size"  // a seq frame that is not 8 bytes
 	DropTooLarge DropReason = "too_large" // a payload over the configured limit
+
+	DropReplayMalformed DropReason = "replay_malformed" // a replay reply with a bad shape
+	DropUnknownTopic    DropReason = "unknown_topic"    // centralized topology: no stream has the topic
 )
 
 // parseLive parses a live message [topic, seq 8B BE, payload]. On success reason is "".

@@ -91,7 +91,7 @@ func (c *Central) Run(ctx context.Context) error {
 func (c *Central) newLoop() (*loop, error) {
 	runtime.LockOSThread()
 	l := &loop{cfg: c.cfg, endpoint: c.endpoint, byTopic: make(map[string]*streamShell),
-		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", "unknown_topic")}
+		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", string(DropUnknownTopic))}
 	topics := make([]string, 0, len(c.subs))
 	for _, s := range c.subs {
 		sh := newStreamShell(s)

@@ -94,7 +94,7 @@ func (sh *streamShell) drainReplay() {
 		case replayTooLarge:
 			sh.drop(DropTooLarge)
 		default:
-			sh.drop("replay_malformed")
+			sh.drop(DropReplayMalformed)
 			sh.s.log.Warn("malformed replay reply", "seq", sh.rp.from, "err", err)
 			sh.do(sh.st.EndReplay(EndMalformed))
 		}
