@@ -17,7 +17,9 @@ const (
 // scanner is a hand-written equivalent of one of the known split regexes. It
 // reproduces the backtracking engine's choice at every position: the first
 // alternative that matches wins, each with its greedy length. Character classes
-// use Go's unicode tables, as regexp2 does (\s is unicode.IsSpace).
+// come from hfClassRanges, measured on Hugging Face's own regex engine, so
+// characters Go's unicode tables do not know yet (Unicode 16) split as they do
+// there; on every other character they equal regexp2's (Go's tables).
 type scanner struct {
 	gpt2     bool // GPT-2 pattern: case-sensitive contractions, " ?" prefixes
 	maxDigit int  // longest digit run per match; 0 = unbounded
@@ -49,12 +51,40 @@ const (
 var asciiClass = func() [128]uint8 {
 	var t [128]uint8
 	for b := range 128 {
-		t[b] = classOfRune(rune(b))
+		t[b] = goClassOfRune(rune(b))
 	}
 	return t
 }()
 
+// classRange is a run of code points of one class.
+type classRange struct {
+	lo, hi rune
+	cls    uint8
+}
+
+// classOfRune is the scanner's class of r: Go's rules for ASCII, Hugging Face's
+// measured table above it.
 func classOfRune(r rune) uint8 {
+	if r < utf8.RuneSelf {
+		return goClassOfRune(r)
+	}
+	lo, hi := 0, len(hfClassRanges)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		switch {
+		case r < hfClassRanges[m].lo:
+			hi = m
+		case r > hfClassRanges[m].hi:
+			lo = m + 1
+		default:
+			return hfClassRanges[m].cls
+		}
+	}
+	return clsOther
+}
+
+// goClassOfRune is the class regexp2 sees, from Go's unicode tables.
+func goClassOfRune(r rune) uint8 {
 	switch {
 	case r == '\r' || r == '\n':
 		return clsNewline
