@@ -139,3 +139,29 @@ func BenchmarkDecisionThroughput(b *testing.B) {
 type atomicCounter struct{ n atomic.Int64 }
 
 func (c *atomicCounter) add() int { return int(c.n.Add(1)) }
+
+// BenchmarkRouterDecide is the pipeline without gRPC (DryRun: nothing booked) for a warm
+// 8k-token conversation whose prefix is cached on a decode worker, split by stage.
+func BenchmarkRouterDecide(b *testing.B) {
+	e := newEnv(b, envOptions{})
+	rng := rand.New(rand.NewPCG(4, 4))
+	prev := []string{promptText(rng, 8000)}
+	e.cacheOn("decode-0", conversation(prev))
+	body := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
+	req := &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true}
+	var stages [numStages]time.Duration
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		out, err := e.router.Decide(b.Context(), req)
+		if err != nil || out.Reason != "bypass_isl" {
+			b.Fatalf("%v %v", out.Reason, err)
+		}
+		for i, d := range out.Stages {
+			stages[i] += d
+		}
+	}
+	for i, d := range stages {
+		b.ReportMetric(float64(d.Microseconds())/float64(b.N), stageNames[i]+"-µs/op")
+	}
+}

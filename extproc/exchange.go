@@ -97,10 +97,13 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 	if method != "" && method != "POST" {
 		x.ep = EndpointOther
 	}
-	streamedBody := x.reqMode == filterv3.ProcessingMode_STREAMED || x.reqMode == filterv3.ProcessingMode_BUFFERED_PARTIAL
-	if h.GetEndOfStream() || x.ep == EndpointOther || streamedBody {
+	if !x.modesSet {
+		x.reqMode = filterv3.ProcessingMode_BUFFERED // no protocol_config: assume the recommended profile
+	}
+	noBodyDecision := x.reqMode != filterv3.ProcessingMode_BUFFERED && !x.fullDuplex()
+	if h.GetEndOfStream() || x.ep == EndpointOther || noBodyDecision {
 		if x.ep != EndpointOther && !h.GetEndOfStream() {
-			x.streamedMisconfig()
+			x.bodyModeMisconfig()
 		}
 		x.state = reqEcho
 		if h.GetEndOfStream() {
@@ -243,11 +246,13 @@ func (x *exchange) reject(err error) resps {
 	return resps{immediateResponse(e)}
 }
 
-func (x *exchange) streamedMisconfig() {
+// bodyModeMisconfig: STREAMED, BUFFERED_PARTIAL and NONE request body modes cannot carry
+// a body-time decision; completions are routed like bodyless requests, warned once, counted.
+func (x *exchange) bodyModeMisconfig() {
 	x.srv.metrics.StreamedBodyMode.Inc()
 	if !x.srv.warnedModes.Swap(true) {
-		x.srv.log.Warn("request body mode STREAMED cannot carry a decision; routing completions without one " +
-			"(configure BUFFERED or FULL_DUPLEX_STREAMED)")
+		x.srv.log.Warn("request body mode cannot carry a decision; routing completions without one "+
+			"(configure BUFFERED or FULL_DUPLEX_STREAMED)", "mode", x.reqMode.String())
 	}
 }
 

@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DuplicateEOS: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_duplicate_eos_total",
 			Help: "Request body messages received after the body was complete (ignored)."}),
 		StreamedBodyMode: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_streamed_body_mode_total",
-			Help: "Completion requests in STREAMED request body mode, routed without a decision."}),
+			Help: "Completion requests in a request body mode that cannot carry a decision (STREAMED, BUFFERED_PARTIAL, NONE), routed without one."}),
 		StreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_extproc_stream_errors_total",
 			Help: "ext_proc streams that failed, by reason."}, []string{"reason"}),
 		ActiveStreams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_extproc_active_streams",

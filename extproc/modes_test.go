@@ -329,3 +329,15 @@ func TestCompletionsEndpoint(t *testing.T) {
 		t.Fatalf("bookings = %d, cancelled = %v; want 0 and 2", e.totalRequests(), testutil.ToFloat64(e.metrics.Cancelled))
 	}
 }
+
+// TestBodyModeNone: with request body mode NONE no body ever comes, so a completion request
+// is routed at its headers.
+func TestBodyModeNone(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	v := e.open(filterv3.ProcessingMode_NONE, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	if h := setHeaders(v.recv().GetRequestHeaders().GetResponse()); h[HeaderRoute] != "decode" {
+		t.Fatalf("NONE mode: %v", h)
+	}
+	v.closeAndDrain()
+}

@@ -166,3 +166,65 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, errOut.String())
 	}
 }
+
+// startServe runs serve with the given YAML until the test ends and returns its addresses.
+func startServe(t *testing.T, yamlText string) (grpcAddr, httpAddr string) {
+	t.Helper()
+	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", yamlText)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan [2]string, 1)
+	exit := make(chan int, 1)
+	logs := &syncBuffer{}
+	go func() {
+		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(g, h string) { addrs <- [2]string{g, h} }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exit; code != 0 {
+			t.Errorf("serve exit %d:\n%s", code, logs.String())
+		}
+	})
+	select {
+	case a := <-addrs:
+		return a[0], a[1]
+	case code := <-exit:
+		t.Fatalf("serve exited %d:\n%s", code, logs.String())
+	}
+	return "", ""
+}
+
+// TestServeWithEventStreams: with router.kv_events every worker's ZMQ stream is started;
+// until a stream has connected /readyz is 503 naming the worker, and ListWorkers shows the
+// stream down.
+func TestServeWithEventStreams(t *testing.T) {
+	model := requireModel(t)
+	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
+	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + `workers:
+  - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, kv_events: "tcp://127.0.0.1:1", num_gpu_blocks: 100}
+`
+	grpcAddr, httpAddr := startServe(t, cfg)
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "decode-0: no KV event stream yet") {
+		t.Fatalf("/readyz %d %s", resp.StatusCode, b)
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"workers", "--addr", grpcAddr, "-o", "json"}, &out, &errOut); code != 0 {
+		t.Fatalf("workers: %s", errOut.String())
+	}
+	var lw struct {
+		Workers []struct {
+			ID     string `json:"id"`
+			Events *struct {
+				Connected bool `json:"connected"`
+			} `json:"events"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &lw); err != nil || len(lw.Workers) != 1 || lw.Workers[0].Events == nil || lw.Workers[0].Events.Connected {
+		t.Fatalf("workers json %v:\n%s", err, out.String())
+	}
+}
