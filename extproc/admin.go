@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/condisagg/condisagg/kvindex"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
@@ -144,7 +142,7 @@ func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*
 // ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.
 func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
 	if a.opts.Reload == nil {
-		return nil, status.Error(codes.Unimplemented, "extproc: reload: no configuration file")
+		return nil, adminStatus(errNoReload)
 	}
 	if err := a.opts.Reload(ctx); err != nil {
 		return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil

@@ -51,9 +51,14 @@ func streamEnd(op string, err error) (error, string) {
 	return status.Errorf(codes.Unavailable, "extproc: %s: %v", op, err), op
 }
 
-// adminStatus maps an Explain error to its gRPC status.
+// errNoReload: the Admin service was built without a reload hook.
+var errNoReload = errors.New("extproc: reload: no configuration file to reload")
+
+// adminStatus maps an Admin error to its gRPC status.
 func adminStatus(err error) error {
 	switch {
+	case errors.Is(err, errNoReload):
+		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, ErrInvalidBody):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrNoEligibleWorker), errors.Is(err, ErrSubsetNoMatch):

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strings"
 	"testing"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -36,7 +37,10 @@ func TestBufferedChatDecision(t *testing.T) {
 		t.Fatalf("open bookings = %d, want 1", e.totalRequests())
 	}
 	v.responseHeaders(false, ":status", "200", "content-type", "text/event-stream")
-	v.recv()
+	if got := setHeaders(v.recv().GetResponseHeaders().GetResponse())[HeaderDecision]; got != h[HeaderDecision] ||
+		!strings.HasPrefix(got, "route=prefill;reason=remote_ratio_too_high;isl=") {
+		t.Fatalf("response decision header %q, request had %q", got, h[HeaderDecision])
+	}
 	v.responseBody([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"), true)
 	v.recv()
 	if e.totalRequests() != 0 {
