@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-
 	"github.com/condisagg/condisagg/kvindex"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
