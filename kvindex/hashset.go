@@ -40,12 +40,12 @@ func (h *hashSet) hasDuplicate(hashes []uint64, parent uint64, hasParent bool) b
 		clear(h.stamp)
 		h.gen = 1
 	}
-	mask := uint64(size - 1)
+	mask, shift := uint64(size-1), uint8(64-log2(size))
 	for _, a := range hashes {
 		if hasParent && a == parent {
 			return true
 		}
-		i := mix(a) & mask
+		i := (a * fibMul) >> shift
 		for h.stamp[i] == h.gen {
 			if h.keys[i] == a {
 				return true
@@ -55,13 +55,4 @@ func (h *hashSet) hasDuplicate(hashes []uint64, parent uint64, hasParent bool) b
 		h.keys[i], h.stamp[i] = a, h.gen
 	}
 	return false
-}
-
-// mix scrambles a 64-bit value for table indexing (engine hashes of old producers and tests can
-// be small integers).
-func mix(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	return x
 }

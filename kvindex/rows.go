@@ -55,12 +55,16 @@ func (t *keyRows) lower(r uint32) []uint64 {
 	return t.ext[o : o+2*t.words]
 }
 
+// gpuWord returns the index in rows of the GPU bitset word holding slot's bit for row r.
+func (t *keyRows) gpuWord(r, slot uint32) int { return int(r)*t.stride + 1 + int(slot/64) }
+
 // has reports whether bit slot of row r is set in medium m.
 func (t *keyRows) has(r uint32, m Medium, slot uint32) bool {
-	var bs []uint64
 	if m == GPU {
-		bs = t.gpu(r)
-	} else if bs = t.lower(r); bs == nil {
+		return t.rows[t.gpuWord(r, slot)]&(1<<(slot%64)) != 0
+	}
+	bs := t.lower(r)
+	if bs == nil {
 		return false
 	} else if m != CPU {
 		bs = bs[t.words:]
@@ -71,7 +75,7 @@ func (t *keyRows) has(r uint32, m Medium, slot uint32) bool {
 // set sets bit slot of row r in medium m.
 func (t *keyRows) set(r uint32, m Medium, slot uint32) {
 	if m == GPU {
-		t.gpu(r)[slot/64] |= 1 << (slot % 64)
+		t.rows[t.gpuWord(r, slot)] |= 1 << (slot % 64)
 		return
 	}
 	bs := t.lower(r)
@@ -97,7 +101,7 @@ func (t *keyRows) set(r uint32, m Medium, slot uint32) {
 // and the row with its key.
 func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
 	if m == GPU {
-		t.gpu(r)[slot/64] &^= 1 << (slot % 64)
+		t.rows[t.gpuWord(r, slot)] &^= 1 << (slot % 64)
 	} else if bs := t.lower(r); bs != nil {
 		if m != CPU {
 			bs[t.words+int(slot/64)] &^= 1 << (slot % 64)
@@ -124,12 +128,12 @@ func allZero(ws []uint64) bool {
 	return true
 }
 
-// findOrAdd returns the row of key, creating one without bits if needed; the caller must set a
-// bit in it before releasing ix.mu.
-func (t *keyRows) findOrAdd(key uint64) uint32 {
+// findOrAdd returns the row of key and whether it is new, creating one without bits if
+// needed; the caller must set a bit in a new row before releasing ix.mu.
+func (t *keyRows) findOrAdd(key uint64) (uint32, bool) {
 	at, r, ok := t.index.slot(key, t.rows, t.stride)
 	if ok {
-		return r
+		return r, false
 	}
 	if n := len(t.free); n > 0 {
 		r = t.free[n-1]
@@ -141,7 +145,7 @@ func (t *keyRows) findOrAdd(key uint64) uint32 {
 	}
 	t.rows[int(r)*t.stride] = key
 	t.index.put(at, key, r)
-	return r
+	return r, true
 }
 
 // grow widens every bitset to words words (one per 64 worker slots).

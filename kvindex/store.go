@@ -140,8 +140,9 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	}
 	ix.keyBuf = keys
 	ix.touchKeys(keys)
+	tbl := &wk.eh[m]
 	for j, k := range keys {
-		ix.addKeyEntry(wk, m, s.Hashes[j], k)
+		ix.addKeyEntry(wk, tbl, m, s.Hashes[j], k)
 	}
 	res.Stored = plain
 	if plain < s.PlainBlocks {
@@ -156,7 +157,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 // touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,
 // so that their cache misses overlap instead of following one another (a software prefetch).
 func (ix *Index) touchEH(t *ehTable, hashes []uint64) {
-	if t.len() == 0 {
+	if len(t.meta) == 0 {
 		return
 	}
 	var acc uint64
@@ -203,16 +204,21 @@ func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreRe
 	return res
 }
 
-// addKeyEntry records one store of eh backing router key k in medium m of wk.
-func (ix *Index) addKeyEntry(wk *worker, m Medium, eh, k uint64) {
-	tbl := &wk.eh[m]
+// addKeyEntry records one store of eh backing router key k in medium m of wk, whose table
+// for m is tbl.
+func (ix *Index) addKeyEntry(wk *worker, tbl *ehTable, m Medium, eh, k uint64) {
 	at, ok := tbl.slot(eh)
 	if ok {
 		tbl.addRef(at)
 		return
 	}
-	ref := ix.keys.findOrAdd(k)
+	ref, isNew := ix.keys.findOrAdd(k)
 	tbl.put(at, eh, ref)
+	if isNew { // no bit to check, no other EH backing it
+		wk.entries++
+		ix.keys.set(ref, m, wk.slot)
+		return
+	}
 	ix.addBacking(wk, m, ref)
 }
 

@@ -9,12 +9,6 @@ const (
 	fibMul       = 0x9e3779b97f4a7c15 // 2^64 / golden ratio: Fibonacci hashing
 )
 
-// ehGroup holds four ehTable slots: 12 bytes a slot instead of the 16 of a padded struct.
-type ehGroup struct {
-	eh   [4]uint64 // engine hashes
-	meta [4]uint32 // 0 = empty slot; else the row field (bits 0-29) and the refcount field
-}
-
 // An ehTable slot's meta word: bits 0-29 hold row+1, or metaExcluded for an excluded entry;
 // bits 30-31 hold refcount-1 for refcounts 1 to 3, and 3 when the refcount (4 or more) is kept
 // in the table's overflow map. maxRefs keeps row+1 below metaExcluded.
@@ -25,13 +19,14 @@ const (
 	metaRCMap    = 3
 )
 
-// ehTable maps engine hashes to entries {key row, refcount} for one worker and medium. Slot
-// indexes address group i/4, lane i%4.
+// ehTable maps engine hashes to entries {key row, refcount} for one worker and medium, in two
+// parallel arrays (12 bytes a slot; inserting a new hash reads only the meta array).
 type ehTable struct {
-	groups []ehGroup
-	n      int
-	shift  uint8             // 64 - log2(number of slots)
-	rc     map[uint64]uint32 // refcounts of 4 or more, by engine hash; usually nil
+	ehs   []uint64          // engine hashes
+	meta  []uint32          // 0 = empty slot; else the fields above
+	n     int               // entries
+	shift uint8             // 64 - log2(len(meta))
+	rc    map[uint64]uint32 // refcounts of 4 or more, by engine hash; usually nil
 }
 
 func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
@@ -39,25 +34,17 @@ func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
 // len returns the number of entries.
 func (t *ehTable) len() int { return t.n }
 
-func (t *ehTable) size() int { return 4 * len(t.groups) }
-
-func (t *ehTable) at(i uint64) (*uint64, *uint32) {
-	g := &t.groups[i>>2]
-	return &g.eh[i&3], &g.meta[i&3]
-}
-
 // find returns the slot index of eh, or -1. The index is valid until the next put or delete.
 func (t *ehTable) find(eh uint64) int {
 	if t.n == 0 {
 		return -1
 	}
-	mask := uint64(t.size() - 1)
+	mask := uint64(len(t.meta) - 1)
 	for i := t.home(eh); ; i = (i + 1) & mask {
-		e, m := t.at(i)
-		if *m == 0 {
+		if t.meta[i] == 0 {
 			return -1
 		}
-		if *e == eh {
+		if t.ehs[i] == eh {
 			return int(i)
 		}
 	}
@@ -66,16 +53,15 @@ func (t *ehTable) find(eh uint64) int {
 // slot returns the slot index of eh and true, or the empty slot where eh belongs and false;
 // fill that with put before any other change to t. It grows t first if needed.
 func (t *ehTable) slot(eh uint64) (int, bool) {
-	if (t.n+1)*4 > t.size()*3 {
+	if (t.n+1)*4 > len(t.meta)*3 {
 		t.grow()
 	}
-	mask := uint64(t.size() - 1)
+	mask := uint64(len(t.meta) - 1)
 	for i := t.home(eh); ; i = (i + 1) & mask {
-		e, m := t.at(i)
-		if *m == 0 {
+		if t.meta[i] == 0 {
 			return int(i), false
 		}
-		if *e == eh {
+		if t.ehs[i] == eh {
 			return int(i), true
 		}
 	}
@@ -88,15 +74,13 @@ func (t *ehTable) put(i int, eh uint64, ref uint32) {
 	if ref != excludedRef {
 		field = ref + 1
 	}
-	e, m := t.at(uint64(i))
-	*e, *m = eh, field
+	t.ehs[i], t.meta[i] = eh, field
 	t.n++
 }
 
 // ref returns the row of the entry at slot i, or excludedRef.
 func (t *ehTable) ref(i int) uint32 {
-	_, m := t.at(uint64(i))
-	if f := *m & metaRowMask; f != metaExcluded {
+	if f := t.meta[i] & metaRowMask; f != metaExcluded {
 		return f - 1
 	}
 	return excludedRef
@@ -104,108 +88,96 @@ func (t *ehTable) ref(i int) uint32 {
 
 // addRef adds one reference to the entry at slot i.
 func (t *ehTable) addRef(i int) {
-	e, m := t.at(uint64(i))
-	switch c := *m >> metaRCShift; {
+	switch c := t.meta[i] >> metaRCShift; {
 	case c < 2:
-		*m += 1 << metaRCShift
+		t.meta[i] += 1 << metaRCShift
 	case c == 2:
-		*m |= metaRCMap << metaRCShift
+		t.meta[i] |= metaRCMap << metaRCShift
 		if t.rc == nil {
 			t.rc = make(map[uint64]uint32)
 		}
-		t.rc[*e] = 4
+		t.rc[t.ehs[i]] = 4
 	default:
-		t.rc[*e]++
+		t.rc[t.ehs[i]]++
 	}
 }
 
 // dropRef removes one reference from the entry at slot i and reports whether it was the last;
 // the caller then deletes the entry.
 func (t *ehTable) dropRef(i int) bool {
-	e, m := t.at(uint64(i))
-	switch c := *m >> metaRCShift; {
+	switch c := t.meta[i] >> metaRCShift; {
 	case c == 0:
 		return true
 	case c < metaRCMap:
-		*m -= 1 << metaRCShift
+		t.meta[i] -= 1 << metaRCShift
 	default:
-		if n := t.rc[*e] - 1; n > 3 {
-			t.rc[*e] = n
+		eh := t.ehs[i]
+		if n := t.rc[eh] - 1; n > 3 {
+			t.rc[eh] = n
 		} else {
-			delete(t.rc, *e)
-			*m = *m&metaRowMask | 2<<metaRCShift
+			delete(t.rc, eh)
+			t.meta[i] = t.meta[i]&metaRowMask | 2<<metaRCShift
 		}
 	}
 	return false
 }
 
 func (t *ehTable) grow() {
-	old := t.groups
-	size := max(minTableSize, 2*t.size())
-	t.groups = make([]ehGroup, size/4)
+	ehs, meta := t.ehs, t.meta
+	size := max(minTableSize, 2*len(meta))
+	t.ehs, t.meta = make([]uint64, size), make([]uint32, size)
 	t.shift = uint8(64 - log2(size))
 	mask := uint64(size - 1)
-	for gi := range old {
-		g := &old[gi]
-		for l, m := range g.meta {
-			if m == 0 {
-				continue
-			}
-			i := t.home(g.eh[l])
-			for _, mm := t.at(i); *mm != 0; _, mm = t.at(i) {
-				i = (i + 1) & mask
-			}
-			e, mm := t.at(i)
-			*e, *mm = g.eh[l], m
+	for j, m := range meta {
+		if m == 0 {
+			continue
 		}
+		i := t.home(ehs[j])
+		for t.meta[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.ehs[i], t.meta[i] = ehs[j], m
 	}
 }
 
 // delete removes the entry at slot index at, as returned by find.
 func (t *ehTable) delete(at int) {
-	mask := uint64(t.size() - 1)
+	mask := uint64(len(t.meta) - 1)
 	i := uint64(at)
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		ej, mj := t.at(j)
-		if *mj == 0 {
-			break
-		}
+	for j := (i + 1) & mask; t.meta[j] != 0; j = (j + 1) & mask {
 		// Move slot j into the hole at i unless its home lies cyclically in (i, j].
-		if h := t.home(*ej); (j-h)&mask >= (j-i)&mask {
-			ei, mi := t.at(i)
-			*ei, *mi = *ej, *mj
+		if h := t.home(t.ehs[j]); (j-h)&mask >= (j-i)&mask {
+			t.ehs[i], t.meta[i] = t.ehs[j], t.meta[j]
 			i = j
 		}
 	}
-	e, m := t.at(i)
-	*e, *m = 0, 0
+	t.ehs[i], t.meta[i] = 0, 0
 	t.n--
 }
 
 // each calls f with the row (or excludedRef) of every entry.
 func (t *ehTable) each(f func(ref uint32)) {
-	for gi := range t.groups {
-		for l, m := range t.groups[gi].meta {
-			if m != 0 {
-				f(t.ref(4*gi + l))
-			}
+	for i, m := range t.meta {
+		if m != 0 {
+			f(t.ref(i))
 		}
 	}
 }
 
 // touch loads the home slot of eh (a prefetch) and returns a value that depends on it.
 func (t *ehTable) touch(eh uint64) uint64 {
-	e, _ := t.at(t.home(eh))
-	return *e
+	h := t.home(eh)
+	return t.ehs[h] + uint64(t.meta[h])
 }
 
 // reset drops every entry, keeping the allocation unless it is large.
 func (t *ehTable) reset() {
-	if len(t.groups) > 1<<14 {
+	if len(t.meta) > 1<<16 {
 		*t = ehTable{}
 		return
 	}
-	clear(t.groups)
+	clear(t.ehs)
+	clear(t.meta)
 	t.n = 0
 	t.rc = nil
 }

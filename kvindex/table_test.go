@@ -38,7 +38,7 @@ func TestTablesMatchMap(t *testing.T) {
 			if found {
 				t.Fatalf("op %d: ehTable.slot(%d) found an absent hash", i, k)
 			}
-			ref := kr.findOrAdd(k)
+			ref, _ := kr.findOrAdd(k)
 			kr.set(ref, GPU, 0)
 			eh.put(at, k, ref)
 			want[k] = ref
@@ -107,9 +107,8 @@ func TestEHTableRefcounts(t *testing.T) {
 
 // ehRefcount decodes the refcount of slot i.
 func ehRefcount(t *ehTable, i int) int {
-	e, m := t.at(uint64(i))
-	if c := *m >> metaRCShift; c < metaRCMap {
+	if c := t.meta[i] >> metaRCShift; c < metaRCMap {
 		return int(c) + 1
 	}
-	return int(t.rc[*e])
+	return int(t.rc[t.ehs[i]])
 }
