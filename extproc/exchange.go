@@ -166,7 +166,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		x.state = reqComplete
 		return x.reject(bodyTooLarge(len(x.body)+len(b.GetBody()), x.set.MaxBodyBytes))
 	}
-	x.body = append(x.body, b.GetBody()...)
+	if x.body == nil {
+		x.body = b.GetBody() // received messages are not reused: the first chunk needs no copy
+	} else {
+		x.body = append(x.body, b.GetBody()...)
+	}
 	if x.fullDuplex() && !b.GetEndOfStream() {
 		return nil
 	}

@@ -135,6 +135,9 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 		s.index.RemoveWorker(kvindex.WorkerID(w.ID))
 	}
 	for _, w := range added {
+		if w.KVCapacityBlocks > 0 {
+			s.index.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks))
+		}
 		if w.KVEvents == "" {
 			continue
 		}
