@@ -22,6 +22,7 @@ type Index struct {
 	scratch hashSet             // Store's duplicate-hash check
 	keyBuf  []uint64            // Store's router keys of one event
 	sink    uint64              // keeps Store's prefetching loads alive
+	last    *worker             // the worker of the last event: batches come per worker
 }
 
 // worker is the state of one WorkerID.
@@ -64,7 +65,11 @@ func (ix *Index) lookup(w WorkerID) *worker {
 
 // add returns the state of w, creating it in a free slot. ix.mu must be write-locked.
 func (ix *Index) add(w WorkerID) *worker {
+	if ix.last != nil && ix.last.id == w {
+		return ix.last
+	}
 	if wk := ix.lookup(w); wk != nil {
+		ix.last = wk
 		return wk
 	}
 	var s uint32
@@ -83,6 +88,7 @@ func (ix *Index) add(w WorkerID) *worker {
 	ix.slots[s] = wk
 	ix.ids[w] = s
 	ix.live[s/64] |= 1 << (s % 64)
+	ix.last = wk
 	return wk
 }
 
@@ -131,6 +137,9 @@ func (ix *Index) RemoveWorker(w WorkerID) {
 	ix.slots[wk.slot] = nil
 	ix.free = append(ix.free, wk.slot)
 	delete(ix.ids, w)
+	if ix.last == wk {
+		ix.last = nil
+	}
 }
 
 // SetCapacity records w's num_gpu_blocks (vllm-kv-events.md §4.3 sanity check; <= 0 = unknown)
