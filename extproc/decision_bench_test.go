@@ -165,3 +165,29 @@ func BenchmarkRouterDecide(b *testing.B) {
 		b.ReportMetric(float64(d.Microseconds())/float64(b.N), stageNames[i]+"-µs/op")
 	}
 }
+
+// BenchmarkRouterThroughput: decisions per second of the pipeline alone (tokenize, keys,
+// overlap, snapshot, policy, book, release) with 1k-token prompts, GOMAXPROCS goroutines,
+// no gRPC and no client in the process.
+func BenchmarkRouterThroughput(b *testing.B) {
+	e := newEnv(b, envOptions{})
+	rng := rand.New(rand.NewPCG(5, 5))
+	bodies := make([][]byte, 512)
+	for i := range bodies {
+		bodies[i] = conversation([]string{promptText(rng, 1024)})
+	}
+	var next atomicCounter
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			out, err := e.router.Decide(b.Context(), &DecideRequest{Endpoint: EndpointChat, Body: bodies[next.add()%len(bodies)]})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			e.pool.Release(out.BookingID)
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}

@@ -72,8 +72,7 @@ func (x *exchange) Step(ctx context.Context, req *extprocv3.ProcessingRequest) r
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return x.requestTrailers(ctx)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
-		return x.responseHeaders(m.ResponseHeaders)
+		return x.responseHeaders(req, m.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return x.responseBody(m.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -261,7 +260,8 @@ func (x *exchange) bodyModeMisconfig() {
 }
 
 // responseHeaders observes the upstream status and answers at once.
-func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) resps {
+func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
+	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
 	code := 0
 	contentType := ""
 	for _, hv := range h.GetHeaders().GetHeaders() {
