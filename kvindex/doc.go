@@ -13,7 +13,7 @@
 // An Index is built from engine events (Store, Remove, ClearWorker) per WorkerID, one per
 // engine stream, and per Medium (GPU, CPU, Disk). Each worker gets a dense slot number. For each
 // worker and medium an open-addressing table maps engine hash (EH) -> {key row, refcount}
-// (16 bytes a slot); a shared table maps each router key to a row holding the key and a GPU
+// (12 bytes a slot); a shared table maps each router key to a row holding the key and a GPU
 // bitset over worker slots, with CPU and Disk bitsets kept apart for the keys that have them.
 // Overlap therefore costs one table probe and a few word operations per key, whatever the
 // number of workers up to 64 (one more word per further 64). Invariants, true after every
@@ -39,19 +39,20 @@
 // Config.MaxBlocksPerWorker (default DefaultMaxBlocksPerWorker) caps the entries one worker
 // holds over all media. A Store that could exceed the cap (current entries + len(Hashes) >
 // cap) is refused whole with SkipCapacity; the worker keeps what it has, and its descendants
-// will be skipped as SkipParentNotFound until removes make room. The index as a whole holds at
-// most 2^30 distinct keys, enforced the same way. Scratch buffers are bounded by the largest
-// event applied. The separate sanity check of
-// §4.3 (SetCapacity): a worker holding more GPU entries than its num_gpu_blocks is cleared,
-// reported in StoreResult.CapacityCleared and counted in WorkerStats.CapacityClears.
+// are skipped as SkipParentNotFound until removes make room. The index as a whole holds at most
+// 2^29 distinct keys, enforced the same way. Scratch buffers are bounded by the largest event
+// applied. Separately, the sanity check of §4.3 (SetCapacity): a worker holding more GPU
+// entries than its num_gpu_blocks is cleared, reported in StoreResult.CapacityCleared and
+// counted in WorkerStats.CapacityClears.
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use. One sync.RWMutex (Index.mu) guards all state:
+// Every method is safe for concurrent use. One sync.RWMutex (Index.mu) guards all state.
 // Store, Remove, ClearWorker, RemoveWorker and SetCapacity take it for writing, one event at a
-// time, and Update holds it for a whole batch of events (Tx); Overlap, Stats, Workers and NumKeys take it for reading, so lookups run in parallel with
-// each other and wait only for the event being applied. An Overlaps value holds the scratch of
-// one lookup and belongs to one caller at a time. The Config is fixed at New.
+// time; Update holds it for a whole batch of events (Tx). Overlap, Stats, Workers and NumKeys
+// take it for reading, so lookups run in parallel with each other and wait only for the event
+// (or batch) being applied. An Overlaps value holds the scratch of one lookup and belongs to
+// one caller at a time. The Config is fixed at New.
 //
 // # Imports
 //

@@ -25,7 +25,7 @@ const (
 	SkipTokenMismatch                       // more tokens than len(Hashes)*BlockSize
 	SkipDuplicateHash                       // Hashes repeats a hash or contains the parent
 	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
-	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^30 keys)
+	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^29 keys)
 )
 
 // String returns the metric label of r.
