@@ -29,7 +29,7 @@ type ehTable struct {
 	rc    map[uint64]uint32 // refcounts of 4 or more, by engine hash; usually nil
 }
 
-func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> t.shift }
+func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> (t.shift & 63) }
 
 // len returns the number of entries.
 func (t *ehTable) len() int { return t.n }
@@ -193,7 +193,7 @@ type keyTable struct {
 
 func keyHash(key uint64) uint64 { return (key * fibMul) >> 32 }
 
-func (t *keyTable) home(h32 uint64) uint64 { return h32 >> (t.shift - 32) }
+func (t *keyTable) home(h32 uint64) uint64 { return h32 >> ((t.shift - 32) & 63) }
 
 // find returns the row of key; rows is keyRows.rows with the given stride.
 func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
