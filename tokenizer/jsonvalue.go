@@ -1,12 +1,12 @@
 package tokenizer
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -14,94 +14,324 @@ import (
 // maxJSONDepth bounds the nesting of request bodies decoded into template values.
 const maxJSONDepth = 128
 
-// decodeJSONValue decodes one JSON document into a template value, keeping object
-// key order (Python dicts keep insertion order, and templates print them with
-// tojson). Integers stay integers, as json.loads keeps them.
+// errJSONSyntax is wrapped by every decodeJSONValue syntax error.
+var errJSONSyntax = errors.New("invalid JSON")
+
+// decodeJSONValue decodes one JSON document (RFC 8259) into a template value,
+// keeping object key order (Python dicts keep insertion order, and templates
+// print them with tojson); a repeated key keeps its first position and last
+// value, as json.loads does. Integers stay integers. Invalid UTF-8 and lone
+// surrogate escapes become U+FFFD, as encoding/json does.
 func decodeJSONValue(data []byte) (jinja.Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	p := jsonParser{data: data}
+	p.skipSpace()
+	v, err := p.value(0)
 	if err != nil {
 		return jinja.Undefined(), err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return jinja.Undefined(), fmt.Errorf("trailing data after the JSON value")
+	p.skipSpace()
+	if p.pos != len(p.data) {
+		return jinja.Undefined(), p.errorf("trailing data after the JSON value")
 	}
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, depth int) (jinja.Value, error) {
-	if depth > maxJSONDepth {
-		return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return jinja.Undefined(), err
-	}
-	switch v := tok.(type) {
-	case json.Delim:
-		switch v {
-		case '{':
-			d := jinja.NewDict()
-			dict := d.AsDict()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return jinja.Undefined(), fmt.Errorf("object key %v is not a string", kt)
-				}
-				val, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				dict.Set(k, val)
-			}
-			if _, err := dec.Token(); err != nil {
-				return jinja.Undefined(), err
-			}
-			return d, nil
-		case '[':
-			var items []jinja.Value
-			for dec.More() {
-				val, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				items = append(items, val)
-			}
-			if _, err := dec.Token(); err != nil {
-				return jinja.Undefined(), err
-			}
-			return jinja.NewList(items), nil
-		}
-		return jinja.Undefined(), fmt.Errorf("unexpected %v", v)
-	case string:
-		return jinja.NewString(v), nil
-	case json.Number:
-		return numberValue(v)
-	case bool:
-		return jinja.NewBool(v), nil
-	case nil:
-		return jinja.None(), nil
-	}
-	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
+// jsonParser is a recursive-descent JSON parser over one document.
+type jsonParser struct {
+	data []byte
+	pos  int
+	buf  []byte // scratch for strings with escapes
 }
 
-// numberValue keeps JSON integers as ints and everything else as floats. Integers
-// beyond int64 become floats (Python would keep them exact).
-func numberValue(n json.Number) (jinja.Value, error) {
-	s := string(n)
-	if !strings.ContainsAny(s, ".eE") {
-		if i, err := n.Int64(); err == nil {
+func (p *jsonParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w at offset %d: %s", errJSONSyntax, p.pos, fmt.Sprintf(format, args...))
+}
+
+func (p *jsonParser) skipSpace() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonParser) value(depth int) (jinja.Value, error) {
+	if depth > maxJSONDepth {
+		return jinja.Undefined(), p.errorf("nested deeper than %d", maxJSONDepth)
+	}
+	if p.pos >= len(p.data) {
+		return jinja.Undefined(), p.errorf("unexpected end of input")
+	}
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		return jinja.NewString(s), nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return p.literal("true", jinja.NewBool(true))
+	case c == 'f':
+		return p.literal("false", jinja.NewBool(false))
+	case c == 'n':
+		return p.literal("null", jinja.None())
+	default:
+		return jinja.Undefined(), p.errorf("unexpected character %q", c)
+	}
+}
+
+func (p *jsonParser) literal(word string, v jinja.Value) (jinja.Value, error) {
+	if !strings.HasPrefix(string(p.data[p.pos:min(p.pos+len(word), len(p.data))]), word) {
+		return jinja.Undefined(), p.errorf("invalid literal")
+	}
+	p.pos += len(word)
+	return v, nil
+}
+
+func (p *jsonParser) object(depth int) (jinja.Value, error) {
+	p.pos++ // {
+	d := jinja.NewDict()
+	dict := d.AsDict()
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		return d, nil
+	}
+	for {
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			return jinja.Undefined(), p.errorf("want an object key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			return jinja.Undefined(), p.errorf("want ':' after an object key")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		dict.Set(k, v)
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			return jinja.Undefined(), p.errorf("unterminated object")
+		}
+		switch p.data[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			return d, nil
+		default:
+			return jinja.Undefined(), p.errorf("want ',' or '}' in an object")
+		}
+	}
+}
+
+func (p *jsonParser) array(depth int) (jinja.Value, error) {
+	p.pos++ // [
+	var items []jinja.Value
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return jinja.NewList(items), nil
+	}
+	for {
+		p.skipSpace()
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		items = append(items, v)
+		p.skipSpace()
+		if p.pos >= len(p.data) {
+			return jinja.Undefined(), p.errorf("unterminated array")
+		}
+		switch p.data[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			return jinja.NewList(items), nil
+		default:
+			return jinja.Undefined(), p.errorf("want ',' or ']' in an array")
+		}
+	}
+}
+
+// str parses a string literal starting at the opening quote.
+func (p *jsonParser) str() (string, error) {
+	p.pos++ // "
+	start := p.pos
+	// Fast path: no escapes, valid UTF-8, no control characters.
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		if c == '"' {
+			s := p.data[start:p.pos]
+			p.pos++
+			if utf8.Valid(s) {
+				return string(s), nil
+			}
+			return replaceInvalidBytes(s), nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+		p.pos++
+	}
+	p.buf = append(p.buf[:0], p.data[start:p.pos]...)
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			if utf8.Valid(p.buf) {
+				return string(p.buf), nil
+			}
+			return replaceInvalidBytes(p.buf), nil
+		case c < 0x20:
+			return "", p.errorf("control character in a string")
+		case c != '\\':
+			p.buf = append(p.buf, c)
+			p.pos++
+			continue
+		}
+		if p.pos+1 >= len(p.data) {
+			break
+		}
+		esc := p.data[p.pos+1]
+		p.pos += 2
+		switch esc {
+		case '"', '\\', '/':
+			p.buf = append(p.buf, esc)
+		case 'b':
+			p.buf = append(p.buf, '\b')
+		case 'f':
+			p.buf = append(p.buf, '\f')
+		case 'n':
+			p.buf = append(p.buf, '\n')
+		case 'r':
+			p.buf = append(p.buf, '\r')
+		case 't':
+			p.buf = append(p.buf, '\t')
+		case 'u':
+			r, ok := p.hex4()
+			if !ok {
+				return "", p.errorf("bad \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
+					save := p.pos
+					p.pos += 2
+					if r2, ok2 = p.hex4(); !ok2 {
+						return "", p.errorf("bad \\u escape")
+					}
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						r = dec
+					} else {
+						p.pos = save
+						r = utf8.RuneError
+					}
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			p.buf = utf8.AppendRune(p.buf, r)
+		default:
+			return "", p.errorf("bad escape \\%c", esc)
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+func (p *jsonParser) hex4() (rune, bool) {
+	if p.pos+4 > len(p.data) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(p.data[p.pos:p.pos+4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	p.pos += 4
+	return rune(v), true
+}
+
+// number parses an RFC 8259 number: integers stay ints when they fit int64.
+func (p *jsonParser) number() (jinja.Value, error) {
+	start := p.pos
+	if p.data[p.pos] == '-' {
+		p.pos++
+	}
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	intStart := p.pos
+	if digits() == 0 || (p.data[intStart] == '0' && p.pos-intStart > 1) {
+		return jinja.Undefined(), p.errorf("bad number")
+	}
+	isFloat := false
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		p.pos++
+		isFloat = true
+		if digits() == 0 {
+			return jinja.Undefined(), p.errorf("bad number")
+		}
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		p.pos++
+		isFloat = true
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return jinja.Undefined(), p.errorf("bad number")
+		}
+	}
+	s := string(p.data[start:p.pos])
+	if !isFloat {
+		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return jinja.NewInt(i), nil
 		}
 	}
-	f, err := n.Float64()
-	if err != nil {
-		return jinja.Undefined(), fmt.Errorf("number %s: %w", s, err)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return jinja.Undefined(), p.errorf("bad number %s", s)
 	}
 	return jinja.NewFloat(f), nil
+}
+
+// replaceInvalidBytes replaces every byte of an invalid UTF-8 sequence with
+// U+FFFD, as encoding/json does.
+func replaceInvalidBytes(b []byte) string {
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			sb.WriteString("\uFFFD")
+		} else {
+			sb.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sb.String()
 }

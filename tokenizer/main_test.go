@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -14,6 +15,10 @@ import (
 func TestMain(m *testing.M) {
 	base := runtime.NumGoroutine()
 	code := m.Run()
+	if fuzzing() {
+		// The fuzzing engine keeps its own goroutines running.
+		os.Exit(code)
+	}
 	if code == 0 && !goroutinesSettle(base, 5*time.Second) {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
@@ -22,6 +27,15 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 // goroutinesSettle waits, yielding, until at most base goroutines remain.

@@ -1,6 +1,10 @@
 package tokenizer
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ardanlabs/jinja"
@@ -92,4 +96,46 @@ func TestDecodeJSONValueRejectsBadInput(t *testing.T) {
 			t.Errorf("decodeJSONValue(%.20q) = nil error, want error", in)
 		}
 	}
+}
+
+// FuzzDecodeJSONValue: the request-body parser accepts exactly what
+// encoding/json accepts (within its depth bound), never panics, and what it
+// decodes re-encodes through tojson to the same data.
+func FuzzDecodeJSONValue(f *testing.F) {
+	reqs := readJSONL[json.RawMessage](f, "conformance_chats.jsonl.gz")
+	for i := 0; i < len(reqs); i += 37 {
+		f.Add([]byte(reqs[i]))
+	}
+	for _, s := range []string{`{"a":1,"a":2}`, `"\ud83d\ude00\ud800x"`, `[1e400,-0,0.5e-3]`, `{"k":[true,false,null]}`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := decodeJSONValue(data)
+		if bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) > maxJSONDepth {
+			return
+		}
+		if (err == nil) != json.Valid(data) {
+			t.Fatalf("decodeJSONValue error %v, json.Valid %v, for %q", err, json.Valid(data), data)
+		}
+		if err != nil {
+			return
+		}
+		out, err := tojsonFilter([]jinja.Value{v}, nil)
+		if err != nil {
+			t.Fatalf("tojson of decoded %q: %v", data, err)
+		}
+		if strings.Contains(out.AsString(), "Infinity") || strings.Contains(out.AsString(), "NaN") {
+			return
+		}
+		var a, b any
+		if err := json.Unmarshal(data, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(out.AsString()), &b); err != nil {
+			t.Fatalf("tojson output %q does not parse: %v", out.AsString(), err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("round trip changed %q into %q", data, out.AsString())
+		}
+	})
 }
