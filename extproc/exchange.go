@@ -11,6 +11,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/condisagg/condisagg/policy"
 )
 
 type resps = []*extprocv3.ProcessingResponse
@@ -230,6 +232,9 @@ func (x *exchange) routedResponse(p phase, out *Outcome, contentLength int) *ext
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
+	if out.Decision.Reason == policy.ReasonRemotePolicyError && out.Reason != ReasonPassthrough && out.Reason != ReasonFailureOpen {
+		x.srv.warnPolicyError(x.requestID, out.Decision.Inputs.Err)
+	}
 	if log := x.srv.log; log.Enabled(context.Background(), -4) {
 		in := &out.Decision.Inputs
 		log.Debug("decision", "request_id", x.requestID, "route", out.Route.String(), "reason", out.Reason,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
@@ -24,6 +25,21 @@ type Server struct {
 	log         *slog.Logger
 	warnedModes atomic.Bool // the STREAMED-mode misconfiguration was logged
 	afterStream func()      // tests: called when a stream's cleanup is done
+	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
+}
+
+// policyErrorEvery rate-limits the remote_policy_error warning.
+const policyErrorEvery = 10 * time.Second
+
+// warnPolicyError logs a fail-open-to-disaggregation decision at most once per
+// policyErrorEvery (conditional-disagg.md §3 "Errors").
+func (s *Server) warnPolicyError(requestID string, err error) {
+	now := time.Now().UnixNano()
+	last := s.policyWarn.Load()
+	if now-last < int64(policyErrorEvery) || !s.policyWarn.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("conditional disagg decision failed; falling back to remote prefill", "request_id", requestID, "err", err)
 }
 
 // NewServer returns the ext_proc service over router. logger nil discards.
