@@ -23,8 +23,8 @@ type Server struct {
 	router      *Router
 	metrics     *Metrics
 	log         *slog.Logger
-	warnedModes atomic.Bool // the STREAMED-mode misconfiguration was logged
-	afterStream func()      // tests: called when a stream's cleanup is done
+	warnedModes atomic.Bool  // the STREAMED-mode misconfiguration was logged
+	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 }
 
