@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -20,6 +21,9 @@ type addedToken struct {
 type addedMatcher struct {
 	toks    []addedToken
 	byFirst [256][]int32 // candidates by first byte, longest first
+	// onlyFirst is the first byte of every token when they all share one
+	// (e.g. '<'), so the scan can jump with IndexByte; -1 otherwise.
+	onlyFirst int
 }
 
 func newAddedMatcher(toks []addedToken) *addedMatcher {
@@ -34,9 +38,20 @@ func newAddedMatcher(toks []addedToken) *addedMatcher {
 		b := t.content[0]
 		m.byFirst[b] = append(m.byFirst[b], int32(i))
 	}
+	m.onlyFirst = -1
 	for b := range m.byFirst {
 		c := m.byFirst[b]
 		sort.SliceStable(c, func(x, y int) bool { return len(m.toks[c[x]].content) > len(m.toks[c[y]].content) })
+		if len(c) > 0 {
+			if m.onlyFirst == -1 {
+				m.onlyFirst = b
+			} else {
+				m.onlyFirst = -2
+			}
+		}
+	}
+	if m.onlyFirst < 0 {
+		m.onlyFirst = -1
 	}
 	return m
 }
@@ -46,6 +61,13 @@ func (m *addedMatcher) empty() bool { return m == nil || len(m.toks) == 0 }
 // next returns the leftmost-longest match at or after from.
 func (m *addedMatcher) next(s string, from int) (start, end int, tok *addedToken, ok bool) {
 	for i := from; i < len(s); i++ {
+		if m.onlyFirst >= 0 {
+			j := strings.IndexByte(s[i:], byte(m.onlyFirst))
+			if j < 0 {
+				break
+			}
+			i += j
+		}
 		cands := m.byFirst[s[i]]
 		if len(cands) == 0 {
 			continue

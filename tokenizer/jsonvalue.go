@@ -177,13 +177,14 @@ func (p *jsonParser) array(depth int) (jinja.Value, error) {
 func (p *jsonParser) str() (string, error) {
 	p.pos++ // "
 	start := p.pos
-	// Fast path: no escapes, valid UTF-8, no control characters.
+	// Fast path: no escapes, no control characters.
+	ascii := true
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
 			s := p.data[start:p.pos]
 			p.pos++
-			if utf8.Valid(s) {
+			if ascii || utf8.Valid(s) {
 				return string(s), nil
 			}
 			return replaceInvalidBytes(s), nil
@@ -191,6 +192,7 @@ func (p *jsonParser) str() (string, error) {
 		if c == '\\' || c < 0x20 {
 			break
 		}
+		ascii = ascii && c < utf8.RuneSelf
 		p.pos++
 	}
 	p.buf = append(p.buf[:0], p.data[start:p.pos]...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrUnsupported is wrapped by every load error caused by a tokenizer.json or
@@ -150,7 +151,9 @@ const (
 // Encode appends to dst the ids Hugging Face tokenizers produces for text.
 // Invalid UTF-8 is first replaced by U+FFFD, as JSON decoding does.
 func (t *Tokenizer) Encode(dst []uint32, text string, special SpecialTokens) []uint32 {
-	text = strings.ToValidUTF8(text, "\uFFFD")
+	if !utf8.ValidString(text) {
+		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
 	if special {
 		dst = append(dst, t.prefix...)
 	}

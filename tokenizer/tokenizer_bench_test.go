@@ -81,8 +81,10 @@ func chatBody(b *testing.B, tk *Tokenizer, targetTokens int) string {
 }
 
 // BenchmarkChat renders and encodes a Qwen3 chat request of 8k and 32k tokens:
-// cold (no segment cache) and warm (every earlier turn cached; only the new
-// final user message is encoded afresh, a different one each iteration).
+// cold (nothing cached: fresh word cache, no segment cache), steady (no segment
+// cache, word cache warm as in a running router) and warm (every earlier turn
+// in the segment cache; only the new final user message, different each
+// iteration, is encoded afresh).
 func BenchmarkChat(b *testing.B) {
 	now := time.Date(2026, 7, 2, 0, 0, 0, 0, time.UTC)
 	for _, size := range []int{8192, 32768} {
@@ -93,7 +95,7 @@ func BenchmarkChat(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, mode := range []string{"cold", "warm"} {
+		for _, mode := range []string{"cold", "steady", "warm"} {
 			b.Run(fmt.Sprintf("tokens=%dk/%s", len(ids)/1000, mode), func(b *testing.B) {
 				t := tk
 				if mode == "warm" {
@@ -109,6 +111,9 @@ func BenchmarkChat(b *testing.B) {
 				for b.Loop() {
 					i++
 					body = fmt.Appendf(body[:0], tmpl, i)
+					if mode == "cold" {
+						t = freshWordCache(tk)
+					}
 					if out, err = t.EncodeChat(out[:0], body, ChatOptions{Now: now}); err != nil {
 						b.Fatal(err)
 					}
@@ -117,4 +122,13 @@ func BenchmarkChat(b *testing.B) {
 			})
 		}
 	}
+}
+
+// freshWordCache returns a copy of tk whose BPE word cache is empty.
+func freshWordCache(tk *Tokenizer) *Tokenizer {
+	c := *tk
+	m := *tk.model
+	m.words = &wordCache{}
+	c.model = &m
+	return &c
 }
