@@ -1,0 +1,280 @@
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-zeromq/goczmq/v4"
+)
+
+// KVEventsConfig is vLLM's KVEventsConfig, the JSON of --kv-events-config
+// (vllm-kv-events.md §5).
+type KVEventsConfig struct {
+	EnableKVCacheEvents bool    `json:"enable_kv_cache_events"`
+	Publisher           string  `json:"publisher"`
+	Endpoint            string  `json:"endpoint"`
+	ReplayEndpoint      *string `json:"replay_endpoint"`
+	Topic               string  `json:"topic"`
+	BufferSteps         int     `json:"buffer_steps"`
+	HWM                 int     `json:"hwm"`
+	MaxQueueSize        int     `json:"max_queue_size"`
+}
+
+// ParseKVEventsConfig parses --kv-events-config JSON and fills vLLM's defaults.
+func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
+	c := KVEventsConfig{Endpoint: "tcp://*:5557", BufferSteps: 10000, HWM: 100000, MaxQueueSize: 100000}
+	if strings.TrimSpace(s) != "" {
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("sim: --kv-events-config %q: %w", s, err)
+		}
+	}
+	if c.Publisher == "" {
+		c.Publisher = "null"
+		if c.EnableKVCacheEvents {
+			c.Publisher = "zmq"
+		}
+	}
+	var errs []error
+	if c.Publisher != "zmq" && c.Publisher != "null" {
+		errs = append(errs, fmt.Errorf("publisher: %q is not zmq or null", c.Publisher))
+	}
+	if c.BufferSteps < 0 || c.HWM < 0 || c.MaxQueueSize < 1 {
+		errs = append(errs, fmt.Errorf("buffer_steps %d, hwm %d, max_queue_size %d: want >= 0, >= 0, >= 1", c.BufferSteps, c.HWM, c.MaxQueueSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("sim: --kv-events-config: %w", err)
+	}
+	return c, nil
+}
+
+// Enabled reports whether events are published over ZeroMQ.
+func (c KVEventsConfig) Enabled() bool { return c.EnableKVCacheEvents && c.Publisher == "zmq" }
+
+// pubBinds is vLLM's rule: the PUB binds when the endpoint has '*' or "::" or is ipc:// or
+// inproc://, and connects otherwise (vllm-kv-events.md §1.1).
+func pubBinds(endpoint string) bool {
+	return strings.Contains(endpoint, "*") || strings.Contains(endpoint, "::") ||
+		strings.HasPrefix(endpoint, "ipc://") || strings.HasPrefix(endpoint, "inproc://")
+}
+
+// replayEnd is the END marker of a replay reply: -1 as a signed 8-byte big-endian integer.
+const replayEnd = ^uint64(0)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	KVEventsConfig
+	// OldReplayLayout answers replays in the layout of vLLM < 0.26 ([seq, payload] and
+	// [END, ""]) instead of [topic, seq, payload] and ["", END, ""].
+	OldReplayLayout bool
+}
+
+// Publisher publishes KVEventBatch payloads like vLLM's ZmqEventPublisher: a PUB socket sending
+// [topic, seq 8B BE, payload] with seq from 0, and an optional ROUTER that replays the last
+// buffer_steps batches. Run owns the PUB socket on its goroutine and the ROUTER on a second
+// goroutine it starts and waits for; Publish and Ready are safe for concurrent use.
+type Publisher struct {
+	cfg   PublisherConfig
+	in    chan []byte
+	ready chan struct{}
+	err   error // set before ready closes
+
+	pubEndpoint, replayEndpoint string // resolved; set before ready closes
+
+	mu   sync.Mutex // guards ring, next
+	ring []record   // the last BufferSteps batches, oldest first
+	next int        // ring write position once full
+}
+
+type record struct {
+	seq     uint64
+	payload []byte
+}
+
+// NewPublisher returns a publisher; nothing runs until Run.
+func NewPublisher(cfg PublisherConfig) *Publisher {
+	return &Publisher{cfg: cfg, in: make(chan []byte, max(cfg.MaxQueueSize, 1)), ready: make(chan struct{})}
+}
+
+// Ready waits until Run has set up its sockets and returns the resolved PUB and replay
+// endpoints (a bound tcp port 0 or '*' is replaced by the real port; "" = no replay).
+func (p *Publisher) Ready(ctx context.Context) (pub, replay string, err error) {
+	select {
+	case <-p.ready:
+		return p.pubEndpoint, p.replayEndpoint, p.err
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
+}
+
+// Publish queues one payload; it blocks while the queue holds max_queue_size batches (vLLM's
+// scheduler blocks the same way). The payload must not be modified afterwards.
+func (p *Publisher) Publish(ctx context.Context, payload []byte) error {
+	select {
+	case p.in <- payload:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run binds or connects the sockets and publishes until ctx ends. It returns the setup error,
+// if any, else nil after ctx ends.
+func (p *Publisher) Run(ctx context.Context) error {
+	pub, err := p.openPub()
+	if err != nil {
+		p.err = err
+		close(p.ready)
+		return err
+	}
+	defer pub.Destroy()
+	var wg sync.WaitGroup
+	if p.cfg.ReplayEndpoint != nil && *p.cfg.ReplayEndpoint != "" {
+		router, err := p.openRouter()
+		if err != nil {
+			p.err = err
+			close(p.ready)
+			return err
+		}
+		// The router socket is handed to the replay goroutine, which alone uses and destroys it.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer router.Destroy()
+			p.serveReplays(ctx, router)
+		}()
+	}
+	close(p.ready)
+	defer wg.Wait()
+	topic := []byte(p.cfg.Topic)
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case payload := <-p.in:
+			var sb [8]byte
+			binary.BigEndian.PutUint64(sb[:], seq)
+			// A failed send still consumes the seq, as in vLLM (§1.2).
+			_ = pub.SendMessage([][]byte{topic, sb[:], payload})
+			p.keep(seq, payload)
+			seq++
+		}
+	}
+}
+
+func (p *Publisher) openPub() (*goczmq.Sock, error) {
+	ep := p.cfg.Endpoint
+	s := goczmq.NewSock(goczmq.Pub, goczmq.SockSetLinger(0), goczmq.SockSetSndhwm(p.cfg.HWM), goczmq.SockSetRcvhwm(p.cfg.HWM))
+	if !pubBinds(ep) {
+		if err := s.Connect(ep); err != nil {
+			s.Destroy()
+			return nil, fmt.Errorf("sim: connect PUB %s: %w", ep, err)
+		}
+		p.pubEndpoint = ep
+		return s, nil
+	}
+	port, err := s.Bind(ep)
+	if err != nil {
+		s.Destroy()
+		return nil, fmt.Errorf("sim: bind PUB %s: %w", ep, err)
+	}
+	p.pubEndpoint = withPort(ep, port)
+	return s, nil
+}
+
+func (p *Publisher) openRouter() (*goczmq.Sock, error) {
+	ep := *p.cfg.ReplayEndpoint
+	s := goczmq.NewSock(goczmq.Router, goczmq.SockSetLinger(0), goczmq.SockSetSndhwm(p.cfg.BufferSteps+2))
+	port, err := s.Bind(ep)
+	if err != nil {
+		s.Destroy()
+		return nil, fmt.Errorf("sim: bind replay ROUTER %s: %w", ep, err)
+	}
+	p.replayEndpoint = withPort(ep, port)
+	return s, nil
+}
+
+// withPort replaces the port of a tcp endpoint (text after the last ':') by port; other
+// endpoints are returned as they are.
+func withPort(ep string, port int) string {
+	i := strings.LastIndexByte(ep, ':')
+	if !strings.HasPrefix(ep, "tcp://") || i < len("tcp://") || port <= 0 {
+		return ep
+	}
+	return ep[:i+1] + strconv.Itoa(port)
+}
+
+func (p *Publisher) keep(seq uint64, payload []byte) {
+	n := p.cfg.BufferSteps
+	if n <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ring) < n {
+		p.ring = append(p.ring, record{seq, payload})
+		return
+	}
+	p.ring[p.next] = record{seq, payload}
+	p.next = (p.next + 1) % n
+}
+
+// since returns the retained batches with seq >= start, oldest first.
+func (p *Publisher) since(start uint64) []record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []record
+	for i := range p.ring {
+		r := p.ring[(p.next+i)%len(p.ring)]
+		if r.seq >= start {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// serveReplays answers [identity, "", start_seq] requests until ctx ends; anything else gets no
+// reply, as in vLLM (§1.5).
+func (p *Publisher) serveReplays(ctx context.Context, router *goczmq.Sock) {
+	poller, err := goczmq.NewPoller(router)
+	if err != nil {
+		return
+	}
+	defer poller.Destroy()
+	for ctx.Err() == nil {
+		s, err := poller.Wait(100)
+		if err != nil || s == nil {
+			continue
+		}
+		frames, err := router.RecvMessage()
+		if err != nil || len(frames) != 3 || len(frames[1]) != 0 || len(frames[2]) != 8 {
+			continue
+		}
+		p.reply(router, frames[0], binary.BigEndian.Uint64(frames[2]))
+	}
+}
+
+func (p *Publisher) reply(router *goczmq.Sock, id []byte, start uint64) {
+	be := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	topic := []byte(p.cfg.Topic)
+	for _, r := range p.since(start) {
+		msg := [][]byte{id, {}, topic, be(r.seq), r.payload}
+		if p.cfg.OldReplayLayout {
+			msg = [][]byte{id, {}, be(r.seq), r.payload}
+		}
+		_ = router.SendMessage(msg)
+	}
+	if p.cfg.OldReplayLayout {
+		_ = router.SendMessage([][]byte{id, {}, be(replayEnd), {}})
+		return
+	}
+	_ = router.SendMessage([][]byte{id, {}, {}, be(replayEnd), {}})
+}

@@ -1,0 +1,400 @@
+package sim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/condisagg/condisagg/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/zeebo/xxh3"
+)
+
+// KVTransfer describes the NixlConnector side of a worker (--kv-transfer-config); a nil
+// *KVTransfer means no connector, and kv_transfer_params are ignored as vLLM does.
+type KVTransfer struct {
+	Connector string // "NixlConnector"
+	Role      string // kv_both, kv_producer, kv_consumer
+	EngineID  string // remote_engine_id
+	Host      string // remote_host (VLLM_NIXL_SIDE_CHANNEL_HOST)
+	Port      int    // remote_port (VLLM_NIXL_SIDE_CHANNEL_PORT)
+}
+
+// ServerConfig configures the OpenAI HTTP surface of a Worker.
+type ServerConfig struct {
+	ModelNames   []string // served model names; the first is reported
+	MaxModelLen  int      // prompt + output tokens; default 131072
+	Tokenizer    *tokenizer.Tokenizer
+	Vocab        *Vocab
+	Worker       *Worker
+	KVTransfer   *KVTransfer
+	PromptTokens bool // usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)
+	MaxBodyBytes int64
+	Registry     *prometheus.Registry // /metrics; required
+	Logger       *slog.Logger
+}
+
+// Server is the vllm-sim HTTP handler: /v1/completions, /v1/chat/completions, /tokenize,
+// /health, /v1/models, /reset_prefix_cache and /metrics.
+type Server struct {
+	cfg ServerConfig
+	m   *serverMetrics
+	mux *http.ServeMux
+}
+
+// NewServer builds the handler and registers the vllm: metrics on cfg.Registry.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Tokenizer == nil || cfg.Vocab == nil || cfg.Worker == nil || cfg.Registry == nil || len(cfg.ModelNames) == 0 {
+		return nil, errors.New("sim: server config: Tokenizer, Vocab, Worker, Registry and ModelNames are required")
+	}
+	if cfg.MaxModelLen == 0 {
+		cfg.MaxModelLen = 131072
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Worker)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	s.mux.HandleFunc("POST /tokenize", s.tokenize)
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// genRequest holds the body fields of /v1/completions and /v1/chat/completions the simulator
+// uses; the prompt itself is encoded by the tokenizer package from the raw body.
+type genRequest struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int              `json:"max_tokens"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	IgnoreEOS           bool              `json:"ignore_eos"`
+	N                   *int              `json:"n"`
+	Prompt              json.RawMessage   `json:"prompt"`
+	KVTransferParams    *kvTransferParams `json:"kv_transfer_params"`
+}
+
+type kvTransferParams struct {
+	DoRemoteDecode  bool `json:"do_remote_decode"`
+	DoRemotePrefill bool `json:"do_remote_prefill"`
+}
+
+// apiError writes vLLM's OpenAI error body.
+func apiError(w http.ResponseWriter, code int, msg string) {
+	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError", 503: "ServiceUnavailableError"}[code]
+	if typ == "" {
+		typ = "InternalServerError"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", s.cfg.MaxBodyBytes))
+		} else {
+			apiError(w, http.StatusBadRequest, "read body: "+err.Error())
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Server) servedModel(name string) bool {
+	if name == "" {
+		return true
+	}
+	for _, n := range s.cfg.ModelNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func requestID(r *http.Request, prefix string) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 256 {
+		return prefix + id
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// prepared is a parsed generation request ready for the engine.
+type prepared struct {
+	body      genRequest
+	chat      bool
+	id        string
+	prompt    []uint32
+	req       Request
+	includeUs bool
+}
+
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, chat bool) (*prepared, bool) {
+	raw, ok := s.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	p := &prepared{chat: chat}
+	if err := json.Unmarshal(raw, &p.body); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return nil, false
+	}
+	if !s.servedModel(p.body.Model) {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", p.body.Model))
+		return nil, false
+	}
+	if p.body.N != nil && *p.body.N != 1 {
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("n = %d: the simulator generates one choice", *p.body.N))
+		return nil, false
+	}
+	var err error
+	if chat {
+		p.prompt, err = s.cfg.Tokenizer.EncodeChat(nil, raw, tokenizer.ChatOptions{})
+	} else {
+		p.prompt, err = s.cfg.Tokenizer.EncodeCompletion(nil, raw)
+	}
+	if err != nil || len(p.prompt) == 0 {
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("prompt: %v", err))
+		return nil, false
+	}
+	if !s.fillRequest(w, p) {
+		return nil, false
+	}
+	p.id = requestID(r, map[bool]string{true: "chatcmpl-", false: "cmpl-"}[chat])
+	p.includeUs = p.body.StreamOptions != nil && p.body.StreamOptions.IncludeUsage
+	return p, true
+}
+
+// fillRequest sets the engine request: output length, finish reason, P/D role.
+func (s *Server) fillRequest(w http.ResponseWriter, p *prepared) bool {
+	room := s.cfg.MaxModelLen - len(p.prompt)
+	maxTok := p.body.MaxTokens
+	if p.body.MaxCompletionTokens != nil {
+		maxTok = p.body.MaxCompletionTokens
+	}
+	seed := xxh3.HashSeed(u32bytes(p.prompt), 7)
+	req := Request{Prompt: p.prompt}
+	switch {
+	case maxTok != nil && *maxTok >= 1:
+		req.MaxTokens = *maxTok
+	case maxTok != nil:
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens = %d: must be at least 1", *maxTok))
+		return false
+	case p.body.IgnoreEOS:
+		req.MaxTokens = room
+	default:
+		req.MaxTokens, req.StopReason = 16+int(seed%113), FinishStop // the "model" ends the answer
+	}
+	if req.MaxTokens > room {
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			s.cfg.MaxModelLen, len(p.prompt)+req.MaxTokens, len(p.prompt), req.MaxTokens))
+		return false
+	}
+	bareFirst := p.chat || promptEndsInSpace(p.body.Prompt)
+	req.Output = s.cfg.Vocab.Output(seed, bareFirst)
+	if kv := p.body.KVTransferParams; kv != nil && s.cfg.KVTransfer != nil {
+		req.PrefillOnly = kv.DoRemoteDecode
+		req.RemotePrefill = kv.DoRemotePrefill && !kv.DoRemoteDecode
+	}
+	p.req = req
+	return true
+}
+
+func u32bytes(ids []uint32) []byte {
+	b := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	return b
+}
+
+// promptEndsInSpace reports whether a string completion prompt ends in white space (the first
+// output word then carries no leading space).
+func promptEndsInSpace(raw json.RawMessage) bool {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var list []string
+		if json.Unmarshal(raw, &list) != nil || len(list) != 1 {
+			return false
+		}
+		s = list[0]
+	}
+	return s != "" && strings.ContainsAny(s[len(s)-1:], " \n\t\r")
+}
+
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
+	p, ok := s.prepare(w, r, chat)
+	if !ok {
+		return
+	}
+	arrival := time.Now()
+	st, err := s.cfg.Worker.Submit(r.Context(), p.req)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, ErrTooLong) {
+			code = http.StatusBadRequest
+		}
+		apiError(w, code, err.Error())
+		return
+	}
+	ctx := r.Context()
+	var out outputs
+	if p.body.Stream {
+		err = s.stream(ctx, w, p, st, &out)
+	} else {
+		err = s.collect(ctx, st, &out)
+		if err == nil {
+			s.respond(w, p, &out)
+		}
+	}
+	if err != nil {
+		abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = s.cfg.Worker.Abort(abortCtx, st.ID)
+		return
+	}
+	s.m.observeEnd(&out, arrival, s.cfg.Worker.cfg.TimeScale)
+}
+
+// outputs accumulates one request's tokens and timings.
+type outputs struct {
+	toks  []uint32
+	fin   *Finished
+	first time.Time
+	last  time.Time
+}
+
+func (s *Server) next(ctx context.Context, st *Stream, out *outputs) ([]uint32, error) {
+	toks, fin, err := st.Next(ctx, len(out.toks))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if len(toks) > 0 {
+		if out.first.IsZero() {
+			out.first = now
+		} else {
+			s.m.itl.Observe(now.Sub(out.last).Seconds() * s.cfg.Worker.cfg.TimeScale)
+		}
+		out.last = now
+	}
+	out.toks = append(out.toks, toks...)
+	out.fin = fin
+	return toks, nil
+}
+
+func (s *Server) collect(ctx context.Context, st *Stream, out *outputs) error {
+	for out.fin == nil {
+		if _, err := s.next(ctx, st, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	raw, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var probe struct {
+		Model          string          `json:"model"`
+		Messages       json.RawMessage `json:"messages"`
+		ReturnTokStrs  bool            `json:"return_token_strs"`
+		AddGenPrompt   *bool           `json:"add_generation_prompt"`
+		ContinueFinal  bool            `json:"continue_final_message"`
+		AddSpecialToks *bool           `json:"add_special_tokens"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if !s.servedModel(probe.Model) {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", probe.Model))
+		return
+	}
+	var toks []uint32
+	var err error
+	if len(probe.Messages) > 0 {
+		if probe.ContinueFinal && (probe.AddGenPrompt == nil || *probe.AddGenPrompt) {
+			apiError(w, http.StatusBadRequest, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+			return
+		}
+		toks, err = s.cfg.Tokenizer.EncodeChat(nil, raw, tokenizer.ChatOptions{})
+	} else {
+		toks, err = s.cfg.Tokenizer.EncodeCompletion(nil, raw)
+	}
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "tokenize: "+err.Error())
+		return
+	}
+	if toks == nil {
+		toks = []uint32{}
+	}
+	writeJSON(w, map[string]any{"count": len(toks), "max_model_len": s.cfg.MaxModelLen, "tokens": toks, "token_strs": nil})
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	data := make([]model, 0, len(s.cfg.ModelNames))
+	for _, n := range s.cfg.ModelNames {
+		data = append(data, model{ID: n, Object: "model", Created: time.Now().Unix(), OwnedBy: "vllm", Root: s.cfg.ModelNames[0], MaxModelLen: s.cfg.MaxModelLen})
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Worker.ResetPrefixCache(r.Context()); err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, ErrBlocksInUse) {
+			code = http.StatusBadRequest
+		}
+		apiError(w, code, "reset prefix cache: "+err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,294 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	Engine Config
+	// TimeScale runs the simulated clock this many times faster than real time (10 = ten times
+	// faster); default 1.
+	TimeScale float64
+	// Encoder writes the KV event payloads; Events must be non-nil for events to be produced.
+	Encoder Encoder
+	// Events receives each step's KV event batch payload; nil = events off.
+	Events func(ctx context.Context, payload []byte) error
+}
+
+// Worker runs an Engine in scaled real time: its run goroutine owns the Engine, takes requests
+// between steps, sleeps each step's duration divided by TimeScale, then delivers the step's
+// tokens to the requests' Streams and publishes its KV events. All methods are safe for
+// concurrent use.
+type Worker struct {
+	cfg   WorkerConfig
+	cmds  chan func(*Engine)
+	stats atomic.Pointer[Stats]
+	done  chan struct{}
+	// streams maps RequestID to the *Stream of a request in the engine; the run goroutine
+	// stores and deletes entries.
+	streams sync.Map
+}
+
+// Stream receives the tokens of one request as they are produced.
+type Stream struct {
+	ID     RequestID
+	mu     sync.Mutex // guards toks, fin, done
+	toks   []uint32
+	fin    Finished
+	done   bool
+	notify chan struct{} // capacity 1: something new
+}
+
+// Next waits until tokens beyond the first have arrived or the request finished, and returns
+// the new tokens and, at the end, the Finished record.
+func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *Finished, err error) {
+	for {
+		s.mu.Lock()
+		toks = s.toks[have:len(s.toks):len(s.toks)]
+		if s.done {
+			f := s.fin
+			fin = &f
+		}
+		s.mu.Unlock()
+		if len(toks) > 0 || fin != nil {
+			return toks, fin, nil
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+func (s *Stream) push(tok uint32) {
+	s.mu.Lock()
+	s.toks = append(s.toks, tok)
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Stream) end(f Finished) {
+	s.mu.Lock()
+	s.fin, s.done = f, true
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Stream) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// ErrStopped is returned by Worker calls after Run has returned.
+var ErrStopped = errors.New("sim: worker stopped")
+
+// NewWorker validates cfg and returns a worker; nothing runs until Run.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if !(cfg.TimeScale > 0) {
+		return nil, fmt.Errorf("sim: time scale %v: must be > 0", cfg.TimeScale)
+	}
+	cfg.Engine.Events = cfg.Events != nil
+	if err := cfg.Engine.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Engine = cfg.Engine.withDefaults()
+	w := &Worker{cfg: cfg, cmds: make(chan func(*Engine), 1024), done: make(chan struct{})}
+	w.stats.Store(&Stats{NumGPUBlocks: cfg.Engine.NumGPUBlocks})
+	return w, nil
+}
+
+// Config returns the engine configuration with defaults filled in.
+func (w *Worker) Config() Config { return w.cfg.Engine }
+
+// Stats returns the engine's stats as of the last step.
+func (w *Worker) Stats() Stats { return *w.stats.Load() }
+
+// do runs f on the run goroutine and waits for it.
+func (w *Worker) do(ctx context.Context, f func(*Engine)) error {
+	ran := make(chan struct{})
+	select {
+	case w.cmds <- func(e *Engine) { f(e); close(ran) }:
+	case <-w.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-w.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Submit queues a request and returns the Stream of its tokens.
+func (w *Worker) Submit(ctx context.Context, req Request) (*Stream, error) {
+	var st *Stream
+	var err error
+	if e := w.do(ctx, func(e *Engine) {
+		var id RequestID
+		id, err = e.Add(req)
+		if err == nil {
+			st = &Stream{ID: id, notify: make(chan struct{}, 1)}
+			w.streams.Store(id, st)
+		}
+	}); e != nil {
+		return nil, e
+	}
+	return st, err
+}
+
+// Abort cancels a request (a client that went away).
+func (w *Worker) Abort(ctx context.Context, id RequestID) error {
+	var err error
+	if e := w.do(ctx, func(e *Engine) { err = e.Abort(id); w.streams.Delete(id) }); e != nil {
+		return e
+	}
+	return err
+}
+
+// ResetPrefixCache resets the engine's prefix cache (failing while blocks are in use) and
+// publishes the AllBlocksCleared event at once.
+func (w *Worker) ResetPrefixCache(ctx context.Context) error {
+	var err error
+	if e := w.do(ctx, func(e *Engine) { err = e.ResetPrefixCache() }); e != nil {
+		return e
+	}
+	return err
+}
+
+// Run drives the engine until ctx ends; it returns an error only when the engine cannot be
+// built. Run must be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	defer close(w.done)
+	e, err := New(w.cfg.Engine)
+	if err != nil {
+		return err
+	}
+	l := loop{w: w, e: e, streams: &w.streams, start: time.Now()}
+	return l.run(ctx)
+}
+
+type loop struct {
+	w       *Worker
+	e       *Engine
+	streams *sync.Map
+	start   time.Time     // wall clock of virtual time 0
+	vnow    time.Duration // virtual time
+	payload []byte
+}
+
+func (l *loop) virtual(t time.Time) time.Duration {
+	return time.Duration(float64(t.Sub(l.start)) * l.w.cfg.TimeScale)
+}
+
+func (l *loop) wall(v time.Duration) time.Time {
+	return l.start.Add(time.Duration(float64(v) / l.w.cfg.TimeScale))
+}
+
+func (l *loop) run(ctx context.Context) error {
+	for {
+		if err := l.publish(ctx, l.e.TakeEvents()); err != nil {
+			return nil
+		}
+		l.vnow = max(l.vnow, l.virtual(time.Now()))
+		res := l.e.Step(l.vnow)
+		l.publishStats()
+		if res.Duration == 0 {
+			if err := l.publish(ctx, res.Events); err != nil {
+				return nil
+			}
+			if !l.idle(ctx) {
+				return nil
+			}
+			continue
+		}
+		l.vnow += res.Duration
+		if !l.sleepUntil(ctx, l.wall(l.vnow)) {
+			return nil
+		}
+		l.deliver(res)
+		if err := l.publish(ctx, res.Events); err != nil {
+			return nil
+		}
+	}
+}
+
+// idle waits for a command, the next KV transfer, or the end of ctx; false = stop.
+func (l *loop) idle(ctx context.Context) bool {
+	var timer <-chan time.Time
+	if next, ok := l.e.NextTransfer(); ok {
+		t := time.NewTimer(time.Until(l.wall(next)))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case f := <-l.w.cmds:
+		f(l.e)
+	case <-timer:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// sleepUntil waits until wall time t, running commands meanwhile; false = stop.
+func (l *loop) sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case f := <-l.w.cmds:
+			f(l.e)
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (l *loop) deliver(res *StepResult) {
+	for _, tk := range res.Tokens {
+		if s, ok := l.streams.Load(tk.ID); ok {
+			s.(*Stream).push(tk.Token)
+		}
+	}
+	for _, f := range res.Finished {
+		if s, ok := l.streams.LoadAndDelete(f.ID); ok {
+			s.(*Stream).end(f)
+		}
+	}
+}
+
+func (l *loop) publish(ctx context.Context, events []Event) error {
+	if len(events) == 0 || l.w.cfg.Events == nil {
+		return nil
+	}
+	ts := float64(time.Now().UnixNano()) / 1e9
+	payload := l.w.cfg.Encoder.AppendBatch(nil, ts, events)
+	return l.w.cfg.Events(ctx, payload)
+}
+
+func (l *loop) publishStats() {
+	s := l.e.Stats()
+	l.w.stats.Store(&s)
+}
