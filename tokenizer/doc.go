@@ -14,6 +14,11 @@
 //     add_special_tokens=false unless the body says otherwise.
 //   - Encode: plain text, with or without the post-processor's special tokens.
 //
+// LoadModel also accepts "hf:<org>/<model>[@rev]": the files are downloaded once
+// into the huggingface_hub cache layout (HF_TOKEN, HF_HOME/HF_HUB_CACHE,
+// HF_HUB_OFFLINE, HF_ENDPOINT via HubOptionsFromEnv) and read from there after.
+// NewMetrics exports the segment-cache counters on an injected registry.
+//
 // Supported tokenizer.json features: BPE models (vocab, merges in both
 // encodings, ignore_merges, byte_fallback, unk_token, fuse_unk); added tokens
 // with lstrip, rstrip, single_word and normalized, matched leftmost-longest;
