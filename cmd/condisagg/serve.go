@@ -31,9 +31,10 @@ import (
 // fileCheckInterval is how often serve looks for a changed configuration file.
 const fileCheckInterval = 2 * time.Second
 
-// serveHooks let tests learn the bound addresses.
+// serveHooks let tests observe the server.
 type serveHooks struct {
 	listening func(grpcAddr, httpAddr string)
+	reloaded  func(trigger string, err error) // after every reload attempt
 }
 
 // service is one running `condisagg serve`.
@@ -50,6 +51,7 @@ type service struct {
 	group   *kvevents.Group
 	health  *health.Server
 	ready   atomic.Bool
+	hooks   serveHooks
 	mu      sync.Mutex // serialises reloads
 }
 
@@ -69,6 +71,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveH
 	level.Set(cfg.logLevel)
 	s := &service{flags: f, level: level, log: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))}
 	s.cfg.Store(cfg)
+	s.hooks = hooks
 	if err := s.run(ctx, hooks); err != nil {
 		s.log.Error("serve failed", "err", err)
 		return 1
@@ -180,6 +183,9 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 	hsrv := &http.Server{Handler: s.httpHandler(admin), ReadHeaderTimeout: 10 * time.Second}
 	s.log.Info("serving", "endpoint", glis.Addr().String(), "admin", hlis.Addr().String(),
 		"policy", string(cfg.settings.Policy.Disagg.Policy))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if hooks.listening != nil {
 		hooks.listening(glis.Addr().String(), hlis.Addr().String())
 	}
@@ -187,7 +193,7 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 	errs := make(chan error, 2)
 	wg.Go(func() { s.pool.Run(ctx) })
 	wg.Go(func() { s.watchReady(ctx) })
-	wg.Go(func() { s.watchConfig(ctx) })
+	wg.Go(func() { s.watchConfig(ctx, hup) })
 	wg.Go(func() { errs <- extproc.Serve(ctx, g, hs, glis, cfg.unreadyDelay, cfg.drainTimeout) })
 	wg.Go(func() {
 		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -255,11 +261,8 @@ func (s *service) unready() []string {
 	return out
 }
 
-// watchConfig reloads on SIGHUP and when the file changes.
-func (s *service) watchConfig(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// watchConfig reloads on SIGHUP (hup) and when the file changes.
+func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	path := s.flags.configPath
 	last := fileStamp(path)
 	t := time.NewTicker(fileCheckInterval)
@@ -299,9 +302,12 @@ func (s *service) reloadFromAdmin(context.Context) error { return s.reload("admi
 
 // reload re-reads the file (flags still override it), validates it and swaps the
 // reloadable settings in; a bad file keeps the old configuration.
-func (s *service) reload(trigger string) error {
+func (s *service) reload(trigger string) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.hooks.reloaded != nil {
+		defer func() { s.hooks.reloaded(trigger, err) }()
+	}
 	cfg, err := s.flags.load()
 	if err != nil {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
