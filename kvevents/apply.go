@@ -28,6 +28,11 @@ type Applier struct {
 	store kvindex.Store
 	c     applyCounters
 
+	// tx is the index transaction of the batch being applied, valid only inside applyEvents;
+	// applyEvents is built once so that ix.Update costs no allocation per batch.
+	tx          kvindex.Tx
+	applyEvents func(kvindex.Tx)
+
 	// Hybrid groups learned from stores that carry kv_cache_spec_kind, one bit per group_idx
 	// below 64, so removes (which carry group_idx but no kind) follow their group's filter.
 	indexedGroups, skippedGroups uint64
@@ -36,7 +41,15 @@ type Applier struct {
 // NewApplier returns the Applier of stream worker with data-parallel rank rank. m must not be
 // nil; lim bounds decoding (zero fields take the defaults).
 func NewApplier(ix *kvindex.Index, worker kvindex.WorkerID, rank int64, m *Metrics, lim Limits) *Applier {
-	return &Applier{ix: ix, worker: worker, rank: rank, lim: lim.withDefaults(), c: newApplyCounters(m, string(worker))}
+	a := &Applier{ix: ix, worker: worker, rank: rank, lim: lim.withDefaults(), c: newApplyCounters(m, string(worker))}
+	a.applyEvents = func(tx kvindex.Tx) {
+		a.tx = tx
+		for i := range a.batch.Events {
+			a.apply(&a.batch.Events[i])
+		}
+		a.tx = kvindex.Tx{}
+	}
+	return a
 }
 
 // ApplyPayload decodes payload into the applier's reused Batch and applies it. A non-nil error
@@ -58,9 +71,8 @@ func (a *Applier) ApplyPayload(payload []byte) error {
 		return fmt.Errorf("kvevents: apply batch worker=%s: data_parallel_rank=%d, stream rank %d: %w",
 			a.worker, a.batch.Rank, a.rank, ErrRankMismatch)
 	}
-	for i := range a.batch.Events {
-		a.apply(&a.batch.Events[i])
-	}
+	// One write lock per batch, not per event: a batch is one engine step's events.
+	a.ix.Update(a.applyEvents)
 	a.c.batches.Inc()
 	return nil
 }
@@ -110,7 +122,7 @@ func (a *Applier) applyStored(ev *Event) {
 		Medium: m, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes, Tokens: ev.Tokens,
 		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, PlainBlocks: ev.PlainBlocks,
 	}
-	res := a.ix.Store(a.worker, &a.store)
+	res := a.tx.Store(a.worker, &a.store)
 	a.store = kvindex.Store{} // drop references into the payload
 	if res.Skip != kvindex.SkipNone {
 		a.c.skip(indexSkipReason(res.Skip), 1)
@@ -139,7 +151,7 @@ func (a *Applier) applyRemoved(ev *Event) {
 		a.c.skip(skipRemoteLocality, 1)
 		return
 	}
-	_, notFound := a.ix.Remove(a.worker, m, ev.Hashes)
+	_, notFound := a.tx.Remove(a.worker, m, ev.Hashes)
 	if notFound > 0 {
 		a.c.skip(skipBlockNotFound, notFound)
 	}
@@ -148,7 +160,7 @@ func (a *Applier) applyRemoved(ev *Event) {
 
 // applyCleared applies AllBlocksCleared (§3.3): the stream's entries go, other streams stay.
 func (a *Applier) applyCleared() {
-	a.ix.ClearWorker(a.worker)
+	a.tx.ClearWorker(a.worker)
 	a.c.cleared.Inc()
 }
 
