@@ -140,3 +140,32 @@ func TestCachePositionalSegments(t *testing.T) {
 		t.Errorf("later segments never hit the cache: %+v", st)
 	}
 }
+
+// TestEncodeChatConcurrent renders and encodes chats from several goroutines on
+// one cached Tokenizer (meaningful under -race) and checks every result.
+func TestEncodeChatConcurrent(t *testing.T) {
+	reqs := readJSONL[json.RawMessage](t, "conformance_chats.jsonl.gz")[:24]
+	want := readJSONL[chatExpect](t, "conformance_qwen3_chats_hf.jsonl.gz")
+	tk := loadModel(t, "qwen3", Options{CacheSegments: 256})
+	now := time.Date(2026, 7, 2, 12, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	errs := make(chan string, 3*len(reqs))
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range reqs {
+				j := (i + 5*g) % len(reqs)
+				ids, err := tk.EncodeChat(nil, reqs[j], ChatOptions{Now: now})
+				if err != nil || !equalIDs(ids, want[j].IDs) {
+					errs <- fmt.Sprintf("goroutine %d chat %d: ids differ (err %v)", g, j, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
