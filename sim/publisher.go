@@ -162,9 +162,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case payload := <-p.in:
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
-			// A failed send still consumes the seq, as in vLLM (§1.2).
-			_ = pub.SendMessage([][]byte{topic, sb[:], payload})
+			// Kept for replay first, so a subscriber that saw the batch can replay it; a failed
+			// send still consumes the seq, as in vLLM (§1.2).
 			p.keep(seq, payload)
+			_ = pub.SendMessage([][]byte{topic, sb[:], payload})
 			seq++
 		}
 	}

@@ -1,0 +1,181 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+// TestMain ends the package's tests with a goroutine-leak check: every goroutine of this
+// package (worker loops, publishers, replay servers, HTTP handlers) must have stopped.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "condisagg/sim.") && !strings.Contains(g, "TestMain") {
+				fmt.Fprintf(os.Stderr, "goroutine leak:\n%s\n", g)
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// modelDirs are where tokenizer/testdata/fetch_models.sh puts the real tokenizers (the files are
+// over 1 MiB, so they are not copied here).
+var modelDirs = map[string]string{
+	"qwen3":  filepath.Join("..", "tokenizer", "testdata", "models", "qwen3"),
+	"llama3": filepath.Join("..", "tokenizer", "testdata", "models", "llama3"),
+}
+
+var loaded sync.Map // model name -> func() (*tokenizer.Tokenizer, error)
+
+func loadTokenizer(t testing.TB, name string) *tokenizer.Tokenizer {
+	t.Helper()
+	f, _ := loaded.LoadOrStore(name, sync.OnceValues(func() (*tokenizer.Tokenizer, error) {
+		return tokenizer.Load(modelDirs[name], tokenizer.Options{CacheSegments: 1024})
+	}))
+	tk, err := f.(func() (*tokenizer.Tokenizer, error))()
+	if err != nil {
+		t.Fatalf("%s tokenizer missing under %s (%v): run tokenizer/testdata/fetch_models.sh (make deps does)", name, modelDirs[name], err)
+	}
+	return tk
+}
+
+type instOpts struct {
+	events     bool
+	format     EventFormat
+	hashes     HashEncoding
+	oldReplay  bool
+	kvTransfer bool
+	numBlocks  int
+	timeScale  float64
+	details    bool
+}
+
+type testInstance struct {
+	*Instance
+	url         string
+	pub, replay string
+	tok         *tokenizer.Tokenizer
+}
+
+// startInstance runs a vllm-sim instance (Qwen3 tokenizer) on 127.0.0.1 ephemeral ports; the
+// test's cleanup stops it and waits for it.
+func startInstance(t *testing.T, o instOpts) *testInstance {
+	t.Helper()
+	tok := loadTokenizer(t, "qwen3")
+	vocab, err := NewVocab(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := InstanceConfig{
+		Engine:    Config{NumGPUBlocks: o.numBlocks, Seed: 11},
+		TimeScale: o.timeScale,
+		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay,
+		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960},
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 50
+	}
+	if o.events {
+		replay := "tcp://127.0.0.1:*"
+		cfg.KVEvents = KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: "tcp://127.0.0.1:*",
+			ReplayEndpoint: &replay, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000}
+	}
+	if o.kvTransfer {
+		cfg.Server.KVTransfer = &KVTransfer{Connector: "NixlConnector", Role: "kv_both", EngineID: "engine-1", Host: "10.0.0.5", Port: 5600}
+	}
+	in, err := NewInstance(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, ln) }()
+	ti := &testInstance{Instance: in, url: "http://" + ln.Addr().String(), tok: tok}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("instance Run: %v", err)
+		}
+	})
+	if in.Publisher != nil {
+		if ti.pub, ti.replay, err = in.Publisher.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ti
+}
+
+// post sends body to path and returns the status and the response body.
+func (ti *testInstance) post(t *testing.T, path, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, ti.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func (ti *testInstance) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(ti.url + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// metric returns the value of the first /metrics sample whose line starts with prefix.
+func (ti *testInstance) metric(t *testing.T, prefix string) string {
+	t.Helper()
+	_, b := ti.get(t, "/metrics")
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return line[strings.LastIndexByte(line, ' ')+1:]
+		}
+	}
+	t.Fatalf("metric %s not in /metrics:\n%s", prefix, b)
+	return ""
+}
+
+func decodeJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+}
