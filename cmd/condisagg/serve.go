@@ -125,8 +125,10 @@ func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokeniz
 	if s.streams != nil {
 		ropts.Streams = s.streams
 	}
-	s.router, err = extproc.NewRouter(ropts)
-	return err
+	if s.router, err = extproc.NewRouter(ropts); err != nil {
+		return err
+	}
+	return s.reg.Register(s.router.IndexCollector())
 }
 
 // membership starts and stops event streams as workers join and leave.
