@@ -88,11 +88,21 @@ func newBPE(ms *modelSpec, byteLevel bool) (*bpe, error) {
 		}
 		m.unkID = int64(id)
 	}
+	var err error
+	if m.merges, err = buildMerges(ms); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// buildMerges maps each merge pair of ids to its rank and result; the first
+// occurrence of a repeated pair wins.
+func buildMerges(ms *modelSpec) (map[uint64]mergeRule, error) {
 	pairs, err := parseMerges(ms.Merges)
 	if err != nil {
 		return nil, err
 	}
-	m.merges = make(map[uint64]mergeRule, len(pairs))
+	merges := make(map[uint64]mergeRule, len(pairs))
 	for rank, p := range pairs {
 		a, okA := ms.Vocab[p[0]]
 		b, okB := ms.Vocab[p[1]]
@@ -101,11 +111,11 @@ func newBPE(ms *modelSpec, byteLevel bool) (*bpe, error) {
 			return nil, fmt.Errorf("tokenizer: merge %d %q+%q: token missing from the vocabulary", rank, p[0], p[1])
 		}
 		k := pairKey(a, b)
-		if _, dup := m.merges[k]; !dup {
-			m.merges[k] = mergeRule{rank: uint32(rank), id: c}
+		if _, dup := merges[k]; !dup {
+			merges[k] = mergeRule{rank: uint32(rank), id: c}
 		}
 	}
-	return m, nil
+	return merges, nil
 }
 
 // symbol is one node of the doubly linked list a word is merged on.

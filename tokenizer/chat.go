@@ -152,12 +152,13 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 			return nil, false, err
 		}
 	}
-	agp := jinja.NewBool(true)
-	if v, ok := r.Get("add_generation_prompt"); ok && !v.IsNone() {
-		if !v.IsBool() {
-			return nil, false, fmt.Errorf("tokenizer: chat request: add_generation_prompt %s is not a bool", v)
-		}
-		agp = v
+	agp, err := optionalBool(r, "add_generation_prompt", true)
+	if err != nil {
+		return nil, false, err
+	}
+	special, err := optionalBool(r, "add_special_tokens", false)
+	if err != nil {
+		return nil, false, err
 	}
 	now := opts.Now
 	if now.IsZero() {
@@ -167,39 +168,54 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 		"messages":              messages,
 		"tools":                 tools,
 		"documents":             jinja.None(),
-		"add_generation_prompt": agp,
+		"add_generation_prompt": jinja.NewBool(agp),
 		"bos_token":             jinja.NewString(t.cfg.bosToken),
 		"eos_token":             jinja.NewString(t.cfg.eosToken),
 		pyTojsonName:            jinja.NewCallable("tojson", tojsonFilter),
 		pyOutputName:            jinja.NewCallable("output", pyOutputFilter),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 	}
-	// vLLM hands these request fields to the template too.
+	if err := addRequestVars(vars, r); err != nil {
+		return nil, false, err
+	}
+	return vars, SpecialTokens(special), nil
+}
+
+// optionalBool reads a boolean request field; absent or null gives def.
+func optionalBool(r *jinja.Dict, key string, def bool) (bool, error) {
+	v, ok := r.Get(key)
+	if !ok || v.IsNone() {
+		return def, nil
+	}
+	if !v.IsBool() {
+		return false, fmt.Errorf("tokenizer: chat request: %s %s is not a bool", key, v)
+	}
+	return v.AsBool(), nil
+}
+
+// addRequestVars adds the other request fields vLLM hands to the template:
+// documents, reasoning_effort, and chat_template_kwargs last, overriding.
+func addRequestVars(vars map[string]jinja.Value, r *jinja.Dict) error {
 	if v, ok := r.Get("documents"); ok {
 		vars["documents"] = v
 	}
 	if v, ok := r.Get("reasoning_effort"); ok && !v.IsNone() {
 		vars["reasoning_effort"] = v
 	}
-	if kw, ok := r.Get("chat_template_kwargs"); ok && !kw.IsNone() {
-		if !kw.IsDict() {
-			return nil, false, fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
-		}
-		for _, k := range kw.AsDict().Keys {
-			if k == pyTojsonName || k == pyOutputName {
-				continue
-			}
-			vars[k], _ = kw.AsDict().Get(k)
-		}
+	kw, ok := r.Get("chat_template_kwargs")
+	if !ok || kw.IsNone() {
+		return nil
 	}
-	special := WithoutSpecialTokens
-	if v, ok := r.Get("add_special_tokens"); ok && !v.IsNone() {
-		if !v.IsBool() {
-			return nil, false, fmt.Errorf("tokenizer: chat request: add_special_tokens %s is not a bool", v)
-		}
-		special = SpecialTokens(v.AsBool())
+	if !kw.IsDict() {
+		return fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
 	}
-	return vars, special, nil
+	for _, k := range kw.AsDict().Keys {
+		if k == pyTojsonName || k == pyOutputName {
+			continue
+		}
+		vars[k], _ = kw.AsDict().Get(k)
+	}
+	return nil
 }
 
 // vllmMessages rebuilds each message as vLLM hands it to a string-content chat

@@ -215,50 +215,62 @@ func (p *jsonParser) str() (string, error) {
 		if p.pos+1 >= len(p.data) {
 			break
 		}
-		esc := p.data[p.pos+1]
-		p.pos += 2
-		switch esc {
-		case '"', '\\', '/':
-			p.buf = append(p.buf, esc)
-		case 'b':
-			p.buf = append(p.buf, '\b')
-		case 'f':
-			p.buf = append(p.buf, '\f')
-		case 'n':
-			p.buf = append(p.buf, '\n')
-		case 'r':
-			p.buf = append(p.buf, '\r')
-		case 't':
-			p.buf = append(p.buf, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return "", p.errorf("bad \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				r2, ok2 := rune(-1), false
-				if p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
-					save := p.pos
-					p.pos += 2
-					if r2, ok2 = p.hex4(); !ok2 {
-						return "", p.errorf("bad \\u escape")
-					}
-					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-						r = dec
-					} else {
-						p.pos = save
-						r = utf8.RuneError
-					}
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			p.buf = utf8.AppendRune(p.buf, r)
-		default:
-			return "", p.errorf("bad escape \\%c", esc)
+		if err := p.escape(); err != nil {
+			return "", err
 		}
 	}
 	return "", p.errorf("unterminated string")
+}
+
+// escape decodes the escape sequence at p.pos (a backslash) into p.buf.
+func (p *jsonParser) escape() error {
+	esc := p.data[p.pos+1]
+	p.pos += 2
+	switch esc {
+	case '"', '\\', '/':
+		p.buf = append(p.buf, esc)
+	case 'b':
+		p.buf = append(p.buf, '\b')
+	case 'f':
+		p.buf = append(p.buf, '\f')
+	case 'n':
+		p.buf = append(p.buf, '\n')
+	case 'r':
+		p.buf = append(p.buf, '\r')
+	case 't':
+		p.buf = append(p.buf, '\t')
+	case 'u':
+		r, ok := p.hex4()
+		if !ok {
+			return p.errorf("bad \\u escape")
+		}
+		if utf16.IsSurrogate(r) {
+			r = p.lowSurrogate(r)
+		}
+		p.buf = utf8.AppendRune(p.buf, r)
+	default:
+		return p.errorf("bad escape \\%c", esc)
+	}
+	return nil
+}
+
+// lowSurrogate combines the high surrogate hi with a following \uXXXX low
+// surrogate; a lone or mismatched surrogate becomes U+FFFD and the following
+// escape, if any, is decoded on its own.
+func (p *jsonParser) lowSurrogate(hi rune) rune {
+	if p.pos+1 >= len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
+		return utf8.RuneError
+	}
+	save := p.pos
+	p.pos += 2
+	lo, ok := p.hex4()
+	if ok {
+		if r := utf16.DecodeRune(hi, lo); r != utf8.RuneError {
+			return r
+		}
+	}
+	p.pos = save
+	return utf8.RuneError
 }
 
 func (p *jsonParser) hex4() (rune, bool) {

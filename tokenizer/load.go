@@ -24,6 +24,18 @@ type Options struct {
 	CacheBytes int
 }
 
+// Validate reports every invalid field of o at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.CacheSegments < 0 {
+		errs = append(errs, fmt.Errorf("tokenizer: options: CacheSegments: %d: must be >= 0", o.CacheSegments))
+	}
+	if o.CacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("tokenizer: options: CacheBytes: %d: must be >= 0", o.CacheBytes))
+	}
+	return errors.Join(errs...)
+}
+
 // Load reads a model directory the way Hugging Face does: tokenizer.json, plus
 // tokenizer_config.json (chat_template, bos_token, eos_token) and a separate
 // chat_template.jinja when present (it takes precedence).
@@ -46,6 +58,9 @@ func Load(dir string, opts Options) (*Tokenizer, error) {
 // New builds a Tokenizer from the contents of tokenizer.json, tokenizer_config.json
 // (may be nil) and a chat template that overrides the config's (may be empty).
 func New(tokenizerJSON, tokenizerConfig []byte, chatTemplate string, opts Options) (*Tokenizer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	t, err := newTokenizer(tokenizerJSON)
 	if err != nil {
 		return nil, err

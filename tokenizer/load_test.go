@@ -146,3 +146,16 @@ func TestChatTemplateFileOverridesConfig(t *testing.T) {
 		t.Errorf("chat_template.jinja rendered %q, want %q", got, "<bos>file")
 	}
 }
+
+func TestOptionsValidate(t *testing.T) {
+	err := Options{CacheSegments: -1, CacheBytes: -2}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "CacheSegments: -1") || !strings.Contains(err.Error(), "CacheBytes: -2") {
+		t.Errorf("Validate() = %v, want both fields reported", err)
+	}
+	if err := (Options{CacheSegments: 10}).Validate(); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+	if _, err := New([]byte(`{}`), nil, "", Options{CacheSegments: -1}); err == nil || !strings.Contains(err.Error(), "CacheSegments") {
+		t.Errorf("New with bad options: %v", err)
+	}
+}

@@ -56,7 +56,8 @@ def main():
         "// regex engine puts in \\p{L}, \\p{N} or \\s; every other code point is clsOther.",
         "var hfClassRanges = [...]classRange{",
     ]
-    lines += [f"\t{{0x{lo:04X}, 0x{hi:04X}, {name}}}," for lo, hi, name in rows]
+    cells = [f"{{0x{lo:04X}, 0x{hi:04X}, {name}}}," for lo, hi, name in rows]
+    lines += ["\t" + " ".join(cells[i:i + 3]) for i in range(0, len(cells), 3)]
     lines.append("}")
     with open(os.path.join(HERE, "..", "unicodeclass_table.go"), "w") as f:
         f.write("\n".join(lines) + "\n")
