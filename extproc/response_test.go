@@ -1,9 +1,11 @@
 package extproc
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -199,5 +201,29 @@ func TestCancelReleases(t *testing.T) {
 	ended.Wait()
 	if e.totalRequests() != 0 || testutil.ToFloat64(e.metrics.Cancelled) != 2 {
 		t.Fatal("EOF before the response end did not release")
+	}
+}
+
+// TestDecisionDeadline: a bypass whose decision steps took longer than DecisionDeadline fails
+// open to remote prefill with reason remote_policy_error (conditional-disagg.md §3 Errors).
+func TestDecisionDeadline(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	body := chatBody(strings.Repeat("a slow but warm conversation ", 60), false)
+	e.cacheOn("decode-0", body)
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	e.router.now = func() time.Time { // every reading is 30 ms after the previous one
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(30 * time.Millisecond)
+		return now
+	}
+	out, err := e.router.Decide(t.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true})
+	if err != nil || out.Reason != "remote_policy_error" || !errors.Is(out.Decision.Inputs.Err, ErrDecisionDeadline) {
+		t.Fatalf("late bypass: %v %v %v", out.Reason, out.Decision.Inputs.Err, err)
+	}
+	e.router.now = time.Now
+	if out, err := e.router.Decide(t.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true}); err != nil || out.Reason != "bypass_isl" {
+		t.Fatalf("in time: %v %v", out.Reason, err)
 	}
 }

@@ -27,7 +27,13 @@ var (
 	ErrBodyTooLarge = errors.New("request body too large")
 	// ErrInternal wraps every failure inside the pipeline; --failure-mode decides its fate.
 	ErrInternal = errors.New("internal routing failure")
+	// ErrDecisionDeadline is the policy error of a decision (after tokenization) slower than
+	// DecisionDeadline.
+	ErrDecisionDeadline = errors.New("extproc: decision deadline exceeded")
 )
+
+// DecisionDeadline bounds the decision steps after tokenization (conditional-disagg.md §3).
+const DecisionDeadline = 50 * time.Millisecond
 
 // Tokenizer encodes the prompt of an OpenAI body; *tokenizer.Tokenizer satisfies it.
 type Tokenizer interface {
@@ -205,6 +211,12 @@ func (r *Router) Decide(ctx context.Context, req *DecideRequest) (out Outcome, e
 	in.Decode, in.Prefill = sc.decode, sc.prefill
 	dec := policy.Decide(set.Policy, &in, &sc.snap, sc.rng)
 	out.Stages[stageDecide] = clock.lap()
+	if dec.Route == policy.RouteDecode && dec.Reason != policy.ReasonNoPrefillWorkers &&
+		out.Stages[stageOverlap]+out.Stages[stageDecide] > DecisionDeadline {
+		// conditional-disagg.md §3 "Errors": a late bypass fails open to disaggregation.
+		policy.Demote(set.Policy, &in, &sc.snap, sc.rng, &dec, policy.ReasonRemotePolicyError)
+		dec.Inputs.Err = ErrDecisionDeadline
+	}
 	out.Tokens, out.Keys = len(sc.tokens), len(sc.keys)
 	if req.DryRun {
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
