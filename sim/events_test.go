@@ -1,0 +1,290 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/go-zeromq/goczmq/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestPubBindsRule(t *testing.T) {
+	for ep, want := range map[string]bool{
+		"tcp://*:5557": true, "tcp://[::]:5557": true, "ipc:///tmp/x": true, "inproc://x": true,
+		"tcp://0.0.0.0:5557": false, "tcp://router:5557": false, "tcp://127.0.0.1:5557": false,
+	} {
+		if got := pubBinds(ep); got != want {
+			t.Errorf("vllm-kv-events.md §1.1: pubBinds(%q) = %v, want %v", ep, got, want)
+		}
+	}
+}
+
+func TestParseKVEventsConfig(t *testing.T) {
+	c, err := ParseKVEventsConfig(`{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5567","topic":"kv-events"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Enabled() || c.Publisher != "zmq" || c.BufferSteps != 10000 || c.HWM != 100000 || c.MaxQueueSize != 100000 || *c.ReplayEndpoint != "tcp://*:5567" {
+		t.Fatalf("§5 defaults: %+v", c)
+	}
+	if c, _ := ParseKVEventsConfig(""); c.Enabled() || c.Endpoint != "tcp://*:5557" {
+		t.Fatalf("empty config: %+v", c)
+	}
+	for _, bad := range []string{`{"publisher":"kafka"}`, `{"bogus":1}`, `{"max_queue_size":0}`, `[`} {
+		if _, err := ParseKVEventsConfig(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func FuzzParseKVEventsConfig(f *testing.F) {
+	f.Add(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5567","topic":"kv-events","buffer_steps":10000,"hwm":100000,"max_queue_size":100000}`)
+	f.Add(`{"replay_endpoint":null}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseKVEventsConfig(s)
+		if err == nil && (c.MaxQueueSize < 1 || c.BufferSteps < 0 || (c.Publisher != "zmq" && c.Publisher != "null")) {
+			t.Fatalf("invalid config accepted: %+v", c)
+		}
+	})
+}
+
+// waitIndex waits until cond holds for the index, re-checking after every batch the stream
+// applies.
+func waitIndex(t *testing.T, g *kvevents.Group, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(kvevents.StreamStatus) bool { return cond() }); err != nil {
+		t.Fatalf("index condition not reached: %v (status %+v)", err, g.Status())
+	}
+}
+
+func gpuOverlap(ix *kvindex.Index, tokens []uint32) int {
+	var o kvindex.Overlaps
+	ix.Overlap(kvindex.Keys(tokens, 16, nil), &o)
+	for _, w := range o.Workers {
+		if w.Worker == "sim-0" {
+			return w.GPU
+		}
+	}
+	return 0
+}
+
+func tokenPrompt(n int, base uint32) ([]uint32, string) {
+	toks := seqTokens(n, base)
+	parts := make([]string, n)
+	for i, tk := range toks {
+		parts[i] = fmt.Sprint(tk)
+	}
+	return toks, "[" + strings.Join(parts, ",") + "]"
+}
+
+// TestKVEventsLoopback reads vllm-sim's events with the project's real subscriber and index:
+// after a request, the router credits the worker with the prompt's blocks; after
+// /reset_prefix_cache, with none.
+func TestKVEventsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    instOpts
+	}{
+		{"map_int_new_replay", instOpts{events: true, format: FormatMap, hashes: HashInt}},
+		{"array_bytes_old_replay", instOpts{events: true, format: FormatArray, hashes: HashBytes, oldReplay: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ti := startInstance(t, tc.o)
+			ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := kvevents.NewGroup(kvevents.Config{Metrics: kvevents.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := g.Add(ctx, kvevents.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(s kvevents.StreamStatus) bool { return s.Connected }); err != nil {
+				t.Fatal(err)
+			}
+			// Two requests: if the first batch beat the subscription (slow joiner), the second
+			// one's seq 1 makes the subscriber replay from 0.
+			a, aj := tokenPrompt(100, 1000)
+			b, bj := tokenPrompt(40, 5000)
+			ti.post(t, "/v1/completions", `{"prompt":`+aj+`,"max_tokens":1}`)
+			ti.post(t, "/v1/completions", `{"prompt":`+bj+`,"max_tokens":1}`)
+			waitIndex(t, g, func() bool { return gpuOverlap(ix, a) == 6 && gpuOverlap(ix, b) == 2 })
+
+			if code, body := ti.post(t, "/reset_prefix_cache", ""); code != 200 {
+				t.Fatalf("reset: %d %s", code, body)
+			}
+			waitIndex(t, g, func() bool { return gpuOverlap(ix, a) == 0 && gpuOverlap(ix, b) == 0 })
+			if st := g.Status()[0]; st.Dropped != 0 || st.MalformedClear != 0 {
+				t.Fatalf("stream status %+v", st)
+			}
+		})
+	}
+}
+
+func TestResetPrefixCacheFailsWhileInUse(t *testing.T) {
+	ti := startInstance(t, instOpts{timeScale: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ti.url+"/v1/completions", strings.NewReader(`{"prompt":"Hello world","max_tokens":5000,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil { // the first token: running
+		t.Fatal(err)
+	}
+	if code, b := ti.post(t, "/reset_prefix_cache", ""); code != 400 {
+		t.Fatalf("vllm-kv-events.md §3.3: reset with a running request = %d %s, want 400", code, b)
+	}
+	cancel() // the client goes away: the request is aborted and its blocks freed
+	resp.Body.Close()
+	// The handler aborts the request when it sees the disconnect; each probe is a round trip
+	// through the worker goroutine.
+	dl := time.Now().Add(5 * time.Second)
+	for live := 1; live != 0; {
+		if time.Now().After(dl) {
+			t.Fatal("aborted request still in the engine")
+		}
+		if err := ti.Worker.do(context.Background(), func(e *Engine) { live = len(e.reqs) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, b := ti.post(t, "/reset_prefix_cache", ""); code != 200 {
+		t.Fatalf("reset after abort = %d %s", code, b)
+	}
+}
+
+func be8(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// recvAll reads DEALER messages until the end marker or a 2 s silence.
+func recvAll(t *testing.T, d *goczmq.Sock) [][][]byte {
+	t.Helper()
+	p, err := goczmq.NewPoller(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Destroy()
+	var out [][][]byte
+	for {
+		s, err := p.Wait(2000)
+		if err != nil || s == nil {
+			return out
+		}
+		m, err := d.RecvMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+		if len(m[len(m)-1]) == 0 {
+			return out
+		}
+	}
+}
+
+func TestReplayLayouts(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old_layout=%v", old), func(t *testing.T) {
+			replay := "tcp://127.0.0.1:*"
+			p := NewPublisher(PublisherConfig{KVEventsConfig: KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq",
+				Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: &replay, Topic: "t", BufferSteps: 2, HWM: 1000, MaxQueueSize: 10}, OldReplayLayout: old})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			_, rep, err := p.Ready(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := p.Publish(ctx, []byte{byte('a' + i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetLinger(0))
+			defer d.Destroy()
+			if err := d.Connect(rep); err != nil {
+				t.Fatal(err)
+			}
+			// buffer_steps 2 keeps seqs 1 and 2; ask from 0 until both are there (the publisher
+			// goroutine may still be sending).
+			var msgs [][][]byte
+			for range 50 {
+				if err := d.SendMessage([][]byte{{}, be8(0)}); err != nil {
+					t.Fatal(err)
+				}
+				if msgs = recvAll(t, d); len(msgs) == 3 {
+					break
+				}
+			}
+			want := [][][]byte{{{}, []byte("t"), be8(1), []byte("b")}, {{}, []byte("t"), be8(2), []byte("c")}, {{}, {}, be8(replayEnd), {}}}
+			if old {
+				want = [][][]byte{{{}, be8(1), []byte("b")}, {{}, be8(2), []byte("c")}, {{}, be8(replayEnd), {}}}
+			}
+			if fmt.Sprint(msgs) != fmt.Sprint(want) {
+				t.Fatalf("vllm-kv-events.md §1.5 replay reply:\n got %v\nwant %v", msgs, want)
+			}
+			// A malformed request gets no reply, a later valid one does.
+			_ = d.SendMessage([][]byte{{}, []byte("x")})
+			_ = d.SendMessage([][]byte{{}, be8(2)})
+			if msgs = recvAll(t, d); len(msgs) != 2 {
+				t.Fatalf("after an invalid request: %v", msgs)
+			}
+		})
+	}
+}
+
+// TestPubConnects: an endpoint without '*' makes the PUB connect to a binding SUB
+// (vllm-kv-events.md §1.1 centralized topology); frames are [topic, seq 8B BE, payload] from 0.
+func TestPubConnects(t *testing.T) {
+	sub := goczmq.NewSock(goczmq.Sub, goczmq.SockSetLinger(0), goczmq.SockSetSubscribe(""))
+	defer sub.Destroy()
+	port, err := sub.Bind("tcp://127.0.0.1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPublisher(PublisherConfig{KVEventsConfig: KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port), HWM: 1000, MaxQueueSize: 10}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if _, _, err := p.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	poller, err := goczmq.NewPoller(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer poller.Destroy()
+	// Messages sent before the subscription reaches the PUB are dropped: publish until one arrives.
+	for i := range 200 {
+		if err := p.Publish(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := poller.Wait(20); s != nil {
+			m, err := sub.RecvMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m) != 3 || len(m[0]) != 0 || len(m[1]) != 8 || binary.BigEndian.Uint64(m[1]) > uint64(i) || string(m[2]) != "x" {
+				t.Fatalf("§1.2 frames %q", m)
+			}
+			return
+		}
+	}
+	t.Fatal("no message reached the binding SUB")
+}
