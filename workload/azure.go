@@ -13,11 +13,22 @@ const kindAzure uint64 = 64
 
 const azureTimeLayout = "2006-01-02 15:04:05.999999999"
 
+// AzureOptions configure ReadAzure. The zero value gives prompts that share nothing.
+type AzureOptions struct {
+	Seed uint64 // stream namespace
+	// With PrefixGroups > 0, each prompt starts with one of PrefixGroups synthetic shared
+	// prefixes (chosen by a hash of Seed and the row) of min(PrefixTokens, ContextTokens−1)
+	// tokens, the rest being request-unique: the trace itself has no prefix information.
+	PrefixGroups, PrefixTokens int
+}
+
 // ReadAzure reads an Azure LLM inference trace 2023 CSV (TIMESTAMP,ContextTokens,
-// GeneratedTokens; perf-model.md §7), keeping requests while w admits them. The trace has no
-// prefix information: every prompt is one request-unique stream (namespace seed), so requests
-// share no tokens. Arrivals are relative to the first row; rows must be in time order.
-func ReadAzure(r io.Reader, seed uint64, w Window) ([]Request, error) {
+// GeneratedTokens; perf-model.md §7), keeping requests while w admits them. Arrivals are
+// relative to the first row; rows must be in time order.
+func ReadAzure(r io.Reader, o AzureOptions, w Window) ([]Request, error) {
+	if o.PrefixGroups < 0 || o.PrefixTokens < 0 {
+		return nil, fmt.Errorf("workload: azure prefix_groups %d, prefix_tokens %d must be >= 0", o.PrefixGroups, o.PrefixTokens)
+	}
 	lr := newLineReader(r, DefaultMaxLineBytes)
 	var out []Request
 	var first time.Time
@@ -47,13 +58,7 @@ func ReadAzure(r io.Reader, seed uint64, w Window) ([]Request, error) {
 		if !w.admits(len(out), arrival) {
 			return out, nil
 		}
-		i := len(out)
-		req := Request{Index: i, Arrival: arrival, Session: -1, Turn: -1, Parent: -1, InputTokens: in, OutputTokens: gen,
-			Prompt: []Segment{{ID: synthID(seed, kindAzure, uint64(i), 0), Len: uint32(in)}}}
-		if gen > 0 {
-			req.Output = []Segment{{ID: synthID(seed, kindAzure, uint64(i), 1), Len: uint32(gen)}}
-		}
-		out = append(out, req)
+		out = append(out, o.request(len(out), arrival, in, gen))
 	}
 }
 
@@ -75,4 +80,21 @@ func parseAzureLine(line []byte) (time.Time, int, int, error) {
 		return time.Time{}, 0, 0, fmt.Errorf("GeneratedTokens %q must be an integer in [0, %d]", f[2], maxOutputTokens)
 	}
 	return ts, in, gen, nil
+}
+
+func (o AzureOptions) request(i int, arrival time.Duration, in, gen int) Request {
+	req := Request{Index: i, Arrival: arrival, Session: -1, Turn: -1, Parent: -1, InputTokens: in, OutputTokens: gen}
+	shared := 0
+	if o.PrefixGroups > 0 {
+		shared = min(o.PrefixTokens, in-1)
+	}
+	if shared > 0 {
+		g := splitmix64(o.Seed^uint64(i)) % uint64(o.PrefixGroups)
+		req.Prompt = append(req.Prompt, Segment{ID: synthID(o.Seed, kindAzure, g, 2), Len: uint32(shared)})
+	}
+	req.Prompt = append(req.Prompt, Segment{ID: synthID(o.Seed, kindAzure, uint64(i), 0), Len: uint32(in - shared)})
+	if gen > 0 {
+		req.Output = []Segment{{ID: synthID(o.Seed, kindAzure, uint64(i), 1), Len: uint32(gen)}}
+	}
+	return req
 }

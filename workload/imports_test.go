@@ -50,7 +50,7 @@ func FuzzReadAzure(f *testing.F) {
 	f.Add(readFixture(f, "testdata/azure2023_conv_head100.csv")[:400])
 	f.Add([]byte("2023-11-16 18:15:46.68,5,1\n2023-11-16 18:15:46.7,0,1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		reqs, _ := ReadAzure(strings.NewReader(string(data)), 1, Window{})
+		reqs, _ := ReadAzure(strings.NewReader(string(data)), AzureOptions{Seed: 1, PrefixGroups: 2, PrefixTokens: 3}, Window{})
 		if len(reqs) > strings.Count(string(data), "\n")+1 {
 			t.Fatalf("%d requests from %d lines", len(reqs), strings.Count(string(data), "\n")+1)
 		}

@@ -47,7 +47,7 @@ func TestReadAzure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	reqs, err := ReadAzure(f, 1, Window{})
+	reqs, err := ReadAzure(f, AzureOptions{Seed: 1}, Window{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +60,34 @@ func TestReadAzure(t *testing.T) {
 	if slicesEqual(a[:16], b[:16]) {
 		t.Fatal("azure prompts must not share tokens")
 	}
+	// With synthetic prefixes: 3 groups of 200 tokens; prompts of a group share exactly them.
+	withPrefix, err := ReadAzure(bytes.NewReader(readFixture(t, "testdata/azure2023_conv_head100.csv")), AzureOptions{Seed: 1, PrefixGroups: 3, PrefixTokens: 200}, Window{MaxRequests: 40})
+	if err != nil || len(withPrefix) != 40 {
+		t.Fatalf("%d requests, %v", len(withPrefix), err)
+	}
+	checkWellFormed(t, withPrefix)
+	groups := map[uint64][]uint32{}
+	for i := range withPrefix {
+		r := &withPrefix[i]
+		if r.InputTokens <= 200 {
+			continue
+		}
+		toks := DefaultVocab().AppendPrompt(nil, r)
+		if ref, ok := groups[r.Prompt[0].ID]; ok && (!slicesEqual(ref[:200], toks[:200]) || ref[200] == toks[200] && ref[201] == toks[201]) {
+			t.Fatalf("request %d: shares the wrong amount with its group", i)
+		}
+		groups[r.Prompt[0].ID] = toks
+	}
+	if len(groups) != 3 {
+		t.Fatalf("%d prefix groups used, want 3", len(groups))
+	}
 	for _, c := range []struct{ in, want string }{
 		{"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:46.6,1,1\n", "line 3: timestamp"},
 		{"2023-11-16 18:15:46.68,0,1\n", "line 1: ContextTokens"},
 		{"2023-11-16,1,1\n", "line 1: TIMESTAMP"},
 		{"1,2\n", "line 1: 2 fields"},
 	} {
-		if _, err := ReadAzure(bytes.NewReader([]byte(c.in)), 1, Window{}); err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+		if _, err := ReadAzure(bytes.NewReader([]byte(c.in)), AzureOptions{}, Window{}); err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
 			t.Errorf("ReadAzure(%q) = %v, want %q", c.in, err, c.want)
 		}
 	}

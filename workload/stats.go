@@ -124,6 +124,7 @@ type Result struct {
 	E2E          time.Duration // arrival -> last output token
 	OutputTokens int           // tokens received
 	InputTokens  int
+	CachedTokens int // prompt tokens served from a prefix cache; -1 when unknown
 	// Gaps are the intervals between consecutive token arrivals (pooled for the token-gap
 	// diagnostic); optional.
 	Gaps   []time.Duration
@@ -165,16 +166,19 @@ type Summary struct {
 	Window      time.Duration       // goodput denominator
 	OutputTokPS float64             // output tokens per second over the window
 	SLO         SLO
-	Routes      map[string]int // route -> requests ("" = no decision header)
-	Reasons     map[string]int
-	BypassRate  float64 // decode-route share of requests with a known route
+	// PrefixHitRate is cached / input tokens over completed requests that report
+	// CachedTokens (-1 when none does).
+	PrefixHitRate float64
+	Routes        map[string]int // route -> requests ("" = no decision header)
+	Reasons       map[string]int
+	BypassRate    float64 // decode-route share of requests with a known route
 }
 
 // Summarize computes the Summary of results under slo.
 func Summarize(name string, results []Result, slo SLO, ss SteadyState) Summary {
 	s := Summary{Name: name, Requests: len(results), SLO: slo, Routes: map[string]int{}, Reasons: map[string]int{}}
 	var ttft, tpot, e2e, gaps []time.Duration
-	met := 0
+	met, cached, input := 0, 0, 0
 	for i := range results {
 		r := &results[i]
 		s.Routes[r.Route]++
@@ -191,6 +195,9 @@ func Summarize(name string, results []Result, slo SLO, ss SteadyState) Summary {
 			tpot = append(tpot, v)
 		}
 		gaps = append(gaps, r.Gaps...)
+		if r.CachedTokens >= 0 {
+			cached, input = cached+r.CachedTokens, input+r.InputTokens
+		}
 		if slo.Met(r) {
 			met++
 		}
@@ -199,36 +206,47 @@ func Summarize(name string, results []Result, slo SLO, ss SteadyState) Summary {
 	if s.Completed > 0 {
 		s.Attainment = float64(met) / float64(s.Completed)
 	}
+	s.PrefixHitRate = -1
+	if input > 0 {
+		s.PrefixHitRate = float64(cached) / float64(input)
+	}
 	if known := len(results) - s.Routes[""]; known > 0 {
 		s.BypassRate = float64(s.Routes["decode"]) / float64(known)
 	}
-	s.Goodput, s.OutputTokPS, s.Window = goodput(results, slo, ss)
+	s.Goodput, s.OutputTokPS, s.Window = goodput(results, results, slo, ss)
 	return s
 }
 
-// goodput is SLO-meeting requests per second and output tokens per second in the window.
-func goodput(results []Result, slo SLO, ss SteadyState) (good, tokPS float64, window time.Duration) {
+// window is the steady-state window of results: [from, to], and whole when every request
+// counts (no warm-up or drain given). to <= from means no usable window.
+func (ss SteadyState) window(results []Result) (from, to time.Duration, whole bool) {
 	if len(results) == 0 {
-		return 0, 0, 0
+		return 0, 0, true
 	}
 	first := slices.MinFunc(results, func(a, b Result) int { return cmp.Compare(a.Arrival, b.Arrival) }).Arrival
-	lastArrival := slices.MaxFunc(results, func(a, b Result) int { return cmp.Compare(a.Arrival, b.Arrival) }).Arrival
-	from, to := first+ss.Warmup, lastArrival-ss.Drain
-	whole := ss.Warmup == 0 && ss.Drain == 0
-	if whole {
-		from, to = first, first
+	if ss.Warmup == 0 && ss.Drain == 0 {
+		to = first
 		for i := range results {
 			if results[i].Completed() {
 				to = max(to, results[i].Arrival+results[i].E2E)
 			}
 		}
+		return first, to, true
 	}
+	last := slices.MaxFunc(results, func(a, b Result) int { return cmp.Compare(a.Arrival, b.Arrival) }).Arrival
+	return first + ss.Warmup, last - ss.Drain, false
+}
+
+// goodput is SLO-meeting requests per second and output tokens per second among counted,
+// over the window of all (counted is all or a subset of it, e.g. one ISL bucket).
+func goodput(all, counted []Result, slo SLO, ss SteadyState) (good, tokPS float64, window time.Duration) {
+	from, to, whole := ss.window(all)
 	if to <= from {
 		return 0, 0, 0
 	}
 	n, toks := 0, 0
-	for i := range results {
-		r := &results[i]
+	for i := range counted {
+		r := &counted[i]
 		if !whole && (r.Arrival < from || r.Arrival > to) {
 			continue
 		}
@@ -241,4 +259,36 @@ func goodput(results []Result, slo SLO, ss SteadyState) (good, tokPS float64, wi
 	}
 	sec := (to - from).Seconds()
 	return float64(n) / sec, float64(toks) / sec, to - from
+}
+
+// ISLBucket is a prompt-length range [Min, Max) for per-bucket reports (perf-model.md §6).
+type ISLBucket struct {
+	Name     string
+	Min, Max int
+}
+
+// ISLBuckets are the report buckets of perf-model.md §6: < 2k, 2–8k, 8–32k, > 32k tokens.
+func ISLBuckets() []ISLBucket {
+	return []ISLBucket{{"isl<2k", 0, 2048}, {"isl 2-8k", 2048, 8192}, {"isl 8-32k", 8192, 32768}, {"isl>32k", 32768, math.MaxInt}}
+}
+
+// SummarizeByISL is one Summary per non-empty bucket, named "name bucket". Goodput and
+// output tok/s in each count that bucket's requests over the whole run's window.
+func SummarizeByISL(name string, results []Result, slo SLO, ss SteadyState, buckets []ISLBucket) []Summary {
+	var out []Summary
+	for _, b := range buckets {
+		var sub []Result
+		for i := range results {
+			if n := results[i].InputTokens; n >= b.Min && n < b.Max {
+				sub = append(sub, results[i])
+			}
+		}
+		if len(sub) == 0 {
+			continue
+		}
+		s := Summarize(name+" "+b.Name, sub, slo, ss)
+		s.Goodput, s.OutputTokPS, s.Window = goodput(results, sub, slo, ss)
+		out = append(out, s)
+	}
+	return out
 }

@@ -62,7 +62,7 @@ func TestParseSLO(t *testing.T) {
 }
 
 func res(i int, arrival, ttft, e2e time.Duration, n int) Result {
-	return Result{Index: i, Arrival: arrival, TTFT: ttft, E2E: e2e, OutputTokens: n}
+	return Result{Index: i, Arrival: arrival, TTFT: ttft, E2E: e2e, OutputTokens: n, InputTokens: 100}
 }
 
 func TestSLOMetAndTPOT(t *testing.T) {
@@ -130,6 +130,16 @@ func TestSummarizeGoodput(t *testing.T) {
 	if s.TTFT.P50 != 1100*time.Millisecond || s.TPOT.P50 != 40*time.Millisecond {
 		t.Fatalf("TTFT p50 %v TPOT p50 %v", s.TTFT.P50, s.TPOT.P50)
 	}
+	if s.PrefixHitRate != 0 {
+		t.Fatalf("prefix hit rate %v, want 0 (every result reports 0 cached tokens)", s.PrefixHitRate)
+	}
+	rs[0].CachedTokens, rs[0].InputTokens, rs[1].CachedTokens, rs[1].InputTokens = 300, 400, 0, 600
+	for i := 2; i < len(rs); i++ {
+		rs[i].CachedTokens = -1
+	}
+	if s = Summarize("x", rs, slo, SteadyState{}); s.PrefixHitRate != 0.3 {
+		t.Fatalf("prefix hit rate %v, want 300/1000", s.PrefixHitRate)
+	}
 	if e := Summarize("empty", nil, slo, SteadyState{}); e.Goodput != 0 || e.Requests != 0 {
 		t.Fatalf("empty summary %+v", e)
 	}
@@ -147,5 +157,31 @@ func TestWriteSummariesAligned(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], "10.0ms") || !strings.Contains(lines[1], "100.0%") || !strings.HasPrefix(lines[2], "always-disaggregated-long-name") {
 		t.Fatalf("unexpected table:\n%s", buf.String())
+	}
+}
+
+func TestSummarizeByISL(t *testing.T) {
+	slo := SLO{TTFT: time.Second}
+	var rs []Result
+	for i, isl := range []int{100, 2047, 2048, 9000, 40000, 50000} {
+		r := res(i, time.Duration(i)*time.Second, 100*time.Millisecond, 200*time.Millisecond, 2)
+		r.InputTokens = isl
+		rs = append(rs, r)
+	}
+	rs[5].TTFT = 2 * time.Second
+	rs[5].E2E = 4 * time.Second // last completion at 9 s
+	got := SummarizeByISL("m", rs, slo, SteadyState{}, ISLBuckets())
+	want := []struct {
+		name string
+		n    int
+		good float64
+	}{{"m isl<2k", 2, 2.0 / 9}, {"m isl 2-8k", 1, 1.0 / 9}, {"m isl 8-32k", 1, 1.0 / 9}, {"m isl>32k", 2, 1.0 / 9}}
+	if len(got) != len(want) {
+		t.Fatalf("%d buckets, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if got[i].Name != w.name || got[i].Requests != w.n || math.Abs(got[i].Goodput-w.good) > 1e-9 || got[i].Window != 9*time.Second {
+			t.Errorf("bucket %d: %s %d reqs goodput %v window %v; want %s %d %v 9s", i, got[i].Name, got[i].Requests, got[i].Goodput, got[i].Window, w.name, w.n, w.good)
+		}
 	}
 }

@@ -46,14 +46,14 @@ func (t *Table) Write(w io.Writer) error {
 // appends its own after it, and Cells gives the matching row.
 func SummaryHeader() []string {
 	return []string{"mode", "reqs", "ok", "ttft p50", "ttft p90", "ttft p99", "tpot p50", "tpot p99",
-		"gap p99", "e2e p50", "out tok/s", "attain", "goodput/s", "bypass"}
+		"gap p99", "e2e p50", "out tok/s", "prefix hit", "attain", "goodput/s", "bypass"}
 }
 
 // Cells is s as a row under SummaryHeader.
 func (s *Summary) Cells() []string {
 	return []string{s.Name, fmt.Sprint(s.Requests), fmt.Sprint(s.Completed),
 		ms(s.TTFT.P50), ms(s.TTFT.P90), ms(s.TTFT.P99), ms(s.TPOT.P50), ms(s.TPOT.P99),
-		ms(s.Gap.P99), ms(s.E2E.P50), fmt.Sprintf("%.1f", s.OutputTokPS),
+		ms(s.Gap.P99), ms(s.E2E.P50), fmt.Sprintf("%.1f", s.OutputTokPS), pct(s.PrefixHitRate),
 		fmt.Sprintf("%.1f%%", 100*s.Attainment), fmt.Sprintf("%.3f", s.Goodput), fmt.Sprintf("%.1f%%", 100*s.BypassRate)}
 }
 
@@ -64,6 +64,14 @@ func WriteSummaries(w io.Writer, sums []Summary) error {
 		t.Rows = append(t.Rows, sums[i].Cells())
 	}
 	return t.Write(w)
+}
+
+// pct formats a share as a percentage ("-" when negative: unknown).
+func pct(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*v)
 }
 
 // ms formats d in milliseconds with one decimal ("-" for zero).

@@ -43,6 +43,8 @@ type flags struct {
 	slo                 workload.SLO
 	steady              workload.SteadyState
 	output, name        string
+	azurePrefixGroups   int
+	azurePrefixTokens   int
 }
 
 func parseFlags(args []string, stderr io.Writer) (flags, error) {
@@ -56,6 +58,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.trace, "trace", "", "Mooncake JSONL trace file")
 	fs.StringVar(&f.azure, "azure", "", "Azure 2023 CSV trace file (no shared prefixes)")
 	fs.StringVar(&f.synth, "synthetic", "", "synthetic workload: "+strings.Join(workload.SyntheticNames(), ", "))
+	fs.IntVar(&f.azurePrefixGroups, "azure-prefix-groups", 0, "with --azure: number of synthetic shared prefixes (0: none)")
+	fs.IntVar(&f.azurePrefixTokens, "azure-prefix-tokens", 0, "with --azure: length of each synthetic shared prefix")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic generator")
 	fs.StringVar(&vocab, "vocab", fmt.Sprintf("%d,%d", workload.DefaultVocabLo, workload.DefaultVocabHi), "token id range LO,HI (ids in [LO, HI))")
 	fs.Uint64Var(&vocabSeed, "vocab-seed", 0, "pseudo-token namespace seed")
@@ -142,7 +146,7 @@ func load(f *flags) ([]workload.Request, error) {
 		})
 	case f.azure != "":
 		reqs, err = readFile(f.azure, func(r io.Reader) ([]workload.Request, error) {
-			return workload.ReadAzure(r, f.seed, f.window)
+			return workload.ReadAzure(r, workload.AzureOptions{Seed: f.seed, PrefixGroups: f.azurePrefixGroups, PrefixTokens: f.azurePrefixTokens}, f.window)
 		})
 	default:
 		reqs, err = workload.Synthetic(f.synth, f.seed)
@@ -166,6 +170,7 @@ func readFile(path string, read func(io.Reader) ([]workload.Request, error)) ([]
 // report is the -o json document.
 type report struct {
 	Summary workload.Summary
+	ByISL   []workload.Summary           // per prompt-length bucket
 	SendLag workload.Dist[time.Duration] // send time − scheduled time
 	Errors  []string                     // up to 10 distinct failure messages
 }
@@ -191,7 +196,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer transport.CloseIdleConnections()
 	rn := newRunner(f.run, &http.Client{Transport: transport}, len(reqs))
 	results, lags := rn.run(ctx, reqs)
-	rep := report{Summary: workload.Summarize(f.name, results, f.slo, f.steady), SendLag: workload.NewDist(lags), Errors: firstErrors(results, 10)}
+	rep := report{Summary: workload.Summarize(f.name, results, f.slo, f.steady), SendLag: workload.NewDist(lags), Errors: firstErrors(results, 10),
+		ByISL: workload.SummarizeByISL(f.name, results, f.slo, f.steady, workload.ISLBuckets())}
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -212,7 +218,7 @@ func firstErrors(results []workload.Result, n int) []string {
 
 func writeReport(w io.Writer, rep *report) error {
 	s := &rep.Summary
-	if err := workload.WriteSummaries(w, []workload.Summary{*s}); err != nil {
+	if err := workload.WriteSummaries(w, append([]workload.Summary{*s}, rep.ByISL...)); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nslo %s  window %s  failed %d  send lag p99 %s\n", s.SLO, s.Window.Round(time.Millisecond), s.Failed, rep.SendLag.P99.Round(time.Millisecond))

@@ -104,9 +104,9 @@ func TestReadStream(t *testing.T) {
 	body := ": comment\n\nevent: x\ndata: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n" +
 		"data: {\"choices\":[{\"text\":\"\"}]}\n\n" + // no text: not a token chunk
 		"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n" +
-		"data: {\"choices\":[],\"usage\":{\"completion_tokens\":5}}\n\ndata: [DONE]\n\ndata: {\"choices\":[{\"text\":\"late\"}]}\n\n"
+		"data: {\"choices\":[],\"usage\":{\"completion_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":7}}}\n\ndata: [DONE]\n\ndata: {\"choices\":[{\"text\":\"late\"}]}\n\n"
 	st, err := readStream(strings.NewReader(body), tick, 10)
-	if err != nil || st.chunks != 2 || st.tokens() != 5 || !st.done || len(st.gaps) != 1 || st.first >= st.last {
+	if err != nil || st.chunks != 2 || st.tokens() != 5 || !st.done || len(st.gaps) != 1 || st.first >= st.last || st.cached != 7 {
 		t.Fatalf("stats %+v err %v", st, err)
 	}
 	if _, err := readStream(strings.NewReader("data: {bad\n\n"), tick, 10); err == nil || !strings.Contains(err.Error(), "chunk 1") {

@@ -142,16 +142,15 @@ func (r *runner) admit(ctx context.Context) bool {
 // issue sends req on an admitted slot, records its result and releases the slot.
 func (r *runner) issue(ctx context.Context, req *workload.Request, due time.Duration) {
 	defer func() { <-r.sem }()
-	sentAt := time.Since(r.start)
-	r.lags[req.Index] = sentAt - due
 	res := r.do(ctx, req)
-	res.Arrival = sentAt
+	r.lags[req.Index] = res.Arrival - due
 	r.results[req.Index] = res
 }
 
-// do sends one request and measures its stream; the returned Arrival is filled by the caller.
+// do sends one request and measures its stream. Arrival is the send time, taken once the
+// body is built.
 func (r *runner) do(ctx context.Context, req *workload.Request) workload.Result {
-	res := workload.Result{Index: req.Index, InputTokens: req.InputTokens}
+	res := workload.Result{Index: req.Index, InputTokens: req.InputTokens, CachedTokens: -1, Arrival: time.Since(r.start)}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
 	defer cancel()
 	body := workload.AppendCompletionBody(nil, r.cfg.vocab, req, workload.BodyOptions{Model: r.cfg.model, Stream: true})
@@ -163,6 +162,7 @@ func (r *runner) do(ctx context.Context, req *workload.Request) workload.Result 
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	t0 := time.Now()
+	res.Arrival = t0.Sub(r.start)
 	resp, err := r.client.Do(hreq)
 	if err != nil {
 		res.Err = fmt.Sprintf("request %d: %v", req.Index, err)
@@ -176,7 +176,7 @@ func (r *runner) do(ctx context.Context, req *workload.Request) workload.Result 
 		return res
 	}
 	st, err := readStream(resp.Body, func() time.Duration { return time.Since(t0) }, r.cfg.maxGaps)
-	res.TTFT, res.E2E, res.OutputTokens, res.Gaps = st.first, st.last, st.tokens(), st.gaps
+	res.TTFT, res.E2E, res.OutputTokens, res.Gaps, res.CachedTokens = st.first, st.last, st.tokens(), st.gaps, st.cached
 	switch {
 	case err != nil:
 		res.Err = fmt.Sprintf("request %d: %v", req.Index, err)

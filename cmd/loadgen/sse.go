@@ -22,7 +22,10 @@ type streamChunk struct {
 		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -32,6 +35,7 @@ type streamStats struct {
 	first, last time.Duration // arrival of the first and last of them, since send
 	gaps        []time.Duration
 	usageTokens int  // usage.completion_tokens, 0 if absent
+	cached      int  // usage.prompt_tokens_details.cached_tokens, -1 if absent
 	done        bool // saw data: [DONE]
 }
 
@@ -46,7 +50,7 @@ func (s *streamStats) tokens() int {
 // readStream reads an SSE body until [DONE] or EOF, timing content chunks with since (the
 // elapsed time since the request was sent). Gaps are kept up to maxGaps.
 func readStream(body io.Reader, since func() time.Duration, maxGaps int) (streamStats, error) {
-	var st streamStats
+	st := streamStats{cached: -1}
 	br := bufio.NewReaderSize(body, 64<<10)
 	var line []byte
 	for {
@@ -92,8 +96,13 @@ func (st *streamStats) line(l []byte, t time.Duration, maxGaps int) error {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return fmt.Errorf("sse: chunk %d: %w", st.chunks+1, err)
 	}
-	if c.Usage != nil && c.Usage.CompletionTokens > 0 {
-		st.usageTokens = c.Usage.CompletionTokens
+	if u := c.Usage; u != nil {
+		if u.CompletionTokens > 0 {
+			st.usageTokens = u.CompletionTokens
+		}
+		if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens >= 0 {
+			st.cached = u.PromptTokensDetails.CachedTokens
+		}
 	}
 	for _, ch := range c.Choices {
 		if ch.Text == "" && ch.Delta.Content == "" {
