@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,4 +292,21 @@ func FuzzParseMooncakeLine(f *testing.F) {
 			t.Fatalf("input_length %d not bounded by the line's %d bytes", r.InputTokens, len(line))
 		}
 	})
+}
+
+// Lines longer than the 64 KiB read buffer but within MaxLineBytes are read whole.
+func TestMooncakeLongLine(t *testing.T) {
+	ids := make([]string, 20000) // ~130 KB of JSON
+	for i := range ids {
+		ids[i] = strconv.Itoa(1000000 + i)
+	}
+	line := `{"timestamp": 3, "input_length": 10240000, "output_length": 1, "hash_ids": [` + strings.Join(ids, ", ") + "]}\n"
+	in := line + line
+	reqs, err := ReadMooncake(strings.NewReader(in), MooncakeOptions{}, Window{})
+	if err != nil || len(reqs) != 2 || reqs[1].InputTokens != 10240000 || len(reqs[1].Prompt) != 20000 {
+		t.Fatalf("%d requests, err %v", len(reqs), err)
+	}
+	if _, err := ReadMooncake(strings.NewReader(in), MooncakeOptions{MaxLineBytes: 100000}, Window{}); err == nil || !strings.Contains(err.Error(), "line 1: longer than 100000 bytes") {
+		t.Fatalf("err = %v", err)
+	}
 }

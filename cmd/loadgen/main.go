@@ -78,9 +78,15 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
+	f.run.maxGaps = 1 << 16
+	return f, f.check(fs.Args(), vocabSeed, vocab, slo)
+}
+
+// check parses the compound flags into f and returns every problem at once.
+func (f *flags) check(extra []string, vocabSeed uint64, vocab, slo string) error {
 	var errs []error
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	if len(extra) > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", extra))
 	}
 	if n := countSet(f.trace, f.azure, f.synth); n != 1 {
 		errs = append(errs, fmt.Errorf("--trace, --azure, --synthetic: %d given, want exactly one", n))
@@ -107,8 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	if f.output != "table" && f.output != "json" {
 		errs = append(errs, fmt.Errorf("-o: %q must be table or json", f.output))
 	}
-	f.run.maxGaps = 1 << 16
-	return f, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func countSet(ss ...string) int {
@@ -196,6 +201,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer transport.CloseIdleConnections()
 	rn := newRunner(f.run, &http.Client{Transport: transport}, len(reqs))
 	results, lags := rn.run(ctx, reqs)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "loadgen: interrupted; the report covers the requests measured so far")
+	}
 	rep := report{Summary: workload.Summarize(f.name, results, f.slo, f.steady), SendLag: workload.NewDist(lags), Errors: firstErrors(results, 10),
 		ByISL: workload.SummarizeByISL(f.name, results, f.slo, f.steady, workload.ISLBuckets())}
 	if f.output == "json" {
