@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -118,12 +120,14 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("/debug/explain %d %s", resp.StatusCode, b)
 	}
 
-	// A bad file is rejected and the old configuration stays; a good one is applied.
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	extProcDecision(t, conn, body)
+
+	// A bad file is rejected and the old configuration stays; a good one is applied.
 	admin := condisaggv1.NewAdminClient(conn)
 	good := strings.Replace(serveYAML, "MODEL", model, 1)
 	bad := strings.Replace(good, "conditional_disagg: false", "conditional_disagg: true\n  kv_events: true\n  conditional_disagg_config: {eff_isl_ratio_threshold: 1.5}", 1)
@@ -226,5 +230,44 @@ func TestServeWithEventStreams(t *testing.T) {
 	}
 	if err := json.Unmarshal(out.Bytes(), &lw); err != nil || len(lw.Workers) != 1 || lw.Workers[0].Events == nil || lw.Workers[0].Events.Connected {
 		t.Fatalf("workers json %v:\n%s", err, out.String())
+	}
+}
+
+// extProcDecision plays Envoy for one BUFFERED request on the binary's gRPC port.
+func extProcDecision(t *testing.T, conn *grpc.ClientConn, body string) {
+	t.Helper()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if br := r.GetRequestBody(); br != nil {
+			set := map[string]string{}
+			for _, h := range br.GetResponse().GetHeaderMutation().GetSetHeaders() {
+				set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+			}
+			if set["x-condisagg-route"] != "prefill" || set["x-gateway-destination-endpoint"] != "127.0.0.1:8100" ||
+				set["x-condisagg-decode-host"] != "127.0.0.1:8200" {
+				t.Fatalf("ext_proc decision over TCP: %v", set)
+			}
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("stream end: %v", err)
 	}
 }
