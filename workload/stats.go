@@ -171,7 +171,7 @@ type Summary struct {
 	PrefixHitRate float64
 	Routes        map[string]int // route -> requests ("" = no decision header)
 	Reasons       map[string]int
-	BypassRate    float64 // decode-route share of requests with a known route
+	BypassRate    float64 // decode-route share of requests with a known route; -1 if none
 }
 
 // Summarize computes the Summary of results under slo.
@@ -210,6 +210,7 @@ func Summarize(name string, results []Result, slo SLO, ss SteadyState) Summary {
 	if input > 0 {
 		s.PrefixHitRate = float64(cached) / float64(input)
 	}
+	s.BypassRate = -1
 	if known := len(results) - s.Routes[""]; known > 0 {
 		s.BypassRate = float64(s.Routes["decode"]) / float64(known)
 	}

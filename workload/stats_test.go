@@ -140,7 +140,7 @@ func TestSummarizeGoodput(t *testing.T) {
 	if s = Summarize("x", rs, slo, SteadyState{}); s.PrefixHitRate != 0.3 {
 		t.Fatalf("prefix hit rate %v, want 300/1000", s.PrefixHitRate)
 	}
-	if e := Summarize("empty", nil, slo, SteadyState{}); e.Goodput != 0 || e.Requests != 0 {
+	if e := Summarize("empty", nil, slo, SteadyState{}); e.Goodput != 0 || e.Requests != 0 || e.BypassRate != -1 || e.PrefixHitRate != -1 {
 		t.Fatalf("empty summary %+v", e)
 	}
 }

@@ -54,7 +54,7 @@ func (s *Summary) Cells() []string {
 	return []string{s.Name, fmt.Sprint(s.Requests), fmt.Sprint(s.Completed),
 		ms(s.TTFT.P50), ms(s.TTFT.P90), ms(s.TTFT.P99), ms(s.TPOT.P50), ms(s.TPOT.P99),
 		ms(s.Gap.P99), ms(s.E2E.P50), fmt.Sprintf("%.1f", s.OutputTokPS), pct(s.PrefixHitRate),
-		fmt.Sprintf("%.1f%%", 100*s.Attainment), fmt.Sprintf("%.3f", s.Goodput), fmt.Sprintf("%.1f%%", 100*s.BypassRate)}
+		fmt.Sprintf("%.1f%%", 100*s.Attainment), fmt.Sprintf("%.3f", s.Goodput), pct(s.BypassRate)}
 }
 
 // WriteSummaries prints one row per summary.
