@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +119,24 @@ func TestReadStream(t *testing.T) {
 	}
 }
 
+func TestReadStreamFixture(t *testing.T) {
+	body, err := os.ReadFile("testdata/completions_stream_handwritten.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clock time.Duration
+	st, err := readStream(bytes.NewReader(body), func() time.Duration { clock += time.Millisecond; return clock }, 10)
+	if err != nil || st.chunks != 2 || st.tokens() != 2 || st.cached != 0 || !st.done || st.first != time.Millisecond || st.last != 3*time.Millisecond { // the clock ticks once per line
+		t.Fatalf("stats %+v err %v", st, err)
+	}
+}
+
 func FuzzReadStream(f *testing.F) {
+	body, err := os.ReadFile("testdata/completions_stream_handwritten.sse")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body)
 	f.Add([]byte("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n"))
 	f.Add([]byte(": x\r\ndata:\r\n\r\n"))
