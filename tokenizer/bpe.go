@@ -186,12 +186,10 @@ func (m *bpe) initialSymbols(syms []symbol, word string) []symbol {
 		}
 	} else {
 		lastUnk := false
-		for i, r := range word {
-			size := utf8.RuneLen(r)
-			if r == utf8.RuneError {
-				size = 1
-			}
+		for i := 0; i < len(word); {
+			_, size := utf8.DecodeRuneInString(word[i:])
 			ch := word[i : i+size]
+			i += size
 			if id, ok := m.vocab[ch]; ok {
 				push(id)
 				lastUnk = false

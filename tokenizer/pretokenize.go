@@ -26,8 +26,10 @@ type regexSplit struct {
 	pattern string
 }
 
+// newRegexSplit compiles pattern for regexp2, with its Unicode properties
+// widened to Hugging Face's (see widenUnicodeProps).
 func newRegexSplit(pattern string) (*regexSplit, error) {
-	re, err := regexp2.Compile(pattern, regexp2.None)
+	re, err := regexp2.Compile(widenUnicodeProps(pattern), regexp2.None)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: compile split pattern %q: %w", pattern, err)
 	}

@@ -3,51 +3,54 @@ package tokenizer
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
 var scannerPatterns = []string{qwen2Pattern, llama3Pattern, gpt2Pattern}
 
-// tablesDiffer reports whether s holds a character whose class in Go's unicode
-// tables (regexp2) differs from Hugging Face's (the scanner), e.g. a letter
-// added in Unicode 16.
-func tablesDiffer(s string) bool {
-	for _, r := range s {
-		if classOfRune(r) != goClassOfRune(r) {
-			return true
-		}
-	}
-	return false
-}
+// referenceRegexps caches the compiled regexp2 reference per pattern.
+var (
+	referenceMu      sync.Mutex
+	referenceRegexps = map[string]*regexSplit{}
+)
 
-// checkScannerAgrees fails when the scanner and regexp2 split s differently.
-// Inputs where the two engines' Unicode tables differ are skipped.
-func checkScannerAgrees(t *testing.T, pattern, s string) {
+func referenceSplit(t *testing.T, pattern string) *regexSplit {
 	t.Helper()
-	if tablesDiffer(s) {
-		return
+	referenceMu.Lock()
+	defer referenceMu.Unlock()
+	if re, ok := referenceRegexps[pattern]; ok {
+		return re
 	}
 	re, err := newRegexSplit(pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := re.split(nil, s, true)
+	referenceRegexps[pattern] = re
+	return re
+}
+
+// checkScannerAgrees fails when the scanner and regexp2 (with its Unicode
+// properties widened to Hugging Face's) split s differently.
+func checkScannerAgrees(t *testing.T, pattern, s string) {
+	t.Helper()
+	want := referenceSplit(t, pattern).split(nil, s, true)
 	got := newScanner(pattern).split(nil, s, true)
 	if !slices.Equal(got, want) {
 		t.Fatalf("pattern %.30q on %q:\nscanner %q\nregexp2 %q", pattern, s, got, want)
 	}
 }
 
-// TestScannerMatchesRegexp2OnCorpus: the hot-path scanner splits corpus texts
-// exactly as regexp2 runs the tokenizer.json pattern.
+// TestScannerMatchesRegexp2OnCorpus: the hot-path scanner splits every corpus
+// text exactly as regexp2 runs the tokenizer.json pattern.
 func TestScannerMatchesRegexp2OnCorpus(t *testing.T) {
 	texts := readJSONL[string](t, "conformance_texts.jsonl.gz")
-	// Every third text keeps this fast under -race; the conformance tests run
-	// the scanner on all of them.
 	for _, p := range scannerPatterns {
-		for i := 0; i < len(texts); i += 3 {
-			checkScannerAgrees(t, p, texts[i])
+		for _, s := range texts {
+			checkScannerAgrees(t, p, s)
 		}
 	}
 }
@@ -95,15 +98,40 @@ func TestScannerFollowsHFUnicodeTables(t *testing.T) {
 			}
 		})
 	}
+	// Every character whose class Go's tables and Hugging Face's disagree on,
+	// in context: the scanner must equal regexp2 with widened properties.
 	differ := 0
-	for _, r := range hfClassRanges {
-		for c := r.lo; c <= r.hi; c++ {
-			if goClassOfRune(c) != r.cls {
-				differ++
-			}
+	for c := rune(0x80); c <= unicode.MaxRune; c++ {
+		if utf16.IsSurrogate(c) || classOfRune(c) == goClassOfRune(c) {
+			continue
+		}
+		differ++
+		ch := string(c)
+		for _, p := range scannerPatterns {
+			checkScannerAgrees(t, p, "a"+ch+"'s "+ch+ch+"1"+ch+" \n"+ch)
 		}
 	}
 	if differ == 0 {
 		t.Log("Go's unicode tables now agree with Hugging Face's everywhere")
+	}
+}
+
+func TestWidenUnicodeProps(t *testing.T) {
+	add := propAdditions('L')
+	if add == "" {
+		t.Skip("Go's tables already know every letter Hugging Face's engine knows")
+	}
+	got := widenUnicodeProps(`a\p{L}+[^x\p{L}]\P{L}\\p{L}\p{Zs}`)
+	want := `a[\p{L}` + add + `]+[^x\p{L}` + add + `]\P{L}\\p{L}\p{Zs}`
+	if got != want {
+		t.Errorf("widenUnicodeProps:\n got %q\nwant %q", got, want)
+	}
+	// A Unicode 16 letter now matches \p{L} in regexp2.
+	re, err := newRegexSplit(`\p{L}+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := re.split(nil, "1\U0001377b\U0001377b1", true); !slices.Equal(got, []string{"1", "\U0001377b\U0001377b", "1"}) {
+		t.Errorf("widened \\p{L} split = %q", got)
 	}
 }

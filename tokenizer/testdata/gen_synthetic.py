@@ -16,7 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROBES = ["hello world", "say <sw> now", "say<sw>now", "x <ls>  y", "x   <ls>y", "a<rs>   b", "a <rs>\n\nb",
           "ﬁx the ﬁle", "fix it", "<eos> inside", "  leading and trailing  ", "naïve café 😀", "",
           "<sw>", "<rs><rs> <ls><ls>", "hello\u3000world\u00a0!", "ZZZ unknown ☃ chars", "ab" * 40,
-          "<s>hello world</s>", "</s> hello", " hello  world ", "▁hello▁▁world", "hello</s>world <s> x"]
+          "<s>hello world</s>", "</s> hello", " hello  world ", "▁hello▁▁world", "hello</s>world <s> x",
+          "a\ufffdb \ufffd", "tab\there"]
 
 
 def byte_level():
