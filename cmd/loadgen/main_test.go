@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/workload"
 )
 
 // The binary's run: flags -> Mooncake slice -> live server -> JSON report.
@@ -147,4 +149,32 @@ func FuzzReadStream(f *testing.F) {
 			t.Fatalf("stats %+v from %d bytes", st, len(body))
 		}
 	})
+}
+
+// A slice of a synthetic multi-turn workload replays closed loop to completion.
+func TestRunSyntheticClosedLoop(t *testing.T) {
+	s := &tokenServer{ttft: constant(time.Millisecond), tpot: constant(0)}
+	srv := s.start(t)
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"--url", srv.URL + "/v1/completions", "--synthetic", "agentic-code", "--seed", "3",
+		"--max-requests", "12", "--closed-loop", "--time-scale", "0.001", "-o", "json"}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct{ Requests, Completed int }
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Summary.Completed != 12 {
+		t.Fatalf("report %+v, %v:\n%s", rep, err, out.String())
+	}
+	reqs, _ := workload.Synthetic("agentic-code", 3)
+	later := 0
+	for _, r := range reqs[:12] {
+		if r.Parent >= 0 {
+			later++
+		}
+	}
+	if later == 0 {
+		t.Fatal("the slice has no later turns; closed loop is not exercised")
+	}
 }

@@ -58,6 +58,7 @@ func (r *runner) run(ctx context.Context, reqs []workload.Request) ([]workload.R
 	for i := range reqs {
 		r.results[i] = workload.Result{Index: reqs[i].Index, Arrival: reqs[i].Arrival, InputTokens: reqs[i].InputTokens, Err: "not sent"}
 	}
+	next := nextTurns(reqs)
 	var wg sync.WaitGroup
 	for i := range reqs {
 		if r.cfg.closedLoop && reqs[i].Parent >= 0 {
@@ -69,7 +70,7 @@ func (r *runner) run(ctx context.Context, reqs []workload.Request) ([]workload.R
 		wg.Go(func() {
 			r.issue(ctx, &reqs[i], reqs[i].Arrival)
 			if r.cfg.closedLoop {
-				r.session(ctx, reqs, i)
+				r.session(ctx, reqs, next, i)
 			}
 		})
 	}
@@ -78,13 +79,25 @@ func (r *runner) run(ctx context.Context, reqs []workload.Request) ([]workload.R
 	return r.results, r.lags
 }
 
+// nextTurns maps each request to the next turn of its session (the request whose Parent it
+// is), or -1.
+func nextTurns(reqs []workload.Request) []int {
+	next := make([]int, len(reqs))
+	for i := range next {
+		next[i] = -1
+	}
+	for j := range reqs {
+		if p := reqs[j].Parent; p >= 0 && p < j && next[p] < 0 {
+			next[p] = j
+		}
+	}
+	return next
+}
+
 // session sends the later turns of the session whose previous turn is reqs[i], each
 // ThinkTime after the previous one completes and not before its own arrival.
-func (r *runner) session(ctx context.Context, reqs []workload.Request, i int) {
-	for j := i + 1; j < len(reqs); j++ {
-		if reqs[j].Parent != i {
-			continue
-		}
+func (r *runner) session(ctx context.Context, reqs []workload.Request, next []int, i int) {
+	for j := next[i]; j >= 0; i, j = j, next[j] {
 		prev := &r.results[i]
 		ready := prev.Arrival + prev.E2E + reqs[j].ThinkTime
 		if prev.Err != "" {
@@ -95,7 +108,6 @@ func (r *runner) session(ctx context.Context, reqs []workload.Request, i int) {
 			return
 		}
 		r.issue(ctx, &reqs[j], due)
-		i = j
 	}
 }
 
@@ -156,7 +168,7 @@ func (r *runner) do(ctx context.Context, req *workload.Request) workload.Result 
 	body := workload.AppendCompletionBody(nil, r.cfg.vocab, req, workload.BodyOptions{Model: r.cfg.model, Stream: true})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.url, bytes.NewReader(body))
 	if err != nil {
-		res.Err = err.Error()
+		res.Err = fmt.Sprintf("request %d: %v", req.Index, err)
 		return res
 	}
 	hreq.Header.Set("Content-Type", "application/json")
