@@ -14,7 +14,8 @@
 //   - MooncakeReader / ReadMooncake: Mooncake JSONL; each 512-token hash id is one stream
 //     (the last partial), so requests sharing k leading ids share exactly 512·k leading tokens
 //     and 512·k/B leading router blocks at any block size B dividing 512.
-//   - ReadAzure: Azure 2023 CSV, arrivals and lengths only, no shared tokens.
+//   - ReadAzure: Azure 2023 CSV, arrivals and lengths only; optional synthetic shared
+//     prefixes (AzureOptions), else no shared tokens.
 //   - SharedPrefixConfig (SGLang generated-shared-prefix, vLLM prefix_repetition, llm-d B2B
 //     presets) and AgenticConfig (aiperf agentic-code sessions): deterministic for a seed. A
 //     multi-turn session is one growing stream: each turn's prompt is a prefix of it and its
@@ -25,9 +26,10 @@
 // # Measurements
 //
 // Result is one served request; Summarize turns results into a Summary (TTFT, TPOT, token-gap
-// and E2E distributions, attainment and goodput under an SLO, route counts) with the exact
-// definitions of perf-model.md §6, and WriteSummaries prints them as the table shared by
-// cmd/loadgen and the simulator's tune report.
+// and E2E distributions, attainment and goodput under an SLO, prefix-hit rate, route counts)
+// with the exact definitions of perf-model.md §6, SummarizeByISL does the same per ISL bucket,
+// and WriteSummaries prints them as the table shared by cmd/loadgen and the simulator's tune
+// report (SummaryHeader and Summary.Cells let tune append its own columns).
 //
 // # Concurrency and imports
 //

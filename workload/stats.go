@@ -11,18 +11,19 @@ import (
 	"time"
 )
 
-type number interface{ ~int | ~int64 | ~float64 }
+// Number is a sample type Dist summarises: counts, token lengths, ratios, durations.
+type Number interface{ ~int | ~int64 | ~float64 }
 
 // Dist summarises a sample: count, mean, min, max and the percentiles reports use. For
 // time.Duration samples it marshals to JSON in milliseconds.
-type Dist[T number] struct {
+type Dist[T Number] struct {
 	N                                       int
 	Mean, Min, P10, P25, P50, P75, P90, P95 T
 	P99, Max                                T
 }
 
 // NewDist summarises xs (xs is not modified).
-func NewDist[T number](xs []T) Dist[T] {
+func NewDist[T Number](xs []T) Dist[T] {
 	if len(xs) == 0 {
 		return Dist[T]{}
 	}
@@ -41,7 +42,7 @@ func NewDist[T number](xs []T) Dist[T] {
 
 // QuantileSorted is the q-quantile (0 <= q <= 1) of an ascending sample, interpolated linearly
 // between closest ranks (Hyndman–Fan type 7, numpy's default). It is 0 for an empty sample.
-func QuantileSorted[T number](sorted []T, q float64) T {
+func QuantileSorted[T Number](sorted []T, q float64) T {
 	if len(sorted) == 0 {
 		return 0
 	}
