@@ -39,7 +39,9 @@
 //
 // The Split regexes of Qwen2/3, Llama-3 and GPT-2 run on a hand-written scanner
 // proven equal to regexp2 (corpus test and fuzz target); other patterns run on
-// github.com/dlclark/regexp2.
+// github.com/dlclark/regexp2. Both use Unicode classes measured on Hugging
+// Face's regex engine (unicodeclass_table.go), which knows newer Unicode than
+// Go's tables.
 //
 // Chat rendering differs from a plain jinja render in three places, each with a
 // test: tojson is Python's json.dumps (ensure_ascii=False, key order kept,
