@@ -30,6 +30,10 @@ install_file() { # install_file <src> <relpath>
   ok "$2" || { echo "fetch_models: checksum mismatch for $2" >&2; exit 1; }
 }
 
+for tool in npm go tar sha256sum; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "fetch_models: $tool is required" >&2; exit 1; }
+done
+
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
