@@ -99,5 +99,10 @@ func (in *Instance) Run(ctx context.Context, ln net.Listener) error {
 		cancel()
 	}
 	wg.Wait()
+	for i, err := range errs {
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			errs[i] = nil // stopped by the caller
+		}
+	}
 	return errors.Join(errs...)
 }

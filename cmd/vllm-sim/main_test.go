@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lineWriter hands each log line to a channel.
+type lineWriter chan string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	select {
+	case w <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+func TestRunServes(t *testing.T) {
+	lines := make(lineWriter, 16)
+	log := slog.New(slog.NewTextHandler(lines, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	model := filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3")
+	go func() {
+		done <- run(ctx, []string{"--port", "0", "--tokenizer", model, "--time-scale", "100", "--num-gpu-blocks", "500",
+			"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*"}`,
+			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}, log)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %#v", err)
+		}
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-done:
+		t.Fatalf("run ended early: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no startup line")
+	}
+	m := regexp.MustCompile(`endpoint=(\S+) num_gpu_blocks=500 kv_events=tcp://127\.0\.0\.1:\d+ kv_replay=tcp://127\.0\.0\.1:\d+`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("startup line %q", line)
+	}
+	resp, err := http.Post("http://"+m[1]+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Hi","max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"completion_tokens":2`) {
+		t.Fatalf("completion: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{}, // no --tokenizer
+		{"--tokenizer", "x", "--perf-model", "gpt"},
+		{"--tokenizer", "x", "--kv-events-format", "json"},
+		{"--tokenizer", "x", "--kv-events-hashes", "str"},
+		{"--tokenizer", "x", "--kv-events-config", `{"publisher":"kafka"}`},
+		{"--tokenizer", "x", "--kv-transfer-config", `{`},
+		{"--tokenizer", filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3"), "--time-scale", "-1"},
+	} {
+		if err := run(context.Background(), args, slog.New(slog.DiscardHandler)); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
