@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -30,6 +31,7 @@ type Tokenizer struct {
 	chat       *chatTemplate
 	cache      *segmentCache
 	cfg        modelConfig
+	scratch    *sync.Pool // of *encodeScratch, shared by copies of the Tokenizer
 }
 
 // modelConfig is what tokenizer_config.json contributes.
@@ -45,7 +47,10 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokenizer{special: make(map[string]uint32)}
+	t := &Tokenizer{
+		special: make(map[string]uint32),
+		scratch: &sync.Pool{New: func() any { return new(encodeScratch) }},
+	}
 	if t.normalizer, err = newNormalizer(spec.Normalizer); err != nil {
 		return nil, err
 	}
@@ -157,8 +162,10 @@ func (t *Tokenizer) Encode(dst []uint32, text string, special SpecialTokens) []u
 	if special {
 		dst = append(dst, t.prefix...)
 	}
-	var sc encodeScratch
-	dst = t.encodeText(dst, text, &sc)
+	sc := t.scratch.Get().(*encodeScratch)
+	dst = t.encodeText(dst, text, sc)
+	sc.reset()
+	t.scratch.Put(sc)
 	if special {
 		dst = append(dst, t.suffix...)
 	}
@@ -171,6 +178,22 @@ type encodeScratch struct {
 	sub    []piece
 	words  []string
 	bpe    scratch
+}
+
+// maxPooledScratch bounds the buffers kept for reuse (in elements).
+const maxPooledScratch = 1 << 14
+
+// reset drops references to the input and oversized buffers before pooling.
+func (sc *encodeScratch) reset() {
+	if cap(sc.pieces) > maxPooledScratch || cap(sc.sub) > maxPooledScratch || cap(sc.words) > maxPooledScratch ||
+		cap(sc.bpe.syms) > maxPooledScratch || cap(sc.bpe.heap) > maxPooledScratch {
+		*sc = encodeScratch{}
+		return
+	}
+	clear(sc.pieces[:cap(sc.pieces)])
+	clear(sc.sub[:cap(sc.sub)])
+	clear(sc.words[:cap(sc.words)])
+	sc.pieces, sc.sub, sc.words = sc.pieces[:0], sc.sub[:0], sc.words[:0]
 }
 
 // encodeText splits text at raw added tokens and encodes each text segment.
