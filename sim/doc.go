@@ -10,10 +10,14 @@
 // happened: tokens, finished requests and KV events as values. vllm-sim drives it in scaled
 // real time; a discrete-event simulator drives the same Engine in virtual time.
 //
-// The shell (encode.go, publisher.go, worker.go, server*.go) turns events into vLLM's msgpack
-// wire bytes (array or map form, int or bytes hashes), publishes them over ZeroMQ with vLLM's
-// PUB and replay ROUTER protocol (vllm-kv-events.md §1), and serves the OpenAI HTTP API,
-// /tokenize, /reset_prefix_cache and /metrics with vLLM's metric names.
+// The shell turns this into a vLLM worker: encode.go writes events as vLLM's msgpack wire bytes
+// (array or map form, int or bytes hashes); publisher.go publishes them over ZeroMQ with vLLM's
+// PUB and replay ROUTER protocol (vllm-kv-events.md §1); worker.go runs an Engine in scaled
+// real time (--time-scale); server.go and server_resp.go serve the OpenAI API (streaming SSE
+// and not), /tokenize, /health, /v1/models and /reset_prefix_cache, with NixlConnector
+// kv_transfer_params; metrics.go exposes /metrics under vLLM's own metric names (the simulated
+// vLLM surface, hence no condisagg_ prefix); words.go picks output words that re-tokenize to the
+// same ids; instance.go wires one vllm-sim process.
 //
 // Concurrency: an Engine belongs to one goroutine. A Worker owns its Engine on its run
 // goroutine and is safe for concurrent use; a Publisher owns each socket on one goroutine.
