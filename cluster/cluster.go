@@ -1,0 +1,271 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/workload"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options are per-run callbacks.
+type Options struct {
+	// Progress, if set, is called with the number of finished requests and the total, at most
+	// every 256 requests and once at the end.
+	Progress func(done, total int)
+}
+
+// epoch is the wall time of virtual time 0 for the pool's clock and policy.Input.Now.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// engine is one simulated worker.
+type engine struct {
+	id      string
+	decode  bool
+	e       *sim.Engine
+	reqs    map[sim.RequestID]int32 // engine request -> workload index
+	res     *sim.StepResult         // outcome of the step in flight
+	pending bool                    // a step end or wake-up is queued
+	waking  bool                    // the queued event is a wake-up (pre-emptible)
+	gen     uint32
+	busy    time.Duration
+}
+
+// reqState is the cluster's state of one request.
+type reqState struct {
+	prompt  []uint32 // held until the decode engine has the request
+	output  []uint32
+	booking string
+	decode  int32 // engine index
+	last    time.Duration
+	n       int
+	res     *workload.Result
+}
+
+// virtualClock is the pool's clock: epoch plus the cluster's virtual now.
+type virtualClock struct{ now *time.Duration }
+
+func (c virtualClock) Now() time.Time { return epoch.Add(*c.now) }
+
+// Cluster is one run's state. It belongs to one goroutine.
+type Cluster struct {
+	cfg     Config
+	pcfg    policy.Config
+	bs      int
+	engines []*engine
+	byID    map[string]int32
+	pool    *pool.Pool
+	index   *kvindex.Index
+	rng     *rand.Rand
+	now     time.Duration
+	seq     uint64
+	eq      engineQueue
+	dq      deliveryQueue
+	reqs    []workload.Request
+	state   []reqState
+	rep     *Report
+	done    int
+	err     error
+
+	// scratch of one decision
+	keys    []uint64
+	ov      kvindex.Overlaps
+	snap    pool.Snapshot
+	sigD    []policy.Signal
+	sigP    []policy.Signal
+	store   kvindex.Store
+	opts    Options
+	lastEnd time.Duration
+}
+
+// Run simulates reqs (in arrival order) on the fleet of cfg and returns the report. It fails
+// on an invalid config, when ctx ends, or when an engine can make no progress.
+func Run(ctx context.Context, cfg Config, reqs []workload.Request, opts Options) (*Report, error) {
+	c, err := newCluster(cfg, reqs, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.loop(ctx); err != nil {
+		return nil, err
+	}
+	return c.finish(), nil
+}
+
+func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Cluster{cfg: cfg, pcfg: cfg.policyConfig(), reqs: reqs, opts: opts,
+		byID: make(map[string]int32), rng: rand.New(rand.NewPCG(cfg.Seed, 0x636c7573746572))}
+	if err := c.pcfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster: policy config: %w", err)
+	}
+	c.bs = c.pcfg.BlockSize
+	var workers []pool.WorkerConfig
+	add := func(role pool.Role, n int) error {
+		for i := range n {
+			ec := cfg.Engine
+			ec.Seed, ec.Events, ec.BlockSize = cfg.Seed+uint64(len(c.engines)), true, c.bs
+			e, err := sim.New(ec)
+			if err != nil {
+				return fmt.Errorf("cluster: %s engine %d: %w", role, i, err)
+			}
+			ec = e.Config()
+			id := string(role) + "-" + strconv.Itoa(i)
+			c.byID[id] = int32(len(c.engines))
+			c.engines = append(c.engines, &engine{id: id, decode: role == pool.RoleDecode, e: e, reqs: make(map[sim.RequestID]int32)})
+			workers = append(workers, pool.WorkerConfig{Name: id, Role: role,
+				Endpoint:            "10.0." + strconv.Itoa(len(c.engines)/250) + "." + strconv.Itoa(1+len(c.engines)%250) + ":8000",
+				NumGPUBlocks:        int64(ec.NumGPUBlocks),
+				MaxNumBatchedTokens: int64(ec.MaxNumBatchedTokens)})
+		}
+		return nil
+	}
+	if err := add(pool.RolePrefill, cfg.Prefill); err != nil {
+		return nil, err
+	}
+	if err := add(pool.RoleDecode, cfg.Decode); err != nil {
+		return nil, err
+	}
+	var err error
+	c.pool, err = pool.New(pool.Config{Workers: workers, BlockSize: c.bs},
+		pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry()), Clock: virtualClock{&c.now}})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.index, err = kvindex.New(kvindex.Config{BlockSize: c.bs})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	for _, en := range c.engines {
+		c.index.SetCapacity(kvindex.WorkerID(en.id), en.e.Config().NumGPUBlocks)
+	}
+	c.state = make([]reqState, len(reqs))
+	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]Decision, len(reqs))}
+	for i := range reqs {
+		c.state[i].res = &c.rep.Results[i]
+		c.rep.Results[i] = workload.Result{Index: reqs[i].Index, Arrival: reqs[i].Arrival, InputTokens: reqs[i].InputTokens}
+		if i > 0 && reqs[i].Arrival < reqs[i-1].Arrival {
+			return nil, fmt.Errorf("cluster: request %d arrives at %v, before request %d (%v): workload must be in arrival order",
+				i, reqs[i].Arrival, i-1, reqs[i-1].Arrival)
+		}
+	}
+	return c, nil
+}
+
+const never = time.Duration(math.MaxInt64)
+
+// loop runs the event queue until every request is done and every engine idle.
+func (c *Cluster) loop(ctx context.Context) error {
+	next := 0
+	for iter := 0; ; iter++ {
+		if iter&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("cluster: run at t=%v: %w", c.now, err)
+			}
+		}
+		if c.err != nil {
+			return c.err
+		}
+		tA, tE, tD := never, never, never
+		if next < len(c.reqs) {
+			tA = c.reqs[next].Arrival
+		}
+		if len(c.eq) > 0 {
+			tE = c.eq[0].at
+		}
+		if !c.dq.empty() {
+			tD = c.dq.peek().at
+		}
+		switch t := min(tA, tE, tD); {
+		case t == never:
+			return c.checkDone()
+		case t == tD:
+			c.now = t
+			d := c.dq.pop()
+			c.apply(c.engines[d.eng].id, d.kind, d.hashes, d.parent, d.hasParent, d.tokens)
+		case t == tE:
+			c.now = t
+			ev := c.eq.pop()
+			c.fire(ev)
+		default:
+			c.now = t
+			c.arrive(next)
+			next++
+		}
+	}
+}
+
+// checkDone reports requests that never finished (an engine made no progress).
+func (c *Cluster) checkDone() error {
+	for i := range c.state {
+		r := c.state[i].res
+		if r.Err == "" && r.E2E == 0 {
+			return fmt.Errorf("cluster: request %d (isl %d) never finished", i, c.reqs[i].InputTokens)
+		}
+	}
+	return nil
+}
+
+// fire handles one engine event.
+func (c *Cluster) fire(ev engineEvent) {
+	en := c.engines[ev.eng]
+	if ev.gen != en.gen {
+		return // a pre-empted wake-up
+	}
+	en.pending, en.waking = false, false
+	if ev.kind == kindStepEnd {
+		c.deliver(ev.eng, en.res)
+		en.res = nil
+		c.lastEnd = max(c.lastEnd, c.now)
+	}
+	c.step(ev.eng)
+}
+
+// kick starts engine i if it is idle or only waiting for a transfer.
+func (c *Cluster) kick(i int32) {
+	en := c.engines[i]
+	if en.pending && !en.waking {
+		return
+	}
+	en.gen++
+	en.pending, en.waking = false, false
+	c.step(i)
+}
+
+// step runs one engine step at now and queues its end, or a wake-up for a pending transfer.
+func (c *Cluster) step(i int32) {
+	en := c.engines[i]
+	if en.e.Idle() {
+		return
+	}
+	res := en.e.Step(c.now)
+	if res.Duration > 0 {
+		en.res, en.pending = res, true
+		en.busy += res.Duration
+		c.push(i, c.now+res.Duration, kindStepEnd)
+		return
+	}
+	c.publish(i, res.Events) // a transfer that completed with nothing to compute
+	if t, ok := en.e.NextTransfer(); ok {
+		en.pending, en.waking = true, true
+		c.push(i, max(t, c.now+1), kindWake)
+		return
+	}
+	c.err = fmt.Errorf("cluster: engine %s stuck at t=%v: %d running, %d waiting, %d of %d blocks used",
+		en.id, c.now, en.e.Stats().Running, en.e.Stats().Waiting, en.e.Stats().UsedBlocks, en.e.Stats().NumGPUBlocks)
+}
+
+func (c *Cluster) push(i int32, at time.Duration, kind wakeKind) {
+	c.seq++
+	c.eq.push(engineEvent{at: at, seq: c.seq, eng: i, kind: kind, gen: c.engines[i].gen})
+}

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/workload"
+)
+
+// Mode is a routing mode of the simulated router.
+type Mode string
+
+const (
+	// Aggregated runs every request on one decode worker (no prefill pool; KV-aware selection,
+	// reason no_prefill_workers).
+	Aggregated Mode = "aggregated"
+	// Disaggregated always prefills remotely (feature off, reason remote_disabled).
+	Disaggregated Mode = "disaggregated"
+	// Conditional runs conditional disaggregation with Config.Disagg.
+	Conditional Mode = "conditional"
+)
+
+// DefaultPrefillBusyThreshold is θp when neither Disagg.PrefillBusyThreshold nor QueueThreshold
+// is set and a load policy needs one: busy above 2·mnbt queued uncached tokens (perf-model.md §5).
+const DefaultPrefillBusyThreshold = 2.0
+
+// Config describes one simulated fleet and its router.
+type Config struct {
+	Prefill, Decode int // number of prefill and decode engines
+	// Engine is the template of every engine (block size, KV capacity, token budget, cost
+	// model); Seed and Events are set per engine.
+	Engine sim.Config
+	Mode   Mode
+	// Disagg is --router-conditional-disagg-config for Mode Conditional (see policy.DefaultDisagg).
+	Disagg policy.Disagg
+	// QueueThreshold is --router-queue-threshold; a load policy with neither it nor
+	// Disagg.PrefillBusyThreshold set uses DefaultPrefillBusyThreshold.
+	QueueThreshold policy.Threshold
+	// Selection are the worker-selection knobs; the zero value means policy.DefaultSelection.
+	Selection policy.Selection
+	// EventDelay delays each engine's KV events before the index sees them (0 = at the end of the
+	// step that produced them).
+	EventDelay time.Duration
+	// Seed seeds the selection tie-breaks and the engines' block hashes.
+	Seed uint64
+	// Vocab expands the workload's segments into tokens; the zero value means
+	// workload.DefaultVocab.
+	Vocab workload.Vocab
+}
+
+// ParseShape parses a fleet shape such as "4P4D" (prefill and decode engine counts).
+func ParseShape(s string) (prefill, decode int, err error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	p, d, ok := strings.Cut(u, "P")
+	if !ok || !strings.HasSuffix(d, "D") {
+		return 0, 0, fmt.Errorf("cluster: shape %q must look like 4P4D", s)
+	}
+	prefill, err1 := strconv.Atoi(p)
+	decode, err2 := strconv.Atoi(strings.TrimSuffix(d, "D"))
+	if err1 != nil || err2 != nil || prefill < 0 || decode < 1 || prefill > 256 || decode > 256 {
+		return 0, 0, fmt.Errorf("cluster: shape %q must be <0..256>P<1..256>D", s)
+	}
+	return prefill, decode, nil
+}
+
+// withDefaults fills the zero values that are never meaningful.
+func (c Config) withDefaults() Config {
+	if c.Selection == (policy.Selection{}) {
+		c.Selection = policy.DefaultSelection()
+	}
+	if c.Vocab == (workload.Vocab{}) {
+		c.Vocab = workload.DefaultVocab()
+	}
+	if c.Mode == "" {
+		c.Mode = Conditional
+	}
+	if c.Mode == Conditional && c.Disagg.Policy == "" {
+		c.Disagg = policy.DefaultDisagg()
+	}
+	return c
+}
+
+// Validate returns every problem of c (after defaults), joined, in field/value/rule form.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, fmt.Errorf("cluster config: %s: %s %s", field, value, rule))
+	}
+	switch c.Mode {
+	case Aggregated:
+		if c.Prefill != 0 {
+			bad("prefill", strconv.Itoa(c.Prefill), "must be 0 in aggregated mode")
+		}
+	case Disaggregated, Conditional:
+		if c.Prefill < 1 {
+			bad("prefill", strconv.Itoa(c.Prefill), "must be >= 1 in "+string(c.Mode)+" mode")
+		}
+	default:
+		bad("mode", strconv.Quote(string(c.Mode)), "must be one of aggregated, disaggregated, conditional")
+	}
+	if c.Decode < 1 {
+		bad("decode", strconv.Itoa(c.Decode), "must be >= 1")
+	}
+	if c.Prefill > 256 || c.Decode > 256 {
+		bad("prefill+decode", strconv.Itoa(c.Prefill+c.Decode), "must be <= 256 engines per pool")
+	}
+	if c.EventDelay < 0 {
+		bad("event_delay", c.EventDelay.String(), "must be >= 0")
+	}
+	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Mode == Conditional {
+		pc := c.policyConfig()
+		if err := pc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// policyConfig is the router's policy configuration for c's mode.
+func (c Config) policyConfig() policy.Config {
+	pc := policy.DefaultConfig()
+	pc.KVEvents, pc.DistinctPools = true, true
+	pc.Selection = c.Selection
+	pc.QueueThreshold = c.QueueThreshold
+	if bs := c.Engine.BlockSize; bs > 0 {
+		pc.BlockSize = bs
+	}
+	if c.Mode != Conditional {
+		return pc
+	}
+	pc.Enabled, pc.DisaggGiven = true, true
+	pc.Disagg = c.Disagg
+	if !pc.Disagg.PrefillBusyThreshold.Set && !pc.QueueThreshold.Set {
+		pc.Disagg.PrefillBusyThreshold = policy.Set(DefaultPrefillBusyThreshold)
+	}
+	return pc
+}
