@@ -1,0 +1,462 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/condisagg/condisagg/envoy"
+)
+
+// Binaries are the built executables a stack runs.
+type Binaries struct {
+	Condisagg, VLLMSim, PDSidecar string
+}
+
+// RepoRoot returns the nearest directory above the working directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("e2e: repo root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("e2e: repo root: no go.mod above the working directory")
+		}
+		dir = up
+	}
+}
+
+// Build compiles condisagg, vllm-sim and pd-sidecar into dir.
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
+		"./cmd/condisagg", "./cmd/vllm-sim", "./cmd/pd-sidecar")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("e2e: go build into %s: %w\n%s", dir, err, out)
+	}
+	return Binaries{Condisagg: filepath.Join(dir, "condisagg"), VLLMSim: filepath.Join(dir, "vllm-sim"),
+		PDSidecar: filepath.Join(dir, "pd-sidecar")}, nil
+}
+
+// Role is a worker's role in the fleet.
+type Role string
+
+const (
+	Prefill Role = "prefill"
+	Decode  Role = "decode"
+)
+
+// WorkerSpec describes one simulated vLLM worker.
+type WorkerSpec struct {
+	Name string
+	Role Role
+	// NumGPUBlocks is the worker's KV capacity (vllm-sim --num-gpu-blocks and the router's
+	// num_gpu_blocks); 0 = the perf model's default, unknown to the router.
+	NumGPUBlocks int
+	// MaxNumBatchedTokens is told to the router (mnbt, the prefill-busy budget); 0 = unknown.
+	MaxNumBatchedTokens int
+	// Silent workers publish no KV events; the router is still told an events endpoint.
+	Silent bool
+}
+
+// Config describes a whole stack on loopback.
+type Config struct {
+	Bin       Binaries
+	Dir       string // scratch directory for configs
+	Tokenizer string // model directory (tokenizer.json); default tokenizer/testdata/models/qwen3
+	Workers   []WorkerSpec
+	// Disagg is --router-conditional-disagg-config (JSON).
+	Disagg string
+	// QueueThreshold is router.queue_threshold; 0 = unset.
+	QueueThreshold float64
+	// TimeScale runs the simulated workers this many times faster than real time.
+	TimeScale float64
+	// MaxBodyBytes is condisagg's body limit; 0 = its default.
+	MaxBodyBytes int
+	// ScrapeInterval enables the router's vLLM /metrics scrape (worker health); 0 = off.
+	ScrapeInterval time.Duration
+	// FailClosedEnvoy also starts a second, fail-closed Envoy in front of the same router.
+	FailClosedEnvoy bool
+	// EnvoyLog receives Envoy's output and access log; nil = kept in memory only.
+	EnvoyLog *os.File
+}
+
+// Worker is one running simulated worker: vllm-sim plus, for a prefill worker, its pd-sidecar
+// listening on the endpoint the router advertises for it (the prefill-first layout).
+type Worker struct {
+	Spec     WorkerSpec
+	Sim      *Proc
+	Sidecar  *Proc // prefill workers only
+	SimAddr  string
+	Endpoint string // the router's workers[].endpoint: the sidecar for prefill, else SimAddr
+	KVEvents string // tcp://127.0.0.1:port (an unused port for a silent worker)
+	KVReplay string
+	simArgs  []string
+}
+
+// Stack is the whole system on 127.0.0.1.
+type Stack struct {
+	cfg         Config
+	Workers     []*Worker
+	Condisagg   *Proc
+	GRPCAddr    string // ext_proc + Admin gRPC
+	AdminAddr   string // admin HTTP
+	ConfigPath  string
+	Envoy       *envoy.Process // fail-open, BUFFERED (the recommended profile)
+	EnvoyClosed *envoy.Process // fail-closed, when Config.FailClosedEnvoy
+}
+
+// startTimeout bounds the start of every process.
+const startTimeout = 30 * time.Second
+
+// Start brings the stack up: workers, sidecars, condisagg (ready), Envoy. On failure
+// everything already started is stopped.
+func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
+	if cfg.Tokenizer == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Tokenizer = filepath.Join(root, "tokenizer", "testdata", "models", "qwen3")
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	s := &Stack{cfg: cfg}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	for _, spec := range cfg.Workers {
+		w, err := s.startWorker(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		s.Workers = append(s.Workers, w)
+	}
+	if s.ConfigPath, err = s.writeRouterConfig(); err != nil {
+		return nil, err
+	}
+	for _, w := range s.Workers {
+		if w.Spec.Role == Prefill {
+			if err := s.startSidecar(ctx, w); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := s.startRouter(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startEnvoys(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops every process of the stack; it is safe to call more than once.
+func (s *Stack) Close() {
+	if s.Envoy != nil {
+		_ = s.Envoy.Stop()
+	}
+	if s.EnvoyClosed != nil {
+		_ = s.EnvoyClosed.Stop()
+	}
+	if s.Condisagg != nil {
+		s.Condisagg.Stop()
+	}
+	for _, w := range s.Workers {
+		if w.Sidecar != nil {
+			w.Sidecar.Stop()
+		}
+		if w.Sim != nil {
+			w.Sim.Stop()
+		}
+	}
+}
+
+// Worker returns the worker named name, or nil.
+func (s *Stack) Worker(name string) *Worker {
+	for _, w := range s.Workers {
+		if w.Spec.Name == name {
+			return w
+		}
+	}
+	return nil
+}
+
+// WorkerAt returns the worker whose router endpoint or simulator address is addr, or nil.
+func (s *Stack) WorkerAt(addr string) *Worker {
+	for _, w := range s.Workers {
+		if w.Endpoint == addr || w.SimAddr == addr {
+			return w
+		}
+	}
+	return nil
+}
+
+func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []string {
+	args := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--tokenizer", s.cfg.Tokenizer,
+		"--model", "qwen3", "--time-scale", strconv.FormatFloat(s.cfg.TimeScale, 'g', -1, 64),
+		"--enable-prompt-tokens-details",
+		"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}
+	if spec.NumGPUBlocks > 0 {
+		args = append(args, "--num-gpu-blocks", strconv.Itoa(spec.NumGPUBlocks))
+	}
+	if !spec.Silent {
+		ev, _ := json.Marshal(map[string]any{"enable_kv_cache_events": true, "publisher": "zmq",
+			"endpoint": events, "replay_endpoint": replay})
+		args = append(args, "--kv-events-config", string(ev))
+	}
+	return args
+}
+
+func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, error) {
+	w := &Worker{Spec: spec}
+	w.simArgs = s.simArgs(spec, 0, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+	if err := s.runSim(ctx, w); err != nil {
+		return nil, err
+	}
+	if spec.Silent {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		w.KVEvents = "tcp://127.0.0.1:" + strconv.Itoa(port) // nobody publishes there
+	}
+	w.Endpoint = w.SimAddr
+	if spec.Role == Prefill {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		w.Endpoint = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	return w, nil
+}
+
+func (s *Stack) runSim(ctx context.Context, w *Worker) error {
+	p, err := StartProc("vllm-sim "+w.Spec.Name, s.cfg.Bin.VLLMSim, w.simArgs...)
+	if err != nil {
+		return err
+	}
+	w.Sim = p
+	a, err := p.WaitLog(ctx, "vllm-sim listening")
+	if err != nil {
+		return err
+	}
+	w.SimAddr, w.KVEvents, w.KVReplay = a["endpoint"], a["kv_events"], a["kv_replay"]
+	return nil
+}
+
+// RestartSim crashes a worker's vllm-sim (SIGKILL) and starts a new one on the same HTTP,
+// KV event and replay ports: an engine restart whose event sequence starts over.
+func (s *Stack) RestartSim(ctx context.Context, name string) error {
+	w := s.Worker(name)
+	if w == nil {
+		return fmt.Errorf("e2e: restart %q: no such worker", name)
+	}
+	w.Sim.Kill()
+	_, port, _ := net.SplitHostPort(w.SimAddr)
+	n, _ := strconv.Atoi(port)
+	w.simArgs = s.simArgs(w.Spec, n, fixedZMQ(w.KVEvents), fixedZMQ(w.KVReplay))
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return s.runSim(ctx, w)
+}
+
+// fixedZMQ turns tcp://127.0.0.1:N into czmq's one-port range form, which vllm-sim binds
+// (vLLM binds an endpoint containing '*') on exactly that loopback port.
+func fixedZMQ(ep string) string {
+	i := strings.LastIndexByte(ep, ':')
+	return ep[:i+1] + "*[" + ep[i+1:] + "-" + ep[i+1:] + "]"
+}
+
+func (s *Stack) writeRouterConfig() (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nfailure_mode: open\ndebug_headers: true\n")
+	fmt.Fprintf(&b, "drain_timeout: 5s\nunready_delay: 0s\nlog_level: info\n")
+	if s.cfg.MaxBodyBytes > 0 {
+		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
+	}
+	fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16}\n", s.cfg.Tokenizer)
+	fmt.Fprintf(&b, "router:\n  mode: kv\n  kv_events: true\n  conditional_disagg: true\n")
+	if s.cfg.Disagg != "" {
+		fmt.Fprintf(&b, "  conditional_disagg_config: %q\n", s.cfg.Disagg)
+	}
+	if s.cfg.QueueThreshold > 0 {
+		fmt.Fprintf(&b, "  queue_threshold: %g\n", s.cfg.QueueThreshold)
+	}
+	fmt.Fprintf(&b, "pool: {booking_ttl: 300s, sweep_interval: 30s, scrape_interval: %s}\n", s.cfg.ScrapeInterval)
+	b.WriteString("workers:\n")
+	for _, w := range s.Workers {
+		fmt.Fprintf(&b, "  - {name: %s, role: %s, endpoint: %q, kv_events: %q", w.Spec.Name, w.Spec.Role, w.Endpoint, w.KVEvents)
+		if w.KVReplay != "" {
+			fmt.Fprintf(&b, ", kv_replay: %q", w.KVReplay)
+		}
+		if w.Spec.NumGPUBlocks > 0 {
+			fmt.Fprintf(&b, ", num_gpu_blocks: %d", w.Spec.NumGPUBlocks)
+		}
+		if w.Spec.MaxNumBatchedTokens > 0 {
+			fmt.Fprintf(&b, ", max_num_batched_tokens: %d", w.Spec.MaxNumBatchedTokens)
+		}
+		b.WriteString("}\n")
+	}
+	path := filepath.Join(s.cfg.Dir, "condisagg.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return "", fmt.Errorf("e2e: write router config %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// startSidecar runs the pd-sidecar of prefill worker w on w.Endpoint: Envoy's prefill route
+// dials the endpoint the router advertises, and the sidecar dials the simulator behind it.
+func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
+	p, err := StartProc("pd-sidecar "+w.Spec.Name, s.cfg.Bin.PDSidecar,
+		"--listen", w.Endpoint, "--admin-listen", "127.0.0.1:0", "--config", s.ConfigPath,
+		"--dial", w.Endpoint+"="+w.SimAddr, "--default-decode-host", w.SimAddr,
+		"--prefill-timeout", "60s", "--drain-timeout", "2s")
+	if err != nil {
+		return err
+	}
+	w.Sidecar = p
+	_, err = p.WaitLog(ctx, "pd-sidecar listening")
+	return err
+}
+
+func (s *Stack) startRouter(ctx context.Context) error {
+	p, err := StartProc("condisagg", s.cfg.Bin.Condisagg, "serve", "--config", s.ConfigPath)
+	if err != nil {
+		return err
+	}
+	s.Condisagg = p
+	a, err := p.WaitLog(ctx, "serving")
+	if err != nil {
+		return err
+	}
+	s.GRPCAddr, s.AdminAddr = a["endpoint"], a["admin"]
+	// Ready once every worker's event stream has been seen; a silent worker never is.
+	if s.hasSilent() {
+		return nil
+	}
+	return Poll(ctx, func() error { return s.ready(ctx) })
+}
+
+func (s *Stack) hasSilent() bool {
+	for _, w := range s.Workers {
+		if w.Spec.Silent {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Stack) ready(ctx context.Context) error {
+	code, body, err := httpGet(ctx, "http://"+s.AdminAddr+"/readyz")
+	if err != nil {
+		return err
+	}
+	if code != 200 {
+		return fmt.Errorf("condisagg /readyz: %d %s", code, body)
+	}
+	return nil
+}
+
+func (s *Stack) startEnvoys(ctx context.Context) error {
+	bin, err := envoy.FindBinary()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(s.GRPCAddr)
+	n, _ := strconv.Atoi(port)
+	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailOpen, ExtProc: envoy.Endpoint{Host: host, Port: n},
+		HealthCheckInterval: time.Second}
+	for _, w := range s.Workers {
+		if w.Spec.Role == Decode {
+			e, err := envoy.ParseEndpoint(w.SimAddr)
+			if err != nil {
+				return err
+			}
+			p.DecodeFallback = append(p.DecodeFallback, e)
+		}
+	}
+	if s.Envoy, err = s.startEnvoy(ctx, bin, "open", p); err != nil {
+		return err
+	}
+	if s.cfg.FailClosedEnvoy {
+		p.FailOpen, p.DecodeFallback = envoy.FailClosed, nil
+		if s.EnvoyClosed, err = s.startEnvoy(ctx, bin, "closed", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params) (*envoy.Process, error) {
+	dir := filepath.Join(s.cfg.Dir, "envoy-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("e2e: envoy dir: %w", err)
+	}
+	if s.cfg.EnvoyLog != nil {
+		p.AccessLogPath = "/dev/stdout"
+	}
+	path, err := envoy.WriteBootstrap(dir, p)
+	if err != nil {
+		return nil, err
+	}
+	opts := envoy.StartOptions{StopTimeout: 3 * time.Second}
+	if s.cfg.EnvoyLog != nil {
+		opts.Output = s.cfg.EnvoyLog
+	}
+	return envoy.Start(ctx, bin, path, opts)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("e2e: free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// pollInterval is the period of Poll.
+const pollInterval = 25 * time.Millisecond
+
+// Poll calls check until it returns nil or ctx ends; it is for the state of external
+// processes only, and returns the last check error on timeout.
+func Poll(ctx context.Context, check func() error) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("e2e: poll: %w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
