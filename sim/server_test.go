@@ -364,3 +364,37 @@ func TestHTTPPrefillDecodeFlow(t *testing.T) {
 		t.Fatalf("no connector: %s", b)
 	}
 }
+
+// TestChatTurnExtendsPrefix: for both chat templates, turn 2's prompt (with turn 1's answer as
+// the assistant message) starts with turn 1's prompt followed by the generated ids, so the
+// blocks cached by turn 1 are hit.
+func TestChatTurnExtendsPrefix(t *testing.T) {
+	for _, model := range []string{"qwen3", "llama3"} {
+		t.Run(model, func(t *testing.T) {
+			tok := loadTokenizer(t, model)
+			v, err := NewVocab(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body1 := chatBody("", "Write about rivers.")
+			p1, err := tok.EncodeChat(nil, []byte(body1), tokenizer.ChatOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := v.Output(3, true)
+			ids := make([]uint32, 30)
+			for i := range ids {
+				ids[i] = out(i)
+			}
+			body2 := chatBody("", "Write about rivers.", string(v.AppendText(nil, ids)), "More.")
+			p2, err := tok.EncodeChat(nil, []byte(body2), tokenizer.ChatOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append(append([]uint32(nil), p1...), ids...)
+			if len(p2) < len(want) || !reflect.DeepEqual(p2[:len(want)], want) {
+				t.Fatalf("turn 2 does not extend turn 1 + output:\n got %v\nwant %v", p2[:min(len(p2), len(want))], want)
+			}
+		})
+	}
+}
