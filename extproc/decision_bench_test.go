@@ -140,29 +140,37 @@ type atomicCounter struct{ n atomic.Int64 }
 
 func (c *atomicCounter) add() int { return int(c.n.Add(1)) }
 
-// BenchmarkRouterDecide is the pipeline without gRPC (DryRun: nothing booked) for a warm
-// 8k-token conversation whose prefix is cached on a decode worker, split by stage.
+// BenchmarkRouterDecide is the pipeline without gRPC (DryRun: nothing booked) for an 8k-token
+// chat, split by stage: warm = the next turn of a conversation whose prefix is cached on a
+// decode worker (the same body every iteration); cold = a fresh prompt every iteration (its
+// generation is outside the stage timings, which come from Decide itself).
 func BenchmarkRouterDecide(b *testing.B) {
-	e := newEnv(b, envOptions{})
-	rng := rand.New(rand.NewPCG(4, 4))
-	prev := []string{promptText(rng, 8000)}
-	e.cacheOn("decode-0", conversation(prev))
-	body := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
-	req := &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true}
-	var stages [numStages]time.Duration
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		out, err := e.router.Decide(b.Context(), req)
-		if err != nil || out.Reason != "bypass_isl" {
-			b.Fatalf("%v %v", out.Reason, err)
-		}
-		for i, d := range out.Stages {
-			stages[i] += d
-		}
-	}
-	for i, d := range stages {
-		b.ReportMetric(float64(d.Microseconds())/float64(b.N), stageNames[i]+"-µs/op")
+	for _, warm := range []bool{true, false} {
+		name := map[bool]string{true: "warm", false: "cold"}[warm]
+		b.Run("tokens=8192/"+name, func(b *testing.B) {
+			e := newEnv(b, envOptions{})
+			rng := rand.New(rand.NewPCG(4, 4))
+			prev := []string{promptText(rng, 8000)}
+			e.cacheOn("decode-0", conversation(prev))
+			body := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
+			var stages [numStages]time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				if !warm {
+					body = conversation([]string{promptText(rng, 8100)})
+				}
+				out, err := e.router.Decide(b.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true})
+				if err != nil || (warm && out.Reason != "bypass_isl") {
+					b.Fatalf("%v %v", out.Reason, err)
+				}
+				for i, d := range out.Stages {
+					stages[i] += d
+				}
+			}
+			for i, d := range stages {
+				b.ReportMetric(float64(d.Microseconds())/float64(b.N), stageNames[i]+"-µs/op")
+			}
+		})
 	}
 }
 
