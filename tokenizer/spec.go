@@ -11,7 +11,6 @@ import (
 // other top-level key is checked by checkTopLevel so that a feature we do not
 // implement is refused rather than ignored.
 type fileSpec struct {
-	Version       string          `json:"version"`
 	Truncation    json.RawMessage `json:"truncation"`
 	Padding       json.RawMessage `json:"padding"`
 	AddedTokens   []addedSpec     `json:"added_tokens"`

@@ -30,7 +30,8 @@ func loadSynthetic(t testing.TB, name string) *Tokenizer {
 // single_word/lstrip/rstrip, normalized added tokens under NFKC, ByteLevel with
 // use_regex and add_prefix_space, TemplateProcessing with a suffix, and the
 // SentencePiece-style family (Prepend/Replace normalizers or Metaspace with
-// prepend_scheme first/always and split, byte_fallback, fused unk). Expectations come from Hugging Face tokenizers (gen_synthetic.py).
+// prepend_scheme first/always and split, byte_fallback, fused unk), and the
+// two-pass added-token match without a normalizer. Expectations come from Hugging Face tokenizers (gen_synthetic.py).
 func TestSyntheticFeatures(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "synthetic_expect.json"))
 	if err != nil {
@@ -40,7 +41,7 @@ func TestSyntheticFeatures(t *testing.T) {
 	if err := json.Unmarshal(data, &expect); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"bytelevel", "sentencepiece", "metaspace_first", "metaspace_always"} {
+	for _, name := range []string{"bytelevel", "sentencepiece", "metaspace_first", "metaspace_always", "overlap"} {
 		t.Run(name, func(t *testing.T) {
 			tk := loadSynthetic(t, name)
 			if len(expect[name]) == 0 {

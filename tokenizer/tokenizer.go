@@ -70,7 +70,9 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 	var raw, norm []addedToken
 	for _, a := range spec.AddedTokens {
 		at := addedToken{id: a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
-		if a.Normalized && t.normalizer != nil {
+		// Normalized tokens are matched after the others, on normalized text,
+		// even when there is no normalizer: the two passes decide overlaps.
+		if a.Normalized {
 			norm = append(norm, at)
 		} else {
 			raw = append(raw, at)

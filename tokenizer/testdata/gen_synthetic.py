@@ -17,7 +17,7 @@ PROBES = ["hello world", "say <sw> now", "say<sw>now", "x <ls>  y", "x   <ls>y",
           "ﬁx the ﬁle", "fix it", "<eos> inside", "  leading and trailing  ", "naïve café 😀", "",
           "<sw>", "<rs><rs> <ls><ls>", "hello\u3000world\u00a0!", "ZZZ unknown ☃ chars", "ab" * 40,
           "<s>hello world</s>", "</s> hello", " hello  world ", "▁hello▁▁world", "hello</s>world <s> x",
-          "a\ufffdb \ufffd", "tab\there"]
+          "a\ufffdb \ufffd", "tab\there", "abc", "xabcx", "abab bc"]
 
 
 def byte_level():
@@ -67,11 +67,19 @@ def sentencepiece(style="normalizer"):
     return tok
 
 
+def overlap():
+    """No normalizer: normalized added tokens still match after the others."""
+    vocab = {c: i for i, c in enumerate("abcx ")}
+    tok = Tokenizer(models.BPE(vocab, []))
+    tok.add_tokens([AddedToken("ab", normalized=True), AddedToken("bc", normalized=False)])
+    return tok
+
+
 def main():
     expect = {}
     for name, tok in [("bytelevel", byte_level()), ("sentencepiece", sentencepiece()),
                       ("metaspace_first", sentencepiece("metaspace_first")),
-                      ("metaspace_always", sentencepiece("metaspace_always"))]:
+                      ("metaspace_always", sentencepiece("metaspace_always")), ("overlap", overlap())]:
         path = os.path.join(HERE, f"synthetic_{name}_tokenizer.json")
         tok.save(path)
         expect[name] = [{"text": p, "special": s, "ids": tok.encode(p, add_special_tokens=s).ids}
