@@ -31,7 +31,8 @@ func loadSynthetic(t testing.TB, name string) *Tokenizer {
 // use_regex and add_prefix_space, TemplateProcessing with a suffix, and the
 // SentencePiece-style family (Prepend/Replace normalizers or Metaspace with
 // prepend_scheme first/always and split, byte_fallback, fused unk), and the
-// two-pass added-token match without a normalizer. Expectations come from Hugging Face tokenizers (gen_synthetic.py).
+// two-pass added-token match (also without a normalizer, and on the
+// normalized form of a normalized token's content). Expectations come from Hugging Face tokenizers (gen_synthetic.py).
 func TestSyntheticFeatures(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "synthetic_expect.json"))
 	if err != nil {
@@ -41,7 +42,7 @@ func TestSyntheticFeatures(t *testing.T) {
 	if err := json.Unmarshal(data, &expect); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"bytelevel", "sentencepiece", "metaspace_first", "metaspace_always", "overlap"} {
+	for _, name := range []string{"bytelevel", "sentencepiece", "metaspace_first", "metaspace_always", "overlap", "normalized_content"} {
 		t.Run(name, func(t *testing.T) {
 			tk := loadSynthetic(t, name)
 			if len(expect[name]) == 0 {

@@ -73,6 +73,10 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 		// Normalized tokens are matched after the others, on normalized text,
 		// even when there is no normalizer: the two passes decide overlaps.
 		if a.Normalized {
+			// Hugging Face matches the normalized form of the token's content.
+			if t.normalizer != nil {
+				at.content = t.normalizer.normalize(at.content)
+			}
 			norm = append(norm, at)
 		} else {
 			raw = append(raw, at)

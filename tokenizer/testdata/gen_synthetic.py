@@ -17,7 +17,7 @@ PROBES = ["hello world", "say <sw> now", "say<sw>now", "x <ls>  y", "x   <ls>y",
           "ﬁx the ﬁle", "fix it", "<eos> inside", "  leading and trailing  ", "naïve café 😀", "",
           "<sw>", "<rs><rs> <ls><ls>", "hello\u3000world\u00a0!", "ZZZ unknown ☃ chars", "ab" * 40,
           "<s>hello world</s>", "</s> hello", " hello  world ", "▁hello▁▁world", "hello</s>world <s> x",
-          "a\ufffdb \ufffd", "tab\there", "abc", "xabcx", "abab bc"]
+          "a\ufffdb \ufffd", "tab\there", "abc", "xabcx", "abab bc", "off", "oﬀ", "ﬀo", "a ff"]
 
 
 def byte_level():
@@ -75,11 +75,21 @@ def overlap():
     return tok
 
 
+def normalized_content():
+    """A normalized added token is matched by its normalized content."""
+    vocab = {c: i for i, c in enumerate("abcfo▁ x")}
+    tok = Tokenizer(models.BPE(vocab, []))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Prepend("▁")])
+    tok.add_tokens([AddedToken("ﬀ", normalized=True)])
+    return tok
+
+
 def main():
     expect = {}
     for name, tok in [("bytelevel", byte_level()), ("sentencepiece", sentencepiece()),
                       ("metaspace_first", sentencepiece("metaspace_first")),
-                      ("metaspace_always", sentencepiece("metaspace_always")), ("overlap", overlap())]:
+                      ("metaspace_always", sentencepiece("metaspace_always")), ("overlap", overlap()),
+                      ("normalized_content", normalized_content())]:
         path = os.path.join(HERE, f"synthetic_{name}_tokenizer.json")
         tok.save(path)
         expect[name] = [{"text": p, "special": s, "ids": tok.encode(p, add_special_tokens=s).ids}
