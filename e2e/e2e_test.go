@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -34,6 +36,9 @@ const scenarioTimeout = 45 * time.Second
 
 func startStack(t *testing.T, cfg Config) *Stack {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e: starts Envoy, condisagg and simulated workers; not in -short mode")
+	}
 	cfg.Bin, cfg.Dir, cfg.TimeScale = bin, t.TempDir(), timeScale
 	if os.Getenv("E2E_VERBOSE") != "" {
 		cfg.EnvoyLog = os.Stderr
@@ -85,6 +90,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("6_publisher_restart", func(t *testing.T) { testPublisherRestart(t, s) })
 	t.Run("7_forged_headers_ignored", func(t *testing.T) { testForgedHeaders(t, s) })
 	t.Run("9_errors_through_envoy", func(t *testing.T) { testErrors(t, s) })
+	t.Run("passthrough_get_models", func(t *testing.T) { testPassthrough(t, s) })
 	t.Run("10_booked_load_returns_to_zero", func(t *testing.T) { testLoadReturnsToZero(t, s) })
 	t.Run("8_condisagg_down_failure_mode", func(t *testing.T) { testRouterDown(t, s) })
 }
@@ -235,6 +241,24 @@ func testShortFresh(t *testing.T, s *Stack) {
 	wantDecision(t, r, "prefill", "remote_ratio_too_high")
 	if r.Decision.EffISL >= effISLThreshold || r.Decision.EffISL != r.Decision.ISL {
 		t.Fatalf("decision %q: want eff_isl = isl < %d", r.Decision.Raw, effISLThreshold)
+	}
+	remoteDecode(t, s, delta)
+	// The same rule for a non-streamed answer: one JSON body with the whole message.
+	before, err := s.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := []byte(strings.Replace(string(ChatBody([]Message{{Role: "user", Content: Words(202, 300)}}, maxTokens)), `"stream":true`, `"stream":false`, 1))
+	r, err = s.Chat(ctx, plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusOK || r.Text == "" || r.PromptTokens != r.Decision.ISL {
+		t.Fatalf("non-streamed: %d %s; want 200 with a message and usage", r.Status, r.Body)
+	}
+	wantDecision(t, r, "prefill", "remote_ratio_too_high")
+	if delta, err = s.WaitServed(ctx, before, 2); err != nil {
+		t.Fatal(err)
 	}
 	remoteDecode(t, s, delta)
 }
@@ -502,11 +526,39 @@ func testErrors(t *testing.T, s *Stack) {
 	}
 }
 
-// testLoadReturnsToZero: once every stream has ended, no worker holds booked load.
+// testLoadReturnsToZero: a client that gives up on a request stuck in prefill frees its
+// bookings, and once every stream has ended no worker holds booked load.
 func testLoadReturnsToZero(t *testing.T, s *Stack) {
 	ctx := scenarioCtx(t)
-	var last *condisaggv1.ListWorkersResponse
+	p := s.Worker("prefill-0")
+	if err := p.Sim.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Chat(reqCtx, ChatBody([]Message{{Role: "user", Content: Words(1001, 2200)}}, maxTokens), nil)
+		done <- err
+	}()
 	err := Poll(ctx, func() error {
+		w, err := s.WorkerStatus(ctx, "prefill-0")
+		if err == nil && w.ActivePrefillTokens == 0 {
+			err = errBelow(0, 1)
+		}
+		return err
+	})
+	cancelReq()
+	if cerr := <-done; cerr == nil {
+		t.Errorf("cancelled request returned no error")
+	}
+	if rerr := p.Sim.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil {
+		t.Fatalf("the stuck request was never booked on prefill-0: %v", err)
+	}
+	var last *condisaggv1.ListWorkersResponse
+	err = Poll(ctx, func() error {
 		ws, err := s.ListWorkers(ctx)
 		if err != nil {
 			return err
@@ -531,6 +583,32 @@ func testLoadReturnsToZero(t *testing.T, s *Stack) {
 	}
 	if indexed == 0 {
 		t.Fatalf("no indexed blocks after the scenarios; the index outlives bookings: %v", last)
+	}
+	// Nothing went wrong between Envoy and condisagg on the way (envoy-extproc §7).
+	for _, name := range []string{"http.llm.ext_proc.spurious_msgs_received", "http.llm.ext_proc.streams_failed",
+		"http.llm.ext_proc.rejected_header_mutations", "http.llm.ext_proc.clear_route_cache_ignored",
+		"http.llm.ext_proc.message_timeouts", "http.llm.ext_proc.failure_mode_allowed",
+		"cluster.prefill.original_dst_host_invalid", "cluster.decode.original_dst_host_invalid"} {
+		n, err := s.Envoy.Counter(ctx, name)
+		if errors.Is(err, envoy.ErrNoStat) {
+			continue
+		}
+		if err != nil || n != 0 {
+			t.Errorf("envoy %s = %d (%v); want 0", name, n, err)
+		}
+	}
+	if n, err := s.Envoy.Counter(ctx, "http.llm.ext_proc.streams_started"); err != nil || n == 0 {
+		t.Errorf("envoy http.llm.ext_proc.streams_started = %d (%v); want > 0", n, err)
+	}
+}
+
+// testPassthrough: a bodyless GET /v1/models goes through the router (passthrough) to a
+// decode worker.
+func testPassthrough(t *testing.T, s *Stack) {
+	ctx := scenarioCtx(t)
+	code, body, err := httpGet(ctx, s.URL("/v1/models"))
+	if err != nil || code != http.StatusOK || !strings.Contains(string(body), `"qwen3"`) {
+		t.Fatalf("GET /v1/models: %d %s (%v); want 200 listing qwen3", code, body, err)
 	}
 }
 

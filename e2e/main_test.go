@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -18,6 +19,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // every test skips: the suite starts external processes
+	}
 	if _, err := envoy.FindBinary(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
