@@ -45,7 +45,7 @@ type Stream struct {
 	notify chan struct{} // capacity 1: something new
 }
 
-// Next waits until tokens beyond the first have arrived or the request finished, and returns
+// Next waits until tokens beyond the first `have` tokens have arrived or the request finished, and returns
 // the new tokens and, at the end, the Finished record.
 func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *Finished, err error) {
 	for {
@@ -67,16 +67,17 @@ func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *Finish
 	}
 }
 
-func (s *Stream) push(tok uint32) {
+// push appends tok (when fin is nil or fin.OutputTokens exceeds what the stream holds) and,
+// with fin, ends the stream in the same critical section.
+func (s *Stream) push(tok uint32, fin *Finished) {
 	s.mu.Lock()
-	s.toks = append(s.toks, tok)
-	s.mu.Unlock()
-	s.wake()
-}
-
-func (s *Stream) end(f Finished) {
-	s.mu.Lock()
-	s.fin, s.done = f, true
+	if fin == nil || len(s.toks) < fin.OutputTokens {
+		s.toks = append(s.toks, tok)
+	}
+	if fin != nil {
+		s.fin, s.done = *fin, true
+		s.fin.BlockIDs = append([]int32(nil), fin.BlockIDs...)
+	}
 	s.mu.Unlock()
 	s.wake()
 }
@@ -266,15 +267,29 @@ func (l *loop) sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
+// deliver hands the step's tokens to their streams; a request's last token and its Finished
+// record are delivered together, so a reader sees the finish reason with the last token.
 func (l *loop) deliver(res *StepResult) {
 	for _, tk := range res.Tokens {
-		if s, ok := l.streams.Load(tk.ID); ok {
-			s.(*Stream).push(tk.Token)
+		s, ok := l.streams.Load(tk.ID)
+		if !ok {
+			continue
+		}
+		var fin *Finished
+		for i := range res.Finished {
+			if res.Finished[i].ID == tk.ID {
+				fin = &res.Finished[i]
+				break
+			}
+		}
+		s.(*Stream).push(tk.Token, fin)
+		if fin != nil {
+			l.streams.Delete(tk.ID)
 		}
 	}
-	for _, f := range res.Finished {
+	for _, f := range res.Finished { // a finish without a token in this step (none today)
 		if s, ok := l.streams.LoadAndDelete(f.ID); ok {
-			s.(*Stream).end(f)
+			s.(*Stream).push(0, &f)
 		}
 	}
 }

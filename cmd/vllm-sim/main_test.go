@@ -45,7 +45,7 @@ func TestRunServes(t *testing.T) {
 	case line = <-lines:
 	case err := <-done:
 		t.Fatalf("run ended early: %v", err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(90 * time.Second):
 		t.Fatal("no startup line")
 	}
 	m := regexp.MustCompile(`endpoint=(\S+) num_gpu_blocks=500 kv_events=tcp://127\.0\.0\.1:\d+ kv_replay=tcp://127\.0\.0\.1:\d+`).FindStringSubmatch(line)
