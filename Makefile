@@ -36,6 +36,14 @@ bench: deps
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
+# Re-runs the reference implementations live: Hugging Face tokenizers/transformers against the
+# committed tokenizer fixtures, and the real msgspec encoder against the committed KV event bytes.
+conformance: deps
+	python3 -m pip install -q tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 msgspec==0.23.0
+	python3 tokenizer/testdata/gen_conformance.py --check
+	cd kvevents/testdata && python3 gen_fixtures.py
+	git diff --exit-code -- kvevents/testdata
+
 demo:
 	@echo "make demo: not built yet (the end-to-end demo lands with the vllm-sim / Envoy issue)"
 
