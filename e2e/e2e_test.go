@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -155,7 +156,7 @@ func waitExplain(t *testing.T, ctx context.Context, s *Stack, body []byte, ok fu
 			return err
 		}
 		if !ok(ex) {
-			return errNotYet(ex)
+			return fmt.Errorf("explain: not there yet: %v", ex)
 		}
 		return nil
 	})
@@ -165,11 +166,23 @@ func waitExplain(t *testing.T, ctx context.Context, s *Stack, body []byte, ok fu
 	return ex
 }
 
-type explainErr struct{ ex *condisaggv1.ExplainResponse }
-
-func (e explainErr) Error() string { return "explain: " + e.ex.String() }
-
-func errNotYet(ex *condisaggv1.ExplainResponse) error { return explainErr{ex} }
+// waitWorker polls `condisagg workers` until ok accepts the named worker's state.
+func waitWorker(t *testing.T, ctx context.Context, s *Stack, name, what string, ok func(*condisaggv1.Worker) bool) {
+	t.Helper()
+	err := Poll(ctx, func() error {
+		w, err := s.WorkerStatus(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !ok(w) {
+			return fmt.Errorf("%s: not %s yet: %v", name, what, w)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 func overlapOn(ex *condisaggv1.ExplainResponse, worker string) int64 {
 	for _, o := range ex.Overlaps {
@@ -272,12 +285,7 @@ func testPrefillLoad(t *testing.T, s *Stack) {
 	if err := p.Sim.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = p.Sim.Resume()
-		}
-	}()
+	t.Cleanup(func() { _ = p.Sim.Resume() }) // whatever fails below
 	type result struct {
 		r   *Response
 		err error
@@ -288,15 +296,7 @@ func testPrefillLoad(t *testing.T, s *Stack) {
 		long <- result{r, err}
 	}()
 	budget := int64(prefillMNBT / 2)
-	if err := Poll(ctx, func() error {
-		w, err := s.WorkerStatus(ctx, "prefill-0")
-		if err == nil && w.ActivePrefillTokens <= budget {
-			err = errBelow(w.ActivePrefillTokens, budget)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitWorker(t, ctx, s, "prefill-0", "saturated", func(w *condisaggv1.Worker) bool { return w.ActivePrefillTokens > budget })
 	probe := ChatBody([]Message{{Role: "user", Content: Words(302, 300)}}, maxTokens)
 	ex, err := s.Explain(ctx, probe)
 	if err != nil {
@@ -313,7 +313,6 @@ func testPrefillLoad(t *testing.T, s *Stack) {
 	if err := p.Sim.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	resumed = true
 	res := <-long
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -322,29 +321,11 @@ func testPrefillLoad(t *testing.T, s *Stack) {
 		t.Fatalf("long request: status %d done %v body %s", res.r.Status, res.r.Done, res.r.Body)
 	}
 	wantDecision(t, res.r, "prefill", "remote_isl_too_long")
-	if err := Poll(ctx, func() error {
-		w, err := s.WorkerStatus(ctx, "prefill-0")
-		if err == nil && w.ActivePrefillTokens != 0 {
-			err = errBelow(w.ActivePrefillTokens, 0)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitWorker(t, ctx, s, "prefill-0", "drained", func(w *condisaggv1.Worker) bool { return w.ActivePrefillTokens == 0 })
 	r, delta = turn(t, ctx, s, ChatBody([]Message{{Role: "user", Content: Words(303, 300)}}, maxTokens), nil, 2)
 	wantDecision(t, r, "prefill", "remote_ratio_too_high")
 	remoteDecode(t, s, delta)
 }
-
-type belowErr struct{ got, limit int64 }
-
-func (e belowErr) Error() string {
-	return "prefill active tokens " + itoa(e.got) + " vs " + itoa(e.limit)
-}
-
-func errBelow(got, limit int64) error { return belowErr{got, limit} }
-
-func itoa(v int64) string { b, _ := json.Marshal(v); return string(b) }
 
 // testDecodeBusy: the second turn of a conversation cached on D would bypass by the ISL rule,
 // but it projects more than θd·kvcap blocks on D, so the guard sends it remote.
@@ -387,15 +368,9 @@ func testPublisherRestart(t *testing.T, s *Stack) {
 		t.Fatal(err)
 	}
 	// D lost its cache: the router must stop crediting it.
-	if err := Poll(ctx, func() error {
-		w, err := s.WorkerStatus(ctx, d)
-		if err == nil && (w.IndexedGpuBlocks != 0 || !w.GetEvents().GetConnected()) {
-			err = errBelow(w.IndexedGpuBlocks, 0)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitWorker(t, ctx, s, d, "cleared and reconnected", func(w *condisaggv1.Worker) bool {
+		return w.IndexedGpuBlocks == 0 && w.GetEvents().GetConnected()
+	})
 	ex, err := s.Explain(ctx, body2)
 	if err != nil {
 		t.Fatal(err)
@@ -535,30 +510,22 @@ func testLoadReturnsToZero(t *testing.T, s *Stack) {
 		t.Fatal(err)
 	}
 	reqCtx, cancelReq := context.WithCancel(ctx)
+	t.Cleanup(func() { cancelReq(); _ = p.Sim.Resume() }) // whatever fails below
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Chat(reqCtx, ChatBody([]Message{{Role: "user", Content: Words(1001, 2200)}}, maxTokens), nil)
 		done <- err
 	}()
-	err := Poll(ctx, func() error {
-		w, err := s.WorkerStatus(ctx, "prefill-0")
-		if err == nil && w.ActivePrefillTokens == 0 {
-			err = errBelow(0, 1)
-		}
-		return err
-	})
+	waitWorker(t, ctx, s, "prefill-0", "booked", func(w *condisaggv1.Worker) bool { return w.ActivePrefillTokens > 0 })
 	cancelReq()
-	if cerr := <-done; cerr == nil {
+	if err := <-done; err == nil {
 		t.Errorf("cancelled request returned no error")
 	}
-	if rerr := p.Sim.Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatalf("the stuck request was never booked on prefill-0: %v", err)
+	if err := p.Sim.Resume(); err != nil {
+		t.Fatal(err)
 	}
 	var last *condisaggv1.ListWorkersResponse
-	err = Poll(ctx, func() error {
+	err := Poll(ctx, func() error {
 		ws, err := s.ListWorkers(ctx)
 		if err != nil {
 			return err
@@ -566,7 +533,7 @@ func testLoadReturnsToZero(t *testing.T, s *Stack) {
 		last = ws
 		for _, w := range ws.Workers {
 			if w.ActiveRequests != 0 || w.ActivePrefillTokens != 0 || w.ActiveDecodeBlocks != 0 {
-				return errBelow(w.ActiveRequests, 0)
+				return fmt.Errorf("%s still holds load: %v", w.Id, w)
 			}
 		}
 		return nil
@@ -664,7 +631,7 @@ func testSilent(t *testing.T, s *Stack) {
 	if err := Poll(ctx, func() error {
 		v, err := s.RouterMetric(ctx, "condisagg_kv_events_silent_workers", `pool="decode"`)
 		if err == nil && v != 1 {
-			err = errBelow(int64(v), 1)
+			err = fmt.Errorf("silent decode workers = %g", v)
 		}
 		return err
 	}); err != nil {
@@ -694,15 +661,7 @@ func testSilent(t *testing.T, s *Stack) {
 func testNoWorkers(t *testing.T, s *Stack) {
 	ctx := scenarioCtx(t)
 	s.Worker("decode-0").Sim.Kill()
-	if err := Poll(ctx, func() error {
-		w, err := s.WorkerStatus(ctx, "decode-0")
-		if err == nil && w.Healthy {
-			err = errBelow(1, 0)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitWorker(t, ctx, s, "decode-0", "unhealthy", func(w *condisaggv1.Worker) bool { return !w.Healthy })
 	r, err := s.Chat(ctx, ChatBody([]Message{{Role: "user", Content: Words(901, 50)}}, maxTokens), nil)
 	if err != nil {
 		t.Fatal(err)
