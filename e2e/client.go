@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -188,9 +189,14 @@ func (r *Response) readSSE(body io.Reader, start time.Time) error {
 	return sc.Err()
 }
 
-// Chat posts a chat completion to Envoy's listener.
+// Chat posts a chat completion to the fail-open Envoy's listener.
 func (s *Stack) Chat(ctx context.Context, body []byte, hdr http.Header) (*Response, error) {
 	return Post(ctx, s.URL("/v1/chat/completions"), body, hdr)
+}
+
+// ChatVia posts a chat completion to env's listener.
+func (s *Stack) ChatVia(ctx context.Context, env *envoy.Process, body []byte, hdr http.Header) (*Response, error) {
+	return Post(ctx, "http://"+env.ListenerAddr("llm")+"/v1/chat/completions", body, hdr)
 }
 
 // URL is path on the fail-open Envoy's listener.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -28,14 +29,15 @@ const (
 // workers, all vllm-sim. Scenarios run in order; "condisagg down" is last.
 func TestEndToEnd(t *testing.T) {
 	s := startStack(t, Config{
-		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, FailClosedEnvoy: true,
+		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, FullDuplexEnvoy: true,
 		Workers: []WorkerSpec{
 			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
 			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks},
 			{Name: "decode-1", Role: Decode, NumGPUBlocks: decodeKVBlocks},
 		},
 	})
-	t.Run("1_multi_turn_bypass_on_D", func(t *testing.T) { testMultiTurn(t, s) })
+	t.Run("1_multi_turn_bypass_on_D", func(t *testing.T) { testMultiTurn(t, s, s.Envoy, 101) })
+	t.Run("1_multi_turn_full_duplex_profile", func(t *testing.T) { testMultiTurn(t, s, s.EnvoyDuplex, 111) })
 	t.Run("2_short_fresh_prompt_remote_by_ratio", func(t *testing.T) { testShortFresh(t, s) })
 	t.Run("3_prefill_load_saturation_and_drain", func(t *testing.T) { testPrefillLoad(t, s) })
 	t.Run("4_decode_busy_guard", func(t *testing.T) { testDecodeBusy(t, s) })
@@ -49,22 +51,22 @@ func TestEndToEnd(t *testing.T) {
 
 // testMultiTurn: a long first turn goes prefill -> decode worker D (remote_isl_too_long); the
 // next turn prefills locally on D (bypass_isl) and its stream is the answer D gives directly.
-func testMultiTurn(t *testing.T, s *Stack) {
+func testMultiTurn(t *testing.T, s *Stack, env *envoy.Process, seed uint64) {
 	ctx := scenarioCtx(t)
-	msgs := []Message{{Role: "user", Content: Words(101, 2200)}}
-	r1, delta := turn(t, ctx, s, ChatBody(msgs, maxTokens), nil, 2)
+	msgs := []Message{{Role: "user", Content: Words(seed, 2200)}}
+	r1, delta := turnVia(t, ctx, s, env, ChatBody(msgs, maxTokens), nil, 2)
 	wantDecision(t, r1, "prefill", "remote_isl_too_long")
 	if r1.Decision.ISL < effISLThreshold || r1.Decision.EffISL != r1.Decision.ISL || r1.PromptTokens != r1.Decision.ISL {
 		t.Fatalf("turn 1: decision %q, usage prompt_tokens %d; want a fresh prompt over %d tokens", r1.Decision.Raw, r1.PromptTokens, effISLThreshold)
 	}
 	d := remoteDecode(t, s, delta)
-	body2 := ChatBody(nextTurn(msgs, r1.Text, 102, 200), maxTokens)
+	body2 := ChatBody(nextTurn(msgs, r1.Text, seed+1, 200), maxTokens)
 	fullBlocks := int64(r1.Decision.ISL / blockSize)
 	ex := waitExplain(t, ctx, s, body2, func(ex *condisaggv1.ExplainResponse) bool { return overlapOn(ex, d) >= fullBlocks })
 	if ex.Route != "decode" || ex.Reason != "bypass_isl" || ex.DecodeWorker != d {
 		t.Fatalf("explain turn 2: route %s reason %s decode %s; want decode bypass_isl on %s", ex.Route, ex.Reason, ex.DecodeWorker, d)
 	}
-	r2, delta := turn(t, ctx, s, body2, nil, 1)
+	r2, delta := turnVia(t, ctx, s, env, body2, nil, 1)
 	wantDecision(t, r2, "decode", "bypass_isl")
 	if !maps.Equal(delta, map[string]int{d: 1}) {
 		t.Fatalf("turn 2 served by %v; want only %s (local prefill on D)", delta, d)

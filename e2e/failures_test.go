@@ -57,13 +57,18 @@ func testErrors(t *testing.T, s *Stack) {
 		{"oversize", `{"model":"qwen3","messages":[{"role":"user","content":"` + strings.Repeat("a", maxBodyBytes+1024) + `"}]}`,
 			413, "body_too_large", ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			r, err := s.Chat(ctx, []byte(c.body), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantAPIError(t, r, c.status, c.code, c.mention)
-		})
+		for _, env := range []struct {
+			name string
+			p    *envoy.Process
+		}{{"buffered", s.Envoy}, {"full_duplex", s.EnvoyDuplex}} {
+			t.Run(c.name+"_"+env.name, func(t *testing.T) {
+				r, err := s.ChatVia(ctx, env.p, []byte(c.body), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantAPIError(t, r, c.status, c.code, c.mention)
+			})
+		}
 	}
 	after, err := s.Served(ctx)
 	if err != nil {
@@ -124,12 +129,20 @@ func testLoadReturnsToZero(t *testing.T, s *Stack) {
 	if indexed == 0 {
 		t.Fatalf("no indexed blocks after the scenarios; the index outlives bookings: %v", last)
 	}
-	// Nothing went wrong between Envoy and condisagg on the way (envoy-extproc §7).
+	// Nothing went wrong between either Envoy and condisagg on the way (envoy-extproc §7).
+	for _, env := range []*envoy.Process{s.Envoy, s.EnvoyDuplex} {
+		envoyCountersZero(t, ctx, env)
+	}
+}
+
+// envoyCountersZero checks Envoy's ext_proc error counters and the ORIGINAL_DST misses.
+func envoyCountersZero(t *testing.T, ctx context.Context, env *envoy.Process) {
+	t.Helper()
 	for _, name := range []string{"http.llm.ext_proc.spurious_msgs_received", "http.llm.ext_proc.streams_failed",
 		"http.llm.ext_proc.rejected_header_mutations", "http.llm.ext_proc.clear_route_cache_ignored",
 		"http.llm.ext_proc.message_timeouts", "http.llm.ext_proc.failure_mode_allowed",
 		"cluster.prefill.original_dst_host_invalid", "cluster.decode.original_dst_host_invalid"} {
-		n, err := s.Envoy.Counter(ctx, name)
+		n, err := env.Counter(ctx, name)
 		if errors.Is(err, envoy.ErrNoStat) {
 			continue
 		}
@@ -137,7 +150,7 @@ func testLoadReturnsToZero(t *testing.T, s *Stack) {
 			t.Errorf("envoy %s = %d (%v); want 0", name, n, err)
 		}
 	}
-	if n, err := s.Envoy.Counter(ctx, "http.llm.ext_proc.streams_started"); err != nil || n == 0 {
+	if n, err := env.Counter(ctx, "http.llm.ext_proc.streams_started"); err != nil || n == 0 {
 		t.Errorf("envoy http.llm.ext_proc.streams_started = %d (%v); want > 0", n, err)
 	}
 }
@@ -170,7 +183,7 @@ func testRouterDown(t *testing.T, s *Stack) {
 	if n, err := s.Envoy.Counter(ctx, "http.llm.ext_proc.failure_mode_allowed"); err != nil || n < 1 {
 		t.Fatalf("failure_mode_allowed = %d (%v); want >= 1", n, err)
 	}
-	closed, err := Post(ctx, "http://"+s.EnvoyClosed.ListenerAddr("llm")+"/v1/chat/completions", body, forgedHeaders(addr))
+	closed, err := Post(ctx, "http://"+s.EnvoyDuplex.ListenerAddr("llm")+"/v1/chat/completions", body, forgedHeaders(addr))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -59,11 +60,17 @@ func scenarioCtx(t *testing.T) context.Context {
 // request for it (vllm-sim /metrics).
 func turn(t *testing.T, ctx context.Context, s *Stack, body []byte, hdr http.Header, served int) (*Response, map[string]int) {
 	t.Helper()
+	return turnVia(t, ctx, s, s.Envoy, body, hdr, served)
+}
+
+// turnVia is turn through the Envoy env.
+func turnVia(t *testing.T, ctx context.Context, s *Stack, env *envoy.Process, body []byte, hdr http.Header, served int) (*Response, map[string]int) {
+	t.Helper()
 	before, err := s.Served(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Chat(ctx, body, hdr)
+	r, err := s.ChatVia(ctx, env, body, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}

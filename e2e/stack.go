@@ -92,8 +92,9 @@ type Config struct {
 	MaxBodyBytes int
 	// ScrapeInterval enables the router's vLLM /metrics scrape (worker health); 0 = off.
 	ScrapeInterval time.Duration
-	// FailClosedEnvoy also starts a second, fail-closed Envoy in front of the same router.
-	FailClosedEnvoy bool
+	// FullDuplexEnvoy also starts a second Envoy in front of the same router with the other
+	// profile: FULL_DUPLEX_STREAMED both ways, fail-closed (Envoy allows no other failure mode).
+	FullDuplexEnvoy bool
 	// EnvoyLog receives Envoy's output and access log; nil = kept in memory only.
 	EnvoyLog *os.File
 }
@@ -120,7 +121,7 @@ type Stack struct {
 	AdminAddr   string // admin HTTP
 	ConfigPath  string
 	Envoy       *envoy.Process // fail-open, BUFFERED (the recommended profile)
-	EnvoyClosed *envoy.Process // fail-closed, when Config.FailClosedEnvoy
+	EnvoyDuplex *envoy.Process // full duplex, fail-closed, when Config.FullDuplexEnvoy
 }
 
 // startTimeout bounds the start of every process.
@@ -178,8 +179,8 @@ func (s *Stack) Close() {
 	if s.Envoy != nil {
 		_ = s.Envoy.Stop()
 	}
-	if s.EnvoyClosed != nil {
-		_ = s.EnvoyClosed.Stop()
+	if s.EnvoyDuplex != nil {
+		_ = s.EnvoyDuplex.Stop()
 	}
 	if s.Condisagg != nil {
 		s.Condisagg.Stop()
@@ -402,9 +403,9 @@ func (s *Stack) startEnvoys(ctx context.Context) error {
 	if s.Envoy, err = s.startEnvoy(ctx, bin, "open", p); err != nil {
 		return err
 	}
-	if s.cfg.FailClosedEnvoy {
-		p.FailOpen, p.DecodeFallback = envoy.FailClosed, nil
-		if s.EnvoyClosed, err = s.startEnvoy(ctx, bin, "closed", p); err != nil {
+	if s.cfg.FullDuplexEnvoy {
+		p.Mode, p.FailOpen, p.DecodeFallback = envoy.FullDuplex, envoy.FailClosed, nil
+		if s.EnvoyDuplex, err = s.startEnvoy(ctx, bin, "full-duplex", p); err != nil {
 			return err
 		}
 	}
