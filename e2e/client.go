@@ -78,7 +78,7 @@ type Response struct {
 
 // Post sends body to url with the extra headers and reads the whole answer; streams are
 // parsed as SSE.
-func Post(ctx context.Context, url string, body []byte, hdr http.Header) (*Response, error) {
+func (s *Stack) Post(ctx context.Context, url string, body []byte, hdr http.Header) (*Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("e2e: post %s: %w", url, err)
@@ -90,7 +90,7 @@ func Post(ctx context.Context, url string, body []byte, hdr http.Header) (*Respo
 		}
 	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("e2e: post %s: %w", url, err)
 	}
@@ -191,12 +191,12 @@ func (r *Response) readSSE(body io.Reader, start time.Time) error {
 
 // Chat posts a chat completion to the fail-open Envoy's listener.
 func (s *Stack) Chat(ctx context.Context, body []byte, hdr http.Header) (*Response, error) {
-	return Post(ctx, s.URL("/v1/chat/completions"), body, hdr)
+	return s.Post(ctx, s.URL("/v1/chat/completions"), body, hdr)
 }
 
 // ChatVia posts a chat completion to env's listener.
 func (s *Stack) ChatVia(ctx context.Context, env *envoy.Process, body []byte, hdr http.Header) (*Response, error) {
-	return Post(ctx, "http://"+env.ListenerAddr("llm")+"/v1/chat/completions", body, hdr)
+	return s.Post(ctx, "http://"+env.ListenerAddr("llm")+"/v1/chat/completions", body, hdr)
 }
 
 // URL is path on the fail-open Envoy's listener.
@@ -260,16 +260,16 @@ func (s *Stack) WorkerStatus(ctx context.Context, name string) (*condisaggv1.Wor
 // RouterMetric sums the samples of one metric family on condisagg's /metrics whose label
 // text contains every one of labels ("pool=\"decode\"").
 func (s *Stack) RouterMetric(ctx context.Context, name string, labels ...string) (float64, error) {
-	return metric(ctx, "http://"+s.AdminAddr+"/metrics", name, labels...)
+	return s.metric(ctx, "http://"+s.AdminAddr+"/metrics", name, labels...)
 }
 
-// SimMetric sums a vllm: metric of one worker's simulator.
-func (w *Worker) SimMetric(ctx context.Context, name string) (float64, error) {
-	return metric(ctx, "http://"+w.SimAddr+"/metrics", name)
+// SimMetric sums a vllm: metric of worker w's simulator.
+func (s *Stack) SimMetric(ctx context.Context, w *Worker, name string) (float64, error) {
+	return s.metric(ctx, "http://"+w.SimAddr+"/metrics", name)
 }
 
-func metric(ctx context.Context, url, name string, labels ...string) (float64, error) {
-	code, body, err := httpGet(ctx, url)
+func (s *Stack) metric(ctx context.Context, url, name string, labels ...string) (float64, error) {
+	code, body, err := s.Get(ctx, url)
 	if err != nil {
 		return 0, err
 	}
@@ -305,12 +305,13 @@ func metric(ctx context.Context, url, name string, labels ...string) (float64, e
 	return sum, nil
 }
 
-func httpGet(ctx context.Context, url string) (int, []byte, error) {
+// Get fetches url and returns the status and body.
+func (s *Stack) Get(ctx context.Context, url string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("e2e: GET %s: %w", url, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("e2e: GET %s: %w", url, err)
 	}

@@ -78,7 +78,7 @@ func testMultiTurn(t *testing.T, s *Stack, env *envoy.Process, seed uint64) {
 		t.Fatalf("turn 2: %s reports %d cached tokens; want >= %d (turn 1's prompt)", d, r2.CachedTokens, fullBlocks*blockSize)
 	}
 	// The stream through Envoy is exactly the answer D gives for the same prompt directly.
-	direct, err := Post(ctx, "http://"+s.Worker(d).SimAddr+"/v1/chat/completions",
+	direct, err := s.Post(ctx, "http://"+s.Worker(d).SimAddr+"/v1/chat/completions",
 		[]byte(strings.Replace(string(body2), `"stream":true`, `"stream":false`, 1)), nil)
 	if err != nil || direct.Status != http.StatusOK {
 		t.Fatalf("direct request to %s: %v %+v", d, err, direct)
@@ -230,7 +230,7 @@ func testPublisherRestart(t *testing.T, s *Stack) {
 		t.Fatalf("explain after restart: route %s, overlap on %s %d; want remote, 0", ex.Route, d, overlapOn(ex, d))
 	}
 	// The restarted engine serves turn 1 again (directly) and publishes; the index follows.
-	direct, err := Post(ctx, "http://"+s.Worker(d).SimAddr+"/v1/chat/completions",
+	direct, err := s.Post(ctx, "http://"+s.Worker(d).SimAddr+"/v1/chat/completions",
 		[]byte(strings.Replace(string(body1), `"stream":true`, `"stream":false`, 1)), nil)
 	if err != nil || direct.Status != http.StatusOK {
 		t.Fatalf("direct request to restarted %s: %v %+v", d, err, direct)

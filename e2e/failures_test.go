@@ -25,7 +25,7 @@ func testForgedHeaders(t *testing.T, s *Stack) {
 	// Straight at the sidecar (no Envoy, no router): hosts outside the worker list get 403.
 	h := forgedHeaders(addr)
 	h.Set("x-condisagg-decode-host", s.Worker("decode-0").SimAddr)
-	res, err := Post(ctx, "http://"+s.Worker("prefill-0").Endpoint+"/v1/chat/completions",
+	res, err := s.Post(ctx, "http://"+s.Worker("prefill-0").Endpoint+"/v1/chat/completions",
 		ChatBody([]Message{{Role: "user", Content: "hi"}}, 4), h)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func envoyCountersZero(t *testing.T, ctx context.Context, env *envoy.Process) {
 // decode worker.
 func testPassthrough(t *testing.T, s *Stack) {
 	ctx := scenarioCtx(t)
-	code, body, err := httpGet(ctx, s.URL("/v1/models"))
+	code, body, err := s.Get(ctx, s.URL("/v1/models"))
 	if err != nil || code != http.StatusOK || !strings.Contains(string(body), `"qwen3"`) {
 		t.Fatalf("GET /v1/models: %d %s (%v); want 200 listing qwen3", code, body, err)
 	}
@@ -183,7 +183,7 @@ func testRouterDown(t *testing.T, s *Stack) {
 	if n, err := s.Envoy.Counter(ctx, "http.llm.ext_proc.failure_mode_allowed"); err != nil || n < 1 {
 		t.Fatalf("failure_mode_allowed = %d (%v); want >= 1", n, err)
 	}
-	closed, err := Post(ctx, "http://"+s.EnvoyDuplex.ListenerAddr("llm")+"/v1/chat/completions", body, forgedHeaders(addr))
+	closed, err := s.Post(ctx, "http://"+s.EnvoyDuplex.ListenerAddr("llm")+"/v1/chat/completions", body, forgedHeaders(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func testSilent(t *testing.T, s *Stack) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	code, body, err := httpGet(ctx, "http://"+s.AdminAddr+"/readyz")
+	code, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/readyz")
 	if err != nil || code == http.StatusOK || !strings.Contains(string(body), "decode-0") {
 		t.Fatalf("/readyz: %d %s (%v); want not ready, naming decode-0", code, body, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,7 @@ type Worker struct {
 // Stack is the whole system on 127.0.0.1.
 type Stack struct {
 	cfg         Config
+	http        *http.Client // every request of the stack's clients; idle connections closed by Close
 	Workers     []*Worker
 	Condisagg   *Proc
 	GRPCAddr    string // ext_proc + Admin gRPC
@@ -142,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	s := &Stack{cfg: cfg}
+	s := &Stack{cfg: cfg, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -176,6 +178,7 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 
 // Close stops every process of the stack; it is safe to call more than once.
 func (s *Stack) Close() {
+	defer s.http.CloseIdleConnections()
 	if s.Envoy != nil {
 		_ = s.Envoy.Stop()
 	}
@@ -372,7 +375,7 @@ func (s *Stack) hasSilent() bool {
 }
 
 func (s *Stack) ready(ctx context.Context) error {
-	code, body, err := httpGet(ctx, "http://"+s.AdminAddr+"/readyz")
+	code, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/readyz")
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func (s *Stack) Served(ctx context.Context) (map[string]int, error) {
 		if w.Sim.Paused() {
 			continue
 		}
-		v, err := w.SimMetric(ctx, servedMetric)
+		v, err := s.SimMetric(ctx, w, servedMetric)
 		if err != nil {
 			return nil, err
 		}
