@@ -231,7 +231,15 @@ func testSilent(t *testing.T, s *Stack) {
 	r1, delta := turn(t, ctx, s, ChatBody(msgs, maxTokens), nil, 2)
 	wantDecision(t, r1, "prefill", "remote_no_kv_events")
 	remoteDecode(t, s, delta)
-	r2, delta := turn(t, ctx, s, ChatBody(nextTurn(msgs, r1.Text, 502, 100), maxTokens), nil, 2)
+	body2 := ChatBody(nextTurn(msgs, r1.Text, 502, 100), maxTokens)
+	ex, err := s.Explain(ctx, body2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Reason != "remote_no_kv_events" || !ex.Inputs.Silent || ex.Inputs.OverlapBlocks != 0 {
+		t.Fatalf("explain turn 2: reason %s silent %v overlap %d; want remote_no_kv_events, silent, 0", ex.Reason, ex.Inputs.Silent, ex.Inputs.OverlapBlocks)
+	}
+	r2, delta := turn(t, ctx, s, body2, nil, 2)
 	wantDecision(t, r2, "prefill", "remote_no_kv_events")
 	remoteDecode(t, s, delta)
 	if r2.CachedTokens < (r1.Decision.ISL/blockSize)*blockSize {
