@@ -29,14 +29,14 @@ the loop, once per routing mode, and recommends conditional-disaggregation thres
 
 // tuneFlags are the flags of `condisagg tune`.
 type tuneFlags struct {
-	trace, synthetic, shape, modelName, sloText, output, plots string
-	requests                                                   int
-	duration, warmup, drain, eventDelay                        time.Duration
-	rateScale, quantile, prefillBusy, decodeBusy               float64
-	seed                                                       uint64
-	mnbt, maxSeqs, numBlocks, parallel                         int
-	sweepEff, sweepRatio, sweepPolicy, sweepBusy               string
-	noSweep, quiet, progress                                   bool
+	trace, synthetic, shape, modelName, sloText, output, plots, jsonOut string
+	requests                                                            int
+	duration, warmup, drain, eventDelay                                 time.Duration
+	rateScale, quantile, prefillBusy, decodeBusy                        float64
+	seed                                                                uint64
+	mnbt, maxSeqs, numBlocks, parallel                                  int
+	sweepEff, sweepRatio, sweepPolicy, sweepBusy                        string
+	noSweep, quiet, progress                                            bool
 }
 
 func parseTuneFlags(args []string, stderr io.Writer) (*tuneFlags, bool) {
@@ -72,6 +72,7 @@ func parseTuneFlags(args []string, stderr io.Writer) (*tuneFlags, bool) {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload, selection tie-breaks and engine hashes")
 	fs.IntVar(&f.parallel, "parallel", 1, "simulations run at once")
 	fs.StringVar(&f.output, "o", "table", "output: table or json")
+	fs.StringVar(&f.jsonOut, "json-out", "", "also write the JSON report to this file")
 	fs.StringVar(&f.plots, "plots", "", "directory for SVG plots (sweep, TTFT and TPOT CDFs); empty = none")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	fs.BoolVar(&f.progress, "progress", false, "progress bar even for short runs")
@@ -237,6 +238,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	if f.jsonOut != "" {
+		if err := writeJSONFile(f.jsonOut, rep); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
 	if f.output == "json" {
 		err = rep.writeJSON(stdout)
 	} else {
@@ -281,6 +288,9 @@ func runJobs(ctx context.Context, s *tuneSetup, jobs []*job, parallel int, bar *
 			}
 			j.rep = rep
 			j.sum = workload.Summarize(j.name, rep.Results, s.slo, s.ss)
+			for k := range rep.Results {
+				rep.Results[k].Gaps = nil // summarised; a full trace holds millions
+			}
 		}()
 	}
 	wg.Wait()
@@ -396,4 +406,19 @@ func best(jobs []*job) *job {
 		}
 	}
 	return b
+}
+
+func writeJSONFile(path string, rep *tuneReport) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("tune: --json-out: %w", err)
+	}
+	if err := rep.writeJSON(fh); err != nil {
+		fh.Close()
+		return fmt.Errorf("tune: --json-out %s: %w", path, err)
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("tune: --json-out %s: %w", path, err)
+	}
+	return nil
 }
