@@ -45,8 +45,9 @@ func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestTuneTableOutput(t *testing.T) {
+	jsonOut := filepath.Join(t.TempDir(), "report.json")
 	code, out, errOut := tuneRun(t, "--synthetic", "vllm-prefix-repetition", "--requests", "60", "--cluster", "1P1D",
-		"--slo", "ttft=1s,tpot=50ms", "--no-sweep")
+		"--slo", "ttft=1s,tpot=50ms", "--no-sweep", "--json-out", jsonOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -84,6 +85,18 @@ func TestTuneTableOutput(t *testing.T) {
 	}
 	if errOut != "" {
 		t.Fatalf("short run drew progress: %q", errOut)
+	}
+	data, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Requests int
+		Modes    []struct{ Name string }
+		Sweep    []struct{ Name string }
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Requests != 60 || len(rep.Modes) != 6 || len(rep.Sweep) != 0 {
+		t.Fatalf("--json-out: %v %+v", err, rep)
 	}
 }
 
