@@ -22,6 +22,7 @@ type series struct {
 type chart struct {
 	title, xLabel, yLabel string
 	logX                  bool
+	zeroY                 bool    // start the y axis at 0
 	yMin, yMax            float64 // fixed y range when yMax > yMin
 	lines                 []series
 }
@@ -29,12 +30,12 @@ type chart struct {
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
 
 const (
-	svgW, svgH                   = 760, 440
-	padL, padR, padT, padB       = 70, 260, 40, 50
+	svgW, svgH                   = 880, 440
+	padL, padR, padT, padB       = 70, 300, 40, 50
 	plotW, plotH                 = svgW - padL - padR, svgH - padT - padB
 	maxPointsPerLine             = 400
 	legendLineH                  = 16
-	legendMaxChars               = 38
+	legendMaxChars               = 42
 	tickCount                    = 5
 	minPositiveForLogAxis        = 1e-3
 	svgHeader                    = `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">` + "\n"
@@ -62,8 +63,12 @@ func (c *chart) svg() string {
 	if math.IsInf(xmin, 0) {
 		xmin, xmax, ymin, ymax = 0, 1, 0, 1
 	}
-	if ymin > 0 && c.yMax <= c.yMin {
+	if c.zeroY && ymin > 0 && c.yMax <= c.yMin {
 		ymin = 0
+	}
+	if !c.zeroY && c.yMax <= c.yMin && ymax > ymin {
+		pad := (ymax - ymin) * 0.08
+		ymin, ymax = ymin-pad, ymax+pad
 	}
 	if xmax == xmin {
 		xmax = xmin + 1
