@@ -1,5 +1,6 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
-// server; `explain` and `workers` query a running router's Admin API.
+// server; `explain` and `workers` query a running router's Admin API; `tune` simulates a
+// workload to choose thresholds.
 package main
 
 import (
@@ -17,6 +18,7 @@ commands:
   serve     run the ext_proc router (--config file.yaml, Dynamo-compatible --router-* flags)
   explain   show the decision for a request without booking it (--addr, --path, --body @file)
   workers   list workers with load and KV event stream state (--addr)
+  tune      simulate a workload per routing mode and suggest thresholds
 
 Run "condisagg <command> -h" for the flags of a command.
 `
@@ -41,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, args[1:], stdout, stderr)
+	case "tune":
+		return runTune(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
