@@ -10,43 +10,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/leakcheck"
 )
 
+// TestMain ends the tests with a goroutine-leak check.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
-			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines returns the stacks of goroutines still running code of this package (the
-// Envoy waiter of Start, the test ext_proc handler), waiting briefly for ones that are exiting.
-func leakedGoroutines() string {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "condisagg/envoy.Start") || strings.Contains(g, "condisagg/envoy.(*testProcessor)") || strings.Contains(g, "condisagg/envoy.(*testStream)") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		runtime.Gosched()
-	}
+	leakcheck.Main(m, "condisagg/envoy.Start", "condisagg/envoy.(*testProcessor)", "condisagg/envoy.(*testStream)")
 }
 
 // upstream is a loopback HTTP server standing in for a worker; it records what reached it.

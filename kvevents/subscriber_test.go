@@ -3,11 +3,11 @@ package kvevents
 import (
 	"context"
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/leakcheck"
 
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,38 +16,8 @@ import (
 
 const testBlockSize = 16
 
-// TestMain ends the package's tests with a goroutine-leak check: every subscriber, group and
-// test publisher goroutine must be gone once the tests are done. Goroutines of the test runner
-// and fuzzing engine (signal handling) are not ours and are not counted.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(2 * time.Second)
-		leaked := ourGoroutines()
-		for len(leaked) > 0 && time.Now().Before(deadline) {
-			runtime.Gosched()
-			leaked = ourGoroutines()
-		}
-		if len(leaked) > 0 {
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d goroutines left\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// ourGoroutines returns the stacks of goroutines running this package's code, except TestMain.
-func ourGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "condisagg/kvevents.") && !strings.Contains(g, "kvevents.TestMain") {
-			out = append(out, g)
-		}
-	}
-	return out
-}
+// TestMain ends the tests with a goroutine-leak check.
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/kvevents.") }
 
 // harness is one real index, metrics registry and subscriber group.
 type harness struct {

@@ -7,47 +7,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestMain ends the package's tests with a goroutine-leak check: no goroutine may still run
-// code of this package (handlers, Serve, resolver loops, test workers).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
-			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leakedGoroutines() string {
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for g := range strings.SplitSeq(string(buf), "\n\n") {
-			if strings.Contains(g, "condisagg/sidecar.") && !strings.Contains(g, "sidecar.leakedGoroutines") &&
-				!strings.Contains(g, "sidecar.TestMain") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		runtime.Gosched()
-	}
-}
+// TestMain ends the tests with a goroutine-leak check.
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/sidecar.") }
 
 // seen is one request as a test worker received it.
 type seen struct {

@@ -4,36 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/condisagg/condisagg/internal/leakcheck"
+
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
-// TestMain ends the package's tests with a goroutine-leak check: every goroutine of this
-// package (worker loops, publishers, replay servers, HTTP handlers) must have stopped.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "condisagg/sim.") && !strings.Contains(g, "TestMain") {
-				fmt.Fprintf(os.Stderr, "goroutine leak:\n%s\n", g)
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
+// TestMain ends the tests with a goroutine-leak check.
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/sim.") }
 
 // modelDirs are where tokenizer/testdata/fetch_models.sh puts the real tokenizers (the files are
 // over 1 MiB, so they are not copied here).

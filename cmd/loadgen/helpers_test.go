@@ -2,42 +2,21 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/internal/leakcheck"
+
 	"github.com/condisagg/condisagg/workload"
 )
 
-// TestMain fails the package when goroutines outlive the tests (servers, clients, runners).
-func TestMain(m *testing.M) {
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 && !fuzzing() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-			runtime.Gosched() // transport goroutines exit asynchronously after CloseIdleConnections
-		}
-		if n := runtime.NumGoroutine(); n > base {
-			buf := make([]byte, 1<<20)
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d > %d\n%s", n, base, buf[:runtime.Stack(buf, true)])
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func fuzzing() bool {
-	f := flag.Lookup("test.fuzz")
-	return f != nil && f.Value.String() != ""
-}
+// TestMain ends the tests with a goroutine-leak check.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // tokenServer is a real SSE completions server that emits max_tokens tokens, the first after
 // ttft and each later one tpot after the previous, timed per request by max_tokens.
