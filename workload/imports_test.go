@@ -1,49 +1,16 @@
 package workload
 
 import (
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/condisagg/condisagg/internal/importcheck"
 )
 
 // The package is I/O-free and stands alone: no network, files, logging, metrics or project
 // imports in non-test files (doc.go).
 func TestImports(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	forbidden := []string{"net", "os", "log", "log/slog", "github.com/prometheus", "github.com/condisagg"}
-	checked := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checked++
-		for _, imp := range f.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			for _, bad := range forbidden {
-				if path == bad || strings.HasPrefix(path, bad+"/") {
-					t.Errorf("%s imports %s", name, path)
-				}
-			}
-		}
-	}
-	if checked < 5 {
-		t.Fatalf("checked %d files", checked)
-	}
+	importcheck.Deny(t, importcheck.SourceFiles(t, "."), "net", "os", "log", "github.com/prometheus", "github.com/condisagg/")
 }
 
 func FuzzReadAzure(f *testing.F) {
