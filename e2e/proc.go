@@ -51,7 +51,7 @@ type logLine struct {
 func StartProc(name, bin string, args ...string) (*Proc, error) {
 	p := &Proc{Name: name, done: make(chan struct{}), wake: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.SysProcAttr = procAttr()
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
