@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -30,7 +29,7 @@ type Proc struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when the process has exited and its output is drained
 	err    error         // Wait's result; read after done
-	paused atomic.Bool
+	paused atomic.Bool   // set by Pause, cleared by Resume
 
 	mu    sync.Mutex    // guards out, lines, wake
 	out   []byte        // output tail, at most maxOutputBytes
@@ -226,18 +225,4 @@ func (p *Proc) Kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
-}
-
-// ExitErr is the process's exit status once it has ended (nil for a clean exit).
-func (p *Proc) ExitErr() error {
-	select {
-	case <-p.done:
-		var ee *exec.ExitError
-		if errors.As(p.err, &ee) && ee.ExitCode() == -1 {
-			return nil // ended by our signal
-		}
-		return p.err
-	default:
-		return nil
-	}
 }
