@@ -44,8 +44,10 @@ conformance: deps
 	cd kvevents/testdata && python3 gen_fixtures.py
 	git diff --exit-code -- kvevents/testdata
 
-demo:
-	@echo "make demo: not built yet (the end-to-end demo lands with the vllm-sim / Envoy issue)"
+# Envoy + condisagg + 2 prefill and 2 decode simulated workers with their sidecars on loopback:
+# a multi-turn conversation and fresh prompts, one row per request, then a clean shutdown.
+demo: deps
+	$(GO) run ./cmd/demo
 
 clean:
 	rm -rf bin bench.out
