@@ -114,12 +114,11 @@ func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokeniz
 		s.streams = newEventStreams(s.group)
 		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, added, removed) }
 	}
+	// pool.New reports the workers it starts with through OnChange, so their event streams
+	// start here; DNS-named workers follow when Run resolves them.
 	s.pool, err = pool.New(cfg.pool, pool.Options{Metrics: pool.NewMetrics(s.reg), Logger: s.log, OnChange: onChange})
 	if err != nil {
 		return err
-	}
-	if s.group != nil {
-		s.membership(ctx, s.pool.Workers(), nil)
 	}
 	ropts := extproc.RouterOptions{Tokenizer: tok, Index: s.index, Pool: s.pool, Metrics: extproc.NewMetrics(s.reg), Settings: cfg.settings}
 	if s.streams != nil {
