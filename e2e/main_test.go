@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/leakcheck"
 
 	"github.com/condisagg/condisagg/envoy"
 )
@@ -40,27 +41,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 && !goroutinesSettle(base, 5*time.Second) {
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "e2e: goroutine leak: %d goroutines after the tests, %d before\n%s\n",
-			runtime.NumGoroutine(), base, buf[:n])
-		code = 1
-	}
-	return code
-}
-
-// goroutinesSettle waits, yielding, until at most base goroutines remain: every process
-// watcher and client connection of the stacks must be gone once their tests end.
-func goroutinesSettle(base int, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			return false
-		}
-		runtime.Gosched()
-	}
-	return true
+	// Every process watcher and client connection of the stacks must be gone once their tests end.
+	return leakcheck.Run(m)
 }

@@ -73,6 +73,7 @@ func Start(ctx context.Context, bin, configPath string, opts StartOptions) (*Pro
 		"--log-level", opts.LogLevel, "--concurrency", strconv.Itoa(opts.Concurrency),
 		"--admin-address-path", addrFile, "--drain-time-s", "1", "--parent-shutdown-time-s", "2")
 	p.cmd.Stdout, p.cmd.Stderr = out, out
+	p.cmd.SysProcAttr = procAttr()
 	if err := p.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("envoy: start %s %s: %w", bin, configPath, err)

@@ -26,7 +26,11 @@ import (
 const Grace = 5 * time.Second
 
 // Main runs m and exits the process with its code, or with 1 if goroutines leaked.
-func Main(m *testing.M, markers ...string) {
+func Main(m *testing.M, markers ...string) { os.Exit(Run(m, markers...)) }
+
+// Run is Main for a TestMain that has work of its own to do after the tests (removing a
+// directory, say): it returns the exit code instead of exiting.
+func Run(m *testing.M, markers ...string) int {
 	base := runtime.NumGoroutine()
 	code := m.Run()
 	if code == 0 && !fuzzing() {
@@ -36,7 +40,7 @@ func Main(m *testing.M, markers ...string) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // wait polls the goroutine stacks until none leaks or grace has passed, and returns the
