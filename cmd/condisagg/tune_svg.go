@@ -145,7 +145,7 @@ func ticks(lo, hi float64, log bool) []float64 {
 		if len(out) >= 2 {
 			return out
 		}
-		log = false
+		out = out[:0]
 	}
 	raw := (hi - lo) / tickCount
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
@@ -158,12 +158,18 @@ func ticks(lo, hi float64, log bool) []float64 {
 	}
 	for k := math.Ceil(lo / step); k*step <= hi+step*1e-9; k++ {
 		v, _ := strconv.ParseFloat(strconv.FormatFloat(k*step, 'g', 12, 64), 64) // 3·0.2 is 0.6
+		if v == 0 {
+			v = 0 // not -0
+		}
 		out = append(out, v)
 	}
 	return out
 }
 
 func label(v float64) string {
+	if math.Abs(v) < 1e-9 {
+		return "0" // never "-0"
+	}
 	switch a := math.Abs(v); {
 	case a >= 10000:
 		return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"

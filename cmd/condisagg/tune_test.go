@@ -268,7 +268,9 @@ func TestChartTicksAndEscaping(t *testing.T) {
 		{0, 1, false, "[0 0.2 0.4 0.6 0.8 1]"},
 		{0, 2300, false, "[0 500 1000 1500 2000]"},
 		{3, 4000, true, "[10 100 1000]"},
-		{20, 40, true, "[20 25 30 35 40]"}, // under two decades: linear ticks
+		{20, 40, true, "[20 25 30 35 40]"},          // under two decades: linear ticks
+		{512, 4096, true, "[1000 2000 3000 4000]"},  // one decade inside: linear, no duplicate
+		{-1e-17, 1, false, "[0 0.2 0.4 0.6 0.8 1]"}, // rounding noise
 	} {
 		if got := fmt.Sprint(ticks(tc.lo, tc.hi, tc.log)); got != tc.want {
 			t.Errorf("ticks(%v, %v, %v) = %s, want %s", tc.lo, tc.hi, tc.log, got, tc.want)
