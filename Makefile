@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short vet bench fuzz demo conformance clean
+.PHONY: all deps build test test-short vet bench bench-e2e fuzz demo conformance clean
 
 all: build
 
@@ -31,6 +31,11 @@ test-short: deps
 # Runs every benchmark and rewrites the generated tables of BENCHMARKS.md.
 bench: deps
 	BENCHTIME=$(BENCHTIME) bash scripts/bench.sh
+
+# Replays a short slice through the live stack (Envoy, condisagg, vllm-sim, pd-sidecar) and through
+# the cluster simulator, and compares TTFT p50 / TPOT p50 in simulated time.
+bench-e2e: deps
+	$(GO) run ./cmd/bench-e2e
 
 # Runs every fuzz target briefly (FUZZTIME each); a crasher stays in testdata/fuzz/.
 fuzz: deps
