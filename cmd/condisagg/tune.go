@@ -256,8 +256,8 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// job is one simulation of the tune run.
-type job struct {
+// tuneJob is one simulation of the tune run.
+type tuneJob struct {
 	name  string
 	cfg   cluster.Config
 	sweep bool
@@ -266,7 +266,7 @@ type job struct {
 }
 
 // runJobs simulates jobs, parallel at a time, and summarises each.
-func runJobs(ctx context.Context, s *tuneSetup, jobs []*job, parallel int, bar *progressBar) error {
+func runJobs(ctx context.Context, s *tuneSetup, jobs []*tuneJob, parallel int, bar *progressBar) error {
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	errs := make([]error, len(jobs))
@@ -325,9 +325,9 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 	dis.Mode = cluster.Disaggregated
 	// The probe never bypasses (T = 0) but previews every request on the decode pool: eff and
 	// ratio as decode workers see them under disaggregation with cache-affine decode selection.
-	probe := &job{name: "probe (always remote, previewed)", cfg: s.conditional(f, policy.ISLBounding, 0, policy.DefaultEffISLRatioThreshold)}
+	probe := &tuneJob{name: "probe (always remote, previewed)", cfg: s.conditional(f, policy.ISLBounding, 0, policy.DefaultEffISLRatioThreshold)}
 	T, R := int64(policy.DefaultEffISLThreshold), policy.DefaultEffISLRatioThreshold
-	modes := []*job{
+	modes := []*tuneJob{
 		{name: "aggregated", cfg: agg},
 		{name: fmt.Sprintf("aggregated (%d GPUs)", aggAll.Decode), cfg: aggAll},
 		{name: "disaggregated", cfg: dis},
@@ -335,7 +335,7 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 		{name: "prefill_load", cfg: s.conditional(f, policy.PrefillLoad, T, R)},
 		{name: "isl_or_load", cfg: s.conditional(f, policy.ISLOrLoad, T, R)},
 	}
-	if err := runJobs(ctx, s, append([]*job{probe}, modes...), f.parallel, bar); err != nil {
+	if err := runJobs(ctx, s, append([]*tuneJob{probe}, modes...), f.parallel, bar); err != nil {
 		return nil, err
 	}
 	rep := newTuneReport(s, f, probe, modes)
@@ -350,7 +350,7 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 	effs = slices.Compact(effs)
 	// Stage 1: eff_isl_threshold at the default ratio; stage 2: the ratio at the best T;
 	// stage 3: isl_or_load with each θp at the best (T, R).
-	var stage1 []*job
+	var stage1 []*tuneJob
 	for _, e := range effs {
 		stage1 = append(stage1, s.sweepJob(f, s.policy, e, R, f.prefillBusy))
 	}
@@ -358,8 +358,8 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 		return nil, err
 	}
 	all := stage1
-	bestT := best(all).cfg.Disagg.EffISLThreshold
-	var stage2 []*job
+	bestT := tuneBest(all).cfg.Disagg.EffISLThreshold
+	var stage2 []*tuneJob
 	for _, r := range s.ratios {
 		if r != R {
 			stage2 = append(stage2, s.sweepJob(f, s.policy, bestT, r, f.prefillBusy))
@@ -369,8 +369,8 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 		return nil, err
 	}
 	all = append(all, stage2...)
-	b := best(all).cfg.Disagg
-	var stage3 []*job
+	b := tuneBest(all).cfg.Disagg
+	var stage3 []*tuneJob
 	for _, p := range s.busyList {
 		if s.policy != policy.ISLOrLoad || p != f.prefillBusy {
 			stage3 = append(stage3, s.sweepJob(f, policy.ISLOrLoad, b.EffISLThreshold, b.EffISLRatioThreshold, p))
@@ -385,19 +385,19 @@ func tune(ctx context.Context, s *tuneSetup, f *tuneFlags, bar *progressBar) (*t
 }
 
 // sweepJob is one point of the threshold sweep.
-func (s *tuneSetup) sweepJob(f *tuneFlags, k policy.Kind, eff int64, ratio, busy float64) *job {
+func (s *tuneSetup) sweepJob(f *tuneFlags, k policy.Kind, eff int64, ratio, busy float64) *tuneJob {
 	c := s.conditional(f, k, eff, ratio)
 	name := fmt.Sprintf("%s T=%d R=%s", k, eff, strconv.FormatFloat(ratio, 'f', -1, 64))
 	if k != policy.ISLBounding {
 		c.Disagg.PrefillBusyThreshold = policy.Set(busy)
 		name += " θp=" + strconv.FormatFloat(busy, 'f', -1, 64)
 	}
-	return &job{name: name, cfg: c, sweep: true}
+	return &tuneJob{name: name, cfg: c, sweep: true}
 }
 
-// best is the job with the highest goodput; ties go to the lower TTFT p90, then TPOT p99.
-func best(jobs []*job) *job {
-	var b *job
+// tuneBest is the job with the highest goodput; ties go to the lower TTFT p90, then TPOT p99.
+func tuneBest(jobs []*tuneJob) *tuneJob {
+	var b *tuneJob
 	for _, j := range jobs {
 		if b == nil || j.sum.Goodput > b.sum.Goodput ||
 			(j.sum.Goodput == b.sum.Goodput && (j.sum.TTFT.P90 < b.sum.TTFT.P90 ||

@@ -16,8 +16,8 @@ import (
 	"github.com/condisagg/condisagg/workload"
 )
 
-// thresholds is one recommended conditional-disaggregation setting.
-type thresholds struct {
+// tuneThresholds is one recommended conditional-disaggregation setting.
+type tuneThresholds struct {
 	Rule                 string  `json:"rule"`
 	Policy               string  `json:"policy,omitempty"`
 	P                    float64 `json:"p,omitempty"`
@@ -27,8 +27,8 @@ type thresholds struct {
 }
 
 type recommendation struct {
-	Quantile thresholds  `json:"p_quantile"`
-	Sweep    *thresholds `json:"sweep,omitempty"`
+	Quantile tuneThresholds  `json:"p_quantile"`
+	Sweep    *tuneThresholds `json:"sweep,omitempty"`
 }
 
 // modeRow is one routing mode's measured outcome.
@@ -74,9 +74,9 @@ type bucketBrief struct {
 	Bypass   float64 `json:"bypass_rate"`
 }
 
-func newTuneReport(s *tuneSetup, f *tuneFlags, probe *job, modes []*job) *tuneReport {
+func newTuneReport(s *tuneSetup, f *tuneFlags, probe *tuneJob, modes []*tuneJob) *tuneReport {
 	r := &tuneReport{Workload: s.name, Requests: len(s.reqs), Cluster: s.shape, Model: s.base.Engine.Model.Name,
-		SLO: s.slo.String(), EventDelayMS: ms(s.base.EventDelay), Buckets: map[string][]bucketBrief{}}
+		SLO: s.slo.String(), EventDelayMS: toMS(s.base.EventDelay), Buckets: map[string][]bucketBrief{}}
 	r.SpanSeconds = (s.reqs[len(s.reqs)-1].Arrival - s.reqs[0].Arrival).Seconds()
 	var ratios []float64
 	for _, d := range probe.rep.Decisions {
@@ -88,33 +88,33 @@ func newTuneReport(s *tuneSetup, f *tuneFlags, probe *job, modes []*job) *tuneRe
 	slices.Sort(r.effSample)
 	slices.Sort(ratios)
 	r.EffISL, r.Ratio = workload.NewDist(r.effSample), workload.NewDist(ratios)
-	r.Recommend.Quantile = thresholds{Rule: "p-quantile", P: f.quantile,
-		EffISLThreshold:      int64(math.Round(quantile(r.effSample, f.quantile))),
+	r.Recommend.Quantile = tuneThresholds{Rule: "p-quantile", P: f.quantile,
+		EffISLThreshold:      int64(math.Round(tuneQuantile(r.effSample, f.quantile))),
 		EffISLRatioThreshold: policy.DefaultEffISLRatioThreshold}
 	for _, j := range modes {
-		r.Modes = append(r.Modes, row(j))
+		r.Modes = append(r.Modes, tuneRow(j))
 		for _, b := range workload.SummarizeByISL(j.name, j.rep.Results, s.slo, s.ss, workload.ISLBuckets()) {
 			r.Buckets[j.name] = append(r.Buckets[j.name], bucketBrief{Bucket: strings.TrimPrefix(b.Name, j.name+" "),
-				Requests: b.Requests, TTFTP90: ms(b.TTFT.P90), TPOTP99: ms(b.TPOT.P99), Attain: b.Attainment, Bypass: b.BypassRate})
+				Requests: b.Requests, TTFTP90: toMS(b.TTFT.P90), TPOTP99: toMS(b.TPOT.P99), Attain: b.Attainment, Bypass: b.BypassRate})
 		}
 	}
 	return r
 }
 
 // addSweep records the sweep and its best point as the last mode row.
-func (r *tuneReport) addSweep(jobs []*job) {
+func (r *tuneReport) addSweep(jobs []*tuneJob) {
 	for _, j := range jobs {
-		r.Sweep = append(r.Sweep, row(j))
+		r.Sweep = append(r.Sweep, tuneRow(j))
 	}
-	b := best(jobs)
-	br := row(b)
+	b := tuneBest(jobs)
+	br := tuneRow(b)
 	br.Name = "sweep best: " + b.name
 	r.Modes = append(r.Modes, br)
-	r.Recommend.Sweep = &thresholds{Rule: "sweep", Policy: string(b.cfg.Disagg.Policy),
+	r.Recommend.Sweep = &tuneThresholds{Rule: "sweep", Policy: string(b.cfg.Disagg.Policy),
 		EffISLThreshold: b.cfg.Disagg.EffISLThreshold, EffISLRatioThreshold: b.cfg.Disagg.EffISLRatioThreshold, Goodput: b.sum.Goodput}
 }
 
-func row(j *job) modeRow {
+func tuneRow(j *tuneJob) modeRow {
 	gpus := j.cfg.Prefill + j.cfg.Decode
 	m := modeRow{Name: j.name, Mode: string(j.cfg.Mode), GPUs: gpus, Summary: j.sum,
 		GoodputPerGPU: j.sum.Goodput / float64(gpus), PrefillUtil: j.rep.PrefillUtil, DecodeUtil: j.rep.DecodeUtil,
@@ -127,9 +127,9 @@ func row(j *job) modeRow {
 		if !res.Completed() {
 			continue
 		}
-		m.ttft = append(m.ttft, ms(res.TTFT))
+		m.ttft = append(m.ttft, toMS(res.TTFT))
 		if t, ok := res.TPOT(); ok {
-			m.tpot = append(m.tpot, ms(t))
+			m.tpot = append(m.tpot, toMS(t))
 		}
 	}
 	slices.Sort(m.ttft)
@@ -137,10 +137,10 @@ func row(j *job) modeRow {
 	return m
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func toMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// quantile is the q-quantile of an ascending sample (0 when empty).
-func quantile(sorted []float64, q float64) float64 { return workload.QuantileSorted(sorted, q) }
+// tuneQuantile is the q-quantile of an ascending sample (0 when empty).
+func tuneQuantile(sorted []float64, q float64) float64 { return workload.QuantileSorted(sorted, q) }
 
 func (r *tuneReport) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -156,9 +156,9 @@ func (r *tuneReport) writeText(w io.Writer) error {
 	dt := workload.Table{Header: []string{"", "p10", "p25", "p50", "p75", "p90", "p99", "mean"}}
 	e, q := r.EffISL, r.Ratio
 	dt.Rows = append(dt.Rows,
-		[]string{"eff ISL (tokens)", f0(e.P10), f0(e.P25), f0(e.P50), f0(e.P75), f0(e.P90), f0(e.P99), f0(e.Mean)},
-		[]string{"eff / ISL ratio", f2(q.P10), f2(q.P25), f2(q.P50), f2(q.P75), f2(q.P90), f2(q.P99), f2(q.Mean)})
-	if err := writeTable(&b, &dt); err != nil {
+		[]string{"eff ISL (tokens)", fmtF0(e.P10), fmtF0(e.P25), fmtF0(e.P50), fmtF0(e.P75), fmtF0(e.P90), fmtF0(e.P99), fmtF0(e.Mean)},
+		[]string{"eff / ISL ratio", fmtF2(q.P10), fmtF2(q.P25), fmtF2(q.P50), fmtF2(q.P75), fmtF2(q.P90), fmtF2(q.P99), fmtF2(q.Mean)})
+	if err := writeTuneTable(&b, &dt); err != nil {
 		return err
 	}
 	rq := r.Recommend.Quantile
@@ -169,12 +169,12 @@ func (r *tuneReport) writeText(w io.Writer) error {
 			s.Policy, s.Goodput, s.EffISLThreshold, strconv.FormatFloat(s.EffISLRatioThreshold, 'f', -1, 64))
 	}
 	b.WriteString("\nrouting modes:\n")
-	if err := writeTable(&b, rowsTable(r.Modes)); err != nil {
+	if err := writeTuneTable(&b, rowsTable(r.Modes)); err != nil {
 		return err
 	}
 	if len(r.Sweep) > 0 {
 		b.WriteString("\nthreshold sweep:\n")
-		if err := writeTable(&b, rowsTable(r.Sweep)); err != nil {
+		if err := writeTuneTable(&b, rowsTable(r.Sweep)); err != nil {
 			return err
 		}
 	}
@@ -190,16 +190,16 @@ func rowsTable(rows []modeRow) *workload.Table {
 	for i := range rows {
 		m := &rows[i]
 		t.Rows = append(t.Rows, append(m.Summary.Cells(), strconv.Itoa(m.GPUs), fmt.Sprintf("%.3f", m.GoodputPerGPU),
-			pct(m.PrefillUtil), pct(m.DecodeUtil)))
+			fmtPct(m.PrefillUtil), fmtPct(m.DecodeUtil)))
 	}
 	return t
 }
 
-func writeTable(b *strings.Builder, t *workload.Table) error { return t.Write(b) }
+func writeTuneTable(b *strings.Builder, t *workload.Table) error { return t.Write(b) }
 
-func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
-func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-func pct(v float64) string {
+func fmtF0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+func fmtF2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+func fmtPct(v float64) string {
 	return strconv.FormatFloat(100*v, 'f', 1, 64) + "%"
 }
 func fmtMS(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + "ms" }

@@ -11,23 +11,23 @@ import (
 	"strings"
 )
 
-// series is one line of a chart.
-type series struct {
+// plotSeries is one line of a chart.
+type plotSeries struct {
 	name   string
 	x, y   []float64
 	dashed bool
 }
 
-// chart is a line chart written as a self-contained SVG.
-type chart struct {
+// plotChart is a line chart written as a self-contained SVG.
+type plotChart struct {
 	title, xLabel, yLabel string
 	logX                  bool
 	zeroY                 bool    // start the y axis at 0
 	yMin, yMax            float64 // fixed y range when yMax > yMin
-	lines                 []series
+	lines                 []plotSeries
 }
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
+var plotPalette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
 
 const (
 	svgW, svgH                   = 880, 440
@@ -45,7 +45,7 @@ const (
 )
 
 // svg renders c.
-func (c *chart) svg() string {
+func (c *plotChart) svg() string {
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range c.lines {
 		for i := range s.x {
@@ -88,21 +88,21 @@ func (c *chart) svg() string {
 	fmt.Fprintf(&b, svgHeader, svgW, svgH, svgW, svgH)
 	b.WriteString(svgBackground)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`+"\n", padL, html.EscapeString(c.title))
-	for _, t := range ticks(xmin, xmax, c.logX) {
+	for _, t := range plotTicks(xmin, xmax, c.logX) {
 		x := fx(t)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x, padT, x, padT+plotH, svgGridColor)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, padT+plotH+16, label(t))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, padT+plotH+16, tickLabel(t))
 	}
-	for _, t := range ticks(ymin, ymax, false) {
+	for _, t := range plotTicks(ymin, ymax, false) {
 		y := fy(t)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", padL, y, padL+plotW, y, svgGridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-6, y+4, label(t))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-6, y+4, tickLabel(t))
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, svgAxisColor)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", padL+plotW/2, svgH-12, html.EscapeString(c.xLabel))
 	fmt.Fprintf(&b, `<text x="16" y="%d" text-anchor="middle" transform="rotate(-90 16 %d)">%s</text>`+"\n", padT+plotH/2, padT+plotH/2, html.EscapeString(c.yLabel))
 	for i, s := range c.lines {
-		color := palette[i%len(palette)]
+		color := plotPalette[i%len(plotPalette)]
 		dash := ""
 		if s.dashed {
 			dash = ` stroke-dasharray="` + svgDashPattern + `"`
@@ -133,8 +133,8 @@ func (c *chart) svg() string {
 	return b.String()
 }
 
-// ticks returns about tickCount round values in [lo, hi] (decades on a log axis).
-func ticks(lo, hi float64, log bool) []float64 {
+// plotTicks returns about tickCount round values in [lo, hi] (decades on a log axis).
+func plotTicks(lo, hi float64, log bool) []float64 {
 	var out []float64
 	if log {
 		for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
@@ -166,7 +166,7 @@ func ticks(lo, hi float64, log bool) []float64 {
 	return out
 }
 
-func label(v float64) string {
+func tickLabel(v float64) string {
 	if math.Abs(v) < 1e-9 {
 		return "0" // never "-0"
 	}
@@ -180,9 +180,9 @@ func label(v float64) string {
 	}
 }
 
-// cdf turns an ascending sample into CDF points.
-func cdf(name string, sorted []float64) series {
-	s := series{name: name}
+// plotCDF turns an ascending sample into CDF points.
+func plotCDF(name string, sorted []float64) plotSeries {
+	s := plotSeries{name: name}
 	for i, v := range sorted {
 		s.x = append(s.x, v)
 		s.y = append(s.y, float64(i+1)/float64(len(sorted)))
@@ -196,13 +196,13 @@ func writePlots(dir string, r *tuneReport) ([]string, error) {
 		return nil, fmt.Errorf("tune: plots: %w", err)
 	}
 	title := fmt.Sprintf("%s on %s", r.Workload, r.Cluster)
-	charts := map[string]*chart{
+	charts := map[string]*plotChart{
 		"ttft_cdf.svg": {title: "TTFT CDF — " + title, xLabel: "TTFT (ms, log)", yLabel: "share of requests", logX: true, yMin: 0, yMax: 1},
 		"tpot_cdf.svg": {title: "TPOT CDF — " + title, xLabel: "TPOT (ms, log)", yLabel: "share of requests", logX: true, yMin: 0, yMax: 1},
 	}
 	for _, m := range r.Modes {
-		charts["ttft_cdf.svg"].lines = append(charts["ttft_cdf.svg"].lines, cdf(m.Name, m.ttft))
-		charts["tpot_cdf.svg"].lines = append(charts["tpot_cdf.svg"].lines, cdf(m.Name, m.tpot))
+		charts["ttft_cdf.svg"].lines = append(charts["ttft_cdf.svg"].lines, plotCDF(m.Name, m.ttft))
+		charts["tpot_cdf.svg"].lines = append(charts["tpot_cdf.svg"].lines, plotCDF(m.Name, m.tpot))
 	}
 	if len(r.Sweep) > 0 {
 		charts["sweep.svg"] = sweepChart(title, r)
@@ -225,9 +225,9 @@ func writePlots(dir string, r *tuneReport) ([]string, error) {
 
 // sweepChart plots goodput against eff_isl_threshold per ratio threshold, with the fixed modes
 // as dashed horizontal lines.
-func sweepChart(title string, r *tuneReport) *chart {
-	c := &chart{title: "Threshold sweep — " + title, xLabel: "eff_isl_threshold (tokens, log)", yLabel: "goodput (req/s)", logX: true}
-	byRatio := map[string]*series{}
+func sweepChart(title string, r *tuneReport) *plotChart {
+	c := &plotChart{title: "Threshold sweep — " + title, xLabel: "eff_isl_threshold (tokens, log)", yLabel: "goodput (req/s)", logX: true}
+	byRatio := map[string]*plotSeries{}
 	var order []string
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, m := range r.Sweep {
@@ -244,7 +244,7 @@ func sweepChart(title string, r *tuneReport) *chart {
 		}
 		s, ok := byRatio[key]
 		if !ok {
-			s = &series{name: key}
+			s = &plotSeries{name: key}
 			byRatio[key] = s
 			order = append(order, key)
 		}
@@ -263,13 +263,13 @@ func sweepChart(title string, r *tuneReport) *chart {
 		for i, j := range idx {
 			xs[i], ys[i] = s.x[j], s.y[j]
 		}
-		c.lines = append(c.lines, series{name: s.name, x: xs, y: ys})
+		c.lines = append(c.lines, plotSeries{name: s.name, x: xs, y: ys})
 	}
 	for _, m := range r.Modes {
 		if strings.HasPrefix(m.Name, "sweep best") {
 			continue
 		}
-		c.lines = append(c.lines, series{name: m.Name, x: []float64{xmin, xmax}, y: []float64{m.Summary.Goodput, m.Summary.Goodput}, dashed: true})
+		c.lines = append(c.lines, plotSeries{name: m.Name, x: []float64{xmin, xmax}, y: []float64{m.Summary.Goodput, m.Summary.Goodput}, dashed: true})
 	}
 	return c
 }

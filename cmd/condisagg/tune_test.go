@@ -13,9 +13,9 @@ import (
 	"testing"
 )
 
-// writeTrace writes a small Mooncake JSONL trace: sessions whose turns extend the previous
+// writeTuneTrace writes a small Mooncake JSONL trace: sessions whose turns extend the previous
 // prompt by one 512-token block, plus cold single requests.
-func writeTrace(t *testing.T) string {
+func writeTuneTrace(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	next := 1
@@ -101,7 +101,7 @@ func TestTuneTableOutput(t *testing.T) {
 }
 
 func TestTuneJSONAndPlots(t *testing.T) {
-	trace := writeTrace(t)
+	trace := writeTuneTrace(t)
 	plots := filepath.Join(t.TempDir(), "plots")
 	code, out, errOut := tuneRun(t, "--trace", trace, "--cluster", "1P2D", "-o", "json", "--sweep-eff", "256,1024",
 		"--sweep-ratio", "0.9", "--sweep-prefill-busy", "4", "--plots", plots, "--progress")
@@ -212,7 +212,7 @@ func checkSVG(t *testing.T, p string) {
 }
 
 func TestTuneFlagErrors(t *testing.T) {
-	trace := writeTrace(t)
+	trace := writeTuneTrace(t)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -253,7 +253,7 @@ func TestTuneCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errb bytes.Buffer
-	code := runTune(ctx, []string{"--trace", writeTrace(t), "--cluster", "1P1D", "--quiet"}, &out, &errb)
+	code := runTune(ctx, []string{"--trace", writeTuneTrace(t), "--cluster", "1P1D", "--quiet"}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "context canceled") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
@@ -272,11 +272,11 @@ func TestChartTicksAndEscaping(t *testing.T) {
 		{512, 4096, true, "[1000 2000 3000 4000]"},  // one decade inside: linear, no duplicate
 		{-1e-17, 1, false, "[0 0.2 0.4 0.6 0.8 1]"}, // rounding noise
 	} {
-		if got := fmt.Sprint(ticks(tc.lo, tc.hi, tc.log)); got != tc.want {
-			t.Errorf("ticks(%v, %v, %v) = %s, want %s", tc.lo, tc.hi, tc.log, got, tc.want)
+		if got := fmt.Sprint(plotTicks(tc.lo, tc.hi, tc.log)); got != tc.want {
+			t.Errorf("plotTicks(%v, %v, %v) = %s, want %s", tc.lo, tc.hi, tc.log, got, tc.want)
 		}
 	}
-	c := chart{title: "a < b & c", lines: []series{{name: "<x>", x: []float64{1, 2}, y: []float64{3, 4}}}}
+	c := plotChart{title: "a < b & c", lines: []plotSeries{{name: "<x>", x: []float64{1, 2}, y: []float64{3, 4}}}}
 	p := filepath.Join(t.TempDir(), "c.svg")
 	if err := os.WriteFile(p, []byte(c.svg()), 0o644); err != nil {
 		t.Fatal(err)
