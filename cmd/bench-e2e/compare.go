@@ -104,7 +104,11 @@ type scaleRun struct {
 	TimerWall time.Duration
 }
 
-func newScaleRun(scale float64, rows []row, agree bool, live, simulated *workload.Summary, engineITL time.Duration, failed int) scaleRun {
+func newScaleRun(scale float64, rows []row, tol float64, live, simulated *workload.Summary, engineITL time.Duration, failed int) scaleRun {
+	agree := true
+	for _, r := range rows[:min(headline, len(rows))] {
+		agree = agree && r.within(tol)
+	}
 	wall := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) / scale)) }
 	r := scaleRun{Scale: scale, Rows: rows, Agree: agree, Failed: failed,
 		SimGap: simulated.Gap.Mean, EngineITL: engineITL, LiveGap: live.Gap.Mean,

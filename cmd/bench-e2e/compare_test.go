@@ -243,7 +243,14 @@ func TestNewScaleRunDividesByTheScale(t *testing.T) {
 	ms := time.Millisecond
 	live := workload.Summary{TTFT: workload.Dist[time.Duration]{Mean: 600 * ms}, Gap: workload.Dist[time.Duration]{Mean: 17 * ms}}
 	sim := workload.Summary{TTFT: workload.Dist[time.Duration]{Mean: 200 * ms}, Gap: workload.Dist[time.Duration]{Mean: 9 * ms}}
-	r := newScaleRun(10, nil, false, &live, &sim, 16*ms, 0)
+	rows := []row{{"TTFT p50", 600 * ms, 200 * ms}, {"TPOT p50", 17 * ms, 9 * ms}}
+	r := newScaleRun(10, rows, 0.15, &live, &sim, 16*ms, 0)
+	if r.Agree {
+		t.Error("TTFT p50 +200 %: Agree = true")
+	}
+	if r := newScaleRun(1, rows[:0], 0.15, &live, &sim, 16*ms, 0); !r.Agree {
+		t.Error("no rows: Agree = false")
+	}
 	if r.PacingWall != 700*time.Microsecond || r.HTTPWall != 100*time.Microsecond || r.TTFTWall != 40*ms {
 		t.Errorf("pacing %v http %v ttft %v, want 700µs 100µs 40ms", r.PacingWall, r.HTTPWall, r.TTFTWall)
 	}

@@ -165,14 +165,13 @@ func report(out io.Writer, o *options, scale float64, lv *liveResult, simSum *wo
 		fmt.Fprintln(out, "live error:", e)
 	}
 	rows := compareRows(&liveSum, simSum)
-	ok, err := writeComparison(out, rows, o.tolerance)
-	if err != nil {
+	if _, err := writeComparison(out, rows, o.tolerance); err != nil {
 		return scaleRun{}, err
 	}
 	fmt.Fprintln(out)
 	writeRoutes(out, &liveSum, simSum)
 	fmt.Fprintln(out)
-	r := newScaleRun(scale, rows, ok, &liveSum, simSum, lv.engine.itlMean(), lv.summary.Failed)
+	r := newScaleRun(scale, rows, o.tolerance, &liveSum, simSum, lv.engine.itlMean(), lv.summary.Failed)
 	r.TimerWall = overshoot
 	writeOverhead(out, &r, lv.wall)
 	return r, nil
