@@ -202,13 +202,21 @@ func (l *loop) wall(v time.Duration) time.Time {
 }
 
 func (l *loop) run(ctx context.Context) error {
+	resync := true
 	for {
 		if err := l.publish(ctx, l.e.TakeEvents()); err != nil {
 			return nil
 		}
-		l.vnow = max(l.vnow, l.virtual(time.Now()))
+		// The virtual clock follows the wall clock only after the engine was idle. While it
+		// is busy, steps follow each other back to back in virtual time and a late timer is
+		// absorbed by the next step's deadline, instead of every step's wall-clock overhead
+		// (timer lateness, the step's own CPU work) being multiplied by the time scale.
+		if resync {
+			l.vnow = max(l.vnow, l.virtual(time.Now()))
+		}
 		res := l.e.Step(l.vnow)
 		l.publishStats()
+		resync = res.Duration == 0
 		if res.Duration == 0 {
 			if err := l.publish(ctx, res.Events); err != nil {
 				return nil

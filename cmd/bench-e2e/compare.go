@@ -163,16 +163,13 @@ const explanation = `
 Why the live stack is slower than the simulator at high time scales: every live cost that is
 paid in wall-clock time is multiplied by the time scale when it is converted to simulated time.
   - pacing: vllm-sim sleeps until each step's end (duration / time scale), then delivers the
-    step's tokens, publishes its KV events and computes the next step; its virtual clock never
-    runs behind the wall clock (vnow = max(vnow, virtual(now))), so whatever a step costs in
-    wall time beyond its sleep is added to it, x time scale: the timer's lateness (Go timers on
-    Linux wake up to ~1 ms late, the runtime's epoll_wait timeout having millisecond
-    resolution; "timer late" measures it here, on the idle machine, at one step's wall time)
-    and the step's own work while Envoy, condisagg, the sidecar, the other simulators and
-    loadgen share the CPUs. At scale 1 the timer accounts for most of it; at scale 10 a step
-    lasts under 1 ms wall, the timer is less late and CPU contention is the larger part. Either
-    way "pacing ms/token (wall)" stays near 1 ms at every scale: a fixed wall-clock cost of the
-    live harness, not an error of the cost model.
+    step's tokens, publishes its KV events and computes the next step. While it is busy its
+    virtual clock advances by the modelled step durations only, so a late timer is absorbed by
+    the next step's deadline; but when it falls behind by more than the next step, or after it
+    was idle (the clock then jumps to the wall clock), wall-clock lateness becomes simulated
+    time, x time scale: timer lateness ("timer late" measures it here, at one step's wall
+    time) and the step's own work while Envoy, condisagg, the sidecar, the other simulators
+    and loadgen share the 2 CPUs. "pacing ms/token (wall)" is that residue per token.
   - the HTTP path (Envoy, SSE framing, loopback) adds almost nothing per token: the client's
     token gaps match vllm-sim's own ITL.
   - TTFT excess: the pacing of the prefill, transfer and first decode steps, the ext_proc round
