@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -73,13 +72,7 @@ func (c *Cluster) commit(id string, in *policy.Input, dec *policy.Decision) erro
 	}
 	err := c.pool.Book(dec.Booking(id, c.keys))
 	if err != nil && dec.Route == policy.RouteDecode {
-		reason := policy.ReasonRemotePolicyError
-		switch {
-		case errors.Is(err, pool.ErrGuardDenied):
-			reason = policy.ReasonRemoteDecodeBusy
-		case errors.Is(err, pool.ErrCapacityUnknown):
-			reason = policy.ReasonRemoteCapacityUnknown
-		}
+		reason := policy.DemoteReason(err)
 		policy.Demote(&c.pcfg, in, &c.snap, c.rng, dec, reason)
 		if !dec.Routable() {
 			return fmt.Errorf("cluster: commit demoted to %s: %w", reason, err)

@@ -276,13 +276,7 @@ func (r *Router) commit(set *Settings, sc *scratch, in *policy.Input, dec *polic
 	id := "cd-" + strconv.FormatUint(r.seq.Add(1), 36)
 	err := r.pool.Book(dec.Booking(id, sc.keys))
 	if err != nil && dec.Route == policy.RouteDecode {
-		reason := policy.ReasonRemotePolicyError
-		switch {
-		case errors.Is(err, pool.ErrGuardDenied):
-			reason = policy.ReasonRemoteDecodeBusy
-		case errors.Is(err, pool.ErrCapacityUnknown):
-			reason = policy.ReasonRemoteCapacityUnknown
-		}
+		reason := policy.DemoteReason(err)
 		policy.Demote(set.Policy, in, &sc.snap, sc.rng, dec, reason)
 		if !dec.Routable() {
 			return fmt.Errorf("%w: commit demoted to %s: %w", ErrNoEligibleWorker, reason, err)

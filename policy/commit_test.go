@@ -208,3 +208,20 @@ func TestDecideBooksNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestDemoteReasonMapsBookingErrors(t *testing.T) {
+	cases := []struct {
+		spec string
+		err  error
+		want Reason
+	}{
+		{"§3 step 9: guard re-check denies the bypass", fmt.Errorf("book: %w", pool.ErrGuardDenied), ReasonRemoteDecodeBusy},
+		{"§4.2: capacity unknown with the guard on", fmt.Errorf("book: %w", pool.ErrCapacityUnknown), ReasonRemoteCapacityUnknown},
+		{"R7: decode worker vanished", errors.New("pool: unknown worker decode-9"), ReasonRemotePolicyError},
+	}
+	for _, c := range cases {
+		if got := DemoteReason(c.err); got != c.want {
+			t.Errorf("%s: DemoteReason(%v) = %s, want %s", c.spec, c.err, got, c.want)
+		}
+	}
+}

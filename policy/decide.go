@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"math/rand/v2"
 
 	"github.com/condisagg/condisagg/pool"
@@ -305,6 +306,19 @@ func remoteExcept(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, d
 	if !dec.Routable() && dec.Inputs.Err == nil {
 		dec.Inputs.Err = ErrNoTarget
 	}
+}
+
+// DemoteReason maps the error of a failed bypass booking to the reason Demote records:
+// remote_decode_busy for pool.ErrGuardDenied, remote_capacity_unknown for
+// pool.ErrCapacityUnknown, remote_policy_error for anything else (the decode worker vanished).
+func DemoteReason(bookErr error) Reason {
+	switch {
+	case errors.Is(bookErr, pool.ErrGuardDenied):
+		return ReasonRemoteDecodeBusy
+	case errors.Is(bookErr, pool.ErrCapacityUnknown):
+		return ReasonRemoteCapacityUnknown
+	}
+	return ReasonRemotePolicyError
 }
 
 // Demote turns a decision whose bypass commit failed into the remote path with reason
