@@ -54,6 +54,30 @@ func printJSON(w io.Writer, m proto.Message) {
 	fmt.Fprintln(w, string(b))
 }
 
+// call dials the router, makes one Admin call within the timeout and prints its answer as a
+// table (printTable) or JSON; it returns the exit code (2 usage, 1 call failed).
+func call[R proto.Message](ctx context.Context, c *clientFlags, name string, stdout, stderr io.Writer,
+	do func(context.Context, condisaggv1.AdminClient) (R, error), printTable func(io.Writer, R)) int {
+	client, closeConn, ok := c.dial(stderr)
+	if !ok {
+		return 2
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := do(ctx, client)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if c.output == "json" {
+		printJSON(stdout, resp)
+		return 0
+	}
+	printTable(stdout, resp)
+	return 0
+}
+
 // runExplain is `condisagg explain`.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newClientFlags("explain", stderr)
@@ -67,24 +91,9 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "explain: --body: %v\n", err)
 		return 2
 	}
-	client, closeConn, ok := c.dial(stderr)
-	if !ok {
-		return 2
-	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	resp, err := client.Explain(ctx, &condisaggv1.ExplainRequest{Path: *path, Body: body})
-	if err != nil {
-		fmt.Fprintf(stderr, "explain: %v\n", err)
-		return 1
-	}
-	if c.output == "json" {
-		printJSON(stdout, resp)
-		return 0
-	}
-	printExplain(stdout, resp)
-	return 0
+	return call(ctx, c, "explain", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ExplainResponse, error) {
+		return a.Explain(ctx, &condisaggv1.ExplainRequest{Path: *path, Body: body})
+	}, printExplain)
 }
 
 func readBodyArg(arg string) ([]byte, error) {
@@ -140,24 +149,9 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := c.fs.Parse(args); err != nil {
 		return 2
 	}
-	client, closeConn, ok := c.dial(stderr)
-	if !ok {
-		return 2
-	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	resp, err := client.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
-	if err != nil {
-		fmt.Fprintf(stderr, "workers: %v\n", err)
-		return 1
-	}
-	if c.output == "json" {
-		printJSON(stdout, resp)
-		return 0
-	}
-	printWorkers(stdout, resp)
-	return 0
+	return call(ctx, c, "workers", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ListWorkersResponse, error) {
+		return a.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+	}, printWorkers)
 }
 
 func printWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
