@@ -33,6 +33,9 @@ type Applier struct {
 	tx          kvindex.Tx
 	applyEvents func(kvindex.Tx)
 
+	// storedInBatch counts the BlockStored events of the last batch that the index accepted.
+	storedInBatch int
+
 	// Hybrid groups learned from stores that carry kv_cache_spec_kind, one bit per group_idx
 	// below 64, so removes (which carry group_idx but no kind) follow their group's filter.
 	indexedGroups, skippedGroups uint64
@@ -72,10 +75,16 @@ func (a *Applier) ApplyPayload(payload []byte) error {
 			a.worker, a.batch.Rank, a.rank, ErrRankMismatch)
 	}
 	// One write lock per batch, not per event: a batch is one engine step's events.
+	a.storedInBatch = 0
 	a.ix.Update(a.applyEvents)
 	a.c.batches.Inc()
 	return nil
 }
+
+// StoredInLastBatch is the number of BlockStored events of the last applied batch that the
+// index accepted: the liveness signal of conditional-disagg.md §8.3 (a batch of removals alone
+// says the worker evicts, not that it caches new prompts).
+func (a *Applier) StoredInLastBatch() int { return a.storedInBatch }
 
 // Batch returns the batch last decoded by ApplyPayload (for its TS), valid until the next call.
 func (a *Applier) Batch() *Batch { return &a.batch }
@@ -134,6 +143,7 @@ func (a *Applier) applyStored(ev *Event) {
 	if res.CapacityCleared {
 		a.c.capacityClears.Inc()
 	}
+	a.storedInBatch++
 	a.c.stored.Inc()
 }
 

@@ -483,3 +483,30 @@ func TestApplyChainsAndRefcounts(t *testing.T) {
 		t.Errorf("after the second remove: %d blocks, want 0", got)
 	}
 }
+
+// TestApplyStoredInLastBatch checks the liveness signal of conditional-disagg.md §8.3: only a
+// batch with a BlockStored the index accepted counts, not removals or skipped stores.
+func TestApplyStoredInLastBatch(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4}
+	e := newApplyEnv(t, 2, 0)
+	cases := []struct {
+		spec string
+		p    []byte
+		want int
+	}{
+		{"§8.3: accepted stores count", payload(0,
+			ev{kind: "BlockStored", hashes: []uint64{10}, tokens: toks[:2], blockSize: 2},
+			ev{kind: "BlockStored", hashes: []uint64{11}, parent: ptr[uint64](10), tokens: toks[2:], blockSize: 2}), 2},
+		{"§8.3: a batch of removals is not a store", payload(0, ev{kind: "BlockRemoved", hashes: []uint64{11}}), 0},
+		{"§4.2 step 3: an orphan store is skipped, not accepted", payload(0,
+			ev{kind: "BlockStored", hashes: []uint64{31}, parent: ptr[uint64](30), tokens: toks[:2], blockSize: 2}), 0},
+		{"§3.5: a sliding-window group store is filtered", payload(0,
+			ev{kind: "BlockStored", hashes: []uint64{40}, tokens: toks[:2], blockSize: 2, specKind: "sliding_window", group: ptr[int64](1)}), 0},
+	}
+	for _, c := range cases {
+		e.mustApply(t, c.p)
+		if got := e.app.StoredInLastBatch(); got != c.want {
+			t.Errorf("%s: StoredInLastBatch = %d, want %d", c.spec, got, c.want)
+		}
+	}
+}

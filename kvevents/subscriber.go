@@ -138,6 +138,7 @@ type StreamStatus struct {
 	Connected      bool      // the ZMTP session to the publisher is up (socket monitor)
 	Monitored      bool      // the socket monitor runs: transport reconnects are detected
 	LastEvent      time.Time // wall clock when the last batch was applied; zero if none
+	LastStored     time.Time // wall clock of the last batch with an accepted BlockStored; zero if none
 	Dropped        uint64    // messages dropped (frames, seq size, too large)
 	MalformedClear uint64    // clears after a batch-level decode failure
 	StreamState              // position and counters of the sequence machine

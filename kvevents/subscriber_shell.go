@@ -25,11 +25,14 @@ type streamShell struct {
 	st    *Stream
 	rp    *replaySession
 	lagOf interface{ Batch() *Batch }
+	// storedOf reports whether the last batch stored blocks (optional, as lagOf).
+	storedOf interface{ StoredInLastBatch() int }
 
 	pendingEnd     ReplayEnd // a replay failure noticed while executing actions, fed afterwards
 	socketsChanged bool      // a DEALER was created or destroyed: the loop rebuilds its poller
 	dirty          bool      // the status snapshot is stale
 	lastEvent      time.Time
+	lastStored     time.Time
 	dropped        uint64
 	malformed      uint64
 }
@@ -41,6 +44,7 @@ func newStreamShell(s *Subscriber) *streamShell {
 		PendingBytes:    s.cfg.PendingBytes,
 	})}
 	sh.lagOf, _ = s.applier.(interface{ Batch() *Batch })
+	sh.storedOf, _ = s.applier.(interface{ StoredInLastBatch() int })
 	return sh
 }
 
@@ -71,6 +75,7 @@ func (sh *streamShell) publish(connected, monitored bool) {
 		ss.Connected = connected
 		ss.Monitored = monitored
 		ss.LastEvent = sh.lastEvent
+		ss.LastStored = sh.lastStored
 		ss.Dropped = sh.dropped
 		ss.MalformedClear = sh.malformed
 		ss.StreamState = sh.st.State()
@@ -149,6 +154,9 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 	case err == nil:
 		now := time.Now()
 		sh.lastEvent = now
+		if sh.storedOf != nil && sh.storedOf.StoredInLastBatch() > 0 {
+			sh.lastStored = now
+		}
 		sh.s.ctr.lastSeq.Set(float64(seq))
 		sh.s.ctr.lastEvent.Set(float64(now.UnixNano()) / 1e9)
 		if sh.lagOf != nil {

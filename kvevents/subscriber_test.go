@@ -123,6 +123,9 @@ func TestSubscriberGapReplayHeals(t *testing.T) {
 			if st.Gaps < 2 || st.HistoryLost != 0 || st.Clears != 0 {
 				t.Fatalf("gaps=%d history_lost=%d clears=%d, want >=2, 0, 0 (status %+v)", st.Gaps, st.HistoryLost, st.Clears, st)
 			}
+			if st.LastStored.IsZero() || st.LastStored.After(st.LastEvent) {
+				t.Fatalf("LastStored=%v LastEvent=%v: stored batches were applied, so LastStored must be set and not after LastEvent", st.LastStored, st.LastEvent)
+			}
 			if n := h.counter(h.m.Replays, "w", string(ReplaySuccess)); n < 2 {
 				t.Fatalf("successful replays counted %v, want >= 2", n)
 			}

@@ -15,11 +15,11 @@ type eventStreams struct {
 	group *kvevents.Group
 	mu    sync.Mutex        // guards routed and seen
 	seen  map[string]bool   // workers whose stream connected at least once (readiness)
-	route map[string]routed // requests routed since the worker's last applied batch
+	route map[string]routed // requests routed since the worker's last accepted BlockStored
 }
 
 type routed struct {
-	since time.Time // LastEvent the count refers to
+	since time.Time // the LastStored the count refers to
 	n     int
 }
 
@@ -45,13 +45,13 @@ func (s *eventStreams) Stream(worker string, _ time.Time) policy.Stream {
 	r := s.route[worker]
 	s.mu.Unlock()
 	n := 0
-	if r.since.Equal(st.LastEvent) {
+	if r.since.Equal(st.LastStored) {
 		n = r.n
 	}
-	return policy.Stream{Connected: st.Connected, LastStored: st.LastEvent, RoutedSinceStored: n}
+	return policy.Stream{Connected: st.Connected, LastStored: st.LastStored, RoutedSinceStored: n}
 }
 
-// Routed counts one request routed to worker since its last applied batch.
+// Routed counts one request routed to worker since its last accepted BlockStored.
 func (s *eventStreams) Routed(worker string) {
 	st, ok := s.status(worker)
 	if !ok {
@@ -59,8 +59,8 @@ func (s *eventStreams) Routed(worker string) {
 	}
 	s.mu.Lock()
 	r := s.route[worker]
-	if !r.since.Equal(st.LastEvent) {
-		r = routed{since: st.LastEvent}
+	if !r.since.Equal(st.LastStored) {
+		r = routed{since: st.LastStored}
 	}
 	r.n++
 	s.route[worker] = r
