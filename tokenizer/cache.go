@@ -1,6 +1,9 @@
 package tokenizer
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 const (
 	// minCachedSegmentBytes: shorter segments are cheaper to encode than to look up.
@@ -73,7 +76,7 @@ func (c *segmentCache) encode(dst []uint32, text string, t *Tokenizer, sc *encod
 	if size > c.maxBytes {
 		return dst
 	}
-	key := string(append([]byte(nil), text...)) // do not pin the caller's larger string
+	key := strings.Clone(text) // do not pin the caller's larger string
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.items[key]; ok {

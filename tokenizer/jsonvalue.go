@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -177,23 +178,18 @@ func (p *jsonParser) array(depth int) (jinja.Value, error) {
 func (p *jsonParser) str() (string, error) {
 	p.pos++ // "
 	start := p.pos
-	// Fast path: no escapes, no control characters.
-	ascii := true
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		if c == '"' {
-			s := p.data[start:p.pos]
-			p.pos++
-			if ascii || utf8.Valid(s) {
+	// Fast path: up to the next quote, no escapes and no control characters.
+	if q := bytes.IndexByte(p.data[start:], '"'); q >= 0 {
+		s := p.data[start : start+q]
+		n := plainPrefix(s)
+		if n == len(s) {
+			p.pos = start + q + 1
+			if utf8.Valid(s) {
 				return string(s), nil
 			}
 			return replaceInvalidBytes(s), nil
 		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-		ascii = ascii && c < utf8.RuneSelf
-		p.pos++
+		p.pos = start + n
 	}
 	p.buf = append(p.buf[:0], p.data[start:p.pos]...)
 	for p.pos < len(p.data) {
@@ -208,8 +204,12 @@ func (p *jsonParser) str() (string, error) {
 		case c < 0x20:
 			return "", p.errorf("control character in a string")
 		case c != '\\':
-			p.buf = append(p.buf, c)
-			p.pos++
+			end := p.pos + 1
+			for end < len(p.data) && p.data[end] != '"' && p.data[end] != '\\' && p.data[end] >= 0x20 {
+				end++
+			}
+			p.buf = append(p.buf, p.data[p.pos:end]...)
+			p.pos = end
 			continue
 		}
 		if p.pos+1 >= len(p.data) {
@@ -220,6 +220,21 @@ func (p *jsonParser) str() (string, error) {
 		}
 	}
 	return "", p.errorf("unterminated string")
+}
+
+// plainPrefix returns the length of the prefix of s that holds no backslash and no
+// control character.
+func plainPrefix(s []byte) int {
+	n := len(s)
+	if i := bytes.IndexByte(s, '\\'); i >= 0 {
+		n = i
+	}
+	for i, c := range s[:n] {
+		if c < 0x20 {
+			return i
+		}
+	}
+	return n
 }
 
 // escape decodes the escape sequence at p.pos (a backslash) into p.buf.
