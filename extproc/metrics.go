@@ -31,6 +31,8 @@ type Metrics struct {
 	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
 	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
 	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
+
+	stageSecs [numStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
 
 // NewMetrics registers the ext_proc metrics on reg.
@@ -86,6 +88,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers)
+	for i, name := range stageNames {
+		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
+	}
+	m.stageSecs[numStages] = m.DecisionSeconds.WithLabelValues("total")
 	return m
 }
 
@@ -109,9 +115,9 @@ func (m *Metrics) decided(pol policy.Kind, out *Outcome) {
 	for i, d := range out.Stages {
 		s := d.Seconds()
 		total += s
-		m.DecisionSeconds.WithLabelValues(stageNames[i]).Observe(s)
+		m.stageSecs[i].Observe(s)
 	}
-	m.DecisionSeconds.WithLabelValues("total").Observe(total)
+	m.stageSecs[numStages].Observe(total)
 }
 
 // statusLabel bounds an HTTP status to a label.

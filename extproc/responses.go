@@ -86,11 +86,11 @@ func stripResponse(strip []string) *extprocv3.ProcessingResponse {
 // dynamic metadata envoy.lb. contentLength >= 0 also sets Content-Length (full duplex).
 func decisionResponse(p phase, set *Settings, out *Outcome, strip []string, contentLength int) *extprocv3.ProcessingResponse {
 	dest := out.Destination().Endpoint
-	hs := []*corev3.HeaderValueOption{
+	hs := make([]*corev3.HeaderValueOption, 0, 7)
+	hs = append(hs,
 		header(HeaderRoute, out.Route.String()),
 		header(HeaderDestination, dest),
-		header(HeaderDecodeHost, out.Decode.Endpoint),
-	}
+		header(HeaderDecodeHost, out.Decode.Endpoint))
 	if out.Route == policy.RoutePrefill {
 		hs = append(hs, header(HeaderPrefillHost, out.Prefill.Endpoint))
 		if set.LLMDCompat {
@@ -169,10 +169,14 @@ func immediateResponse(e *httpError) *extprocv3.ProcessingResponse {
 
 // header is one overwriting header mutation, value in raw_value only.
 func header(key, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
+	// One allocation holds the option and its header value.
+	h := &struct {
+		opt corev3.HeaderValueOption
+		hv  corev3.HeaderValue
+	}{}
+	h.hv.Key, h.hv.RawValue = key, []byte(value)
+	h.opt.Header, h.opt.AppendAction = &h.hv, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	return &h.opt
 }
 
 // decisionText is the x-condisagg-decision value.
