@@ -32,23 +32,44 @@ const (
 	pyOutputName = "condisagg_py_output"
 )
 
-// compileChatTemplate compiles src with two source rewrites that make the
-// engine print what Jinja2 prints: tojson becomes Python's json.dumps, and every
+// compileChatTemplate compiles src with source rewrites that make the engine
+// print what Jinja2 prints: tojson becomes Python's json.dumps, and every
 // {{ expr }} goes through a filter that prints None, booleans and floats as
-// Python does. If the rewritten source does not compile (an unusual tag the
-// rewrite misread), the tojson rewrite alone, then the original, are used.
+// Python does. The first attempt also prints a concatenation chain that starts
+// with a string literal as one output tag per operand (splitConcat), which
+// prints the same strings without copying the message text at every +. If a
+// rewritten source does not compile (an unusual tag the rewrite misread), the
+// rewrite without the split, the tojson rewrite alone, then the original are
+// used.
 func compileChatTemplate(src string) (*chatTemplate, error) {
 	renameTojson := func(tag string) string { return tojsonRef.ReplaceAllString(tag, "| "+pyTojsonName) }
-	wrapOutput := func(tag string) string {
+	wrapOutput := func(tag string, split bool) string {
 		tag = renameTojson(tag)
 		m := outputTag.FindStringSubmatch(tag)
 		if m == nil || strings.TrimSpace(m[2]) == "" {
 			return tag
 		}
-		return m[1] + " (" + m[2] + ") | " + pyOutputName + " " + m[3]
+		ops, ok := splitConcat(m[2])
+		if !split || !ok {
+			return m[1] + " (" + m[2] + ") | " + pyOutputName + " " + m[3]
+		}
+		var sb strings.Builder
+		for i, op := range ops {
+			open, closing := "{{", "}}"
+			if i == 0 {
+				open = m[1]
+			}
+			if i == len(ops)-1 {
+				closing = m[3]
+			}
+			sb.WriteString(open + " (" + op + ") | " + pyOutputName + " " + closing)
+		}
+		return sb.String()
 	}
+	splitOutput := func(tag string) string { return wrapOutput(tag, true) }
+	wholeOutput := func(tag string) string { return wrapOutput(tag, false) }
 	var firstErr error
-	for _, rewrite := range []func(string) string{wrapOutput, renameTojson, nil} {
+	for _, rewrite := range []func(string) string{splitOutput, wholeOutput, renameTojson, nil} {
 		s := src
 		if rewrite != nil {
 			s = tagSpan.ReplaceAllStringFunc(src, rewrite)
