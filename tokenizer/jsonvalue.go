@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -229,8 +230,16 @@ func plainPrefix(s []byte) int {
 	if i := bytes.IndexByte(s, '\\'); i >= 0 {
 		n = i
 	}
-	for i, c := range s[:n] {
-		if c < 0x20 {
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		// A byte below 0x20 sets its top bit in w - 0x20 (per byte) while its own top bit is clear.
+		w := binary.LittleEndian.Uint64(s[i:])
+		if (w-0x2020202020202020)&^w&0x8080808080808080 != 0 {
+			break
+		}
+	}
+	for ; i < n; i++ {
+		if s[i] < 0x20 {
 			return i
 		}
 	}
