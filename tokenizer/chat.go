@@ -111,7 +111,8 @@ type ChatOptions struct {
 // the way vLLM does: messages normalised as vLLM's chat_utils does for
 // string-content templates, tools as vLLM dumps them, add_generation_prompt
 // (default true), the tokenizer's special tokens, and chat_template_kwargs
-// passed through as template variables.
+// passed through as template variables. body must not change during the call;
+// nothing returned refers to it.
 func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
 	out, _, err := t.renderChat(body, opts)
 	return out, err
@@ -146,7 +147,7 @@ func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]u
 }
 
 func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, SpecialTokens, error) {
-	req, err := decodeJSONValue(body)
+	req, err := decodeJSONBorrowed(body) // the values end with this call: the prompt is a new string
 	if err != nil {
 		return nil, false, fmt.Errorf("tokenizer: parse chat request: %w", err)
 	}

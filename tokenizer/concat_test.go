@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -59,31 +58,5 @@ func TestSplitConcatRender(t *testing.T) {
 				t.Errorf("render = %q, %v; want %q", got, err, c.want)
 			}
 		})
-	}
-}
-
-// TestPlainPrefixMatchesNaive checks the word-at-a-time scan against a byte loop.
-func TestPlainPrefixMatchesNaive(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	alphabet := []byte{'a', ' ', 0x1f, 0x20, 0x00, '\\', 0x7f, 0x80, 0x9f, 0xa0, 0xff, '"'}
-	for range 20000 {
-		s := make([]byte, rng.IntN(40))
-		for i := range s {
-			if rng.IntN(8) == 0 {
-				s[i] = alphabet[rng.IntN(len(alphabet))]
-			} else {
-				s[i] = byte(0x21 + rng.IntN(0xde))
-			}
-		}
-		want := len(s)
-		for i, c := range s {
-			if c == '\\' || c < 0x20 {
-				want = i
-				break
-			}
-		}
-		if got := plainPrefix(s); got != want {
-			t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
-		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -25,7 +26,18 @@ var errJSONSyntax = errors.New("invalid JSON")
 // value, as json.loads does. Integers stay integers. Invalid UTF-8 and lone
 // surrogate escapes become U+FFFD, as encoding/json does.
 func decodeJSONValue(data []byte) (jinja.Value, error) {
-	p := jsonParser{data: data}
+	return decodeJSON(jsonParser{data: data})
+}
+
+// decodeJSONBorrowed is decodeJSONValue for a document that stays unchanged
+// while the returned value is in use: strings without escapes share data's
+// memory instead of being copied. Chat rendering uses it on the request body,
+// whose values live only until the rendered prompt (a fresh string) is built.
+func decodeJSONBorrowed(data []byte) (jinja.Value, error) {
+	return decodeJSON(jsonParser{data: data, borrow: true})
+}
+
+func decodeJSON(p jsonParser) (jinja.Value, error) {
 	p.skipSpace()
 	v, err := p.value(0)
 	if err != nil {
@@ -43,6 +55,8 @@ type jsonParser struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for strings with escapes
+	// borrow: strings without escapes point into data (see decodeJSONBorrowed).
+	borrow bool
 }
 
 func (p *jsonParser) errorf(format string, args ...any) error {
@@ -186,6 +200,9 @@ func (p *jsonParser) str() (string, error) {
 		if n == len(s) {
 			p.pos = start + q + 1
 			if utf8.Valid(s) {
+				if p.borrow && len(s) > 0 {
+					return unsafe.String(&s[0], len(s)), nil
+				}
 				return string(s), nil
 			}
 			return replaceInvalidBytes(s), nil
