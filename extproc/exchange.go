@@ -50,6 +50,15 @@ type exchange struct {
 	decidedAt time.Time
 
 	resp respObserver
+
+	single [1]*extprocv3.ProcessingResponse // backing array of one-response answers
+}
+
+// one returns r as the step's only response without allocating a slice; the slice is valid
+// until the next Step.
+func (x *exchange) one(r *extprocv3.ProcessingResponse) resps {
+	x.single[0] = r
+	return x.single[:]
 }
 
 func newExchange(s *Server) *exchange {
@@ -114,19 +123,23 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		if err != nil {
 			return x.reject(err)
 		}
-		return resps{x.routedResponse(phaseRequestHeaders, &out, -1)}
+		return x.one(x.routedResponse(phaseRequestHeaders, &out, -1))
 	}
 	x.state = reqCollect
 	if x.fullDuplex() {
 		return nil // deferred until the body is complete
 	}
-	return resps{stripResponse(x.strip)}
+	if len(x.strip) == len(stripHeaders) {
+		return x.one(x.srv.fixed.strip) // the client sent no other x-condisagg-* header
+	}
+	return x.one(stripResponse(x.strip))
 }
 
 // readHeaders records the request's path, id and the router headers to strip; it returns
 // the method.
 func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
-	x.strip = append(x.strip[:0], stripHeaders[:]...)
+	// The contract's list itself, full to capacity: an extra header appends to a copy.
+	x.strip = stripHeaders[:len(stripHeaders):len(stripHeaders)]
 	for _, hv := range hm.GetHeaders() {
 		key := strings.ToLower(hv.GetKey())
 		switch key {
@@ -158,7 +171,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		if x.fullDuplex() {
 			return streamedBody(phaseRequestBody, b.GetBody(), b.GetEndOfStream())
 		}
-		return resps{wrap(phaseRequestBody, nil)}
+		return x.one(x.srv.fixed.cont[phaseRequestBody])
 	case reqCollect:
 	default:
 		return nil
@@ -188,12 +201,12 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 		if x.done {
 			return out
 		}
-		return append(out, wrap(phaseRequestTrailers, nil))
+		return append(out, x.srv.fixed.cont[phaseRequestTrailers])
 	}
 	if x.state == reqEcho {
 		x.state = reqComplete
 	}
-	return resps{wrap(phaseRequestTrailers, nil)}
+	return x.one(x.srv.fixed.cont[phaseRequestTrailers])
 }
 
 // decide routes the assembled body and returns the decision in the shape of the body mode.
@@ -203,7 +216,7 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 		return x.reject(err)
 	}
 	if !x.fullDuplex() {
-		return resps{x.routedResponse(phaseRequestBody, &out, -1)}
+		return x.one(x.routedResponse(phaseRequestBody, &out, -1))
 	}
 	return append(resps{x.routedResponse(phaseRequestHeaders, &out, len(x.body))},
 		streamedBody(phaseRequestBody, x.body, eos)...)
@@ -251,7 +264,7 @@ func (x *exchange) reject(err error) resps {
 	x.done = true
 	x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
 	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
-	return resps{immediateResponse(e)}
+	return x.one(immediateResponse(e))
 }
 
 // bodyModeMisconfig: STREAMED, BUFFERED_PARTIAL and NONE request body modes cannot carry
@@ -278,11 +291,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		}
 	}
 	x.resp.headers(x, code, contentType, h.GetEndOfStream())
-	decision := ""
 	if x.routed && x.set.DebugHeaders {
-		decision = decisionText(&x.out)
+		return x.one(responseHeadersResponse(decisionText(&x.out)))
 	}
-	return resps{responseHeadersResponse(decision)}
+	return x.one(x.srv.fixed.cont[phaseResponseHeaders])
 }
 
 // responseBody observes one chunk and passes it on unchanged.
@@ -291,12 +303,12 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) resps {
 	if x.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		return streamedBody(phaseResponseBody, b.GetBody(), b.GetEndOfStream())
 	}
-	return resps{wrap(phaseResponseBody, nil)}
+	return x.one(x.srv.fixed.cont[phaseResponseBody])
 }
 
 func (x *exchange) responseTrailers() resps {
 	x.resp.finish(x)
-	return resps{wrap(phaseResponseTrailers, nil)}
+	return x.one(x.srv.fixed.cont[phaseResponseTrailers])
 }
 
 // end runs when the stream is over: a booking still held means the client went away.

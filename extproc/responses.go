@@ -74,6 +74,24 @@ func wrap(p phase, common *extprocv3.CommonResponse) *extprocv3.ProcessingRespon
 	}
 }
 
+// fixedResponses are the answers that are the same for every stream: continue unchanged for
+// each phase, and the strip-only request-headers answer when the client sent no router header
+// beyond the contract's list. Built once by NewServer and never modified: streams share them
+// (gRPC only reads a message to marshal it).
+type fixedResponses struct {
+	cont  [phaseResponseTrailers + 1]*extprocv3.ProcessingResponse
+	strip *extprocv3.ProcessingResponse
+}
+
+func newFixedResponses() fixedResponses {
+	var f fixedResponses
+	for p := range f.cont {
+		f.cont[p] = wrap(phase(p), nil)
+	}
+	f.strip = stripResponse(stripHeaders[:])
+	return f
+}
+
 // stripResponse answers request headers whose decision comes later (BUFFERED): only the
 // client's router headers are removed.
 func stripResponse(strip []string) *extprocv3.ProcessingResponse {

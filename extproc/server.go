@@ -26,6 +26,7 @@ type Server struct {
 	warnedModes atomic.Bool  // the STREAMED-mode misconfiguration was logged
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
+	fixed       fixedResponses
 }
 
 // policyErrorEvery rate-limits the remote_policy_error warning.
@@ -50,7 +51,7 @@ func NewServer(router *Router, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{router: router, metrics: router.metrics, log: logger}, nil
+	return &Server{router: router, metrics: router.metrics, log: logger, fixed: newFixedResponses()}, nil
 }
 
 // Process runs one ext_proc stream (one HTTP request): receive, step the per-stream machine,
