@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -236,7 +237,20 @@ func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []stri
 
 func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, error) {
 	w := &Worker{Spec: spec}
-	w.simArgs = s.simArgs(spec, 0, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+	// Fixed ports outside the kernel's and czmq's dynamic ranges, so that RestartSim can bind
+	// them again: a port from either range can be taken, in the moment the killed simulator
+	// frees it, by any other process binding port 0 or czmq's "*" (czmq even picks the lowest
+	// free port of its range, which is exactly the one just freed).
+	var ports [3]int
+	for i := range ports {
+		p, err := StablePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	w.simArgs = s.simArgs(spec, ports[0], fixedZMQ("tcp://127.0.0.1:"+strconv.Itoa(ports[1])),
+		fixedZMQ("tcp://127.0.0.1:"+strconv.Itoa(ports[2])))
 	if err := s.runSim(ctx, w); err != nil {
 		return nil, err
 	}
@@ -442,6 +456,30 @@ func FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Stable ports come from [stablePortLow, stablePortHigh): below Linux's default ephemeral range
+// (32768-60999) and czmq's dynamic range (49152-65535), so no process gets one by binding port 0.
+const (
+	stablePortLow  = 20000
+	stablePortHigh = 32000
+)
+
+// StablePort returns a free loopback port that no other process is handed by an ephemeral
+// bind, for a server that must be restarted on the same port.
+func StablePort() (int, error) {
+	var last error
+	for range 64 {
+		port := stablePortLow + rand.IntN(stablePortHigh-stablePortLow)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			last = err
+			continue
+		}
+		ln.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("e2e: stable port: no free port in [%d, %d): %w", stablePortLow, stablePortHigh, last)
 }
 
 // pollInterval is the period of Poll.
