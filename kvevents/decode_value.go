@@ -150,17 +150,7 @@ func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status,
 		}
 		k := lead - 0xcc
 		if k > 2 {
-			t, st, rest, err := readToken(p)
-			if err != nil {
-				return arena, rest, valBad, err
-			}
-			p = rest
-			if st != valOK {
-				result = valBad
-				continue
-			}
-			arena = append(arena, t)
-			continue
+			break // another encoding (uint64, EAGLE pair, junk): the general loop reads the rest
 		}
 		width := uint(8) << k // value bits: 8, 16, 32
 		word := binary.BigEndian.Uint64(p) << 8
