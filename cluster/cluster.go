@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/workload"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +21,10 @@ type Options struct {
 	// Progress, if set, is called with the number of finished requests and the total, at most
 	// every 256 requests and once at the end.
 	Progress func(done, total int)
+	// Trace, if set, sees every operation the run performs on the router and the index, in
+	// order: decisions, releases and KV events. Slices in an Op are the run's own; copy them
+	// to keep them.
+	Trace func(Op)
 }
 
 // epoch is the wall time of virtual time 0 for the pool's clock and policy.Input.Now.
@@ -64,7 +68,6 @@ type Cluster struct {
 	byID    map[string]int32
 	pool    *pool.Pool
 	index   *kvindex.Index
-	rng     *rand.Rand
 	now     time.Duration
 	seq     uint64
 	eq      engineQueue
@@ -75,12 +78,7 @@ type Cluster struct {
 	done    int
 	err     error
 
-	// scratch of one decision
-	keys    []uint64
-	ov      kvindex.Overlaps
-	snap    pool.Snapshot
-	sigD    []policy.Signal
-	sigP    []policy.Signal
+	router  *route.Router // the server's decision pipeline
 	store   kvindex.Store
 	opts    Options
 	lastEnd time.Duration
@@ -105,11 +103,12 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	}
 	cfg = cfg.withDefaults()
 	c := &Cluster{cfg: cfg, pcfg: cfg.policyConfig(), reqs: reqs, opts: opts,
-		byID: make(map[string]int32), rng: rand.New(rand.NewPCG(cfg.Seed, 0x636c7573746572))}
+		byID: make(map[string]int32)}
 	if err := c.pcfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster: policy config: %w", err)
 	}
 	c.bs = c.pcfg.BlockSize
+	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]route.Record, len(reqs))}
 	var workers []pool.WorkerConfig
 	add := func(role pool.Role, n int) error {
 		for i := range n {
@@ -137,7 +136,8 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		return nil, err
 	}
 	var err error
-	c.pool, err = pool.New(pool.Config{Workers: workers, BlockSize: c.bs},
+	c.rep.Pool = pool.Config{Workers: workers, BlockSize: c.bs}
+	c.pool, err = pool.New(c.rep.Pool,
 		pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry()), Clock: virtualClock{&c.now}})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -149,8 +149,14 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	for _, en := range c.engines {
 		c.index.SetCapacity(kvindex.WorkerID(en.id), en.e.Config().NumGPUBlocks)
 	}
+	pc := c.pcfg
+	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
+	c.router, err = route.New(route.Options{Index: c.index, Pool: c.pool, Policy: &pc, Seed: c.rep.RouterSeed,
+		Now: func() time.Time { return epoch.Add(c.now) }})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	c.state = make([]reqState, len(reqs))
-	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]Decision, len(reqs))}
 	for i := range reqs {
 		c.state[i].res = &c.rep.Results[i]
 		c.rep.Results[i] = workload.Result{Index: reqs[i].Index, Arrival: reqs[i].Arrival, InputTokens: reqs[i].InputTokens}

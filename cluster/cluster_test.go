@@ -181,7 +181,9 @@ func TestRunRoutesAsPolicy(t *testing.T) {
 func TestRunAggregatedIsKVAware(t *testing.T) {
 	reqs := []workload.Request{
 		req(0, 0, 2, [2]int{1, 4096}),
-		req(1, time.Second, 2, [2]int{2, 4096}),
+		// Request 1 arrives while request 0 is still in prefill, so load (not a tie-break)
+		// separates the two cold requests.
+		req(1, time.Millisecond, 2, [2]int{2, 4096}),
 		req(2, 2*time.Second, 2, [2]int{1, 4096}, [2]int{3, 100}),
 		req(3, 3*time.Second, 2, [2]int{2, 4096}, [2]int{4, 100}),
 	}

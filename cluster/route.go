@@ -1,46 +1,40 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
-	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/sim"
 )
 
-// arrive routes request i exactly as extproc does (conditional-disagg.md §3) and hands it to the
-// chosen engine.
+// arrive routes request i through the server's own pipeline (route.Router.Decide) and hands
+// it to the chosen engine.
 func (c *Cluster) arrive(i int) {
 	r, st := &c.reqs[i], &c.state[i]
 	st.prompt = c.cfg.Vocab.AppendPrompt(make([]uint32, 0, r.InputTokens), r)
 	if r.OutputTokens > 0 {
 		st.output = c.cfg.Vocab.AppendOutput(make([]uint32, 0, r.OutputTokens), r)
 	}
-	c.keys = kvindex.AppendKeys(c.keys[:0], 0, st.prompt, c.bs, nil)
-	c.index.Overlap(c.keys, &c.ov)
-	c.pool.Snapshot(&c.snap, pool.Request{Keys: c.keys, ISL: len(st.prompt)})
-	now := epoch.Add(c.now)
-	in := policy.Input{Now: now, ISL: len(st.prompt)}
-	c.sigD = c.signals(c.sigD[:0], c.snap.Decode, now)
-	c.sigP = c.signals(c.sigP[:0], c.snap.Prefill, now)
-	in.Decode, in.Prefill = c.sigD, c.sigP
-	dec := policy.Decide(&c.pcfg, &in, &c.snap, c.rng)
-	st.booking = "r" + strconv.Itoa(i)
-	if err := c.commit(st.booking, &in, &dec); err != nil {
+	out, err := c.router.Decide(context.Background(), &route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt})
+	if c.opts.Trace != nil {
+		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Record: out.Record(), Err: err})
+	}
+	if err != nil {
 		c.fail(i, err)
 		return
 	}
-	c.record(i, &dec)
-	if dec.Route == policy.RouteDecode {
-		c.addDecode(i, c.byID[dec.DecodeID], false)
+	st.booking = out.BookingID
+	c.record(i, &out)
+	if out.Route == policy.RouteDecode {
+		c.addDecode(i, c.byID[out.Decode.ID], false)
 		return
 	}
-	st.decode = c.byID[dec.DecodeID]
+	st.decode = c.byID[out.Decode.ID]
 	c.rep.TransferTokens += int64(len(st.prompt))
-	p := c.byID[dec.PrefillID]
+	p := c.byID[out.Prefill.ID]
 	id, err := c.engines[p].e.Add(sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: 1, PrefillOnly: true})
 	if err != nil {
 		c.fail(i, fmt.Errorf("cluster: add request %d to %s: %w", i, c.engines[p].id, err))
@@ -50,53 +44,29 @@ func (c *Cluster) arrive(i int) {
 	c.kick(p)
 }
 
-// signals describes loads (in snapshot order) from the overlaps; streams are always live.
-func (c *Cluster) signals(dst []policy.Signal, loads []pool.WorkerLoad, now time.Time) []policy.Signal {
-	for i := range loads {
-		s := policy.Signal{Worker: loads[i].ID, Stream: policy.Stream{Connected: true, LastStored: now}}
-		for j := range c.ov.Workers {
-			if string(c.ov.Workers[j].Worker) == loads[i].ID {
-				s.GPU, s.Host, s.Disk = c.ov.Workers[j].GPU, c.ov.Workers[j].CPU, c.ov.Workers[j].Disk
-				break
-			}
-		}
-		dst = append(dst, s)
-	}
-	return dst
-}
-
-// commit books dec (§3 step 9), demoting a denied bypass to the remote path once, as extproc.
-func (c *Cluster) commit(id string, in *policy.Input, dec *policy.Decision) error {
-	if !dec.Routable() {
-		return fmt.Errorf("cluster: no eligible worker: reason %s", dec.Reason)
-	}
-	err := c.pool.Book(dec.Booking(id, c.keys))
-	if err != nil && dec.Route == policy.RouteDecode {
-		reason := policy.DemoteReason(err)
-		policy.Demote(&c.pcfg, in, &c.snap, c.rng, dec, reason)
-		if !dec.Routable() {
-			return fmt.Errorf("cluster: commit demoted to %s: %w", reason, err)
-		}
-		err = c.pool.Book(dec.Booking(id, c.keys))
-	}
-	if err != nil {
-		return fmt.Errorf("cluster: book %s on decode=%s prefill=%s: %w", id, dec.DecodeID, dec.PrefillID, err)
-	}
-	return nil
-}
-
-func (c *Cluster) record(i int, dec *policy.Decision) {
-	d := &c.rep.Decisions[i]
-	d.Route, d.Reason, d.ISL = dec.Route.String(), dec.Reason.String(), dec.Inputs.ISL
-	d.Decode = dec.DecodeID
-	if dec.Route == policy.RoutePrefill {
-		d.Prefill = dec.PrefillID
-	}
-	if dec.Inputs.PreviewDecode != "" {
-		d.Previewed, d.Eff, d.Ratio = true, dec.Inputs.Eff, dec.Inputs.Ratio
-	}
+func (c *Cluster) record(i int, out *route.Outcome) {
+	c.rep.Decisions[i] = out.Record()
 	res := c.state[i].res
-	res.Route, res.Reason = d.Route, d.Reason
+	res.Route, res.Reason = c.rep.Decisions[i].Route, c.rep.Decisions[i].Reason
+}
+
+// release ends request i's booking (everything, or only the prefill entry at the first token),
+// as extproc does when it sees the response end or the first token.
+func (c *Cluster) release(i int32, prefillOnly bool) {
+	st := &c.state[i]
+	if st.booking == "" {
+		return
+	}
+	kind := OpRelease
+	if prefillOnly {
+		kind = OpReleasePrefill
+		c.router.ReleasePrefill(st.booking)
+	} else {
+		c.router.Release(st.booking)
+	}
+	if c.opts.Trace != nil {
+		c.opts.Trace(Op{Kind: kind, At: c.now, Index: int(i), Booking: st.booking})
+	}
 }
 
 // fail ends request i with an error and releases whatever it booked.
@@ -104,7 +74,7 @@ func (c *Cluster) fail(i int, err error) {
 	st := &c.state[i]
 	st.res.Err = err.Error()
 	st.prompt, st.output = nil, nil
-	c.pool.Release(st.booking)
+	c.release(int32(i), false)
 	c.completed()
 }
 
@@ -165,7 +135,7 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		st.res.E2E = st.last - st.res.Arrival
 		st.res.OutputTokens = st.n
-		c.pool.Release(st.booking)
+		c.release(idx, false)
 		c.completed()
 	}
 	c.publish(i, res.Events)
@@ -176,7 +146,7 @@ func (c *Cluster) token(idx int32, k int) {
 	st := &c.state[idx]
 	if k == 0 {
 		st.res.TTFT = c.now - st.res.Arrival
-		c.pool.ReleasePrefill(st.booking)
+		c.release(idx, true)
 	} else {
 		st.res.Gaps = append(st.res.Gaps, c.now-st.last)
 	}
@@ -202,6 +172,10 @@ func (c *Cluster) publish(i int32, evs []sim.Event) {
 // apply feeds one KV event to the index as kvevents would.
 func (c *Cluster) apply(id string, kind sim.EventKind, hashes []uint64, parent uint64, hasParent bool, tokens []uint32) {
 	w := kvindex.WorkerID(id)
+	if c.opts.Trace != nil {
+		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: kind, Hashes: hashes, Parent: parent,
+			HasParent: hasParent, Tokens: tokens})
+	}
 	switch kind {
 	case sim.EventBlockStored:
 		c.store = kvindex.Store{Medium: kvindex.GPU, Parent: parent, HasParent: hasParent, Hashes: hashes,

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"github.com/condisagg/condisagg/route"
 	"time"
 
 	"github.com/condisagg/condisagg/kvindex"
@@ -27,7 +28,7 @@ type StreamReporter interface {
 
 // AdminOptions are the Admin service's collaborators; Router is required.
 type AdminOptions struct {
-	Router  *Router
+	Router  *route.Router
 	Streams StreamReporter // nil: no worker has an event stream
 	// Reload re-reads and applies the configuration file; nil: ReloadConfig is unavailable.
 	Reload func(ctx context.Context) error
@@ -66,22 +67,18 @@ func (a *Admin) ExplainHTTP(ctx context.Context, path string, body []byte) (*con
 }
 
 func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
-	ep := ParseEndpoint(path)
-	if ep == EndpointOther {
-		return nil, invalidBody("path %q is not /v1/chat/completions or /v1/completions", path)
+	ep := route.ParseEndpoint(path)
+	if ep == route.EndpointOther {
+		return nil, fmt.Errorf("%w: path %q is not /v1/chat/completions or /v1/completions", route.ErrInvalidBody, path)
 	}
-	if _, err := ParseRequest(ep, body); err != nil {
-		return nil, err
-	}
-	out, err := a.opts.Router.Decide(ctx, &DecideRequest{Endpoint: ep, Body: body, DryRun: true})
+	out, err := a.opts.Router.Decide(ctx, &route.Request{Endpoint: ep, Body: body, DryRun: true})
 	if err != nil {
 		return nil, err
 	}
-	set := a.opts.Router.Settings()
 	in := &out.Decision.Inputs
 	resp := &condisaggv1.ExplainResponse{
 		Route: out.Route.String(), Reason: out.Reason, Gate: out.Decision.Gate.String(),
-		Policy: string(set.Policy.Disagg.Policy), Tokens: int64(out.Tokens), BlockKeys: int64(out.Keys),
+		Policy: string(a.opts.Router.Policy().Disagg.Policy), Tokens: int64(out.Tokens), BlockKeys: int64(out.Keys),
 		DecodeWorker: out.Decode.ID, DecodeEndpoint: out.Decode.Endpoint,
 		PrefillWorker: out.Prefill.ID, PrefillEndpoint: out.Prefill.Endpoint,
 		Destination: out.Destination().Endpoint,
@@ -112,12 +109,12 @@ func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*
 	r := a.opts.Router
 	now := a.opts.Now()
 	resp := &condisaggv1.ListWorkersResponse{}
-	for _, w := range r.pool.Workers() {
+	for _, w := range r.Pool().Workers() {
 		pw := &condisaggv1.Worker{Id: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint,
 			Healthy: w.Healthy, KvCapacityBlocks: w.KVCapacityBlocks, MaxBatchedTokens: w.MaxBatchedTokens,
 			ActivePrefillTokens: w.ActivePrefillTokens, ActiveDecodeBlocks: w.ActiveDecodeBlocks,
 			ActiveRequests: w.ActiveRequests}
-		if st, ok := r.index.Stats(kvindex.WorkerID(w.ID)); ok {
+		if st, ok := r.Index().Stats(kvindex.WorkerID(w.ID)); ok {
 			pw.IndexedGpuBlocks = int64(st.Blocks[kvindex.GPU])
 			pw.IndexedCpuBlocks = int64(st.Blocks[kvindex.CPU])
 			pw.IndexedDiskBlocks = int64(st.Blocks[kvindex.Disk])

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"github.com/condisagg/condisagg/route"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -153,13 +154,13 @@ func BenchmarkRouterDecide(b *testing.B) {
 			prev := []string{promptText(rng, 8000)}
 			e.cacheOn("decode-0", conversation(prev))
 			body := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
-			var stages [numStages]time.Duration
+			var stages [route.NumStages]time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
 				if !warm {
 					body = conversation([]string{promptText(rng, 8100)})
 				}
-				out, err := e.router.Decide(b.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true})
+				out, err := e.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: true})
 				if err != nil || (warm && out.Reason != "bypass_isl") {
 					b.Fatalf("%v %v", out.Reason, err)
 				}
@@ -168,7 +169,7 @@ func BenchmarkRouterDecide(b *testing.B) {
 				}
 			}
 			for i, d := range stages {
-				b.ReportMetric(float64(d.Microseconds())/float64(b.N), stageNames[i]+"-µs/op")
+				b.ReportMetric(float64(d.Microseconds())/float64(b.N), route.StageNames[i]+"-µs/op")
 			}
 		})
 	}
@@ -189,7 +190,7 @@ func BenchmarkRouterThroughput(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			out, err := e.router.Decide(b.Context(), &DecideRequest{Endpoint: EndpointChat, Body: bodies[next.add()%len(bodies)]})
+			out, err := e.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: bodies[next.add()%len(bodies)]})
 			if err != nil {
 				b.Error(err)
 				return

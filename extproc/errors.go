@@ -3,11 +3,15 @@ package extproc
 import (
 	"context"
 	"errors"
+	"github.com/condisagg/condisagg/route"
 	"io"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// ErrBodyTooLarge: the request body is over Settings.MaxBodyBytes (413).
+var ErrBodyTooLarge = errors.New("request body too large")
 
 // httpError is one immediate-response error (envoy-extproc.md §4 table).
 type httpError struct {
@@ -21,13 +25,13 @@ type httpError struct {
 // decides status codes; internal errors reach it only under --failure-mode closed.
 func toHTTPError(err error) *httpError {
 	switch {
-	case errors.Is(err, ErrInvalidBody):
+	case errors.Is(err, route.ErrInvalidBody):
 		return &httpError{400, "invalid_request_error", "invalid_body", err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
 		return &httpError{413, "invalid_request_error", "body_too_large", err.Error()}
-	case errors.Is(err, ErrSubsetNoMatch):
+	case errors.Is(err, route.ErrSubsetNoMatch):
 		return &httpError{503, "service_unavailable_error", "subset_no_match", err.Error()}
-	case errors.Is(err, ErrNoEligibleWorker):
+	case errors.Is(err, route.ErrNoEligibleWorker):
 		return &httpError{503, "service_unavailable_error", "no_eligible_worker", err.Error()}
 	default:
 		return &httpError{503, "service_unavailable_error", "internal", "internal routing failure"}
@@ -59,9 +63,9 @@ func adminStatus(err error) error {
 	switch {
 	case errors.Is(err, errNoReload):
 		return status.Error(codes.Unimplemented, err.Error())
-	case errors.Is(err, ErrInvalidBody):
+	case errors.Is(err, route.ErrInvalidBody):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrNoEligibleWorker), errors.Is(err, ErrSubsetNoMatch):
+	case errors.Is(err, route.ErrNoEligibleWorker), errors.Is(err, route.ErrSubsetNoMatch):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/condisagg/condisagg/route"
 	"strconv"
 	"strings"
 	"time"
@@ -38,14 +39,14 @@ type exchange struct {
 
 	state     reqState
 	done      bool // an immediate response was sent: ignore everything, wait for EOF
-	ep        Endpoint
+	ep        route.Endpoint
 	requestID string // x-request-id, for logs
 	strip     []string
 	subset    []string
 	hasSubset bool
 	body      []byte
 
-	out       Outcome
+	out       route.Outcome
 	routed    bool
 	decidedAt time.Time
 
@@ -62,7 +63,7 @@ func (x *exchange) one(r *extprocv3.ProcessingResponse) resps {
 }
 
 func newExchange(s *Server) *exchange {
-	return &exchange{srv: s, set: s.router.Settings()}
+	return &exchange{srv: s, set: s.Settings()}
 }
 
 // Step advances the machine by one message. A switch over message kinds with one handler
@@ -105,21 +106,21 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 	method := x.readHeaders(h.GetHeaders())
 	x.subset, x.hasSubset = subsetHint(req.GetMetadataContext())
 	if method != "" && method != "POST" {
-		x.ep = EndpointOther
+		x.ep = route.EndpointOther
 	}
 	if !x.modesSet {
 		x.reqMode = filterv3.ProcessingMode_BUFFERED // no protocol_config: assume the recommended profile
 	}
 	noBodyDecision := x.reqMode != filterv3.ProcessingMode_BUFFERED && !x.fullDuplex()
-	if h.GetEndOfStream() || x.ep == EndpointOther || noBodyDecision {
-		if x.ep != EndpointOther && !h.GetEndOfStream() {
+	if h.GetEndOfStream() || x.ep == route.EndpointOther || noBodyDecision {
+		if x.ep != route.EndpointOther && !h.GetEndOfStream() {
 			x.bodyModeMisconfig()
 		}
 		x.state = reqEcho
 		if h.GetEndOfStream() {
 			x.state = reqComplete
 		}
-		out, err := x.srv.router.Passthrough(ReasonPassthrough)
+		out, err := x.srv.router.Passthrough(route.ReasonPassthrough)
 		if err != nil {
 			return x.reject(err)
 		}
@@ -144,7 +145,7 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
 		key := strings.ToLower(hv.GetKey())
 		switch key {
 		case ":path":
-			x.ep = ParseEndpoint(headerValue(hv))
+			x.ep = route.ParseEndpoint(headerValue(hv))
 		case ":method":
 			method = headerValue(hv)
 		case "x-request-id":
@@ -211,7 +212,7 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 
 // decide routes the assembled body and returns the decision in the shape of the body mode.
 func (x *exchange) decide(ctx context.Context, eos bool) resps {
-	out, err := x.route(ctx)
+	out, err := x.decideBody(ctx)
 	if err != nil {
 		return x.reject(err)
 	}
@@ -223,29 +224,26 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 }
 
 // route parses and decides; internal failures follow --failure-mode.
-func (x *exchange) route(ctx context.Context) (Outcome, error) {
-	if _, err := ParseRequest(x.ep, x.body); err != nil {
-		return Outcome{}, err
-	}
-	out, err := x.srv.router.Decide(ctx, &DecideRequest{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
-	if err == nil || !errors.Is(err, ErrInternal) {
+func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
+	out, err := x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
+	if err == nil || !errors.Is(err, route.ErrInternal) {
 		return out, err
 	}
 	x.srv.metrics.InternalErrors.Inc()
 	x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
 		"failure_mode", string(x.set.FailureMode), "err", err)
 	if x.set.FailureMode == FailOpen {
-		return x.srv.router.Passthrough(ReasonFailureOpen)
+		return x.srv.router.Passthrough(route.ReasonFailureOpen)
 	}
-	return Outcome{}, err
+	return route.Outcome{}, err
 }
 
 // routedResponse records a routing outcome and builds its response.
-func (x *exchange) routedResponse(p phase, out *Outcome, contentLength int) *extprocv3.ProcessingResponse {
+func (x *exchange) routedResponse(p phase, out *route.Outcome, contentLength int) *extprocv3.ProcessingResponse {
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
-	if out.Decision.Reason == policy.ReasonRemotePolicyError && out.Reason != ReasonPassthrough && out.Reason != ReasonFailureOpen {
+	if out.Decision.Reason == policy.ReasonRemotePolicyError && out.Reason != route.ReasonPassthrough && out.Reason != route.ReasonFailureOpen {
 		x.srv.warnPolicyError(x.requestID, out.Decision.Inputs.Err)
 	}
 	if log := x.srv.log; log.Enabled(context.Background(), -4) {

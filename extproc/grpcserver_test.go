@@ -146,18 +146,18 @@ func TestAdminService(t *testing.T) {
 // TestReloadKeepsOldSettings: a settings swap validates first; a bad one leaves the old.
 func TestReloadKeepsOldSettings(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	old := e.router.Settings()
+	old := e.server.Settings()
 	bad := *old
 	bad.FailureMode = "sometimes"
-	if err := e.router.Reload(&bad); err == nil || !strings.Contains(err.Error(), `failure_mode: "sometimes" must be one of open, closed`) {
+	if err := e.server.Reload(&bad); err == nil || !strings.Contains(err.Error(), `failure_mode: "sometimes" must be one of open, closed`) {
 		t.Fatalf("reload error %v", err)
 	}
-	if e.router.Settings() != old {
+	if e.server.Settings() != old {
 		t.Fatal("rejected settings were applied")
 	}
 	good := *old
 	good.DebugHeaders = false
-	if err := e.router.Reload(&good); err != nil || e.router.Settings() != &good {
+	if err := e.server.Reload(&good); err != nil || e.server.Settings() != &good {
 		t.Fatalf("good reload: %v", err)
 	}
 }

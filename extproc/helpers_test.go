@@ -2,12 +2,14 @@ package extproc
 
 import (
 	"context"
+	"github.com/condisagg/condisagg/route"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -62,9 +64,11 @@ func defaultWorkers() []pool.WorkerConfig {
 // envOptions adjust the test environment.
 type envOptions struct {
 	workers   []pool.WorkerConfig // nil: defaultWorkers
-	tokenizer Tokenizer           // nil: Qwen3
+	tokenizer route.Tokenizer     // nil: Qwen3
 	settings  func(*Settings)
 	disagg    func(*policy.Config)
+	streams   route.EventStreams // nil: every stream live
+	now       func() time.Time   // nil: time.Now
 }
 
 // env is a real router (tokenizer, kvindex, pool, policy) behind a real gRPC server on
@@ -74,7 +78,7 @@ type env struct {
 	reg     *prometheus.Registry
 	pool    *pool.Pool
 	index   *kvindex.Index
-	router  *Router
+	router  *route.Router
 	server  *Server
 	metrics *Metrics
 	client  extprocv3.ExternalProcessorClient
@@ -110,11 +114,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.settings(set)
 	}
 	m := NewMetrics(reg)
-	r, err := NewRouter(RouterOptions{Tokenizer: o.tokenizer, Index: ix, Pool: p, Metrics: m, Settings: set})
+	r, err := route.New(route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(r, nil)
+	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"github.com/condisagg/condisagg/route"
 	"strconv"
 
 	"github.com/condisagg/condisagg/policy"
@@ -32,7 +33,7 @@ type Metrics struct {
 	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
 	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
 
-	stageSecs [numStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
+	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
 
 // NewMetrics registers the ext_proc metrics on reg.
@@ -88,22 +89,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers)
-	for i, name := range stageNames {
+	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
 	}
-	m.stageSecs[numStages] = m.DecisionSeconds.WithLabelValues("total")
+	m.stageSecs[route.NumStages] = m.DecisionSeconds.WithLabelValues("total")
 	return m
 }
 
 // decided records one routed request.
-func (m *Metrics) decided(pol policy.Kind, out *Outcome) {
-	route := out.Route.String()
-	m.Decisions.WithLabelValues(string(pol), route, out.Reason).Inc()
-	if out.Reason == ReasonPassthrough || out.Reason == ReasonFailureOpen {
+func (m *Metrics) decided(pol policy.Kind, out *route.Outcome) {
+	rt := out.Route.String()
+	m.Decisions.WithLabelValues(string(pol), rt, out.Reason).Inc()
+	if out.Reason == route.ReasonPassthrough || out.Reason == route.ReasonFailureOpen {
 		return
 	}
 	in := &out.Decision.Inputs
-	m.PromptTokens.WithLabelValues(route).Observe(float64(out.Tokens))
+	m.PromptTokens.WithLabelValues(rt).Observe(float64(out.Tokens))
 	if in.PreviewDecode != "" {
 		m.EffectiveISL.Observe(float64(in.Eff))
 		m.EffectiveRatio.Observe(in.Ratio)
@@ -117,7 +118,7 @@ func (m *Metrics) decided(pol policy.Kind, out *Outcome) {
 		total += s
 		m.stageSecs[i].Observe(s)
 	}
-	m.stageSecs[numStages].Observe(total)
+	m.stageSecs[route.NumStages].Observe(total)
 }
 
 // statusLabel bounds an HTTP status to a label.

@@ -287,7 +287,7 @@ func TestHeaderStripping(t *testing.T) {
 	v := e.open(buffered, streamed)
 	v.requestHeaders(false, ":method", "POST", ":path", chatPath,
 		"X-Condisagg-Route", "decode", "x-condisagg-route", "decode", "x-bypass-remote-prefill", "true",
-		"X-Gateway-Destination-Endpoint", "6.6.6.6:80", "x-prefiller-host-port", "6.6.6.6:81",
+		"X-Gateway-Destination-route.Endpoint", "6.6.6.6:80", "x-prefiller-host-port", "6.6.6.6:81",
 		"x-condisagg-pin", "d1", "x-prefill-continue", "1")
 	strip := v.recv().GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
 	for _, want := range append(stripHeaders[:], "x-condisagg-pin") {

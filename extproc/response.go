@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"github.com/condisagg/condisagg/route"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ type respObserver struct {
 	prefill   bool // the prefill entry was released
 }
 
-func (o *respObserver) start(out *Outcome) {
+func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
 }
@@ -97,11 +98,11 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		o.firstToken(x)
 	}
 	if obs.HasUsage {
-		route := o.route.String()
-		m.UsageTokens.WithLabelValues(route, "prompt").Add(float64(obs.Usage.PromptTokens))
-		m.UsageTokens.WithLabelValues(route, "completion").Add(float64(obs.Usage.CompletionTokens))
+		rt := o.route.String()
+		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
+		m.UsageTokens.WithLabelValues(rt, "completion").Add(float64(obs.Usage.CompletionTokens))
 		if obs.Usage.CachedTokens >= 0 {
-			m.UsageTokens.WithLabelValues(route, "cached").Add(float64(obs.Usage.CachedTokens))
+			m.UsageTokens.WithLabelValues(rt, "cached").Add(float64(obs.Usage.CachedTokens))
 			if o.bypass {
 				m.CachedError.Observe(float64(obs.Usage.CachedTokens - int64(o.cached)))
 			}
@@ -121,7 +122,7 @@ func (o *respObserver) firstToken(x *exchange) {
 		return
 	}
 	o.prefill = true
-	x.srv.router.pool.ReleasePrefill(o.booking)
+	x.srv.router.ReleasePrefill(o.booking)
 	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(time.Since(x.decidedAt).Seconds())
 }
 
@@ -132,7 +133,7 @@ func (o *respObserver) finish(x *exchange) {
 		return
 	}
 	o.released = true
-	x.srv.router.pool.Release(o.booking)
+	x.srv.router.Release(o.booking)
 }
 
 // cancel runs when the stream ends: a booking still held means the response never ended.

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"github.com/condisagg/condisagg/route"
 	"strings"
 	"sync"
 	"testing"
@@ -204,26 +205,34 @@ func TestCancelReleases(t *testing.T) {
 	}
 }
 
-// TestDecisionDeadline: a bypass whose decision steps took longer than DecisionDeadline fails
+// TestDecisionDeadline: a bypass whose decision steps took longer than route.DecisionDeadline fails
 // open to remote prefill with reason remote_policy_error (conditional-disagg.md §3 Errors).
 func TestDecisionDeadline(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	body := chatBody(strings.Repeat("a slow but warm conversation ", 60), false)
-	e.cacheOn("decode-0", body)
 	var mu sync.Mutex
+	slow := false
 	now := time.Unix(1000, 0)
-	e.router.now = func() time.Time { // every reading is 30 ms after the previous one
+	e := newEnv(t, envOptions{now: func() time.Time {
 		mu.Lock()
 		defer mu.Unlock()
-		now = now.Add(30 * time.Millisecond)
+		if !slow {
+			return time.Now()
+		}
+		now = now.Add(30 * time.Millisecond) // every reading is 30 ms after the previous one
 		return now
-	}
-	out, err := e.router.Decide(t.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true})
-	if err != nil || out.Reason != "remote_policy_error" || !errors.Is(out.Decision.Inputs.Err, ErrDecisionDeadline) {
+	}})
+	body := chatBody(strings.Repeat("a slow but warm conversation ", 60), false)
+	e.cacheOn("decode-0", body)
+	mu.Lock()
+	slow = true
+	mu.Unlock()
+	out, err := e.router.Decide(t.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: true})
+	if err != nil || out.Reason != "remote_policy_error" || !errors.Is(out.Decision.Inputs.Err, route.ErrDecisionDeadline) {
 		t.Fatalf("late bypass: %v %v %v", out.Reason, out.Decision.Inputs.Err, err)
 	}
-	e.router.now = time.Now
-	if out, err := e.router.Decide(t.Context(), &DecideRequest{Endpoint: EndpointChat, Body: body, DryRun: true}); err != nil || out.Reason != "bypass_isl" {
+	mu.Lock()
+	slow = false
+	mu.Unlock()
+	if out, err := e.router.Decide(t.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: true}); err != nil || out.Reason != "bypass_isl" {
 		t.Fatalf("in time: %v %v", out.Reason, err)
 	}
 }

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"github.com/condisagg/condisagg/route"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -102,7 +103,7 @@ func stripResponse(strip []string) *extprocv3.ProcessingResponse {
 // decisionResponse carries a routing outcome in phase p (request headers or, in BUFFERED,
 // the request body): strip + set headers, clear_route_cache, and the destination mirrored in
 // dynamic metadata envoy.lb. contentLength >= 0 also sets Content-Length (full duplex).
-func decisionResponse(p phase, set *Settings, out *Outcome, strip []string, contentLength int) *extprocv3.ProcessingResponse {
+func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string, contentLength int) *extprocv3.ProcessingResponse {
 	dest := out.Destination().Endpoint
 	hs := make([]*corev3.HeaderValueOption, 0, 7)
 	hs = append(hs,
@@ -198,7 +199,7 @@ func header(key, value string) *corev3.HeaderValueOption {
 }
 
 // decisionText is the x-condisagg-decision value.
-func decisionText(out *Outcome) string {
+func decisionText(out *route.Outcome) string {
 	in := &out.Decision.Inputs
 	return "route=" + out.Route.String() + ";reason=" + out.Reason + ";isl=" + strconv.Itoa(out.Tokens) +
 		";eff_isl=" + strconv.Itoa(in.Eff) + ";overlap_blocks=" + strconv.Itoa(in.Overlap)

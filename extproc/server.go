@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"github.com/condisagg/condisagg/route"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,8 @@ type ProcessStream interface {
 // Server is the ext_proc service. It holds no per-stream state.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	router      *Router
+	router      *route.Router
+	settings    atomic.Pointer[Settings]
 	metrics     *Metrics
 	log         *slog.Logger
 	warnedModes atomic.Bool  // the STREAMED-mode misconfiguration was logged
@@ -43,15 +45,52 @@ func (s *Server) warnPolicyError(requestID string, err error) {
 	s.log.Warn("conditional disagg decision failed; falling back to remote prefill", "request_id", requestID, "err", err)
 }
 
-// NewServer returns the ext_proc service over router. logger nil discards.
-func NewServer(router *Router, logger *slog.Logger) (*Server, error) {
-	if router == nil {
-		return nil, errors.New("extproc: server: router is required")
+// ServerOptions are the Server's collaborators. Router, Settings and Metrics are required.
+type ServerOptions struct {
+	Router   *route.Router // the decision pipeline
+	Settings *Settings     // validated here; Settings.Policy is handed to the router
+	Metrics  *Metrics
+	Logger   *slog.Logger // nil discards
+}
+
+// NewServer returns the ext_proc service over opts.Router.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Router == nil || opts.Metrics == nil || opts.Settings == nil {
+		return nil, errors.New("extproc: server: Router, Settings and Metrics are required")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{router: router, metrics: router.metrics, log: logger, fixed: newFixedResponses()}, nil
+	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses()}
+	if err := s.Reload(opts.Settings); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Settings returns the settings in force.
+func (s *Server) Settings() *Settings { return s.settings.Load() }
+
+// Reload validates set and swaps it in, with its policy config on the router; on error the old
+// settings stay. A stream keeps the settings it started with.
+func (s *Server) Reload(set *Settings) error {
+	if err := set.Validate(); err != nil {
+		return err
+	}
+	if err := s.router.SetPolicy(set.Policy); err != nil {
+		return err
+	}
+	s.settings.Store(set)
+	return nil
+}
+
+// Router returns the decision pipeline the server routes with.
+func (s *Server) Router() *route.Router { return s.router }
+
+// UpdateSilence evaluates every worker's event stream (route.Router.UpdateSilence) and sets
+// condisagg_kv_events_silent_workers; it returns the workers whose state changed.
+func (s *Server) UpdateSilence(now time.Time, prev map[string]bool) []string {
+	return s.router.UpdateSilence(now, prev, s.metrics.SilentWorkers)
 }
 
 // Process runs one ext_proc stream (one HTTP request): receive, step the per-stream machine,

@@ -3,7 +3,6 @@ package extproc
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -44,30 +43,4 @@ func (s *Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("failure_mode: %q must be one of open, closed", s.FailureMode))
 	}
 	return errors.Join(errs...)
-}
-
-// Decision stages timed by condisagg_decision_seconds{stage}.
-const (
-	stageTokenize = iota
-	stageOverlap  // keys + index lookup
-	stageDecide   // snapshot + policy
-	stageBook
-	numStages
-)
-
-var stageNames = [numStages]string{"tokenize", "overlap", "decide", "book"}
-
-// stageClock measures consecutive stages of one decision.
-type stageClock struct {
-	now  func() time.Time
-	last time.Time
-}
-
-func newStageClock(now func() time.Time) stageClock { return stageClock{now: now, last: now()} }
-
-func (c *stageClock) lap() time.Duration {
-	t := c.now()
-	d := t.Sub(c.last)
-	c.last = t
-	return d
 }

@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,29 +17,44 @@ import (
 )
 
 // downStreams reports every stream down except the listed workers.
-type downStreams struct{ up map[string]bool }
+type downStreams struct {
+	mu sync.Mutex
+	up map[string]bool
+}
 
-func (d downStreams) Stream(w string, now time.Time) policy.Stream {
+func (d *downStreams) Stream(w string, now time.Time) policy.Stream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return policy.Stream{Connected: d.up[w], LastStored: now}
 }
-func (downStreams) Routed(string) {}
+
+func (d *downStreams) set(up ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.up = map[string]bool{}
+	for _, w := range up {
+		d.up[w] = true
+	}
+}
+func (*downStreams) Routed(string) {}
 
 // TestSilentWorkers: K15 / §8.3 — a decode worker whose stream is down is flagged, counted in
 // the gauge once per pool, reported once per transition, and gets reason remote_no_kv_events.
 func TestSilentWorkers(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	e.router.streams = downStreams{up: map[string]bool{"decode-1": true, "prefill-0": true}}
+	streams := &downStreams{}
+	streams.set("decode-1", "prefill-0")
+	e := newEnv(t, envOptions{streams: streams})
 	prev := map[string]bool{}
-	if ch := e.router.UpdateSilence(time.Now(), prev); len(ch) != 1 || ch[0] != "decode-0" {
+	if ch := e.server.UpdateSilence(time.Now(), prev); len(ch) != 1 || ch[0] != "decode-0" {
 		t.Fatalf("changed %v", ch)
 	}
-	if ch := e.router.UpdateSilence(time.Now(), prev); len(ch) != 0 {
+	if ch := e.server.UpdateSilence(time.Now(), prev); len(ch) != 0 {
 		t.Fatalf("no transition, changed %v", ch)
 	}
 	if got := testutil.ToFloat64(e.metrics.SilentWorkers.WithLabelValues("decode")); got != 1 {
 		t.Fatalf("silent decode workers = %v", got)
 	}
-	e.router.streams = downStreams{up: map[string]bool{"prefill-0": true}}
+	streams.set("prefill-0")
 	v := e.open(buffered, streamed)
 	h := decideBuffered(t, v, chatBody("cold prompt", false))
 	if !strings.Contains(h[HeaderDecision], "reason=remote_no_kv_events") {

@@ -5,8 +5,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // Kind names a conditional-disaggregation policy (conditional-disagg.md §2).
@@ -249,9 +247,9 @@ func (c *Config) PrefillBusyThreshold() (float64, bool) {
 }
 
 // Guard is the decode-busy guard that a bypass commit must re-check (θd; off when unset).
-func (c *Config) Guard() pool.Guard {
+func (c *Config) Guard() Guard {
 	t := c.Disagg.DecodeBusyThreshold
-	return pool.Guard{Threshold: t.Value, Enabled: t.Set}
+	return Guard{Threshold: t.Value, Enabled: t.Set}
 }
 
 // String renders d as the canonical JSON of --router-conditional-disagg-config (every key;

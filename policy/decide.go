@@ -3,16 +3,14 @@ package policy
 import (
 	"errors"
 	"math/rand/v2"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // Decide runs the decision procedure of conditional-disagg.md §3 (steps 1–8) for one request
 // on a snapshot of the pools. It is pure: no I/O, clock, goroutine, logging or allocation; the
 // random source is the caller's (one per goroutine: *rand.Rand is not safe for concurrent use).
-// The caller commits the result with pool.Book(dec.Booking(...)) (step 9) and, if a bypass
+// The caller commits the result with pool.Pool.Book (route.Booking) (step 9) and, if a bypass
 // commit is denied or its worker vanished, calls Demote.
-func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decision {
+func Decide(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand) Decision {
 	dec := Decision{Decode: -1, Prefill: -1}
 	dec.Inputs = Inputs{Policy: cfg.Disagg.Policy, SnapshotVersion: snap.Version, ISL: in.ISL,
 		EffISLThreshold: cfg.Disagg.EffISLThreshold, RatioThreshold: cfg.Disagg.EffISLRatioThreshold,
@@ -94,7 +92,7 @@ func Decide(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand) Decisio
 // preconditions is step 3. It returns the decode index a trusted decode pin restricts the
 // preview to (-1 = none) and ReasonBypassISL when every precondition holds, else the remote
 // reason (a resolved prefill pin is left in dec.Prefill).
-func preconditions(in *Input, snap *pool.Snapshot, dec *Decision) (int, Reason) {
+func preconditions(in *Input, snap *Snapshot, dec *Decision) (int, Reason) {
 	if in.ISL <= 0 {
 		return -1, ReasonRemoteNoTokens
 	}
@@ -119,13 +117,13 @@ func preconditions(in *Input, snap *pool.Snapshot, dec *Decision) (int, Reason) 
 // reason when the bypass stands, else remote_decode_busy or remote_capacity_unknown.
 func applyGuard(cfg *Config, dec *Decision, reason Reason) Reason {
 	switch cfg.Guard().Check(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity) {
-	case pool.VerdictOff:
+	case VerdictOff:
 		dec.Gate = GateAllowedDecodeGateDisabled
-	case pool.VerdictPass:
+	case VerdictPass:
 		dec.Gate = GateAllowedDecodeNotBusy
-	case pool.VerdictBusy:
+	case VerdictBusy:
 		dec.Gate, reason = GateDeniedDecodeBusy, ReasonRemoteDecodeBusy
-	case pool.VerdictCapacityUnknown:
+	case VerdictCapacityUnknown:
 		dec.Gate, reason = GateDeniedDecodeBusyUnknown, ReasonRemoteCapacityUnknown
 	}
 	return reason
@@ -170,7 +168,7 @@ func evaluate(k Kind, in *Inputs) Reason {
 }
 
 // previewDecode fills the step-5 inputs for the previewed decode worker d.
-func previewDecode(cfg *Config, in *Input, snap *pool.Snapshot, d int, dec *Decision) {
+func previewDecode(cfg *Config, in *Input, snap *Snapshot, d int, dec *Decision) {
 	sg := &in.Decode[d]
 	l := &snap.Decode[d]
 	x := &dec.Inputs
@@ -189,7 +187,7 @@ func previewDecode(cfg *Config, in *Input, snap *pool.Snapshot, d int, dec *Deci
 // previewPrefill is step 6: a non-booking prefill-mode selection and the busy test
 // apt(p) > θp·mnbt(p). Every worker over the queue threshold (pool rejection) ⇒ true; a missing
 // threshold ⇒ unknown.
-func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
+func previewPrefill(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision) {
 	x := &dec.Inputs
 	x.PrefillPreviewed = true
 	theta, ok := cfg.PrefillBusyThreshold()
@@ -224,19 +222,19 @@ func previewPrefill(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand,
 	}
 }
 
-func mnbt(l *pool.WorkerLoad) int64 {
+func mnbt(l *WorkerLoad) int64 {
 	if l.MaxBatchedTokens > 0 {
 		return l.MaxBatchedTokens
 	}
 	return UnknownMaxBatchedTokens
 }
 
-func prefillBusy(l *pool.WorkerLoad, theta float64) bool {
+func prefillBusy(l *WorkerLoad, theta float64) bool {
 	return float64(l.ActivePrefillTokens) > theta*float64(mnbt(l))
 }
 
 // aggregated is step 1: a bypass-mode decode selection with no policy, booked like a bypass.
-func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision) {
+func aggregated(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision) {
 	dec.Route, dec.Reason = RouteDecode, ReasonNoPrefillWorkers
 	sigs := in.Decode
 	if !aligned(sigs, snap.Decode) {
@@ -264,13 +262,13 @@ func aggregated(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec
 // any, else a prefill-mode selection, and a remote-decode-mode selection of the decode worker
 // (overlap credit only when the feature is on; restricted to a resolved decode pin). in's
 // signal slices must be aligned with snap or nil.
-func remote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
+func remote(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
 	remoteExcept(cfg, in, snap, rng, dec, reason, -1)
 }
 
 // remoteExcept is remote with decode worker skip (-1 = none) excluded from the target selection.
-func remoteExcept(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason, skip int) {
-	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, pool.Guard{}
+func remoteExcept(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision, reason Reason, skip int) {
+	dec.Route, dec.Reason, dec.Guard = RoutePrefill, reason, Guard{}
 	psigs := in.Prefill
 	if dec.Prefill < 0 || dec.Prefill >= len(snap.Prefill) {
 		sel := newSelector(cfg, in, snap.Prefill, psigs, modePrefill)
@@ -309,25 +307,25 @@ func remoteExcept(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, d
 }
 
 // DemoteReason maps the error of a failed bypass booking to the reason Demote records:
-// remote_decode_busy for pool.ErrGuardDenied, remote_capacity_unknown for
-// pool.ErrCapacityUnknown, remote_policy_error for anything else (the decode worker vanished).
+// remote_decode_busy for ErrGuardDenied, remote_capacity_unknown for
+// ErrCapacityUnknown, remote_policy_error for anything else (the decode worker vanished).
 func DemoteReason(bookErr error) Reason {
 	switch {
-	case errors.Is(bookErr, pool.ErrGuardDenied):
+	case errors.Is(bookErr, ErrGuardDenied):
 		return ReasonRemoteDecodeBusy
-	case errors.Is(bookErr, pool.ErrCapacityUnknown):
+	case errors.Is(bookErr, ErrCapacityUnknown):
 		return ReasonRemoteCapacityUnknown
 	}
 	return ReasonRemotePolicyError
 }
 
 // Demote turns a decision whose bypass commit failed into the remote path with reason
-// (remote_decode_busy for pool.ErrGuardDenied, remote_capacity_unknown for
-// pool.ErrCapacityUnknown, remote_policy_error otherwise), keeping its inputs and the previewed
+// (remote_decode_busy for ErrGuardDenied, remote_capacity_unknown for
+// ErrCapacityUnknown, remote_policy_error otherwise), keeping its inputs and the previewed
 // prefill worker. For remote_policy_error (the decode worker vanished, R7) that decode worker is
 // excluded from the remote-decode selection. snap must be the snapshot the decision was made on.
 // A remote booking that fails needs a new snapshot and a new Decide.
-func Demote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
+func Demote(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision, reason Reason) {
 	if reason.Route() != RoutePrefill {
 		reason = ReasonRemotePolicyError
 	}
@@ -346,7 +344,7 @@ func Demote(cfg *Config, in *Input, snap *pool.Snapshot, rng *rand.Rand, dec *De
 }
 
 // sanitize returns in, or a copy without the signal slices that do not describe snap.
-func sanitize(in *Input, snap *pool.Snapshot) *Input {
+func sanitize(in *Input, snap *Snapshot) *Input {
 	if !aligned(in.Decode, snap.Decode) {
 		in = withoutDecodeSignals(in)
 	}
@@ -371,7 +369,7 @@ func withoutPrefillSignals(in *Input) *Input {
 }
 
 // aligned reports whether sigs describe loads one to one, in order.
-func aligned(sigs []Signal, loads []pool.WorkerLoad) bool {
+func aligned(sigs []Signal, loads []WorkerLoad) bool {
 	if len(sigs) != len(loads) {
 		return false
 	}
@@ -383,7 +381,7 @@ func aligned(sigs []Signal, loads []pool.WorkerLoad) bool {
 	return true
 }
 
-func find(loads []pool.WorkerLoad, id string) int {
+func find(loads []WorkerLoad, id string) int {
 	for i := range loads {
 		if loads[i].ID == id {
 			return i

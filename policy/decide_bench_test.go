@@ -3,18 +3,16 @@ package policy
 import (
 	"fmt"
 	"testing"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // benchFixture builds n decode and n prefill workers with varied load and overlap.
-func benchFixture(n int) (*pool.Snapshot, *Input) {
-	snap := &pool.Snapshot{Version: 1}
+func benchFixture(n int) (*Snapshot, *Input) {
+	snap := &Snapshot{Version: 1}
 	in := &Input{Now: testNow, ISL: 4096}
 	for i := range n {
-		snap.Decode = append(snap.Decode, pool.WorkerLoad{ID: fmt.Sprintf("d%d", i), KVCapacityBlocks: 40000,
+		snap.Decode = append(snap.Decode, WorkerLoad{ID: fmt.Sprintf("d%d", i), KVCapacityBlocks: 40000,
 			ActivePrefillTokens: int64(i * 97 % 5000), ActiveDecodeBlocks: int64(i * 131 % 20000), NewBlocks: 256, ActiveRequests: int64(i % 7)})
-		snap.Prefill = append(snap.Prefill, pool.WorkerLoad{ID: fmt.Sprintf("p%d", i), MaxBatchedTokens: 8192,
+		snap.Prefill = append(snap.Prefill, WorkerLoad{ID: fmt.Sprintf("p%d", i), MaxBatchedTokens: 8192,
 			ActivePrefillTokens: int64(i * 331 % 20000), ActiveRequests: int64(i % 5)})
 		in.Decode = append(in.Decode, Signal{Worker: snap.Decode[i].ID, GPU: i * 3 % 200, Host: i % 4, Stream: live()})
 		in.Prefill = append(in.Prefill, Signal{Worker: snap.Prefill[i].ID, GPU: i * 5 % 100, Stream: live()})

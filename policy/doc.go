@@ -23,5 +23,5 @@
 // Validate; reloads swap in a new one.
 //
 // Imports: pool (snapshot and guard types) only; never kvindex, extproc or cmd. The caller
-// fills Input.Decode from kvindex.WorkerOverlap in the order of pool.Snapshot.Decode.
+// fills Input.Decode from kvindex.WorkerOverlap in the order of Snapshot.Decode.
 package policy

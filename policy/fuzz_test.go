@@ -4,8 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // FuzzParseDisagg checks that the config parser never panics, that accepted configs are in
@@ -66,16 +64,16 @@ func FuzzDecide(f *testing.F) {
 		}
 		cfg.Selection.Temperature = float64(max(next(), 0)) / 32
 		nd, np := (next()+128)%6, (next()+128)%6
-		snap := &pool.Snapshot{}
+		snap := &Snapshot{}
 		in := &Input{Now: testNow, ISL: next() * 64}
 		for i := range nd {
-			snap.Decode = append(snap.Decode, pool.WorkerLoad{ID: string(rune('a' + i)), KVCapacityBlocks: int64(next() * 100),
+			snap.Decode = append(snap.Decode, WorkerLoad{ID: string(rune('a' + i)), KVCapacityBlocks: int64(next() * 100),
 				ActivePrefillTokens: int64(next() * 50), ActiveDecodeBlocks: int64(next() * 20), NewBlocks: int64(next())})
 			in.Decode = append(in.Decode, Signal{Worker: string(rune('a' + i)), GPU: next(), Host: next(), Disk: next(),
 				Stream: Stream{Connected: next() >= 0, LastStored: testNow, RoutedSinceStored: next()}})
 		}
 		for i := range np {
-			snap.Prefill = append(snap.Prefill, pool.WorkerLoad{ID: string(rune('p' + i)), MaxBatchedTokens: int64(next() * 100),
+			snap.Prefill = append(snap.Prefill, WorkerLoad{ID: string(rune('p' + i)), MaxBatchedTokens: int64(next() * 100),
 				ActivePrefillTokens: int64(next() * 100)})
 		}
 		if next() > 100 {

@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -47,7 +45,7 @@ func mustValid(t *testing.T, c Config) {
 }
 
 // oneEach is a snapshot with decode worker d0 and prefill worker p0.
-func oneEach(d, p pool.WorkerLoad) *pool.Snapshot {
+func oneEach(d, p WorkerLoad) *Snapshot {
 	d.ID, p.ID = "d0", "p0"
-	return &pool.Snapshot{Version: 1, Decode: []pool.WorkerLoad{d}, Prefill: []pool.WorkerLoad{p}}
+	return &Snapshot{Version: 1, Decode: []WorkerLoad{d}, Prefill: []WorkerLoad{p}}
 }

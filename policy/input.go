@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // Stream is a worker's KV event stream state as seen by the subscriber.
@@ -110,7 +108,7 @@ type Decision struct {
 	// ISL − min(cached(p), ISL) on p for a prefill route.
 	PrefillTokens int64
 	// Guard is the decode-busy guard the bypass commit must re-check (off for non-policy routes).
-	Guard  pool.Guard
+	Guard  Guard
 	Inputs Inputs
 
 	remoteHint int // 1 + the remote-decode choice computed with the preview; 0 = none
@@ -122,18 +120,6 @@ func (d *Decision) Routable() bool {
 		return d.Decode >= 0
 	}
 	return d.Decode >= 0 && d.Prefill >= 0
-}
-
-// Booking is the pool booking that commits d (conditional-disagg.md §5.1). keys are the
-// prompt's chained full-block keys (used for a decode route only).
-func (d *Decision) Booking(requestID string, keys []uint64) pool.Booking {
-	b := pool.Booking{RequestID: requestID, Decode: d.DecodeID, ISL: d.Inputs.ISL, PrefillTokens: d.PrefillTokens}
-	if d.Route == RouteDecode {
-		b.Mode, b.Keys, b.Guard = pool.ModeBypass, keys, d.Guard
-	} else {
-		b.Mode, b.Prefill = pool.ModeRemote, d.PrefillID
-	}
-	return b
 }
 
 // UnknownSignals reports which busy signals were missing, for

@@ -3,8 +3,6 @@ package policy
 import (
 	"fmt"
 	"testing"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // referenceOutcome restates the tables of conditional-disagg.md §4.1 and §4.2 directly, with
@@ -92,8 +90,8 @@ func TestDecideMatchesReference(t *testing.T) {
 						if g.on {
 							cfg.Disagg.DecodeBusyThreshold = Set(0.8)
 						}
-						snap := oneEach(pool.WorkerLoad{ActiveDecodeBlocks: g.pdb, KVCapacityBlocks: g.kvcap},
-							pool.WorkerLoad{ActivePrefillTokens: ld.apt, MaxBatchedTokens: 8192})
+						snap := oneEach(WorkerLoad{ActiveDecodeBlocks: g.pdb, KVCapacityBlocks: g.kvcap},
+							WorkerLoad{ActivePrefillTokens: ld.apt, MaxBatchedTokens: 8192})
 						st := live()
 						if silent {
 							st.RoutedSinceStored, st.LastStored = 20, testNow.Add(-DefaultKVEventsSilence-1)

@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
 // mode is a selection mode of conditional-disagg.md §6.3.
@@ -20,7 +18,7 @@ const (
 // selector evaluates the §6.1 cost over one pool. It is a value on the caller's stack so a
 // selection allocates nothing.
 type selector struct {
-	loads   []pool.WorkerLoad
+	loads   []WorkerLoad
 	sigs    []Signal // aligned with loads, or nil for no overlap credit
 	now     time.Time
 	after   time.Duration // silence window
@@ -41,7 +39,7 @@ type selector struct {
 	minApt  int64   // min apt over candidates, for credit_decay
 }
 
-func newSelector(cfg *Config, in *Input, loads []pool.WorkerLoad, sigs []Signal, m mode) selector {
+func newSelector(cfg *Config, in *Input, loads []WorkerLoad, sigs []Signal, m mode) selector {
 	bs := float64(cfg.BlockSize)
 	sel := &cfg.Selection
 	s := selector{loads: loads, sigs: sigs, now: in.Now, after: cfg.Silence.After, minReq: cfg.Silence.MinRequests,

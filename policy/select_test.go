@@ -4,11 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/condisagg/condisagg/pool"
 )
 
-func selectorFor(cfg *Config, isl int, loads []pool.WorkerLoad, sigs []Signal, m mode) selector {
+func selectorFor(cfg *Config, isl int, loads []WorkerLoad, sigs []Signal, m mode) selector {
 	return newSelector(cfg, &Input{Now: testNow, ISL: isl}, loads, sigs, m)
 }
 
@@ -26,22 +24,22 @@ func TestSelectCost(t *testing.T) {
 		spec, name string
 		isl        int
 		mode       mode
-		load       pool.WorkerLoad
+		load       WorkerLoad
 		sig        Signal
 		want       float64
 	}{
-		{spec: "§6.1", name: "bypass_prefill_plus_decode", isl: 160, mode: modeBypass, load: pool.WorkerLoad{ActivePrefillTokens: 32, ActiveDecodeBlocks: 7, NewBlocks: 3}, sig: Signal{GPU: 4, Stream: live()}, want: (192.0/16 - 4) + 10},
-		{spec: "§6.1", name: "prefill_term_clamps_at_zero", isl: 160, mode: modeBypass, load: pool.WorkerLoad{NewBlocks: 1}, sig: Signal{GPU: 50, Stream: live()}, want: 1},
+		{spec: "§6.1", name: "bypass_prefill_plus_decode", isl: 160, mode: modeBypass, load: WorkerLoad{ActivePrefillTokens: 32, ActiveDecodeBlocks: 7, NewBlocks: 3}, sig: Signal{GPU: 4, Stream: live()}, want: (192.0/16 - 4) + 10},
+		{spec: "§6.1", name: "prefill_term_clamps_at_zero", isl: 160, mode: modeBypass, load: WorkerLoad{NewBlocks: 1}, sig: Signal{GPU: 50, Stream: live()}, want: 1},
 		{spec: "S6", name: "host_blocks_credit_0.75", isl: 160, mode: modePrefill, sig: Signal{Host: 4, Stream: live()}, want: 10 - 3},
 		{spec: "S6", name: "disk_blocks_credit_0.25", isl: 160, mode: modePrefill, sig: Signal{Disk: 4, Stream: live()}, want: 10 - 1},
-		{spec: "S7", name: "remote_decode_clamps_at_zero", isl: 160, mode: modeRemoteDecode, load: pool.WorkerLoad{ActiveDecodeBlocks: 2}, sig: Signal{GPU: 40, Stream: live()}, want: 0},
-		{spec: "S7", name: "remote_decode_ceil_blocks", isl: 161, mode: modeRemoteDecode, load: pool.WorkerLoad{ActiveDecodeBlocks: 2}, sig: Signal{GPU: 3, Stream: live()}, want: 2 + 11 - 3},
-		{spec: "S8", name: "prefill_mode_ignores_blocks", isl: 160, mode: modePrefill, load: pool.WorkerLoad{ActiveDecodeBlocks: 1e6, NewBlocks: 1e6}, sig: Signal{Stream: live()}, want: 10},
+		{spec: "S7", name: "remote_decode_clamps_at_zero", isl: 160, mode: modeRemoteDecode, load: WorkerLoad{ActiveDecodeBlocks: 2}, sig: Signal{GPU: 40, Stream: live()}, want: 0},
+		{spec: "S7", name: "remote_decode_ceil_blocks", isl: 161, mode: modeRemoteDecode, load: WorkerLoad{ActiveDecodeBlocks: 2}, sig: Signal{GPU: 3, Stream: live()}, want: 2 + 11 - 3},
+		{spec: "S8", name: "prefill_mode_ignores_blocks", isl: 160, mode: modePrefill, load: WorkerLoad{ActiveDecodeBlocks: 1e6, NewBlocks: 1e6}, sig: Signal{Stream: live()}, want: 10},
 		{spec: "§8.3", name: "down_stream_gets_no_credit", isl: 160, mode: modePrefill, sig: Signal{GPU: 5, Host: 4}, want: 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec+"_"+tc.name, func(t *testing.T) {
-			s := selectorFor(&cfg, tc.isl, []pool.WorkerLoad{tc.load}, []Signal{tc.sig}, tc.mode)
+			s := selectorFor(&cfg, tc.isl, []WorkerLoad{tc.load}, []Signal{tc.sig}, tc.mode)
 			if got := s.cost(0); math.Abs(got-tc.want) > 1e-9 {
 				t.Fatalf("cost = %v, want %v", got, tc.want)
 			}
@@ -53,7 +51,7 @@ func TestSelectCost(t *testing.T) {
 // W2 overlap 5 decode 5 ⇒ 10 (chosen), W3 overlap 8 decode 9 ⇒ 11.
 func TestSelectDocsExample(t *testing.T) {
 	cfg := enabledConfig()
-	loads := []pool.WorkerLoad{{ActiveDecodeBlocks: 10}, {ActiveDecodeBlocks: 5}, {ActiveDecodeBlocks: 9}}
+	loads := []WorkerLoad{{ActiveDecodeBlocks: 10}, {ActiveDecodeBlocks: 5}, {ActiveDecodeBlocks: 9}}
 	s := selectorFor(&cfg, 160, loads, liveSigs(2, 5, 8), modeBypass)
 	for i, want := range []float64{18, 10, 11} {
 		if got := s.cost(i); got != want {
@@ -87,7 +85,7 @@ func TestSelectStaleStreams(t *testing.T) {
 			// The hot worker a holds 8 blocks but only wins while its stream is trusted.
 			sigs := liveSigs(8, 0)
 			sigs[0].Stream = tc.stream
-			loads := []pool.WorkerLoad{{}, {}}
+			loads := []WorkerLoad{{}, {}}
 			s := selectorFor(&cfg, 160, loads, sigs, modeBypass)
 			if tc.wantSilent {
 				if s.cost(0) != s.cost(1) {
@@ -106,7 +104,7 @@ func TestSelectMediumWeights(t *testing.T) {
 	cfg := enabledConfig()
 	// Worker a: 4 host blocks; worker b: 10 disk blocks. Defaults: 3 vs 2.5 ⇒ a.
 	sigs := []Signal{{Worker: "a", Host: 4, Stream: live()}, {Worker: "b", Disk: 10, Stream: live()}}
-	loads := []pool.WorkerLoad{{}, {}}
+	loads := []WorkerLoad{{}, {}}
 	s := selectorFor(&cfg, 160, loads, sigs, modePrefill)
 	if got := s.pick(nil); got != 0 {
 		t.Fatalf("default weights pick %d, want 0 (host 0.75 beats disk 0.25)", got)
@@ -127,14 +125,14 @@ func TestSelectMediumWeights(t *testing.T) {
 func TestSelectActiveRequestWeightAndDecay(t *testing.T) {
 	cfg := enabledConfig()
 	cfg.Selection.ActiveRequestWeight = 2
-	s := selectorFor(&cfg, 160, []pool.WorkerLoad{{ActiveRequests: 3}}, nil, modeRemoteDecode)
+	s := selectorFor(&cfg, 160, []WorkerLoad{{ActiveRequests: 3}}, nil, modeRemoteDecode)
 	if got := s.cost(0); got != 10+6 {
 		t.Fatalf("active_request_weight: cost %v, want 16", got)
 	}
 	cfg = enabledConfig()
 	cfg.Selection.CreditDecay = 1
 	// b is 160 tokens (10 blocks) above the minimum apt; request 10 blocks ⇒ decay 1/(1+1) ⇒ credit 4.
-	loads := []pool.WorkerLoad{{}, {ActivePrefillTokens: 160}}
+	loads := []WorkerLoad{{}, {ActivePrefillTokens: 160}}
 	s = selectorFor(&cfg, 160, loads, liveSigs(0, 8), modePrefill)
 	if got := s.cost(1); got != 20-4 {
 		t.Fatalf("credit_decay: cost %v, want 16", got)
@@ -161,7 +159,7 @@ func TestSelectTiesUniform(t *testing.T) {
 		t.Run(tc.spec, func(t *testing.T) {
 			cfg := enabledConfig()
 			cfg.Selection.Temperature = tc.temp
-			loads := []pool.WorkerLoad{{}, {}, {}, {ActiveDecodeBlocks: 1}}
+			loads := []WorkerLoad{{}, {}, {}, {ActiveDecodeBlocks: 1}}
 			s := selectorFor(&cfg, 160, loads, nil, modeRemoteDecode)
 			if tc.temp > 0 {
 				loads = loads[:3]
@@ -188,7 +186,7 @@ func TestSelectTiesUniform(t *testing.T) {
 func TestSelectSoftmax(t *testing.T) {
 	cfg := enabledConfig()
 	cfg.Selection.Temperature = 1
-	loads := []pool.WorkerLoad{{}, {ActiveDecodeBlocks: 10}}
+	loads := []WorkerLoad{{}, {ActiveDecodeBlocks: 10}}
 	s := selectorFor(&cfg, 0, loads, nil, modeRemoteDecode)
 	if c0, c1 := s.cost(0), s.cost(1); c1-c0 != 10 {
 		t.Fatalf("setup: costs %v %v", c0, c1)
@@ -217,7 +215,7 @@ func TestSelectSoftmax(t *testing.T) {
 
 func TestSelectRestrictAndEmpty(t *testing.T) {
 	cfg := enabledConfig()
-	s := selectorFor(&cfg, 160, []pool.WorkerLoad{{}, {ActiveDecodeBlocks: 100}}, nil, modeRemoteDecode)
+	s := selectorFor(&cfg, 160, []WorkerLoad{{}, {ActiveDecodeBlocks: 100}}, nil, modeRemoteDecode)
 	s.only = 1
 	if got := s.pick(newRand(1)); got != 1 {
 		t.Fatalf("restricted pick = %d, want 1", got)
@@ -242,10 +240,10 @@ func TestPickBothMatchesSeparatePicks(t *testing.T) {
 	rng := newRand(11)
 	for iter := range 2000 {
 		n := 1 + rng.IntN(12)
-		loads := make([]pool.WorkerLoad, n)
+		loads := make([]WorkerLoad, n)
 		sigs := make([]Signal, n)
 		for i := range loads {
-			loads[i] = pool.WorkerLoad{ActivePrefillTokens: int64(rng.IntN(4) * 160), ActiveDecodeBlocks: int64(rng.IntN(4) * 10),
+			loads[i] = WorkerLoad{ActivePrefillTokens: int64(rng.IntN(4) * 160), ActiveDecodeBlocks: int64(rng.IntN(4) * 10),
 				NewBlocks: int64(rng.IntN(3)), ActiveRequests: int64(rng.IntN(3))}
 			sigs[i] = Signal{GPU: rng.IntN(4) * 5, Host: rng.IntN(2), Stream: Stream{Connected: rng.IntN(8) != 0, LastStored: testNow}}
 		}
@@ -262,7 +260,7 @@ func TestPickBothMatchesSeparatePicks(t *testing.T) {
 			t.Fatalf("iteration %d: pickBoth = %d,%d, separate picks = %d,%d", iter, gb, gr, wb, wr)
 		}
 	}
-	loads := []pool.WorkerLoad{{}, {}, {}}
+	loads := []WorkerLoad{{}, {}, {}}
 	s := selectorFor(&cfg, 160, loads, nil, modeBypass)
 	counts := make([]int, 3)
 	for range 30000 {
@@ -280,7 +278,7 @@ func TestSelectSoftmaxLargePool(t *testing.T) {
 	cfg := enabledConfig()
 	cfg.Selection.Temperature = 1
 	for _, n := range []int{2, sampleBuf, sampleBuf + 1} {
-		loads := make([]pool.WorkerLoad, n)
+		loads := make([]WorkerLoad, n)
 		for i := 1; i < n; i++ {
 			loads[i].ActiveDecodeBlocks = 10
 		}

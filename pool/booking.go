@@ -1,40 +1,12 @@
 package pool
 
 import (
+	"github.com/condisagg/condisagg/policy"
+
 	"fmt"
 	"slices"
 	"time"
 )
-
-// Guard is the decode-busy guard of conditional-disagg.md §4.2: busy when
-// pdb(d,r) > Threshold·kvcap(d); capacity unknown or 0 denies. The zero Guard is off.
-type Guard struct {
-	Threshold float64 // θd, a fraction of kvcap (values > 1 allowed)
-	Enabled   bool
-}
-
-// Verdict is the guard's answer for one worker.
-type Verdict uint8
-
-const (
-	VerdictOff             Verdict = iota // guard disabled: not evaluated
-	VerdictPass                           // pdb <= θd·kvcap
-	VerdictBusy                           // pdb > θd·kvcap
-	VerdictCapacityUnknown                // kvcap unknown or 0
-)
-
-// Check applies the guard to a projected decode block count and a capacity (strict >).
-func (g Guard) Check(pdb, kvCap int64) Verdict {
-	switch {
-	case !g.Enabled:
-		return VerdictOff
-	case kvCap <= 0:
-		return VerdictCapacityUnknown
-	case float64(pdb) > g.Threshold*float64(kvCap):
-		return VerdictBusy
-	}
-	return VerdictPass
-}
 
 // Mode says which column of conditional-disagg.md §5.1 a booking follows.
 type Mode uint8
@@ -61,7 +33,7 @@ type Booking struct {
 	// ISL − min(cached(p), ISL) on the prefill worker (ModeRemote). 0 creates no entry.
 	PrefillTokens int64
 	// Guard is re-checked on current state for ModeBypass, atomically with the booking.
-	Guard Guard
+	Guard policy.Guard
 }
 
 // record is an open booking; guarded by Pool.mu.
@@ -75,7 +47,7 @@ type record struct {
 }
 
 // Book commits b atomically: for ModeBypass it recomputes pdb(d,r) under the accounting lock,
-// re-applies b.Guard and either books or returns ErrGuardDenied / ErrCapacityUnknown, never
+// re-applies b.Guard and either books or returns policy.ErrGuardDenied / policy.ErrCapacityUnknown, never
 // re-selecting. A removed or unhealthy worker is ErrUnknownWorker.
 func (p *Pool) Book(b Booking) error {
 	if err := p.checkBooking(b); err != nil {
@@ -100,11 +72,11 @@ func (p *Pool) Book(b Booking) error {
 		}
 		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(d.active, b.Keys)) + r.unique
 		switch b.Guard.Check(pdb, d.kvCap()) {
-		case VerdictBusy:
+		case policy.VerdictBusy:
 			p.m.GuardCommitDenied.Inc()
-			return fmt.Errorf("pool: book request=%s worker=%s pdb=%d kvcap=%d: %w", b.RequestID, d.id, pdb, d.kvCap(), ErrGuardDenied)
-		case VerdictCapacityUnknown:
-			return fmt.Errorf("pool: book request=%s worker=%s: %w", b.RequestID, d.id, ErrCapacityUnknown)
+			return fmt.Errorf("pool: book request=%s worker=%s pdb=%d kvcap=%d: %w", b.RequestID, d.id, pdb, d.kvCap(), policy.ErrGuardDenied)
+		case policy.VerdictCapacityUnknown:
+			return fmt.Errorf("pool: book request=%s worker=%s: %w", b.RequestID, d.id, policy.ErrCapacityUnknown)
 		}
 		r.keys = slices.Clone(b.Keys)
 		for _, k := range r.keys {

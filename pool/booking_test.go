@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/condisagg/condisagg/policy"
+
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -103,7 +105,7 @@ func TestAccountingMetrics(t *testing.T) {
 }
 
 func TestBookGuard(t *testing.T) {
-	g := Guard{Threshold: 0.8, Enabled: true}
+	g := policy.Guard{Threshold: 0.8, Enabled: true}
 	tests := []struct {
 		spec, name string
 		kvcap      int64
@@ -112,10 +114,10 @@ func TestBookGuard(t *testing.T) {
 		wantErr    error
 	}{
 		{"§5.3", "at_budget_books", 1000, 780, Booking{Keys: keys(1, 20), ISL: 320}, nil},
-		{"§5.3", "one_over_budget_denied", 1000, 781, Booking{Keys: keys(1, 20), ISL: 320}, ErrGuardDenied},
-		{"§5.3", "partial_tail_counts", 1000, 780, Booking{Keys: keys(1, 20), ISL: 321}, ErrGuardDenied},
-		{"G5", "capacity_unknown_denied", 0, 0, Booking{Keys: keys(1, 1), ISL: 16}, ErrCapacityUnknown},
-		{"G2", "guard_off_books_over_capacity", 1000, 990, Booking{Keys: keys(1, 20), ISL: 320, Guard: Guard{}}, nil},
+		{"§5.3", "one_over_budget_denied", 1000, 781, Booking{Keys: keys(1, 20), ISL: 320}, policy.ErrGuardDenied},
+		{"§5.3", "partial_tail_counts", 1000, 780, Booking{Keys: keys(1, 20), ISL: 321}, policy.ErrGuardDenied},
+		{"G5", "capacity_unknown_denied", 0, 0, Booking{Keys: keys(1, 1), ISL: 16}, policy.ErrCapacityUnknown},
+		{"G2", "guard_off_books_over_capacity", 1000, 990, Booking{Keys: keys(1, 20), ISL: 320, Guard: policy.Guard{}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec+"_"+tc.name, func(t *testing.T) {
@@ -141,7 +143,7 @@ func TestBookGuard(t *testing.T) {
 				t.Fatalf("denied booking changed the load: %+v -> %+v", before, f.load(t, "d0"))
 			}
 			wantDenied := 0.0
-			if errors.Is(tc.wantErr, ErrGuardDenied) {
+			if errors.Is(tc.wantErr, policy.ErrGuardDenied) {
 				wantDenied = 1
 			}
 			if got := testutil.ToFloat64(f.m.GuardCommitDenied); got != wantDenied {
@@ -225,7 +227,7 @@ func TestActivePrefixMatchesNaive(t *testing.T) {
 	// A conversation tree: request keys are prefixes of one of 4 long chains.
 	chains := [][]uint64{keys(1, 300), keys(2, 300), keys(3, 300), keys(4, 300)}
 	open := []string{}
-	var snap Snapshot
+	var snap policy.Snapshot
 	for i := range 2000 {
 		if len(open) > 0 && rng.IntN(3) == 0 {
 			j := rng.IntN(len(open))
@@ -261,9 +263,9 @@ func TestSnapshot(t *testing.T) {
 	if err := f.p.Book(Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", Keys: keys(1, 5), ISL: 90, PrefillTokens: 50}); err != nil {
 		t.Fatal(err)
 	}
-	var s Snapshot
+	var s policy.Snapshot
 	f.p.Snapshot(&s, Request{Keys: keys(1, 8), ISL: 130})
-	want := WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
+	want := policy.WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
 		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1}
 	if len(s.Decode) != 1 || s.Decode[0] != want {
 		t.Fatalf("decode = %+v, want %+v", s.Decode, want)
@@ -271,7 +273,7 @@ func TestSnapshot(t *testing.T) {
 	if got := s.Decode[0].ProjectedDecodeBlocks(); got != 10 {
 		t.Fatalf("pdb = %d, want 10", got)
 	}
-	wantP := WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", MaxBatchedTokens: 8192, KVCapacityBlocks: -1}
+	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", MaxBatchedTokens: 8192, KVCapacityBlocks: -1}
 	if len(s.Prefill) != 1 || s.Prefill[0] != wantP {
 		t.Fatalf("prefill = %+v, want %+v", s.Prefill, wantP)
 	}

@@ -18,8 +18,6 @@ import (
 // Sentinel errors, matched with errors.Is.
 var (
 	ErrUnknownWorker    = errors.New("unknown worker")
-	ErrGuardDenied      = errors.New("decode-busy guard denied the booking")
-	ErrCapacityUnknown  = errors.New("decode-busy guard on but KV capacity unknown")
 	ErrDuplicateRequest = errors.New("request already booked")
 	ErrInvalidBooking   = errors.New("invalid booking")
 )

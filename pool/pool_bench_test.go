@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/condisagg/condisagg/policy"
+
 	"bytes"
 	"fmt"
 	"os"
@@ -42,7 +44,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=%dx%d/blocks=256", n, n), func(b *testing.B) {
 			p := benchPool(b, n)
 			req := Request{Keys: keys(99, 256), ISL: 256*16 + 5}
-			var s Snapshot
+			var s policy.Snapshot
 			b.ReportAllocs()
 			for b.Loop() {
 				p.Snapshot(&s, req)
@@ -59,7 +61,7 @@ func BenchmarkSnapshot(b *testing.B) {
 func BenchmarkBookRelease(b *testing.B) {
 	p := benchPool(b, 64)
 	k := keys(7, 256)
-	bk := Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", Keys: k, ISL: 256 * 16, PrefillTokens: 1000, Guard: Guard{Threshold: 0.9, Enabled: true}}
+	bk := Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", Keys: k, ISL: 256 * 16, PrefillTokens: 1000, Guard: policy.Guard{Threshold: 0.9, Enabled: true}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := p.Book(bk); err != nil {

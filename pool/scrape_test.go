@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/condisagg/condisagg/policy"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -119,7 +121,7 @@ func TestScrape(t *testing.T) {
 	if err := f.p.Book(Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", ISL: 16}); err != nil {
 		t.Fatal(err)
 	}
-	var s Snapshot
+	var s policy.Snapshot
 	f.p.Snapshot(&s, Request{ISL: 16})
 	if got := s.Decode[0].ActiveRequests; got != 5 {
 		t.Fatalf("fresh scrape: requests = %d, want max(1, 3+2) = 5", got)

@@ -1,8 +1,12 @@
 package pool
 
-import "sort"
+import (
+	"sort"
 
-// Request is what a Snapshot needs of the request being decided.
+	"github.com/condisagg/condisagg/policy"
+)
+
+// Request is what a policy.Snapshot needs of the request being decided.
 type Request struct {
 	// Keys are the router's chained block keys of the prompt's full blocks, from block 0.
 	Keys []uint64
@@ -11,39 +15,8 @@ type Request struct {
 	ISL int
 }
 
-// Snapshot is the per-request view of every eligible (discovered, healthy) worker that
-// policy.Decide reads. Fill it with Pool.Snapshot; it is reused across requests so the steady
-// state allocates nothing. It is a copy: later bookings do not change it.
-type Snapshot struct {
-	Version uint64 // registry version: bumped on membership and health changes
-	Decode  []WorkerLoad
-	Prefill []WorkerLoad
-}
-
-// WorkerLoad is one worker's capacity and router-booked load at snapshot time.
-type WorkerLoad struct {
-	ID       string
-	Endpoint string // resolved ip:port
-	// MaxBatchedTokens is mnbt; 0 = unknown.
-	MaxBatchedTokens int64
-	// KVCapacityBlocks is kvcap; <= 0 = unknown (-1 never learned, 0 vLLM's Ray-DP sentinel).
-	KVCapacityBlocks int64
-	// ActivePrefillTokens is apt: booked uncached prompt tokens whose prefill has not finished.
-	ActivePrefillTokens int64
-	// ActiveDecodeBlocks is adb: booked decode blocks (unique, reference-counted).
-	ActiveDecodeBlocks int64
-	// NewBlocks is, on decode workers, the blocks of the request not already active there plus
-	// one for a partial tail, so pdb(w,r) = ActiveDecodeBlocks + NewBlocks.
-	NewBlocks int64
-	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
-	ActiveRequests int64
-}
-
-// ProjectedDecodeBlocks is pdb(w,r) of conditional-disagg.md §5.1.
-func (l *WorkerLoad) ProjectedDecodeBlocks() int64 { return l.ActiveDecodeBlocks + l.NewBlocks }
-
 // Snapshot fills dst (reusing its slices) with every eligible worker's load as seen by r.
-func (p *Pool) Snapshot(dst *Snapshot, r Request) {
+func (p *Pool) Snapshot(dst *policy.Snapshot, r Request) {
 	partial := int64(0)
 	if r.ISL > 0 && r.ISL%p.cfg.BlockSize != 0 {
 		partial = 1
@@ -68,12 +41,12 @@ func (p *Pool) Snapshot(dst *Snapshot, r Request) {
 	}
 }
 
-func (p *Pool) loadLocked(w *worker, freshAfter int64) WorkerLoad {
+func (p *Pool) loadLocked(w *worker, freshAfter int64) policy.WorkerLoad {
 	reqs := w.requests
 	if freshAfter != 0 && w.scrape.At.UnixNano() >= freshAfter && w.scrape.HasRequests {
 		reqs = max(reqs, int64(w.scrape.Running+w.scrape.Waiting))
 	}
-	return WorkerLoad{ID: w.id, Endpoint: w.endpoint, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
+	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/condisagg/condisagg/route"
 	"io"
 	"net/http"
 	"strings"
@@ -33,7 +34,7 @@ func (s *service) httpHandler(admin *extproc.Admin) http.Handler {
 		if path == "" {
 			path = "/v1/chat/completions"
 		}
-		limit := int64(s.router.Settings().MaxBodyBytes)
+		limit := int64(s.ext.Settings().MaxBodyBytes)
 		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 		if err != nil || int64(len(body)) > limit {
 			http.Error(w, "body unreadable or over --max-body-bytes", http.StatusRequestEntityTooLarge)
@@ -42,7 +43,7 @@ func (s *service) httpHandler(admin *extproc.Admin) http.Handler {
 		resp, err := admin.ExplainHTTP(r.Context(), path, body)
 		if err != nil {
 			code := http.StatusServiceUnavailable
-			if errors.Is(err, extproc.ErrInvalidBody) {
+			if errors.Is(err, route.ErrInvalidBody) {
 				code = http.StatusBadRequest
 			}
 			http.Error(w, err.Error(), code)

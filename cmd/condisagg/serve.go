@@ -25,6 +25,7 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
@@ -46,7 +47,8 @@ type service struct {
 	reg     *prometheus.Registry
 	pool    *pool.Pool
 	index   *kvindex.Index
-	router  *extproc.Router
+	router  *route.Router
+	ext     *extproc.Server
 	streams *eventStreams // nil without --router-kv-events
 	group   *kvevents.Group
 	health  *health.Server
@@ -120,11 +122,16 @@ func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokeniz
 	if err != nil {
 		return err
 	}
-	ropts := extproc.RouterOptions{Tokenizer: tok, Index: s.index, Pool: s.pool, Metrics: extproc.NewMetrics(s.reg), Settings: cfg.settings}
+	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.settings.Policy}
 	if s.streams != nil {
 		ropts.Streams = s.streams
 	}
-	if s.router, err = extproc.NewRouter(ropts); err != nil {
+	if s.router, err = route.New(ropts); err != nil {
+		return err
+	}
+	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.settings,
+		Metrics: extproc.NewMetrics(s.reg), Logger: s.log})
+	if err != nil {
 		return err
 	}
 	return s.reg.Register(s.router.IndexCollector())
@@ -154,10 +161,7 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 
 // serve runs the gRPC and HTTP servers and the background loops until ctx ends.
 func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) error {
-	srv, err := extproc.NewServer(s.router, s.log)
-	if err != nil {
-		return err
-	}
+	srv := s.ext
 	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin})
 	if err != nil {
 		return err
@@ -233,7 +237,7 @@ func (s *service) watchReady(ctx context.Context) {
 		if s.ready.Swap(ready) != ready || ready {
 			extproc.SetReady(s.health, ready)
 		}
-		for _, w := range s.router.UpdateSilence(time.Now(), silent) {
+		for _, w := range s.ext.UpdateSilence(time.Now(), silent) {
 			s.log.Warn("KV event stream silence changed", "worker", w, "silent", silent[w])
 		}
 		select {
@@ -318,7 +322,7 @@ func (s *service) reload(trigger string) (err error) {
 		err = fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead",
 			cfg.pool.BlockSize, old.pool.BlockSize)
 	} else {
-		err = s.router.Reload(cfg.settings)
+		err = s.ext.Reload(cfg.settings)
 	}
 	if err != nil {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)

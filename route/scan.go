@@ -1,13 +1,13 @@
-package extproc
+package route
 
 import "bytes"
 
-// scanRequest is the fast path of ParseRequest: one pass over the top level of the body that
+// scanBody is the fast path of ParseBody: one pass over the top level of the body that
 // finds the routing fields without decoding the prompt (the tokenizer decodes it next). It
 // returns ok=false whenever the body is not plainly well-formed or a field needs a closer
-// look; ParseRequest then decides, with its precise error messages.
-func scanRequest(ep Endpoint, body []byte) (Request, bool) {
-	req := Request{Endpoint: ep}
+// look; ParseBody then decides, with its precise error messages.
+func scanBody(ep Endpoint, body []byte) (Body, bool) {
+	req := Body{Endpoint: ep}
 	s := scanner{b: body}
 	if !s.expect('{') {
 		return req, false
@@ -46,7 +46,7 @@ func scanRequest(ep Endpoint, body []byte) (Request, bool) {
 			}
 		case "stream_options":
 			if bytes.Contains(v, []byte(`"include_usage"`)) {
-				return req, false // rare: let ParseRequest read it
+				return req, false // rare: let ParseBody read it
 			}
 		}
 		s.space()

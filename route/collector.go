@@ -1,4 +1,4 @@
-package extproc
+package route
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

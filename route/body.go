@@ -1,4 +1,4 @@
-package extproc
+package route
 
 import (
 	"bytes"
@@ -49,10 +49,10 @@ func ParseEndpoint(path string) Endpoint {
 // ErrInvalidBody is wrapped by every body the router refuses with 400.
 var ErrInvalidBody = errors.New("invalid request body")
 
-// Request is the part of an OpenAI body that routing reads. The tokenizer reads the
-// prompt itself (messages, tools, chat_template_kwargs, prompt); Request only checks that it
+// Body is the part of an OpenAI body that routing reads. The tokenizer reads the
+// prompt itself (messages, tools, chat_template_kwargs, prompt); Body only checks that it
 // is there and records how the answer will be streamed.
-type Request struct {
+type Body struct {
 	Endpoint     Endpoint
 	Model        string
 	Stream       bool // "stream": true — the answer is Server-Sent Events
@@ -70,18 +70,18 @@ type openAIBody struct {
 	} `json:"stream_options"`
 }
 
-// ParseRequest checks an OpenAI body of endpoint ep and returns its routing fields. Every
+// ParseBody checks an OpenAI body of endpoint ep and returns its routing fields. Every
 // refusal wraps ErrInvalidBody and says what is wrong in OpenAI terms.
-func ParseRequest(ep Endpoint, body []byte) (Request, error) {
-	if req, ok := scanRequest(ep, body); ok {
+func ParseBody(ep Endpoint, body []byte) (Body, error) {
+	if req, ok := scanBody(ep, body); ok {
 		return req, nil
 	}
-	return decodeRequest(ep, body)
+	return decodeBody(ep, body)
 }
 
-// decodeRequest is ParseRequest with encoding/json: the slow path with exact messages.
-func decodeRequest(ep Endpoint, body []byte) (Request, error) {
-	req := Request{Endpoint: ep}
+// decodeBody is ParseBody with encoding/json: the slow path with exact messages.
+func decodeBody(ep Endpoint, body []byte) (Body, error) {
+	req := Body{Endpoint: ep}
 	var b openAIBody
 	if err := json.Unmarshal(body, &b); err != nil {
 		return req, invalidBody("request body is not a valid JSON object: %s", jsonErrorText(err))

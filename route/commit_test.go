@@ -1,10 +1,14 @@
-package policy
+package route
 
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/policy"
 
 	"github.com/condisagg/condisagg/pool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,18 +50,18 @@ func TestCommitSharedPrefixGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := enabledConfig()
-	cfg.Disagg.DecodeBusyThreshold = Set(0.8)
-	var snap pool.Snapshot
+	cfg.Disagg.DecodeBusyThreshold = policy.Set(0.8)
+	var snap policy.Snapshot
 	p.Snapshot(&snap, pool.Request{Keys: keys, ISL: 1600})
 	if got := snap.Decode[0].ProjectedDecodeBlocks(); got != 7910 {
 		t.Fatalf("G8 pdb = %d, want 7910", got)
 	}
-	in := &Input{Now: testNow, ISL: 1600, Decode: []Signal{{Worker: "d0", GPU: 90, Stream: live()}}}
-	dec := Decide(&cfg, in, &snap, newRand(1))
-	if dec.Reason != ReasonBypassISL || dec.Gate != GateAllowedDecodeNotBusy {
+	in := &policy.Input{Now: testNow, ISL: 1600, Decode: []policy.Signal{{Worker: "d0", GPU: 90, Stream: live()}}}
+	dec := policy.Decide(&cfg, in, &snap, newRand(1))
+	if dec.Reason != policy.ReasonBypassISL || dec.Gate != policy.GateAllowedDecodeNotBusy {
 		t.Fatalf("G8: %v / %v, want bypass_isl allowed", dec.Reason, dec.Gate)
 	}
-	if err := p.Book(dec.Booking("r", keys)); err != nil {
+	if err := p.Book(Booking(&dec, "r", keys)); err != nil {
 		t.Fatalf("G8 commit: %v", err)
 	}
 }
@@ -71,26 +75,26 @@ func TestCommitConcurrentBypassRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := enabledConfig()
-	cfg.Disagg.DecodeBusyThreshold = Set(0.8)
+	cfg.Disagg.DecodeBusyThreshold = policy.Set(0.8)
 	const n = 8
 	var previewed, start sync.WaitGroup
 	previewed.Add(n)
 	start.Add(1)
-	reasons := make([]Reason, n)
+	reasons := make([]policy.Reason, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			keys := chain(uint64(100+i), 20)
-			var snap pool.Snapshot
+			var snap policy.Snapshot
 			p.Snapshot(&snap, pool.Request{Keys: keys, ISL: 320})
-			in := &Input{Now: testNow, ISL: 320, Decode: []Signal{{Worker: "d0", GPU: 10, Stream: live()}}}
+			in := &policy.Input{Now: testNow, ISL: 320, Decode: []policy.Signal{{Worker: "d0", GPU: 10, Stream: live()}}}
 			rng := newRand(uint64(i))
-			dec := Decide(&cfg, in, &snap, rng)
+			dec := policy.Decide(&cfg, in, &snap, rng)
 			previewed.Done()
 			start.Wait() // every preview saw adb = 700 before any commit
-			if dec.Reason == ReasonBypassISL {
-				if err := p.Book(dec.Booking(fmt.Sprint("r", i), keys)); errors.Is(err, pool.ErrGuardDenied) {
-					Demote(&cfg, in, &snap, rng, &dec, ReasonRemoteDecodeBusy)
+			if dec.Reason == policy.ReasonBypassISL {
+				if err := p.Book(Booking(&dec, fmt.Sprint("r", i), keys)); errors.Is(err, policy.ErrGuardDenied) {
+					policy.Demote(&cfg, in, &snap, rng, &dec, policy.ReasonRemoteDecodeBusy)
 				} else if err != nil {
 					t.Errorf("book %d: %v", i, err)
 				}
@@ -101,11 +105,11 @@ func TestCommitConcurrentBypassRace(t *testing.T) {
 	previewed.Wait()
 	start.Done()
 	wg.Wait()
-	count := map[Reason]int{}
+	count := map[policy.Reason]int{}
 	for _, r := range reasons {
 		count[r]++
 	}
-	if count[ReasonBypassISL] != 5 || count[ReasonRemoteDecodeBusy] != 3 {
+	if count[policy.ReasonBypassISL] != 5 || count[policy.ReasonRemoteDecodeBusy] != 3 {
 		t.Fatalf("G10 outcomes = %v, want 5 bypass_isl and 3 remote_decode_busy", count)
 	}
 	if got := testutil.ToFloat64(m.GuardCommitDenied); got != 3 {
@@ -130,16 +134,16 @@ func TestCommitConcurrentDecideBookRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := enabledConfig()
-	cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold, cfg.Disagg.DecodeBusyThreshold = ISLOrLoad, Set(1), Set(0.5)
+	cfg.Disagg.Policy, cfg.Disagg.PrefillBusyThreshold, cfg.Disagg.DecodeBusyThreshold = policy.ISLOrLoad, policy.Set(1), policy.Set(0.5)
 	const goroutines, perG = 16, 200
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	routes := map[Route]int{}
+	routes := map[policy.Route]int{}
 	for g := range goroutines {
 		wg.Go(func() {
 			rng := newRand(uint64(g))
-			var snap pool.Snapshot
-			in := &Input{Now: testNow}
+			var snap policy.Snapshot
+			in := &policy.Input{Now: testNow}
 			for j := range perG {
 				isl := 1 + rng.IntN(3000)
 				keys := chain(uint64(rng.IntN(5)), isl/16) // five shared conversation prefixes
@@ -147,14 +151,14 @@ func TestCommitConcurrentDecideBookRelease(t *testing.T) {
 				in.ISL = isl
 				in.Decode = in.Decode[:0]
 				for _, w := range snap.Decode {
-					in.Decode = append(in.Decode, Signal{Worker: w.ID, GPU: rng.IntN(isl/16 + 1), Stream: live()})
+					in.Decode = append(in.Decode, policy.Signal{Worker: w.ID, GPU: rng.IntN(isl/16 + 1), Stream: live()})
 				}
-				dec := Decide(&cfg, in, &snap, rng)
+				dec := policy.Decide(&cfg, in, &snap, rng)
 				id := fmt.Sprintf("g%d-%d", g, j)
-				err := p.Book(dec.Booking(id, keys))
-				if errors.Is(err, pool.ErrGuardDenied) || errors.Is(err, pool.ErrCapacityUnknown) {
-					Demote(&cfg, in, &snap, rng, &dec, ReasonRemoteDecodeBusy)
-					err = p.Book(dec.Booking(id, keys))
+				err := p.Book(Booking(&dec, id, keys))
+				if errors.Is(err, policy.ErrGuardDenied) || errors.Is(err, policy.ErrCapacityUnknown) {
+					policy.Demote(&cfg, in, &snap, rng, &dec, policy.ReasonRemoteDecodeBusy)
+					err = p.Book(Booking(&dec, id, keys))
 				}
 				if err != nil {
 					t.Errorf("book %s (%v): %v", id, dec.Reason, err)
@@ -173,7 +177,7 @@ func TestCommitConcurrentDecideBookRelease(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if routes[RouteDecode] == 0 || routes[RoutePrefill] == 0 {
+	if routes[policy.RouteDecode] == 0 || routes[policy.RoutePrefill] == 0 {
 		t.Fatalf("routes %v: the workload should exercise both paths", routes)
 	}
 	for _, w := range p.Workers() {
@@ -191,13 +195,13 @@ func TestCommitConcurrentDecideBookRelease(t *testing.T) {
 func TestDecideBooksNothing(t *testing.T) {
 	p, _ := newPool(t, 10000)
 	before := p.Workers()
-	var snap pool.Snapshot
+	var snap policy.Snapshot
 	keys := chain(1, 100)
 	p.Snapshot(&snap, pool.Request{Keys: keys, ISL: 1600})
 	cfg := enabledConfig()
-	in := &Input{Now: testNow, ISL: 1600, Decode: []Signal{{Worker: "d0", GPU: 90, Stream: live()}}}
+	in := &policy.Input{Now: testNow, ISL: 1600, Decode: []policy.Signal{{Worker: "d0", GPU: 90, Stream: live()}}}
 	for range 10 {
-		if dec := Decide(&cfg, in, &snap, newRand(1)); dec.Reason != ReasonBypassISL {
+		if dec := policy.Decide(&cfg, in, &snap, newRand(1)); dec.Reason != policy.ReasonBypassISL {
 			t.Fatalf("setup: %v", dec.Reason)
 		}
 	}
@@ -213,15 +217,27 @@ func TestDemoteReasonMapsBookingErrors(t *testing.T) {
 	cases := []struct {
 		spec string
 		err  error
-		want Reason
+		want policy.Reason
 	}{
-		{"§3 step 9: guard re-check denies the bypass", fmt.Errorf("book: %w", pool.ErrGuardDenied), ReasonRemoteDecodeBusy},
-		{"§4.2: capacity unknown with the guard on", fmt.Errorf("book: %w", pool.ErrCapacityUnknown), ReasonRemoteCapacityUnknown},
-		{"R7: decode worker vanished", errors.New("pool: unknown worker decode-9"), ReasonRemotePolicyError},
+		{"§3 step 9: guard re-check denies the bypass", fmt.Errorf("book: %w", policy.ErrGuardDenied), policy.ReasonRemoteDecodeBusy},
+		{"§4.2: capacity unknown with the guard on", fmt.Errorf("book: %w", policy.ErrCapacityUnknown), policy.ReasonRemoteCapacityUnknown},
+		{"R7: decode worker vanished", errors.New("pool: unknown worker decode-9"), policy.ReasonRemotePolicyError},
 	}
 	for _, c := range cases {
-		if got := DemoteReason(c.err); got != c.want {
-			t.Errorf("%s: DemoteReason(%v) = %s, want %s", c.spec, c.err, got, c.want)
+		if got := policy.DemoteReason(c.err); got != c.want {
+			t.Errorf("%s: policy.DemoteReason(%v) = %s, want %s", c.spec, c.err, got, c.want)
 		}
 	}
 }
+
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func enabledConfig() policy.Config {
+	c := policy.DefaultConfig()
+	c.Enabled, c.DisaggGiven, c.KVEvents, c.DistinctPools = true, true, true, true
+	return c
+}
+
+func live() policy.Stream { return policy.Stream{Connected: true, LastStored: testNow} }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }

@@ -1,4 +1,4 @@
-package extproc
+package route
 
 import (
 	"context"
@@ -17,19 +17,17 @@ import (
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
-// Routing errors. Each maps to one immediate response in errors.go.
+// Routing errors. extproc maps each to one immediate response; the simulator records them.
 var (
 	// ErrNoEligibleWorker: no routable worker exists for the request (503).
 	ErrNoEligibleWorker = errors.New("no eligible worker")
 	// ErrSubsetNoMatch: the gateway's subset hint is empty or names no eligible worker (503).
 	ErrSubsetNoMatch = errors.New("subset hint matches no eligible worker")
-	// ErrBodyTooLarge: the request body is over Settings.MaxBodyBytes (413).
-	ErrBodyTooLarge = errors.New("request body too large")
 	// ErrInternal wraps every failure inside the pipeline; --failure-mode decides its fate.
 	ErrInternal = errors.New("internal routing failure")
 	// ErrDecisionDeadline is the policy error of a decision (after tokenization) slower than
 	// DecisionDeadline.
-	ErrDecisionDeadline = errors.New("extproc: decision deadline exceeded")
+	ErrDecisionDeadline = errors.New("route: decision deadline exceeded")
 )
 
 // DecisionDeadline bounds the decision steps after tokenization (conditional-disagg.md §3).
@@ -49,44 +47,13 @@ type EventStreams interface {
 	Routed(worker string)
 }
 
-// Worker names a chosen worker.
-type Worker struct {
-	ID       string
-	Endpoint string // resolved ip:port
-}
-
-// Outcome is a routing decision as the stream machine and Explain see it.
-type Outcome struct {
-	BookingID string // the pool booking's request id; "" when nothing was booked
-	Route     policy.Route
-	Reason    string // policy.Reason text, "passthrough" or "failure_open"
-	Decode    Worker
-	Prefill   Worker // remote route only
-	Decision  policy.Decision
-	Tokens    int // ISL
-	Keys      int // full-block keys
-	Overlaps  []kvindex.WorkerOverlap
-	Stages    [numStages]time.Duration
-}
-
-// Destination is the worker Envoy must dial for this outcome.
-func (o *Outcome) Destination() Worker {
-	if o.Route == policy.RoutePrefill {
-		return o.Prefill
-	}
-	return o.Decode
-}
-
-// Reasons the policy enum does not cover.
-const (
-	ReasonPassthrough = "passthrough"
-	ReasonFailureOpen = "failure_open"
-)
-
-// DecideRequest is one request to route.
-type DecideRequest struct {
+// Request is one request to route. A server request carries the OpenAI Body, which Decide
+// checks and tokenizes; the simulator, which has no text, carries the prompt's Tokens and no
+// Body. Everything after tokenization is the same for both.
+type Request struct {
 	Endpoint Endpoint
 	Body     []byte
+	Tokens   []uint32 // the prompt's token ids when Body is nil (read, not kept)
 	// Subset restricts the decode candidates by IP when HasSubset (envoy-extproc.md §2).
 	Subset    []string
 	HasSubset bool
@@ -94,112 +61,140 @@ type DecideRequest struct {
 	DryRun bool
 }
 
-// Router runs the decision pipeline of conditional-disagg.md §3 on the live pools. It is
-// safe for concurrent use; Settings are swapped atomically by Reload.
+// Router runs the decision pipeline of conditional-disagg.md §3 on the live pools: it is the
+// one place a routing decision is made, for `condisagg serve` (through extproc), for Explain
+// and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
+// atomically by SetPolicy.
 type Router struct {
-	tok      Tokenizer
-	index    *kvindex.Index
-	pool     *pool.Pool
-	streams  EventStreams
-	metrics  *Metrics
-	settings atomic.Pointer[Settings]
-	seq      atomic.Uint64
-	scratch  sync.Pool // *scratch
-	now      func() time.Time
+	tok     Tokenizer // nil: token-only requests (the simulator)
+	index   *kvindex.Index
+	pool    *pool.Pool
+	streams EventStreams
+	policy  atomic.Pointer[policy.Config]
+	seq     atomic.Uint64
+	seed    uint64
+	scratch sync.Pool // *scratch
+	now     func() time.Time
+	observe func(*Outcome)
 }
 
-// RouterOptions are the Router's collaborators. Tokenizer, Index, Pool, Metrics and Settings
-// are required.
-type RouterOptions struct {
-	Tokenizer Tokenizer
-	Index     *kvindex.Index
+// Options are the Router's collaborators. Index, Pool and Policy are required.
+type Options struct {
+	Tokenizer Tokenizer      // nil: only requests that carry Tokens can be routed
+	Index     *kvindex.Index // the prefix index the event path fills
 	Pool      *pool.Pool
-	Streams   EventStreams // nil: every stream counts as live (no silence detection)
-	Metrics   *Metrics
-	Settings  *Settings
-	Now       func() time.Time // default time.Now
+	Streams   EventStreams   // nil: every stream counts as live (no silence detection)
+	Policy    *policy.Config // validated or validatable; Validate runs here
+	Now       func() time.Time
+	// Seed fixes the tie-break randomness: decision n draws from PCG(Seed, n), so the same
+	// request sequence gives the same decisions however requests land on goroutines. 0 seeds
+	// from the clock.
+	Seed uint64
+	// Observe, if set, sees every finished decision (booked or dry-run) before Decide returns,
+	// on the deciding goroutine. Tests and the simulator's report use it.
+	Observe func(*Outcome)
 }
 
-// NewRouter checks opts and returns a Router.
-func NewRouter(opts RouterOptions) (*Router, error) {
+// New checks opts and returns a Router.
+func New(opts Options) (*Router, error) {
 	var errs []error
-	if opts.Tokenizer == nil {
-		errs = append(errs, errors.New("extproc: router: Tokenizer is required"))
+	if opts.Index == nil || opts.Pool == nil {
+		errs = append(errs, errors.New("route: Index and Pool are required"))
 	}
-	if opts.Index == nil || opts.Pool == nil || opts.Metrics == nil {
-		errs = append(errs, errors.New("extproc: router: Index, Pool and Metrics are required"))
-	}
-	if opts.Settings == nil {
-		errs = append(errs, errors.New("extproc: router: Settings are required"))
-	} else if err := opts.Settings.Validate(); err != nil {
+	if opts.Policy == nil {
+		errs = append(errs, errors.New("route: Policy is required"))
+	} else if err := opts.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	r := &Router{tok: opts.Tokenizer, index: opts.Index, pool: opts.Pool, streams: opts.Streams,
-		metrics: opts.Metrics, now: opts.Now}
+		now: opts.Now, seed: opts.Seed, observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.settings.Store(opts.Settings)
-	seed := uint64(time.Now().UnixNano())
-	var n atomic.Uint64
+	if r.seed == 0 {
+		r.seed = uint64(time.Now().UnixNano())
+	}
+	r.policy.Store(opts.Policy)
 	r.scratch.New = func() any {
-		return &scratch{rng: rand.New(rand.NewPCG(seed, n.Add(1)))}
+		sc := &scratch{}
+		sc.rng = rand.New(&sc.pcg)
+		return sc
 	}
 	return r, nil
 }
 
-// Settings returns the settings in force.
-func (r *Router) Settings() *Settings { return r.settings.Load() }
+// Policy returns the policy config in force.
+func (r *Router) Policy() *policy.Config { return r.policy.Load() }
 
-// Reload validates s and swaps it in; on error the old settings stay.
-func (r *Router) Reload(s *Settings) error {
-	if err := s.Validate(); err != nil {
+// SetPolicy validates c and swaps it in; on error the old config stays.
+func (r *Router) SetPolicy(c *policy.Config) error {
+	if c == nil {
+		return errors.New("route: policy config is nil")
+	}
+	if err := c.Validate(); err != nil {
 		return err
 	}
-	r.settings.Store(s)
+	r.policy.Store(c)
 	return nil
 }
 
-// Pool returns the worker pool (ListWorkers, passthrough).
+// Pool returns the worker pool (ListWorkers).
 func (r *Router) Pool() *pool.Pool { return r.pool }
+
+// Index returns the prefix index (ListWorkers).
+func (r *Router) Index() *kvindex.Index { return r.index }
 
 // scratch is one decision's reusable buffers.
 type scratch struct {
 	tokens  []uint32
 	keys    []uint64
 	ov      kvindex.Overlaps
-	snap    pool.Snapshot
+	snap    policy.Snapshot
 	decode  []policy.Signal
 	prefill []policy.Signal
+	pcg     rand.PCG
 	rng     *rand.Rand
 }
 
 // Decide routes one request: tokenize, keys, overlap, snapshot, policy.Decide and (unless
 // DryRun) pool.Book. Errors wrap ErrInvalidBody, ErrNoEligibleWorker, ErrSubsetNoMatch or
 // ErrInternal.
-func (r *Router) Decide(ctx context.Context, req *DecideRequest) (out Outcome, err error) {
+func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err error) {
+	booked := ""
 	defer func() {
 		if p := recover(); p != nil {
+			if booked != "" {
+				r.pool.Release(booked) // the booking must not outlive a failed decision
+			}
+			out = Outcome{}
 			err = fmt.Errorf("%w: decide %s: recovered panic: %v", ErrInternal, req.Endpoint, p)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
 		return out, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
 	}
-	set := r.settings.Load()
+	cfg := r.policy.Load()
 	sc := r.scratch.Get().(*scratch)
 	defer r.scratch.Put(sc)
+	n := r.seq.Add(1)
+	sc.pcg.Seed(r.seed, n)
 	clock := newStageClock(r.now)
+	if req.Body != nil {
+		// The one check of the body's routing fields; the tokenizer reads the prompt next.
+		if out.Body, err = ParseBody(req.Endpoint, req.Body); err != nil {
+			return out, err
+		}
+	}
 	if err := r.tokenize(sc, req); err != nil {
 		return out, err
 	}
-	out.Stages[stageTokenize] = clock.lap()
-	sc.keys = kvindex.AppendKeys(sc.keys[:0], 0, sc.tokens, set.Policy.BlockSize, nil)
+	out.Stages[StageTokenize] = clock.lap()
+	sc.keys = kvindex.AppendKeys(sc.keys[:0], 0, sc.tokens, cfg.BlockSize, nil)
 	r.index.Overlap(sc.keys, &sc.ov)
-	out.Stages[stageOverlap] = clock.lap()
+	out.Stages[StageOverlap] = clock.lap()
 	r.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: len(sc.tokens)})
 	if req.HasSubset && !filterSubset(&sc.snap, req.Subset) {
 		return out, fmt.Errorf("%w: subset %v", ErrSubsetNoMatch, req.Subset)
@@ -209,27 +204,45 @@ func (r *Router) Decide(ctx context.Context, req *DecideRequest) (out Outcome, e
 	sc.decode = r.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, now)
 	sc.prefill = r.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill
-	dec := policy.Decide(set.Policy, &in, &sc.snap, sc.rng)
-	out.Stages[stageDecide] = clock.lap()
+	dec := policy.Decide(cfg, &in, &sc.snap, sc.rng)
+	out.Stages[StageDecide] = clock.lap()
 	if dec.Route == policy.RouteDecode && dec.Reason != policy.ReasonNoPrefillWorkers &&
-		out.Stages[stageOverlap]+out.Stages[stageDecide] > DecisionDeadline {
+		out.Stages[StageOverlap]+out.Stages[StageDecide] > DecisionDeadline {
 		// conditional-disagg.md §3 "Errors": a late bypass fails open to disaggregation.
-		policy.Demote(set.Policy, &in, &sc.snap, sc.rng, &dec, policy.ReasonRemotePolicyError)
+		policy.Demote(cfg, &in, &sc.snap, sc.rng, &dec, policy.ReasonRemotePolicyError)
 		dec.Inputs.Err = ErrDecisionDeadline
 	}
 	out.Tokens, out.Keys = len(sc.tokens), len(sc.keys)
 	if req.DryRun {
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
-	} else if err := r.commit(set, sc, &in, &dec, &out); err != nil {
-		return out, err
+	} else {
+		id := "cd-" + strconv.FormatUint(n, 36)
+		if err := r.commit(cfg, sc, &in, &dec, id); err != nil {
+			return out, err
+		}
+		out.BookingID, booked = id, id
 	}
-	out.Stages[stageBook] = clock.lap()
-	r.fill(&out, &dec, &sc.snap)
+	out.Stages[StageBook] = clock.lap()
+	fill(&out, &dec, &sc.snap)
+	if r.observe != nil {
+		r.observe(&out)
+	}
 	return out, nil
 }
 
-// tokenize fills sc.tokens from the body; tokenizer refusals are 400s.
-func (r *Router) tokenize(sc *scratch, req *DecideRequest) error {
+// tokenize fills sc.tokens from the body (or the request's own tokens); tokenizer refusals
+// are 400s.
+func (r *Router) tokenize(sc *scratch, req *Request) error {
+	if req.Body == nil {
+		if len(req.Tokens) == 0 {
+			return fmt.Errorf("%w: decide %s: request has neither a body nor tokens", ErrInternal, req.Endpoint)
+		}
+		sc.tokens = append(sc.tokens[:0], req.Tokens...)
+		return nil
+	}
+	if r.tok == nil {
+		return fmt.Errorf("%w: decide %s: router has no tokenizer", ErrInternal, req.Endpoint)
+	}
 	var err error
 	switch req.Endpoint {
 	case EndpointChat:
@@ -250,7 +263,7 @@ func (r *Router) tokenize(sc *scratch, req *DecideRequest) error {
 }
 
 // signals describes loads (in snapshot order) from the index overlaps.
-func (r *Router) signals(dst []policy.Signal, loads []pool.WorkerLoad, ov []kvindex.WorkerOverlap, now time.Time) []policy.Signal {
+func (r *Router) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kvindex.WorkerOverlap, now time.Time) []policy.Signal {
 	for i := range loads {
 		s := policy.Signal{Worker: loads[i].ID, Stream: policy.Stream{Connected: true, LastStored: now}}
 		for j := range ov {
@@ -269,32 +282,48 @@ func (r *Router) signals(dst []policy.Signal, loads []pool.WorkerLoad, ov []kvin
 
 // commit books dec (conditional-disagg.md §3 step 9), demoting a denied bypass to the remote
 // path once.
-func (r *Router) commit(set *Settings, sc *scratch, in *policy.Input, dec *policy.Decision, out *Outcome) error {
+func (r *Router) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *policy.Decision, id string) error {
 	if !dec.Routable() {
 		return fmt.Errorf("%w: reason %s", ErrNoEligibleWorker, dec.Reason)
 	}
-	id := "cd-" + strconv.FormatUint(r.seq.Add(1), 36)
-	err := r.pool.Book(dec.Booking(id, sc.keys))
+	err := r.pool.Book(Booking(dec, id, sc.keys))
 	if err != nil && dec.Route == policy.RouteDecode {
 		reason := policy.DemoteReason(err)
-		policy.Demote(set.Policy, in, &sc.snap, sc.rng, dec, reason)
+		policy.Demote(cfg, in, &sc.snap, sc.rng, dec, reason)
 		if !dec.Routable() {
 			return fmt.Errorf("%w: commit demoted to %s: %w", ErrNoEligibleWorker, reason, err)
 		}
-		err = r.pool.Book(dec.Booking(id, sc.keys))
+		err = r.pool.Book(Booking(dec, id, sc.keys))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: book %s on decode=%s prefill=%s: %w", ErrInternal, id, dec.DecodeID, dec.PrefillID, err)
 	}
-	out.BookingID = id
 	if r.streams != nil {
 		r.streams.Routed(dec.DecodeID)
 	}
 	return nil
 }
 
+// Booking is the pool booking that commits dec (conditional-disagg.md §5.1). keys are the
+// prompt's chained full-block keys (used for a decode route only).
+func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking {
+	b := pool.Booking{RequestID: requestID, Decode: dec.DecodeID, ISL: dec.Inputs.ISL, PrefillTokens: dec.PrefillTokens}
+	if dec.Route == policy.RouteDecode {
+		b.Mode, b.Keys, b.Guard = pool.ModeBypass, keys, dec.Guard
+	} else {
+		b.Mode, b.Prefill = pool.ModeRemote, dec.PrefillID
+	}
+	return b
+}
+
+// ReleasePrefill ends the prefill entry of a booking (the first token arrived).
+func (r *Router) ReleasePrefill(bookingID string) bool { return r.pool.ReleasePrefill(bookingID) }
+
+// Release ends a booking (the response ended, failed or was cancelled).
+func (r *Router) Release(bookingID string) bool { return r.pool.Release(bookingID) }
+
 // fill copies the decision's workers into out.
-func (r *Router) fill(out *Outcome, dec *policy.Decision, snap *pool.Snapshot) {
+func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
 	out.Decision, out.Route, out.Reason = *dec, dec.Route, dec.Reason.String()
 	if dec.Decode >= 0 && dec.Decode < len(snap.Decode) {
 		out.Decode = Worker{ID: dec.DecodeID, Endpoint: snap.Decode[dec.Decode].Endpoint}
@@ -315,7 +344,7 @@ func (r *Router) Passthrough(reason string) (Outcome, error) {
 }
 
 // filterSubset keeps the decode workers whose IP is in subset; false if none is left.
-func filterSubset(snap *pool.Snapshot, subset []string) bool {
+func filterSubset(snap *policy.Snapshot, subset []string) bool {
 	kept := snap.Decode[:0]
 	for _, w := range snap.Decode {
 		if inSubset(w.Endpoint, subset) {

@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/condisagg/condisagg/route"
+	"github.com/condisagg/condisagg/sim"
+)
+
+// OpKind is what one traced operation did.
+type OpKind uint8
+
+const (
+	// OpDecide: request Index was routed (route.Router.Decide) with prompt Tokens.
+	OpDecide OpKind = iota + 1
+	// OpReleasePrefill: the first token of request Index arrived; its prefill entry ended.
+	OpReleasePrefill
+	// OpRelease: request Index ended (finished or failed); its booking ended.
+	OpRelease
+	// OpEvent: engine Worker published a KV event that reached the index.
+	OpEvent
+)
+
+// Op is one operation of a run on the router or the index, at virtual time At. Replaying the
+// ops of a run in order against another router and index (the server's, say) must give the
+// same decision records; that is how the simulator is held to the production pipeline.
+type Op struct {
+	Kind    OpKind
+	At      time.Duration
+	Index   int          // request index (decide, release)
+	Tokens  []uint32     // OpDecide: the prompt; OpEvent: the stored blocks' tokens
+	Record  route.Record // OpDecide: the decision
+	Err     error        // OpDecide: the routing error, if any
+	Booking string       // release ops
+
+	Worker    string // OpEvent
+	Event     sim.EventKind
+	Hashes    []uint64
+	Parent    uint64
+	HasParent bool
+}
+
+// RouterSeed is the route.Options.Seed a run with cfg.Seed uses: the tie-break randomness of
+// every decision of the run follows from it.
+func RouterSeed(seed uint64) uint64 {
+	const salt = 0x636c7573746572
+	if s := seed ^ salt; s != 0 { // route.Options.Seed 0 would mean "seed from the clock"
+		return s
+	}
+	return salt
+}

@@ -1,0 +1,75 @@
+package policy
+
+import "errors"
+
+// The pool's view of the workers, as Decide reads it. These value types live here, in the leaf,
+// so that pool depends on policy and never the other way round: pool fills a Snapshot and
+// enforces a Guard; policy only reads them.
+
+// Booking errors of the decode-busy guard re-check (pool.Pool.Book wraps them); DemoteReason
+// maps them to a reason.
+var (
+	ErrGuardDenied     = errors.New("decode-busy guard denied the booking")
+	ErrCapacityUnknown = errors.New("decode-busy guard on but KV capacity unknown")
+)
+
+// Snapshot is the per-request view of every eligible (discovered, healthy) worker that
+// policy.Decide reads. The pool fills it (pool.Pool.Snapshot); it is reused across requests so the steady
+// state allocates nothing. It is a copy: later bookings do not change it.
+type Snapshot struct {
+	Version uint64 // registry version: bumped on membership and health changes
+	Decode  []WorkerLoad
+	Prefill []WorkerLoad
+}
+
+// WorkerLoad is one worker's capacity and router-booked load at snapshot time.
+type WorkerLoad struct {
+	ID       string
+	Endpoint string // resolved ip:port
+	// MaxBatchedTokens is mnbt; 0 = unknown.
+	MaxBatchedTokens int64
+	// KVCapacityBlocks is kvcap; <= 0 = unknown (-1 never learned, 0 vLLM's Ray-DP sentinel).
+	KVCapacityBlocks int64
+	// ActivePrefillTokens is apt: booked uncached prompt tokens whose prefill has not finished.
+	ActivePrefillTokens int64
+	// ActiveDecodeBlocks is adb: booked decode blocks (unique, reference-counted).
+	ActiveDecodeBlocks int64
+	// NewBlocks is, on decode workers, the blocks of the request not already active there plus
+	// one for a partial tail, so pdb(w,r) = ActiveDecodeBlocks + NewBlocks.
+	NewBlocks int64
+	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
+	ActiveRequests int64
+}
+
+// ProjectedDecodeBlocks is pdb(w,r) of conditional-disagg.md §5.1.
+func (l *WorkerLoad) ProjectedDecodeBlocks() int64 { return l.ActiveDecodeBlocks + l.NewBlocks }
+
+// Guard is the decode-busy guard of conditional-disagg.md §4.2: busy when
+// pdb(d,r) > Threshold·kvcap(d); capacity unknown or 0 denies. The zero Guard is off.
+type Guard struct {
+	Threshold float64 // θd, a fraction of kvcap (values > 1 allowed)
+	Enabled   bool
+}
+
+// Verdict is the guard's answer for one worker.
+type Verdict uint8
+
+const (
+	VerdictOff             Verdict = iota // guard disabled: not evaluated
+	VerdictPass                           // pdb <= θd·kvcap
+	VerdictBusy                           // pdb > θd·kvcap
+	VerdictCapacityUnknown                // kvcap unknown or 0
+)
+
+// Check applies the guard to a projected decode block count and a capacity (strict >).
+func (g Guard) Check(pdb, kvCap int64) Verdict {
+	switch {
+	case !g.Enabled:
+		return VerdictOff
+	case kvCap <= 0:
+		return VerdictCapacityUnknown
+	case float64(pdb) > g.Threshold*float64(kvCap):
+		return VerdictBusy
+	}
+	return VerdictPass
+}

@@ -1,0 +1,113 @@
+package route
+
+import (
+	"time"
+
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
+)
+
+// Worker names a chosen worker.
+type Worker struct {
+	ID       string
+	Endpoint string // resolved ip:port
+}
+
+// Reasons the policy enum does not cover.
+const (
+	ReasonPassthrough = "passthrough"
+	ReasonFailureOpen = "failure_open"
+)
+
+// Outcome is one routing decision: what extproc turns into headers, what Explain prints and
+// what the simulator schedules.
+type Outcome struct {
+	BookingID string // the pool booking's request id; "" when nothing was booked
+	Route     policy.Route
+	Reason    string // policy.Reason text, "passthrough" or "failure_open"
+	Body      Body   // the body's routing fields (zero for token-only requests)
+	Decode    Worker
+	Prefill   Worker // remote route only
+	Decision  policy.Decision
+	Tokens    int // ISL
+	Keys      int // full-block keys
+	Overlaps  []kvindex.WorkerOverlap
+	Stages    [NumStages]time.Duration
+}
+
+// Destination is the worker Envoy must dial for this outcome.
+func (o *Outcome) Destination() Worker {
+	if o.Route == policy.RoutePrefill {
+		return o.Prefill
+	}
+	return o.Decode
+}
+
+// Record is the decision record: every value of a decision that does not depend on wall time
+// or on which process made it. Two runs of the same request sequence against the same state
+// give equal records, which is how the server and the simulator are proven to decide alike.
+type Record struct {
+	BookingID string `json:"booking_id,omitempty"`
+	Route     string `json:"route"` // "decode" (bypass, aggregated) or "prefill" (remote)
+	Reason    string `json:"reason"`
+	Gate      string `json:"gate,omitempty"`
+	ISL       int    `json:"isl"`
+	Keys      int    `json:"keys"`
+	Decode    string `json:"decode"`            // decode worker
+	Prefill   string `json:"prefill,omitempty"` // prefill worker (remote path)
+	// Previewed is false when the decision had no decode preview (aggregated, disaggregated);
+	// Overlap, Cached, Eff and Ratio are then 0.
+	Previewed bool    `json:"previewed"`
+	Overlap   int     `json:"overlap_blocks"`
+	Cached    int     `json:"cached"`
+	Eff       int     `json:"eff"`
+	Ratio     float64 `json:"ratio"`
+	// PrefillBusy is the prefill preview's verdict ("" when it did not run).
+	PrefillBusy   string `json:"prefill_busy,omitempty"`
+	PrefillTokens int64  `json:"prefill_tokens"`
+}
+
+// Record returns the outcome's decision record.
+func (o *Outcome) Record() Record {
+	in := &o.Decision.Inputs
+	r := Record{BookingID: o.BookingID, Route: o.Route.String(), Reason: o.Reason, ISL: o.Tokens, Keys: o.Keys,
+		Decode: o.Decode.ID, Prefill: o.Prefill.ID, PrefillTokens: o.Decision.PrefillTokens}
+	if o.Reason == ReasonPassthrough || o.Reason == ReasonFailureOpen {
+		return r
+	}
+	r.Gate = o.Decision.Gate.String()
+	if in.PreviewDecode != "" {
+		r.Previewed, r.Overlap, r.Cached, r.Eff, r.Ratio = true, in.Overlap, in.Cached, in.Eff, in.Ratio
+	}
+	if in.PrefillPreviewed {
+		r.PrefillBusy = in.PrefillBusy.String()
+	}
+	return r
+}
+
+// Decision stages timed by condisagg_decision_seconds{stage}.
+const (
+	StageTokenize = iota
+	StageOverlap  // keys + index lookup
+	StageDecide   // snapshot + policy
+	StageBook
+	NumStages
+)
+
+// StageNames label the stages.
+var StageNames = [NumStages]string{"tokenize", "overlap", "decide", "book"}
+
+// stageClock measures consecutive stages of one decision.
+type stageClock struct {
+	now  func() time.Time
+	last time.Time
+}
+
+func newStageClock(now func() time.Time) stageClock { return stageClock{now: now, last: now()} }
+
+func (c *stageClock) lap() time.Duration {
+	t := c.now()
+	d := t.Sub(c.last)
+	c.last = t
+	return d
+}
