@@ -27,8 +27,9 @@ type Options struct {
 	Trace func(Op)
 }
 
-// epoch is the wall time of virtual time 0 for the pool's clock and policy.Input.Now.
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// Epoch is the wall time of virtual time 0: the pool's clock and the router's Now read Epoch plus the
+// virtual time.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // engine is one simulated worker.
 type engine struct {
@@ -57,7 +58,7 @@ type reqState struct {
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
 type virtualClock struct{ now *time.Duration }
 
-func (c virtualClock) Now() time.Time { return epoch.Add(*c.now) }
+func (c virtualClock) Now() time.Time { return Epoch.Add(*c.now) }
 
 // Cluster is one run's state. It belongs to one goroutine.
 type Cluster struct {
@@ -152,7 +153,7 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	pc := c.pcfg
 	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
 	c.router, err = route.New(route.Options{Index: c.index, Pool: c.pool, Policy: &pc, Seed: c.rep.RouterSeed,
-		Now: func() time.Time { return epoch.Add(c.now) }})
+		Now: func() time.Time { return Epoch.Add(c.now) }})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

@@ -173,8 +173,8 @@ func (c *Cluster) publish(i int32, evs []sim.Event) {
 func (c *Cluster) apply(id string, kind sim.EventKind, hashes []uint64, parent uint64, hasParent bool, tokens []uint32) {
 	w := kvindex.WorkerID(id)
 	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: kind, Hashes: hashes, Parent: parent,
-			HasParent: hasParent, Tokens: tokens})
+		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: sim.Event{Kind: kind, Hashes: hashes, Parent: parent,
+			HasParent: hasParent, Tokens: tokens}})
 	}
 	switch kind {
 	case sim.EventBlockStored:

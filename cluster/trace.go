@@ -28,16 +28,13 @@ type Op struct {
 	Kind    OpKind
 	At      time.Duration
 	Index   int          // request index (decide, release)
-	Tokens  []uint32     // OpDecide: the prompt; OpEvent: the stored blocks' tokens
+	Tokens  []uint32     // OpDecide: the prompt
 	Record  route.Record // OpDecide: the decision
 	Err     error        // OpDecide: the routing error, if any
 	Booking string       // release ops
 
-	Worker    string // OpEvent
-	Event     sim.EventKind
-	Hashes    []uint64
-	Parent    uint64
-	HasParent bool
+	Worker string    // OpEvent: the publishing engine
+	Event  sim.Event // OpEvent (its slices are the run's own)
 }
 
 // RouterSeed is the route.Options.Seed a run with cfg.Seed uses: the tie-break randomness of

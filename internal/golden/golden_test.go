@@ -1,0 +1,373 @@
+// Package golden holds the test that binds the simulator to the server: a cluster run and the
+// ext_proc server (over bufconn, with the real KV event decoder) fed the same operations must
+// make the same decisions.
+package golden
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/condisagg/condisagg/cluster"
+	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
+	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/tokenizer"
+	"github.com/condisagg/condisagg/workload"
+)
+
+// virtualClock is the replay's wall clock: the simulator's epoch plus the op's virtual time.
+type virtualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *virtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *virtualClock) set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// smallAgentic is a multi-turn agentic workload small enough for a unit test: shared global
+// and group prefixes, private contexts that grow turn by turn, resets.
+func smallAgentic(t *testing.T, rate float64) []workload.Request {
+	c := workload.AgenticCode()
+	c.Sessions, c.SessionRate, c.TurnsMin, c.TurnsMax = 24, rate, 4, 10
+	c.GlobalTokens, c.GroupTokens, c.Groups = 1500, 400, 4
+	c.SessionContext = workload.LogNormal{Mu: 6.5, Sigma: 0.8, Max: 4000}
+	c.NewTokens = workload.LogNormal{Mu: 5.5, Sigma: 0.7, Max: 2000}
+	c.OutputTokens = workload.LogNormal{Mu: 3.5, Sigma: 0.5, Max: 200}
+	c.MaxPromptTokens = 12000
+	reqs, err := c.Generate(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// recorded is a cluster run and the operations it performed, with their slices copied.
+type recorded struct {
+	rep *cluster.Report
+	ops []cluster.Op
+}
+
+func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request) recorded {
+	t.Helper()
+	var rec recorded
+	trace := func(op cluster.Op) {
+		op.Tokens = append([]uint32(nil), op.Tokens...)
+		op.Event.Hashes = append([]uint64(nil), op.Event.Hashes...)
+		op.Event.Tokens = append([]uint32(nil), op.Event.Tokens...)
+		rec.ops = append(rec.ops, op)
+	}
+	rep, err := cluster.Run(context.Background(), cfg, reqs, cluster.Options{Trace: trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.rep = rep
+	return rec
+}
+
+// server is the production stack for one replay: pool, index, route.Router and the ext_proc
+// server on bufconn, with one kvevents.Applier per worker decoding vLLM batches.
+type server struct {
+	clock    *virtualClock
+	pool     *pool.Pool
+	client   extprocv3.ExternalProcessorClient
+	appliers map[string]*kvevents.Applier
+	enc      sim.Encoder
+	records  []route.Record
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func newServer(t *testing.T, rep *cluster.Report) *server {
+	t.Helper()
+	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}}
+	reg := prometheus.NewRegistry()
+	var err error
+	s.pool, err = pool.New(rep.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Clock: s.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := rep.Pool.BlockSize
+	ix, err := kvindex.New(kvindex.Config{BlockSize: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	km := kvevents.NewMetrics(reg)
+	for _, w := range s.pool.Workers() {
+		ix.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks)) // as serve's membership does
+		s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
+	}
+	s.enc = sim.Encoder{Format: sim.FormatMap, Hashes: sim.HashInt, BlockSize: bs}
+	tok, err := tokenizer.Load(filepath.Join(repoRoot(), "tokenizer", "testdata", "models", "qwen3"), tokenizer.Options{})
+	if err != nil {
+		t.Fatalf("tokenizer (make deps fetches it): %v", err)
+	}
+	pc := rep.Policy
+	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,
+		Now: s.clock.Now, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &extproc.Settings{Policy: &pc, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed}
+	srv, err := extproc.NewServer(extproc.ServerOptions{Router: r, Settings: set, Metrics: extproc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(g, srv)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s.client = extprocv3.NewExternalProcessorClient(conn)
+	return s
+}
+
+// request is one open ext_proc stream: the HTTP request Envoy is proxying.
+type request struct {
+	stream  extprocv3.ExternalProcessor_ProcessClient
+	headers bool // response headers sent
+}
+
+func (q *request) exchange(t *testing.T, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	t.Helper()
+	if err := q.stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := q.stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func headerMap(kv ...string) *corev3.HeaderMap {
+	hm := &corev3.HeaderMap{}
+	for i := 0; i < len(kv); i += 2 {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return hm
+}
+
+// decide sends a completions request with the prompt as token ids, as Envoy would in BUFFERED
+// mode, and returns the routing headers condisagg set (nil for an immediate response).
+func (s *server) decide(t *testing.T, tokens []uint32) (*request, map[string]string) {
+	t.Helper()
+	stream, err := s.client.Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &request{stream: stream}
+	q.exchange(t, &extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(":method", "POST", ":path", "/v1/completions", "content-type", "application/json")}}})
+	var body strings.Builder
+	body.WriteString(`{"model":"m","stream":true,"prompt":[`)
+	for i, tok := range tokens {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(strconv.FormatUint(uint64(tok), 10))
+	}
+	body.WriteString(`]}`)
+	resp := q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(body.String()), EndOfStream: true}}})
+	if resp.GetImmediateResponse() != nil {
+		return q, nil
+	}
+	h := map[string]string{}
+	for _, o := range resp.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		h[o.GetHeader().GetKey()] = string(o.GetHeader().GetRawValue())
+	}
+	return q, h
+}
+
+// firstToken plays the decode worker's streamed answer up to its first token.
+func (q *request) firstToken(t *testing.T) {
+	t.Helper()
+	q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "200", "content-type", "text/event-stream")}}})
+	q.headers = true
+	q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {\"choices\":[{\"index\":0,\"text\":\"x\"}]}\n\n")}}})
+}
+
+// end finishes the answer and the stream.
+func (q *request) end(t *testing.T) {
+	t.Helper()
+	if !q.headers {
+		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "500"), EndOfStream: true}}})
+	} else {
+		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}})
+	}
+	if err := q.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := q.stream.Recv(); err != nil {
+			return
+		}
+	}
+}
+
+// replay feeds the run's operations to the server in order and returns its records, one per
+// request (the zero Record where the server refused the request).
+func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Record {
+	t.Helper()
+	open := map[int]*request{}
+	out := make([]route.Record, len(rec.rep.Decisions))
+	endpoints := map[string]string{}
+	for _, w := range s.pool.Workers() {
+		endpoints[w.ID] = w.Endpoint
+	}
+	var payload []byte
+	for _, op := range rec.ops {
+		s.clock.set(epoch.Add(op.At))
+		switch op.Kind {
+		case cluster.OpEvent:
+			payload = s.enc.AppendBatch(payload[:0], 0, []sim.Event{op.Event})
+			if err := s.appliers[op.Worker].ApplyPayload(payload); err != nil {
+				t.Fatalf("apply event kind %d of %s: %v", op.Event.Kind, op.Worker, err)
+			}
+		case cluster.OpDecide:
+			n := len(s.records)
+			q, h := s.decide(t, op.Tokens)
+			if (h == nil) != (op.Err != nil) {
+				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
+			}
+			if h == nil {
+				q.end(t)
+				continue
+			}
+			open[op.Index] = q
+			if len(s.records) != n+1 {
+				t.Fatalf("request %d: %d records from one decision", op.Index, len(s.records)-n)
+			}
+			r := s.records[n]
+			out[op.Index] = r
+			want := endpoints[r.Decode]
+			if r.Route == "prefill" {
+				want = endpoints[r.Prefill]
+			}
+			if got := h[extproc.HeaderDestination]; got != want {
+				t.Fatalf("request %d: destination header %q, record names %q", op.Index, got, want)
+			}
+		case cluster.OpReleasePrefill:
+			open[op.Index].firstToken(t)
+		case cluster.OpRelease:
+			if q := open[op.Index]; q != nil {
+				q.end(t)
+				delete(open, op.Index)
+			}
+		}
+	}
+	return out
+}
+
+// TestServerAndSimulatorDecideAlike is the golden test of the routing core: the same request
+// sequence, KV events and releases through the ext_proc server (bufconn, vLLM-encoded events
+// through the kvevents decoder) and through cluster.Run give identical decision records, and
+// both leave no booking behind.
+func TestServerAndSimulatorDecideAlike(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rate float64 // sessions per second
+		cfg  cluster.Config
+	}{
+		{"isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 3,
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}},
+		{"isl_bounding_1p3d_guard", 4, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 4,
+			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}},
+		// One prefill worker with a small token budget under the same traffic: the load
+		// policies see it busy, so prefill_busy reasons and decode-busy guard denials occur.
+		{"prefill_load_1p2d_saturated", 400, cluster.Config{Prefill: 1, Decode: 2, Mode: cluster.Conditional, Seed: 8,
+			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}},
+		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}},
+		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs := smallAgentic(t, tc.rate)
+			if len(reqs) < 100 {
+				t.Fatalf("workload has %d requests, want >= 100", len(reqs))
+			}
+			model, err := sim.PerfModel("llama3.1-8b-h100")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.cfg.Engine = sim.Config{NumGPUBlocks: 3000, MaxNumBatchedTokens: 4096, MaxNumSeqs: 64, Model: model}
+			rec := runCluster(t, tc.cfg, reqs)
+			got := newServer(t, rec.rep).replay(t, rec, cluster.Epoch)
+			reasons := map[string]int{}
+			for i, want := range rec.rep.Decisions {
+				if got[i] != want {
+					t.Fatalf("request %d:\n server    %+v\n simulator %+v", i, got[i], want)
+				}
+				reasons[want.Reason]++
+			}
+			if rec.rep.ResidualLoad != 0 {
+				t.Fatalf("simulator left load %d booked", rec.rep.ResidualLoad)
+			}
+			t.Logf("%d identical decisions, %d ops; reasons %v", len(got), len(rec.ops), fmt.Sprint(reasons))
+		})
+	}
+}
+
+func disagg(k policy.Kind, effISL int64, ratio float64) policy.Disagg {
+	d := policy.DefaultDisagg()
+	d.Policy, d.EffISLThreshold, d.EffISLRatioThreshold = k, effISL, ratio
+	if k != policy.ISLBounding {
+		d.PrefillBusyThreshold = policy.Set(0.8)
+	}
+	return d
+}
+
+func busyAt(d policy.Disagg, theta float64) policy.Disagg {
+	d.PrefillBusyThreshold = policy.Set(theta)
+	return d
+}
+
+func guarded(d policy.Disagg, theta float64) policy.Disagg {
+	d.DecodeBusyThreshold = policy.Set(theta)
+	return d
+}
