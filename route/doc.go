@@ -1,0 +1,20 @@
+// Package route is the one request pipeline: every routing decision condisagg makes, for a
+// live request (through extproc), for Explain and for the cluster simulator, is made by
+// Router.Decide.
+//
+//	body ─ParseBody─> tokens (tokenizer) ─> block keys (kvindex.AppendKeys) ─> overlap
+//	(kvindex.Index.Overlap) ─> snapshot (pool.Pool.Snapshot, subset hint) ─> policy.Decide
+//	─> deadline check ─> commit: pool.Pool.Book, one demotion on a denied bypass ─> Outcome
+//
+// Release and ReleasePrefill end what a decision booked; Passthrough routes requests that get
+// no decision. Outcome.Record is the decision record: the comparable part of a decision, which
+// the golden test (internal/golden) uses to prove the server and the simulator decide alike.
+//
+// A request carries either an OpenAI body (parsed once here, then tokenized) or, from the
+// simulator, the prompt's token ids. Tie-breaks draw from PCG(Seed, n) for the n-th decision,
+// so a request sequence decides the same way on any goroutine.
+//
+// Concurrency: a Router is safe for concurrent use; the policy config is swapped atomically.
+// Imports: tokenizer, kvindex, policy, pool (and prometheus for the index collector); never
+// extproc, cluster, kvevents or cmd.
+package route
