@@ -177,7 +177,7 @@ func previewDecode(cfg *Config, in *Input, snap *Snapshot, d int, dec *Decision)
 	if !x.Silent {
 		x.Overlap, x.HostBlocks, x.DiskBlocks = sg.GPU, sg.Host, sg.Disk
 	}
-	x.Cached = cached(cfg, sg, in.Now)
+	x.Cached = cached(cfg, sg, in.Now, in.ISL)
 	x.Eff = in.ISL - min(x.Cached, in.ISL)
 	x.Ratio = float64(x.Eff) / float64(max(in.ISL, 1))
 	x.ProjectedBlocks = l.ProjectedDecodeBlocks()
@@ -278,7 +278,7 @@ func remoteExcept(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *D
 	if dec.Prefill >= 0 {
 		dec.PrefillID = snap.Prefill[dec.Prefill].ID
 		if psigs != nil {
-			dec.Inputs.PrefillCached = cached(cfg, &psigs[dec.Prefill], in.Now)
+			dec.Inputs.PrefillCached = cached(cfg, &psigs[dec.Prefill], in.Now, in.ISL)
 		}
 		dec.PrefillTokens = int64(max(in.ISL, 0) - min(dec.Inputs.PrefillCached, max(in.ISL, 0)))
 	}

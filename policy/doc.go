@@ -13,6 +13,10 @@
 //     log/slog, prometheus and goczmq imports. Decide allocates nothing.
 //   - Every comparison is strict: eff < eff_isl_threshold, ratio < eff_isl_ratio_threshold,
 //     apt > θp·mnbt is busy, pdb > θd·kvcap is busy. The guard never turns remote into bypass.
+//   - cached(w) is the engine's truth: the credited blocks are capped at (ISL−1)/bs
+//     (CacheableBlocks), because vLLM computes a prompt's last token itself and never serves it
+//     from cache. The selection cost keeps Dynamo's uncapped credit (it ranks workers; every
+//     worker is capped alike).
 //   - A worker whose KV event stream is silent or down gets no overlap credit and is flagged
 //     (Inputs.Silent, reason remote_no_kv_events when the ISL test fails).
 //   - Config texts (ParseDisagg, Config.Validate) are the field/value/rule messages of §7,
@@ -22,6 +26,7 @@
 // each goroutine passes its own *rand.Rand, Input and Decision. A Config is never modified after
 // Validate; reloads swap in a new one.
 //
-// Imports: pool (snapshot and guard types) only; never kvindex, extproc or cmd. The caller
-// fills Input.Decode from kvindex.WorkerOverlap in the order of Snapshot.Decode.
+// Imports: no package of the project. Snapshot, WorkerLoad and Guard (load.go) are policy's
+// own value types; pool fills and enforces them. The caller (route) fills Input.Decode from
+// kvindex.WorkerOverlap in the order of Snapshot.Decode.
 package policy

@@ -104,7 +104,7 @@ func TestDecideMatchesReference(t *testing.T) {
 						} else if ld.apt > 4096 {
 							busy = BusyTrue
 						}
-						cached := 16 * pr.gpu
+						cached := 16 * min(pr.gpu, (pr.isl-1)/16) // the engine computes the last token
 						if silent {
 							cached = 0
 						}

@@ -217,11 +217,28 @@ func (s *selector) sample(rng *rand.Rand) int {
 	return last
 }
 
-// cached is cached(w) of §1: round((overlap + hw·host + dw·disk)·bs), 0 for a silent stream.
-func cached(cfg *Config, sg *Signal, now time.Time) int {
+// cached is cached(w) of §1: round((overlap + hw·host + dw·disk)·bs), 0 for a silent stream,
+// with the blocks capped at what the engine can serve from cache for an isl-token prompt.
+func cached(cfg *Config, sg *Signal, now time.Time, isl int) int {
 	if Silent(sg.Stream, now, cfg.Silence) {
 		return 0
 	}
+	gpu, host, disk := CacheableBlocks(sg.GPU, sg.Host, sg.Disk, isl, cfg.BlockSize)
 	sel := &cfg.Selection
-	return max(0, int(math.Round((float64(sg.GPU)+sel.HostWeight*float64(sg.Host)+sel.DiskWeight*float64(sg.Disk))*float64(cfg.BlockSize))))
+	return max(0, int(math.Round((float64(gpu)+sel.HostWeight*float64(host)+sel.DiskWeight*float64(disk))*float64(cfg.BlockSize))))
+}
+
+// CacheableBlocks caps a worker's contiguous prefix (device blocks, then the host and disk
+// blocks that continue it) at the blocks vLLM can serve from cache for an isl-token prompt. The
+// engine always computes the prompt's last token (its prefix-cache hit is capped at isl−1
+// tokens, whole blocks only), so a prompt of exactly n full blocks can reuse at most n−1.
+func CacheableBlocks(gpu, host, disk, isl, bs int) (int, int, int) {
+	limit := 0
+	if isl > 0 && bs > 0 {
+		limit = (isl - 1) / bs
+	}
+	gpu = min(max(gpu, 0), limit)
+	host = min(max(host, 0), limit-gpu)
+	disk = min(max(disk, 0), limit-gpu-host)
+	return gpu, host, disk
 }
