@@ -124,7 +124,7 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		if err != nil {
 			return x.reject(err)
 		}
-		return x.one(x.routedResponse(phaseRequestHeaders, &out, -1))
+		return x.one(x.routedResponse(phaseRequestHeaders, &out, nil))
 	}
 	x.state = reqCollect
 	if x.fullDuplex() {
@@ -216,11 +216,30 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	if err != nil {
 		return x.reject(err)
 	}
+	body, cleaned := x.cleanBody(&out)
 	if !x.fullDuplex() {
-		return x.one(x.routedResponse(phaseRequestBody, &out, -1))
+		if !cleaned {
+			body = nil // BUFFERED: the body goes upstream unchanged, no mutation
+		}
+		return x.one(x.routedResponse(phaseRequestBody, &out, body))
 	}
-	return append(resps{x.routedResponse(phaseRequestHeaders, &out, len(x.body))},
-		streamedBody(phaseRequestBody, x.body, eos)...)
+	return append(resps{x.routedResponse(phaseRequestHeaders, &out, body)},
+		streamedBody(phaseRequestBody, body, eos)...)
+}
+
+// cleanBody cuts a client's kv_transfer_params from the body (only pd-sidecar may set it):
+// it reports the body to send upstream and whether it differs from the client's.
+func (x *exchange) cleanBody(out *route.Outcome) ([]byte, bool) {
+	smuggled := out.Body.KVTransferParams
+	if out.Reason == route.ReasonFailureOpen {
+		smuggled = route.HasMember(x.body, route.FieldKVTransferParams) // the pipeline may not have parsed it
+	}
+	if !smuggled {
+		return x.body, false
+	}
+	body, n := route.StripMember(x.body, route.FieldKVTransferParams)
+	x.srv.metrics.StrippedFields.WithLabelValues(route.FieldKVTransferParams).Add(float64(n))
+	return body, n > 0
 }
 
 // route parses and decides; internal failures follow --failure-mode.
@@ -238,8 +257,9 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 	return route.Outcome{}, err
 }
 
-// routedResponse records a routing outcome and builds its response.
-func (x *exchange) routedResponse(p phase, out *route.Outcome, contentLength int) *extprocv3.ProcessingResponse {
+// routedResponse records a routing outcome and builds its response; body, when not nil, is
+// the request body as it goes upstream (full duplex, or a cleaned BUFFERED body).
+func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *extprocv3.ProcessingResponse {
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
@@ -253,7 +273,7 @@ func (x *exchange) routedResponse(p phase, out *route.Outcome, contentLength int
 			"eff", in.Eff, "ratio", in.Ratio, "prefill_busy", in.PrefillBusy.String(), "pdb", in.ProjectedBlocks,
 			"kvcap", in.KVCapacity, "gate", out.Decision.Gate.String(), "booking", out.BookingID)
 	}
-	return decisionResponse(p, x.set, out, x.strip, contentLength)
+	return decisionResponse(p, x.set, out, x.strip, body, x.fullDuplex())
 }
 
 // reject answers with an immediate error response; the stream then only drains.

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strconv"
 	"context"
 	"github.com/condisagg/condisagg/route"
 	"net"
@@ -320,8 +321,16 @@ func (v *envoy) checkBody(c *extprocv3.CommonResponse, mode filterv3.ProcessingM
 		*eos = sr.EndOfStream
 		return
 	}
-	if c.GetBodyMutation() != nil {
-		v.t.Fatalf("protocol: body mutation in mode %v", mode)
+	if bm := c.GetBodyMutation(); bm != nil {
+		// The one body mutation outside full duplex: a BUFFERED body cleaned of a client's
+		// kv_transfer_params, replaced whole, with its Content-Length.
+		b := bm.GetBody()
+		if mode != filterv3.ProcessingMode_BUFFERED || b == nil {
+			v.t.Fatalf("protocol: body mutation %T in mode %v", bm.GetMutation(), mode)
+		}
+		if setHeaders(c)["content-length"] != strconv.Itoa(len(b)) {
+			v.t.Fatalf("protocol: replaced body of %d bytes with content-length %q", len(b), setHeaders(c)["content-length"])
+		}
 	}
 }
 

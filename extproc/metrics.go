@@ -32,6 +32,7 @@ type Metrics struct {
 	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
 	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
 	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
+	StrippedFields   *prometheus.CounterVec   // field: client-sent body fields cut before routing (kv_transfer_params)
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -84,8 +85,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Responses served by another endpoint than the booked one (booking released)."}),
 		SilentWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "condisagg_kv_events_silent_workers",
 			Help: "Workers whose KV event stream is down or silent (conditional-disagg.md §8.3)."}, []string{"pool"}),
+		StrippedFields: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_request_fields_stripped_total",
+			Help: "Client-sent request body fields removed before the request went upstream (only pd-sidecar may set them)."}, []string{"field"}),
 	}
-	reg.MustRegister(m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
+	reg.MustRegister(m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers)

@@ -341,3 +341,53 @@ func TestBodyModeNone(t *testing.T) {
 	}
 	v.closeAndDrain()
 }
+
+// TestKVTransferParamsStripped: a client's kv_transfer_params (plain, escaped or repeated)
+// never goes upstream: BUFFERED replaces the body, full duplex writes it back without it, on
+// both the bypass and the remote route; a body without it is not mutated.
+func TestKVTransferParamsStripped(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	smuggled := `{"model":"qwen3","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9","remote_port":1},` +
+		`"messages":[{"role":"user","content":"hello there"}],"kv\u005ftransfer_params":{"remote_block_ids":[1]}}`
+	clean := `{"model":"qwen3","messages":[{"role":"user","content":"hello there"}]}`
+	check := func(t *testing.T, got []byte) {
+		t.Helper()
+		if string(got) != clean {
+			t.Fatalf("upstream body %s, want %s", got, clean)
+		}
+	}
+	t.Run("buffered", func(t *testing.T) {
+		v := e.open(buffered, streamed)
+		v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+		v.recv()
+		v.requestBody([]byte(smuggled), true)
+		c := v.recv().GetRequestBody().GetResponse()
+		if setHeaders(c)[HeaderRoute] == "" {
+			t.Fatal("no decision")
+		}
+		check(t, c.GetBodyMutation().GetBody())
+		v.closeAndDrain()
+	})
+	t.Run("full_duplex", func(t *testing.T) {
+		v := e.open(fullDuplex, fullDuplex)
+		hr, got := fullDuplexExchange(t, v, chatPath, []byte(smuggled), 17, false)
+		if setHeaders(hr)["content-length"] != strconv.Itoa(len(clean)) {
+			t.Fatalf("content-length %q, want %d", setHeaders(hr)["content-length"], len(clean))
+		}
+		check(t, got)
+		v.closeAndDrain()
+	})
+	t.Run("clean_body_untouched", func(t *testing.T) {
+		v := e.open(buffered, streamed)
+		v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+		v.recv()
+		v.requestBody([]byte(clean), true)
+		if c := v.recv().GetRequestBody().GetResponse(); c.GetBodyMutation() != nil {
+			t.Fatalf("clean body mutated: %v", c.GetBodyMutation())
+		}
+		v.closeAndDrain()
+	})
+	if got := testutil.ToFloat64(e.metrics.StrippedFields.WithLabelValues("kv_transfer_params")); got != 4 {
+		t.Fatalf("stripped fields counted %v, want 4 (two per smuggling request)", got)
+	}
+}

@@ -102,8 +102,10 @@ func stripResponse(strip []string) *extprocv3.ProcessingResponse {
 
 // decisionResponse carries a routing outcome in phase p (request headers or, in BUFFERED,
 // the request body): strip + set headers, clear_route_cache, and the destination mirrored in
-// dynamic metadata envoy.lb. contentLength >= 0 also sets Content-Length (full duplex).
-func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string, contentLength int) *extprocv3.ProcessingResponse {
+// dynamic metadata envoy.lb. A non-nil body sets Content-Length to its size: in full duplex the
+// caller writes it back as streamed chunks; otherwise (BUFFERED, a cleaned body) it replaces
+// the buffered body here.
+func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string, body []byte, fullDuplex bool) *extprocv3.ProcessingResponse {
 	dest := out.Destination().Endpoint
 	hs := make([]*corev3.HeaderValueOption, 0, 7)
 	hs = append(hs,
@@ -119,13 +121,17 @@ func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string
 	if set.DebugHeaders {
 		hs = append(hs, header(HeaderDecision, decisionText(out)))
 	}
-	if contentLength >= 0 {
-		hs = append(hs, header("content-length", strconv.Itoa(contentLength)))
+	if body != nil {
+		hs = append(hs, header("content-length", strconv.Itoa(len(body))))
 	}
-	resp := wrap(p, &extprocv3.CommonResponse{
+	common := &extprocv3.CommonResponse{
 		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: hs, RemoveHeaders: strip},
 		ClearRouteCache: true,
-	})
+	}
+	if body != nil && !fullDuplex {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
+	}
+	resp := wrap(p, common)
 	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 		MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			HeaderDestination: structpb.NewStringValue(dest)}})}}

@@ -57,6 +57,9 @@ type Body struct {
 	Model        string
 	Stream       bool // "stream": true — the answer is Server-Sent Events
 	IncludeUsage bool // stream_options.include_usage
+	// KVTransferParams: the client sent kv_transfer_params, which only pd-sidecar may set; the
+	// body must be cleaned (StripMember) before it reaches a worker.
+	KVTransferParams bool
 }
 
 // openAIBody is the typed view of the routing fields of both endpoints.
@@ -111,6 +114,7 @@ func decodeBody(ep Endpoint, body []byte) (Body, error) {
 	if b.StreamOptions != nil && b.StreamOptions.IncludeUsage != nil {
 		req.IncludeUsage = *b.StreamOptions.IncludeUsage
 	}
+	req.KVTransferParams = HasMember(body, FieldKVTransferParams)
 	return req, nil
 }
 

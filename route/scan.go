@@ -29,6 +29,9 @@ func scanBody(ep Endpoint, body []byte) (Body, bool) {
 			return req, false
 		}
 		v := body[start:s.i]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return req, false // an escaped key may spell a field we look for: read it exactly
+		}
 		switch string(key) {
 		case "model":
 			if len(v) < 3 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
@@ -44,6 +47,8 @@ func scanBody(ep Endpoint, body []byte) (Body, bool) {
 			if !req.Stream && !bytes.Equal(v, []byte("false")) {
 				return req, false
 			}
+		case FieldKVTransferParams:
+			req.KVTransferParams = true
 		case "stream_options":
 			if bytes.Contains(v, []byte(`"include_usage"`)) {
 				return req, false // rare: let ParseBody read it
