@@ -1,12 +1,12 @@
 package extproc
 
 import (
-	"strconv"
 	"context"
 	"github.com/condisagg/condisagg/route"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
