@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -45,16 +44,6 @@ func NewGroup(cfg Config, ix *kvindex.Index, lim Limits) (*Group, error) {
 		return nil, errors.New("kvevents: new group: nil index")
 	}
 	return &Group{cfg: cfg.withDefaults(), ix: ix, lim: lim, streams: make(map[streamKey]*member)}, nil
-}
-
-// IndexWorkerID is the kvindex worker of a stream, also its `worker` metric label: the worker
-// name for rank 0, and "<worker>/dp<rank>" for the other data-parallel ranks (each engine has its
-// own block map, §4.2).
-func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
-	if rank == 0 {
-		return kvindex.WorkerID(worker)
-	}
-	return kvindex.WorkerID(worker + "/dp" + strconv.FormatInt(rank, 10))
 }
 
 // Add starts ingesting stream sc on a goroutine the group owns. It returns once the stream's

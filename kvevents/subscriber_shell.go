@@ -50,7 +50,7 @@ func newStreamShell(s *Subscriber) *streamShell {
 
 // live handles one live message of this stream.
 func (sh *streamShell) live(frames [][]byte) {
-	seq, payload, reason := parseLive(frames, sh.s.cfg.MaxPayloadBytes)
+	seq, payload, reason := ParseLive(frames, sh.s.cfg.MaxPayloadBytes)
 	if reason != "" {
 		sh.drop(reason)
 		return
@@ -90,13 +90,13 @@ func (sh *streamShell) drainReplay() {
 			return
 		}
 		sh.rp.last = time.Now()
-		seq, payload, kind, err := parseReplay(frames, sh.s.cfg.MaxPayloadBytes)
+		seq, payload, kind, err := ParseReplay(frames, sh.s.cfg.MaxPayloadBytes)
 		switch kind {
-		case replayData:
+		case ReplyData:
 			sh.do(sh.st.ReplayBatch(seq, payload))
-		case replayEnd:
+		case ReplyEnd:
 			sh.do(sh.st.EndReplay(EndMarker))
-		case replayTooLarge:
+		case ReplyTooLarge:
 			sh.drop(DropTooLarge)
 		default:
 			sh.drop(DropReplayMalformed)
@@ -196,7 +196,7 @@ func (sh *streamShell) startReplay(from uint64) {
 	now := time.Now()
 	dealer := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetRcvhwm(0), goczmq.SockSetLinger(0))
 	sh.rp = &replaySession{dealer: dealer, from: from, started: now, last: now}
-	req := replayRequest(from)
+	req := ReplayRequest(from)
 	err := dealer.Connect(sh.s.sc.ReplayEndpoint)
 	if err == nil {
 		err = dealer.SendFrame(req[0], goczmq.FlagMore|goczmq.FlagDontWait)
