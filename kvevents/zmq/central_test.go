@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,7 +26,7 @@ func TestCentralTracksSeqPerTopic(t *testing.T) {
 	c, err := NewCentral(Config{Metrics: m, PollInterval: 10 * time.Millisecond}, "tcp://127.0.0.1:*", []StreamConfig{
 		{Worker: "w1", Topic: "kv@w1", ReplayEndpoint: p1.ReplayEndpoint},
 		{Worker: "w2", Topic: "kv@w2", ReplayEndpoint: p2.ReplayEndpoint},
-	}, ix, Limits{})
+	}, ix, kvevents.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestNewCentralValidates(t *testing.T) {
 	cfg := Config{Metrics: NewMetrics(prometheus.NewRegistry())}
 	_, err := NewCentral(cfg, "tcp://127.0.0.1:*", []StreamConfig{
 		{Worker: "a", Topic: "t"}, {Worker: "b", Topic: "t"}, {Worker: "c"},
-	}, ix, Limits{})
+	}, ix, kvevents.Limits{})
 	if err == nil {
 		t.Fatal("duplicate and empty topics accepted")
 	}

@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 /*
 #cgo pkg-config: libczmq libzmq
@@ -68,13 +68,13 @@ func openMonitor(sock *goczmq.Sock) (*monitor, error) {
 	cEndpoint := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cEndpoint))
 	if rc := C.condisagg_monitor(zsockOf(sock), cEndpoint, C.int(monitorEvents)); rc != 0 {
-		return nil, fmt.Errorf("kvevents: start socket monitor endpoint=%s: rc=%d", endpoint, int(rc))
+		return nil, fmt.Errorf("kvzmq: start socket monitor endpoint=%s: rc=%d", endpoint, int(rc))
 	}
 	pair := goczmq.NewSock(goczmq.Pair, goczmq.SockSetLinger(0))
 	if err := pair.Connect(endpoint); err != nil {
 		C.condisagg_monitor(zsockOf(sock), nil, 0)
 		pair.Destroy()
-		return nil, fmt.Errorf("kvevents: connect socket monitor endpoint=%s: %w", endpoint, err)
+		return nil, fmt.Errorf("kvzmq: connect socket monitor endpoint=%s: %w", endpoint, err)
 	}
 	return &monitor{target: sock, pair: pair}, nil
 }
