@@ -28,7 +28,8 @@ import (
 // started here through cgo on the SUB's underlying zsock_t. goczmq keeps that pointer in the
 // unexported first field of Sock; zsockOf reads it and the C side checks it with zsock_is (the
 // CZMQ tag) before use, so a layout change in a future goczmq disables reconnect detection
-// (reported by openMonitor) instead of corrupting memory. TestMonitorReportsReconnect covers it.
+// (reported by openMonitor) instead of corrupting memory. TestSubscriberFastRestartReconnectCheck
+// and TestSubscriberReconnectSamePublisher fail if reconnects stop being detected.
 //
 // The monitor publishes on an inproc PAIR endpoint that the same goroutine reads, so the SUB,
 // the monitor and its PAIR all have one owner. Events used: ZMQ_EVENT_HANDSHAKE_SUCCEEDED (the
