@@ -36,7 +36,9 @@ type Central struct {
 // applies each stream's batches to ix. Every stream needs a unique, non-empty Topic; its
 // Endpoint is ignored (set to endpoint).
 func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex.Index, lim kvevents.Limits) (*Central, error) {
-	var errs []error
+	// The config is checked before any Applier is built: NewApplier needs the metrics.
+	cfgErr := cfg.Validate()
+	errs := []error{cfgErr}
 	if endpoint == "" {
 		errs = append(errs, errors.New("kvzmq: central endpoint: \"\" must not be empty"))
 	}
@@ -55,7 +57,8 @@ func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex
 			continue
 		}
 		topics[sc.Topic] = true
-		if ix == nil {
+		if ix == nil || cfgErr != nil {
+			errs = append(errs, sc.Validate())
 			continue
 		}
 		a := kvevents.NewApplier(ix, kvevents.IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, cfg.Metrics.Metrics, lim)

@@ -2,6 +2,7 @@ package kvzmq
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,5 +87,15 @@ func TestNewCentralValidates(t *testing.T) {
 	}, ix, kvevents.Limits{})
 	if err == nil {
 		t.Fatal("duplicate and empty topics accepted")
+	}
+}
+
+// TestNewCentralRejectsConfig checks that a bad shared config is an error naming the field, not
+// a panic while the appliers are built (STYLE §2.4: all problems at once).
+func TestNewCentralRejectsConfig(t *testing.T) {
+	ix, _ := kvindex.New(kvindex.Config{BlockSize: testBlockSize})
+	_, err := NewCentral(Config{}, "tcp://127.0.0.1:*", []StreamConfig{{Topic: "t"}}, ix, kvevents.Limits{})
+	if err == nil || !strings.Contains(err.Error(), "metrics") || !strings.Contains(err.Error(), "stream worker") {
+		t.Fatalf("NewCentral without metrics and with an unnamed stream: err = %v, want both problems", err)
 	}
 }
