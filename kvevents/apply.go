@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/condisagg/condisagg/kvindex"
 )
@@ -39,6 +40,16 @@ type Applier struct {
 	// Hybrid groups learned from stores that carry kv_cache_spec_kind, one bit per group_idx
 	// below 64, so removes (which carry group_idx but no kind) follow their group's filter.
 	indexedGroups, skippedGroups uint64
+}
+
+// IndexWorkerID is the kvindex worker of a stream, also its `worker` metric label: the worker
+// name for rank 0, and "<worker>/dp<rank>" for the other data-parallel ranks (each engine has its
+// own block map, §4.2).
+func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
+	if rank == 0 {
+		return kvindex.WorkerID(worker)
+	}
+	return kvindex.WorkerID(worker + "/dp" + strconv.FormatInt(rank, 10))
 }
 
 // NewApplier returns the Applier of stream worker with data-parallel rank rank. m must not be

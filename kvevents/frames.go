@@ -6,7 +6,8 @@ import (
 )
 
 // Frame parsing for the live PUB messages (vllm-kv-events.md §1.2) and the replay replies a
-// DEALER receives from vLLM's ROUTER (§1.5).
+// DEALER receives from vLLM's ROUTER (§1.5). It works on frame lists, not sockets, so the rules
+// are tested and fuzzed here without cgo, and any transport shell can use them.
 
 // DefaultMaxPayloadBytes bounds one batch payload; larger messages are dropped and counted.
 const DefaultMaxPayloadBytes = 16 << 20
@@ -26,8 +27,8 @@ const (
 	DropUnknownTopic    DropReason = "unknown_topic"    // centralized topology: no stream has the topic
 )
 
-// parseLive parses a live message [topic, seq 8B BE, payload]. On success reason is "".
-func parseLive(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []byte, reason DropReason) {
+// ParseLive parses a live message [topic, seq 8B BE, payload]. On success reason is "".
+func ParseLive(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []byte, reason DropReason) {
 	if len(frames) != 3 {
 		return 0, nil, DropFrames
 	}
@@ -40,20 +41,20 @@ func parseLive(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []byte
 	return binary.BigEndian.Uint64(frames[1]), frames[2], ""
 }
 
-// replayKind classifies one replay reply message.
-type replayKind uint8
+// ReplyKind classifies one replay reply message.
+type ReplyKind uint8
 
 const (
-	replayData      replayKind = iota + 1 // a (seq, payload) batch
-	replayEnd                             // the end marker (END seq or empty payload)
-	replayMalformed                       // the reply has a bad shape: the replay failed
-	replayTooLarge                        // a batch over the payload limit: dropped and counted
+	ReplyData      ReplyKind = iota + 1 // a (seq, payload) batch
+	ReplyEnd                            // the end marker (END seq or empty payload)
+	ReplyMalformed                      // the reply has a bad shape: the replay failed
+	ReplyTooLarge                       // a batch over the payload limit: dropped and counted
 )
 
-// parseReplay parses one replay reply message by frame count: one leading empty frame is
+// ParseReplay parses one replay reply message by frame count: one leading empty frame is
 // dropped; then 2 frames are [seq, payload] (vLLM < 0.26) and 3 frames [topic, seq, payload]
 // (vLLM >= 0.26). The replay ends on seq == END or an empty payload.
-func parseReplay(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []byte, kind replayKind, err error) {
+func ParseReplay(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []byte, kind ReplyKind, err error) {
 	if len(frames) > 0 && len(frames[0]) == 0 {
 		frames = frames[1:]
 	}
@@ -64,23 +65,23 @@ func parseReplay(frames [][]byte, maxPayloadBytes int) (seq uint64, payload []by
 	case 3:
 		seqFrame, payload = frames[1], frames[2]
 	default:
-		return 0, nil, replayMalformed, fmt.Errorf("kvevents: parse replay reply: %d frames after the delimiter, want 2 or 3", len(frames))
+		return 0, nil, ReplyMalformed, fmt.Errorf("kvevents: parse replay reply: %d frames after the delimiter, want 2 or 3", len(frames))
 	}
 	if len(seqFrame) != 8 {
-		return 0, nil, replayMalformed, fmt.Errorf("kvevents: parse replay reply: seq frame of %d bytes, want 8", len(seqFrame))
+		return 0, nil, ReplyMalformed, fmt.Errorf("kvevents: parse replay reply: seq frame of %d bytes, want 8", len(seqFrame))
 	}
 	seq = binary.BigEndian.Uint64(seqFrame)
 	if seq == endSeq || len(payload) == 0 {
-		return seq, nil, replayEnd, nil
+		return seq, nil, ReplyEnd, nil
 	}
 	if len(payload) > maxPayloadBytes {
-		return seq, nil, replayTooLarge, nil
+		return seq, nil, ReplyTooLarge, nil
 	}
-	return seq, payload, replayData, nil
+	return seq, payload, ReplyData, nil
 }
 
-// replayRequest returns the two frames a DEALER sends to request a replay from start.
-func replayRequest(start uint64) [][]byte {
+// ReplayRequest returns the two frames a DEALER sends to request a replay from start.
+func ReplayRequest(start uint64) [][]byte {
 	b := make([]byte, 8)
 	binary.BigEndian.PutUint64(b, start)
 	return [][]byte{{}, b}

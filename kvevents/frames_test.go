@@ -35,7 +35,7 @@ func TestParseLive(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			seq, payload, reason := parseLive(c.frames, max)
+			seq, payload, reason := ParseLive(c.frames, max)
 			if reason != c.reason || seq != c.seq {
 				t.Fatalf("%s: got seq=%d reason=%q, want seq=%d reason=%q", c.spec, seq, reason, c.seq, c.reason)
 			}
@@ -53,33 +53,33 @@ func TestParseReplay(t *testing.T) {
 		name   string
 		spec   string
 		frames [][]byte
-		kind   replayKind
+		kind   ReplyKind
 		seq    uint64
 	}{
-		{"old_layout_data", "§1.5 vLLM < 0.26", [][]byte{{}, be8(3), []byte("p3")}, replayData, 3},
-		{"old_layout_end", "§1.5 vLLM < 0.26", [][]byte{{}, end, {}}, replayEnd, endSeq},
-		{"new_layout_data", "§1.5 vLLM >= 0.26", [][]byte{{}, []byte("kv"), be8(4), []byte("p4")}, replayData, 4},
-		{"new_layout_empty_topic", "§1.5 vLLM >= 0.26", [][]byte{{}, {}, be8(4), []byte("p4")}, replayData, 4},
-		{"new_layout_end", "§1.5 vLLM >= 0.26", [][]byte{{}, {}, end, {}}, replayEnd, endSeq},
-		{"end_by_seq_with_payload", "§1.5 END seq", [][]byte{{}, end, []byte("x")}, replayEnd, endSeq},
-		{"end_by_empty_payload", "§1.5 empty payload", [][]byte{{}, be8(9), {}}, replayEnd, 9},
-		{"no_delimiter_two_frames", "§1.5 parse by count", [][]byte{be8(5), []byte("p5")}, replayData, 5},
-		{"one_frame_malformed", "§1.5", [][]byte{{}, be8(5)}, replayMalformed, 0},
-		{"five_frames_malformed", "§1.5", [][]byte{{}, {}, {}, be8(5), []byte("p")}, replayMalformed, 0},
-		{"empty_message_malformed", "§1.5", nil, replayMalformed, 0},
-		{"short_seq_malformed", "§1.5", [][]byte{{}, []byte{1, 2}, []byte("p")}, replayMalformed, 0},
-		{"over_limit", "frame size limit", [][]byte{{}, be8(6), bytes.Repeat([]byte{1}, max+1)}, replayTooLarge, 6},
+		{"old_layout_data", "§1.5 vLLM < 0.26", [][]byte{{}, be8(3), []byte("p3")}, ReplyData, 3},
+		{"old_layout_end", "§1.5 vLLM < 0.26", [][]byte{{}, end, {}}, ReplyEnd, endSeq},
+		{"new_layout_data", "§1.5 vLLM >= 0.26", [][]byte{{}, []byte("kv"), be8(4), []byte("p4")}, ReplyData, 4},
+		{"new_layout_empty_topic", "§1.5 vLLM >= 0.26", [][]byte{{}, {}, be8(4), []byte("p4")}, ReplyData, 4},
+		{"new_layout_end", "§1.5 vLLM >= 0.26", [][]byte{{}, {}, end, {}}, ReplyEnd, endSeq},
+		{"end_by_seq_with_payload", "§1.5 END seq", [][]byte{{}, end, []byte("x")}, ReplyEnd, endSeq},
+		{"end_by_empty_payload", "§1.5 empty payload", [][]byte{{}, be8(9), {}}, ReplyEnd, 9},
+		{"no_delimiter_two_frames", "§1.5 parse by count", [][]byte{be8(5), []byte("p5")}, ReplyData, 5},
+		{"one_frame_malformed", "§1.5", [][]byte{{}, be8(5)}, ReplyMalformed, 0},
+		{"five_frames_malformed", "§1.5", [][]byte{{}, {}, {}, be8(5), []byte("p")}, ReplyMalformed, 0},
+		{"empty_message_malformed", "§1.5", nil, ReplyMalformed, 0},
+		{"short_seq_malformed", "§1.5", [][]byte{{}, []byte{1, 2}, []byte("p")}, ReplyMalformed, 0},
+		{"over_limit", "frame size limit", [][]byte{{}, be8(6), bytes.Repeat([]byte{1}, max+1)}, ReplyTooLarge, 6},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			seq, payload, kind, err := parseReplay(c.frames, max)
+			seq, payload, kind, err := ParseReplay(c.frames, max)
 			if kind != c.kind || seq != c.seq {
 				t.Fatalf("%s: got kind=%d seq=%d (err %v), want kind=%d seq=%d", c.spec, kind, seq, err, c.kind, c.seq)
 			}
-			if (err != nil) != (kind == replayMalformed) {
+			if (err != nil) != (kind == ReplyMalformed) {
 				t.Fatalf("%s: err=%v with kind %d", c.spec, err, kind)
 			}
-			if kind == replayData && !bytes.Equal(payload, c.frames[len(c.frames)-1]) {
+			if kind == ReplyData && !bytes.Equal(payload, c.frames[len(c.frames)-1]) {
 				t.Fatalf("%s: payload %q", c.spec, payload)
 			}
 		})
@@ -87,7 +87,7 @@ func TestParseReplay(t *testing.T) {
 }
 
 func TestReplayRequest(t *testing.T) {
-	got := replayRequest(0x0102030405060708)
+	got := ReplayRequest(0x0102030405060708)
 	if len(got) != 2 || len(got[0]) != 0 || !bytes.Equal(got[1], []byte{1, 2, 3, 4, 5, 6, 7, 8}) {
 		t.Fatalf("replay request frames %x, want [\"\", 0102030405060708] (§1.5)", got)
 	}
@@ -144,7 +144,7 @@ func FuzzFrames(f *testing.F) {
 		}
 		max %= 512
 		frames := splitFrames(data)
-		seq, payload, reason := parseLive(frames, max)
+		seq, payload, reason := ParseLive(frames, max)
 		if reason == "" {
 			if len(frames) != 3 || len(frames[1]) != 8 || len(payload) > max {
 				t.Fatalf("live accepted %d frames, seq frame %d bytes, payload %d > %d", len(frames), len(frames[1]), len(payload), max)
@@ -153,17 +153,17 @@ func FuzzFrames(f *testing.F) {
 				t.Fatalf("live seq %d != frame", seq)
 			}
 		}
-		_, payload, kind, err := parseReplay(frames, max)
+		_, payload, kind, err := ParseReplay(frames, max)
 		switch kind {
-		case replayData:
+		case ReplyData:
 			if len(payload) == 0 || len(payload) > max {
 				t.Fatalf("replay data payload of %d bytes (limit %d)", len(payload), max)
 			}
-		case replayMalformed:
+		case ReplyMalformed:
 			if err == nil {
 				t.Fatal("malformed replay reply without an error")
 			}
-		case replayEnd, replayTooLarge:
+		case ReplyEnd, ReplyTooLarge:
 		default:
 			t.Fatalf("replay kind %d", kind)
 		}

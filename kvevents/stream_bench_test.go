@@ -53,7 +53,7 @@ func BenchmarkParseLive(b *testing.B) {
 	frames := [][]byte{[]byte("kv"), be8(42), make([]byte, 1024)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, r := parseLive(frames, DefaultMaxPayloadBytes); r != "" {
+		if _, _, r := ParseLive(frames, DefaultMaxPayloadBytes); r != "" {
 			b.Fatal(r)
 		}
 	}

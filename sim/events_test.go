@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/kvevents"
+	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/go-zeromq/goczmq/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,11 +59,11 @@ func FuzzParseKVEventsConfig(f *testing.F) {
 
 // waitIndex waits until cond holds for the index, re-checking after every batch the stream
 // applies.
-func waitIndex(t *testing.T, g *kvevents.Group, cond func() bool) {
+func waitIndex(t *testing.T, g *kvzmq.Group, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(kvevents.StreamStatus) bool { return cond() }); err != nil {
+	if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(kvzmq.StreamStatus) bool { return cond() }); err != nil {
 		t.Fatalf("index condition not reached: %v (status %+v)", err, g.Status())
 	}
 }
@@ -104,17 +105,17 @@ func TestKVEventsLoopback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := kvevents.NewGroup(kvevents.Config{Metrics: kvevents.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
+			g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer g.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := g.Add(ctx, kvevents.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
+			if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(s kvevents.StreamStatus) bool { return s.Connected }); err != nil {
+			if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(s kvzmq.StreamStatus) bool { return s.Connected }); err != nil {
 				t.Fatal(err)
 			}
 			// Two requests: if the first batch beat the subscription (slow joiner), the second

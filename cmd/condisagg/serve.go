@@ -23,6 +23,7 @@ import (
 
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
+	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
@@ -50,7 +51,7 @@ type service struct {
 	router  *route.Router
 	ext     *extproc.Server
 	streams *eventStreams // nil without --router-kv-events
-	group   *kvevents.Group
+	group   *kvzmq.Group
 	health  *health.Server
 	ready   atomic.Bool
 	hooks   serveHooks
@@ -110,7 +111,7 @@ func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokeniz
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
 	if cfg.kvEvents {
-		if s.group, err = kvevents.NewGroup(kvevents.Config{Metrics: kvevents.NewMetrics(s.reg), Logger: s.log}, s.index, kvevents.Limits{}); err != nil {
+		if s.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(s.reg), Logger: s.log}, s.index, kvevents.Limits{}); err != nil {
 			return err
 		}
 		s.streams = newEventStreams(s.group)
@@ -152,7 +153,7 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 		if w.KVEvents == "" {
 			continue
 		}
-		sc := kvevents.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
+		sc := kvzmq.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
 		if err := s.group.Add(ctx, sc); err != nil {
 			s.log.Warn("start event stream", "worker", w.ID, "endpoint", w.KVEvents, "err", err)
 		}

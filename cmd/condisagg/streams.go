@@ -5,14 +5,14 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/extproc"
-	"github.com/condisagg/condisagg/kvevents"
+	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/policy"
 )
 
-// eventStreams adapts the kvevents group to extproc's EventStreams and StreamReporter:
+// eventStreams adapts the kvzmq group to extproc's EventStreams and StreamReporter:
 // rank-0 streams keyed by pool worker id.
 type eventStreams struct {
-	group *kvevents.Group
+	group *kvzmq.Group
 	mu    sync.Mutex        // guards routed and seen
 	seen  map[string]bool   // workers whose stream connected at least once (readiness)
 	route map[string]routed // requests routed since the worker's last accepted BlockStored
@@ -23,14 +23,14 @@ type routed struct {
 	n     int
 }
 
-func newEventStreams(g *kvevents.Group) *eventStreams {
+func newEventStreams(g *kvzmq.Group) *eventStreams {
 	return &eventStreams{group: g, seen: map[string]bool{}, route: map[string]routed{}}
 }
 
-func (s *eventStreams) status(worker string) (kvevents.StreamStatus, bool) {
+func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
 	sub := s.group.Subscriber(worker, 0)
 	if sub == nil {
-		return kvevents.StreamStatus{}, false
+		return kvzmq.StreamStatus{}, false
 	}
 	return sub.Status(), true
 }

@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 )
 
@@ -34,30 +35,33 @@ type Central struct {
 // NewCentral validates the configs and returns a centralized subscriber that binds endpoint and
 // applies each stream's batches to ix. Every stream needs a unique, non-empty Topic; its
 // Endpoint is ignored (set to endpoint).
-func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex.Index, lim Limits) (*Central, error) {
-	var errs []error
+func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex.Index, lim kvevents.Limits) (*Central, error) {
+	// The config is checked before any Applier is built: NewApplier needs the metrics.
+	cfgErr := cfg.Validate()
+	errs := []error{cfgErr}
 	if endpoint == "" {
-		errs = append(errs, errors.New("kvevents: central endpoint: \"\" must not be empty"))
+		errs = append(errs, errors.New("kvzmq: central endpoint: \"\" must not be empty"))
 	}
 	if ix == nil {
-		errs = append(errs, errors.New("kvevents: central index: nil is not allowed"))
+		errs = append(errs, errors.New("kvzmq: central index: nil is not allowed"))
 	}
 	if len(streams) == 0 {
-		errs = append(errs, errors.New("kvevents: central streams: none configured"))
+		errs = append(errs, errors.New("kvzmq: central streams: none configured"))
 	}
 	topics := make(map[string]bool)
 	c := &Central{cfg: cfg.withDefaults(), endpoint: endpoint, ready: make(chan struct{})}
 	for _, sc := range streams {
 		sc.Endpoint = endpoint
 		if sc.Topic == "" || topics[sc.Topic] {
-			errs = append(errs, fmt.Errorf("kvevents: central stream %s topic: %q must be non-empty and unique", sc.Worker, sc.Topic))
+			errs = append(errs, fmt.Errorf("kvzmq: central stream %s topic: %q must be non-empty and unique", sc.Worker, sc.Topic))
 			continue
 		}
 		topics[sc.Topic] = true
-		if ix == nil {
+		if ix == nil || cfgErr != nil {
+			errs = append(errs, sc.Validate())
 			continue
 		}
-		a := NewApplier(ix, IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, cfg.Metrics, lim)
+		a := kvevents.NewApplier(ix, kvevents.IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, cfg.Metrics.Metrics, lim)
 		s, err := NewSubscriber(cfg, sc, a)
 		if err != nil {
 			errs = append(errs, err)
@@ -91,7 +95,7 @@ func (c *Central) Run(ctx context.Context) error {
 func (c *Central) newLoop() (*loop, error) {
 	runtime.LockOSThread()
 	l := &loop{cfg: c.cfg, endpoint: c.endpoint, byTopic: make(map[string]*streamShell),
-		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", string(DropUnknownTopic))}
+		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", string(kvevents.DropUnknownTopic))}
 	topics := make([]string, 0, len(c.subs))
 	for _, s := range c.subs {
 		sh := newStreamShell(s)
@@ -103,7 +107,7 @@ func (c *Central) newLoop() (*loop, error) {
 	port, err := l.sub.Bind(c.endpoint)
 	if err != nil {
 		l.close()
-		return nil, fmt.Errorf("kvevents: bind central SUB endpoint=%s: %w", c.endpoint, err)
+		return nil, fmt.Errorf("kvzmq: bind central SUB endpoint=%s: %w", c.endpoint, err)
 	}
 	if strings.HasSuffix(c.endpoint, ":*") && port > 0 {
 		l.endpoint = strings.TrimSuffix(c.endpoint, "*") + strconv.Itoa(port)
@@ -117,7 +121,7 @@ func (c *Central) Endpoint(ctx context.Context) (string, error) {
 	select {
 	case <-c.ready:
 	case <-ctx.Done():
-		return "", fmt.Errorf("kvevents: central endpoint %s: %w", c.endpoint, ctx.Err())
+		return "", fmt.Errorf("kvzmq: central endpoint %s: %w", c.endpoint, ctx.Err())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/condisagg/condisagg/internal/leakcheck"
 
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,7 +18,7 @@ import (
 const testBlockSize = 16
 
 // TestMain ends the tests with a goroutine-leak check.
-func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/kvevents.") }
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/kvevents/zmq.") }
 
 // harness is one real index, metrics registry and subscriber group.
 type harness struct {
@@ -38,7 +39,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
 	}
-	g, err := NewGroup(cfg, ix, Limits{})
+	g, err := NewGroup(cfg, ix, kvevents.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestSubscriberGapReplayHeals(t *testing.T) {
 			if st.LastStored.IsZero() || st.LastStored.After(st.LastEvent) {
 				t.Fatalf("LastStored=%v LastEvent=%v: stored batches were applied, so LastStored must be set and not after LastEvent", st.LastStored, st.LastEvent)
 			}
-			if n := h.counter(h.m.Replays, "w", string(ReplaySuccess)); n < 2 {
+			if n := h.counter(h.m.Replays, "w", string(kvevents.ReplaySuccess)); n < 2 {
 				t.Fatalf("successful replays counted %v, want >= 2", n)
 			}
 		})
@@ -184,7 +185,7 @@ func TestSubscriberFastRestartReconnectCheck(t *testing.T) {
 	if got := h.blocks("w", old); got != 0 {
 		t.Fatalf("old process blocks still indexed: %d (status %+v)", got, st)
 	}
-	if n := h.counter(h.m.Clears, "w", string(ClearReconnectMismatch)); n != 1 {
+	if n := h.counter(h.m.Clears, "w", string(kvevents.ClearReconnectMismatch)); n != 1 {
 		t.Fatalf("reconnect_mismatch clears = %v, want 1 (status %+v)", n, st)
 	}
 	if !st.Monitored || st.Reconnects == 0 {
@@ -354,7 +355,7 @@ func TestSubscriberDropsBadMessages(t *testing.T) {
 	p.Raw([][]byte{{}, be8(1), make([]byte, 4097)})
 	p.Publish(c.batch(1))
 	st := h.waitFor(s, "seq 1", func(st StreamStatus) bool { return settled(1)(st) && st.Dropped == 3 })
-	for _, r := range []DropReason{DropFrames, DropSeqSize, DropTooLarge} {
+	for _, r := range []kvevents.DropReason{kvevents.DropFrames, kvevents.DropSeqSize, kvevents.DropTooLarge} {
 		if n := h.counter(h.m.DroppedFrames, "w", string(r)); n != 1 {
 			t.Errorf("dropped{%s} = %v, want 1", r, n)
 		}
@@ -375,7 +376,7 @@ func TestSubscriberMalformedBatchClears(t *testing.T) {
 	p.Publish(c.batch(0))
 	p.Publish([]byte{0xc1}) // never-used msgpack byte
 	st := h.waitFor(s, "seq 1", settled(1))
-	if st.MalformedClear != 1 || h.counter(h.m.Clears, "w", string(ClearMalformedBatch)) != 1 {
+	if st.MalformedClear != 1 || h.counter(h.m.Clears, "w", string(kvevents.ClearMalformedBatch)) != 1 {
 		t.Fatalf("malformed batch not cleared: %+v", st)
 	}
 	if got := h.blocks("w", c); got != 0 {

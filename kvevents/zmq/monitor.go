@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 /*
 #cgo pkg-config: libczmq libzmq
@@ -28,7 +28,8 @@ import (
 // started here through cgo on the SUB's underlying zsock_t. goczmq keeps that pointer in the
 // unexported first field of Sock; zsockOf reads it and the C side checks it with zsock_is (the
 // CZMQ tag) before use, so a layout change in a future goczmq disables reconnect detection
-// (reported by openMonitor) instead of corrupting memory. TestMonitorReportsReconnect covers it.
+// (reported by openMonitor) instead of corrupting memory. TestSubscriberFastRestartReconnectCheck
+// and TestSubscriberReconnectSamePublisher fail if reconnects stop being detected.
 //
 // The monitor publishes on an inproc PAIR endpoint that the same goroutine reads, so the SUB,
 // the monitor and its PAIR all have one owner. Events used: ZMQ_EVENT_HANDSHAKE_SUCCEEDED (the
@@ -68,13 +69,13 @@ func openMonitor(sock *goczmq.Sock) (*monitor, error) {
 	cEndpoint := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cEndpoint))
 	if rc := C.condisagg_monitor(zsockOf(sock), cEndpoint, C.int(monitorEvents)); rc != 0 {
-		return nil, fmt.Errorf("kvevents: start socket monitor endpoint=%s: rc=%d", endpoint, int(rc))
+		return nil, fmt.Errorf("kvzmq: start socket monitor endpoint=%s: rc=%d", endpoint, int(rc))
 	}
 	pair := goczmq.NewSock(goczmq.Pair, goczmq.SockSetLinger(0))
 	if err := pair.Connect(endpoint); err != nil {
 		C.condisagg_monitor(zsockOf(sock), nil, 0)
 		pair.Destroy()
-		return nil, fmt.Errorf("kvevents: connect socket monitor endpoint=%s: %w", endpoint, err)
+		return nil, fmt.Errorf("kvzmq: connect socket monitor endpoint=%s: %w", endpoint, err)
 	}
 	return &monitor{target: sock, pair: pair}, nil
 }

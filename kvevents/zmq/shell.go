@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-zeromq/goczmq/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/condisagg/condisagg/kvevents"
 )
 
 // replaySession is one replay request in flight on its own DEALER (a fresh socket per replay,
@@ -22,15 +24,15 @@ type replaySession struct {
 // holds it, like every socket it touches.
 type streamShell struct {
 	s     *Subscriber
-	st    *Stream
+	st    *kvevents.Stream
 	rp    *replaySession
-	lagOf interface{ Batch() *Batch }
+	lagOf interface{ Batch() *kvevents.Batch }
 	// storedOf reports whether the last batch stored blocks (optional, as lagOf).
 	storedOf interface{ StoredInLastBatch() int }
 
-	pendingEnd     ReplayEnd // a replay failure noticed while executing actions, fed afterwards
-	socketsChanged bool      // a DEALER was created or destroyed: the loop rebuilds its poller
-	dirty          bool      // the status snapshot is stale
+	pendingEnd     kvevents.ReplayEnd // a replay failure noticed while executing actions, fed afterwards
+	socketsChanged bool               // a DEALER was created or destroyed: the loop rebuilds its poller
+	dirty          bool               // the status snapshot is stale
 	lastEvent      time.Time
 	lastStored     time.Time
 	dropped        uint64
@@ -38,19 +40,19 @@ type streamShell struct {
 }
 
 func newStreamShell(s *Subscriber) *streamShell {
-	sh := &streamShell{s: s, dirty: true, st: NewStream(StreamOptions{
+	sh := &streamShell{s: s, dirty: true, st: kvevents.NewStream(kvevents.StreamOptions{
 		HasReplay:       s.sc.ReplayEndpoint != "",
 		PendingMessages: s.cfg.PendingMessages,
 		PendingBytes:    s.cfg.PendingBytes,
 	})}
-	sh.lagOf, _ = s.applier.(interface{ Batch() *Batch })
+	sh.lagOf, _ = s.applier.(interface{ Batch() *kvevents.Batch })
 	sh.storedOf, _ = s.applier.(interface{ StoredInLastBatch() int })
 	return sh
 }
 
 // live handles one live message of this stream.
 func (sh *streamShell) live(frames [][]byte) {
-	seq, payload, reason := parseLive(frames, sh.s.cfg.MaxPayloadBytes)
+	seq, payload, reason := kvevents.ParseLive(frames, sh.s.cfg.MaxPayloadBytes)
 	if reason != "" {
 		sh.drop(reason)
 		return
@@ -90,18 +92,18 @@ func (sh *streamShell) drainReplay() {
 			return
 		}
 		sh.rp.last = time.Now()
-		seq, payload, kind, err := parseReplay(frames, sh.s.cfg.MaxPayloadBytes)
+		seq, payload, kind, err := kvevents.ParseReplay(frames, sh.s.cfg.MaxPayloadBytes)
 		switch kind {
-		case replayData:
+		case kvevents.ReplyData:
 			sh.do(sh.st.ReplayBatch(seq, payload))
-		case replayEnd:
-			sh.do(sh.st.EndReplay(EndMarker))
-		case replayTooLarge:
-			sh.drop(DropTooLarge)
+		case kvevents.ReplyEnd:
+			sh.do(sh.st.EndReplay(kvevents.EndMarker))
+		case kvevents.ReplyTooLarge:
+			sh.drop(kvevents.DropTooLarge)
 		default:
-			sh.drop(DropReplayMalformed)
+			sh.drop(kvevents.DropReplayMalformed)
 			sh.s.log.Warn("malformed replay reply", "seq", sh.rp.from, "err", err)
-			sh.do(sh.st.EndReplay(EndMalformed))
+			sh.do(sh.st.EndReplay(kvevents.EndMalformed))
 		}
 	}
 }
@@ -111,11 +113,11 @@ func (sh *streamShell) checkReplayDeadline(now time.Time) {
 		return
 	}
 	if now.Sub(sh.rp.last) >= sh.s.cfg.ReplayIdleTimeout || now.Sub(sh.rp.started) >= sh.s.cfg.ReplayTotalTimeout {
-		sh.do(sh.st.EndReplay(EndTimeout))
+		sh.do(sh.st.EndReplay(kvevents.EndTimeout))
 	}
 }
 
-func (sh *streamShell) drop(reason DropReason) {
+func (sh *streamShell) drop(reason kvevents.DropReason) {
 	sh.dropped++
 	sh.dirty = true
 	sh.s.ctr.dropped(reason).Inc()
@@ -123,22 +125,22 @@ func (sh *streamShell) drop(reason DropReason) {
 
 // do carries out the machine's actions in order. A replay that fails while starting is fed back
 // after the list is done (the list is reused by the machine's next call).
-func (sh *streamShell) do(acts []Action) {
+func (sh *streamShell) do(acts []kvevents.Action) {
 	sh.dirty = true
 	for _, a := range acts {
 		switch a.Kind {
-		case ActApply:
+		case kvevents.ActApply:
 			sh.apply(a.Seq, a.Payload)
-		case ActReplay:
+		case kvevents.ActReplay:
 			sh.startReplay(a.Seq)
-		case ActEndReplay:
+		case kvevents.ActEndReplay:
 			sh.endReplay(a)
-		case ActClear:
+		case kvevents.ActClear:
 			sh.clear(a)
-		case ActGap:
+		case kvevents.ActGap:
 			sh.s.ctr.gaps.Inc()
 			sh.s.log.Debug("sequence gap", "seq", a.Seq, "expect", a.Expect)
-		case ActRestart:
+		case kvevents.ActRestart:
 			sh.s.ctr.restarts.Inc()
 		}
 	}
@@ -164,22 +166,22 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 				sh.s.ctr.lag.Observe(float64(now.UnixNano())/1e9 - ts)
 			}
 		}
-	case errors.Is(err, ErrMalformedBatch):
+	case errors.Is(err, kvevents.ErrMalformedBatch):
 		sh.s.applier.Clear()
 		sh.malformed++
-		sh.s.ctr.clear(ClearMalformedBatch).Inc()
-		sh.s.log.Warn("stream cleared", "reason", ClearMalformedBatch, "seq", seq, "err", err)
-	case errors.Is(err, ErrRankMismatch):
+		sh.s.ctr.clear(kvevents.ClearMalformedBatch).Inc()
+		sh.s.log.Warn("stream cleared", "reason", kvevents.ClearMalformedBatch, "seq", seq, "err", err)
+	case errors.Is(err, kvevents.ErrRankMismatch):
 		// Dropped and counted by the applier; the index is still valid.
 	default:
 		sh.s.log.Warn("apply batch", "seq", seq, "err", err)
 	}
 }
 
-func (sh *streamShell) clear(a Action) {
+func (sh *streamShell) clear(a kvevents.Action) {
 	sh.s.applier.Clear()
 	sh.s.ctr.clear(a.Reason).Inc()
-	if a.Reason == ClearHistoryLost {
+	if a.Reason == kvevents.ClearHistoryLost {
 		sh.s.ctr.historyLost.Inc()
 	}
 	st := sh.st.State()
@@ -196,7 +198,7 @@ func (sh *streamShell) startReplay(from uint64) {
 	now := time.Now()
 	dealer := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetRcvhwm(0), goczmq.SockSetLinger(0))
 	sh.rp = &replaySession{dealer: dealer, from: from, started: now, last: now}
-	req := replayRequest(from)
+	req := kvevents.ReplayRequest(from)
 	err := dealer.Connect(sh.s.sc.ReplayEndpoint)
 	if err == nil {
 		err = dealer.SendFrame(req[0], goczmq.FlagMore|goczmq.FlagDontWait)
@@ -206,13 +208,13 @@ func (sh *streamShell) startReplay(from uint64) {
 	}
 	if err != nil {
 		sh.s.log.Warn("replay request failed", "seq", from, "err", err)
-		sh.pendingEnd = EndFailed
+		sh.pendingEnd = kvevents.EndFailed
 		return
 	}
 	sh.s.log.Debug("replay requested", "seq", from)
 }
 
-func (sh *streamShell) endReplay(a Action) {
+func (sh *streamShell) endReplay(a kvevents.Action) {
 	from := uint64(0)
 	if sh.rp != nil {
 		from = sh.rp.from
@@ -220,9 +222,9 @@ func (sh *streamShell) endReplay(a Action) {
 	sh.closeReplay()
 	sh.s.ctr.replay(a.Outcome).Inc()
 	switch a.Outcome {
-	case ReplayLost:
+	case kvevents.ReplayLost:
 		sh.s.log.Warn("replay lost", "reason", a.Cause, "seq", from)
-	case ReplayMismatch:
+	case kvevents.ReplayMismatch:
 		sh.s.log.Warn("reconnect check failed: publisher restarted", "reason", a.Cause, "seq", from)
 	}
 }
@@ -259,12 +261,12 @@ func newStreamCounters(m *Metrics, worker string) streamCounters {
 }
 
 // The label values below come from closed sets of constants, so these lookups stay bounded.
-func (c streamCounters) dropped(r DropReason) prometheus.Counter {
+func (c streamCounters) dropped(r kvevents.DropReason) prometheus.Counter {
 	return c.m.DroppedFrames.WithLabelValues(c.worker, string(r))
 }
-func (c streamCounters) clear(r ClearReason) prometheus.Counter {
+func (c streamCounters) clear(r kvevents.ClearReason) prometheus.Counter {
 	return c.m.Clears.WithLabelValues(c.worker, string(r))
 }
-func (c streamCounters) replay(o ReplayOutcome) prometheus.Counter {
+func (c streamCounters) replay(o kvevents.ReplayOutcome) prometheus.Counter {
 	return c.m.Replays.WithLabelValues(c.worker, string(o))
 }

@@ -1,14 +1,14 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 )
 
@@ -18,7 +18,7 @@ import (
 type Group struct {
 	cfg Config
 	ix  *kvindex.Index
-	lim Limits
+	lim kvevents.Limits
 
 	mu      sync.Mutex // guards streams, closed
 	streams map[streamKey]*member
@@ -37,24 +37,14 @@ type member struct {
 }
 
 // NewGroup returns an empty group whose streams apply their batches to ix.
-func NewGroup(cfg Config, ix *kvindex.Index, lim Limits) (*Group, error) {
+func NewGroup(cfg Config, ix *kvindex.Index, lim kvevents.Limits) (*Group, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if ix == nil {
-		return nil, errors.New("kvevents: new group: nil index")
+		return nil, errors.New("kvzmq: new group: nil index")
 	}
 	return &Group{cfg: cfg.withDefaults(), ix: ix, lim: lim, streams: make(map[streamKey]*member)}, nil
-}
-
-// IndexWorkerID is the kvindex worker of a stream, also its `worker` metric label: the worker
-// name for rank 0, and "<worker>/dp<rank>" for the other data-parallel ranks (each engine has its
-// own block map, §4.2).
-func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
-	if rank == 0 {
-		return kvindex.WorkerID(worker)
-	}
-	return kvindex.WorkerID(worker + "/dp" + strconv.FormatInt(rank, 10))
 }
 
 // Add starts ingesting stream sc on a goroutine the group owns. It returns once the stream's
@@ -62,7 +52,7 @@ func IndexWorkerID(worker string, rank int64) kvindex.WorkerID {
 // setup did not finish in time is stopped). The stream then runs until Remove or Close.
 func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 	key := streamKey{sc.Worker, sc.Rank}
-	applier := NewApplier(g.ix, IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, g.cfg.Metrics, g.lim)
+	applier := kvevents.NewApplier(g.ix, kvevents.IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, g.cfg.Metrics.Metrics, g.lim)
 	sub, err := NewSubscriber(g.cfg, sc, applier)
 	if err != nil {
 		return err
@@ -74,11 +64,11 @@ func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 	case g.closed:
 		g.mu.Unlock()
 		cancel()
-		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: group closed", sc.Worker, sc.Rank)
+		return fmt.Errorf("kvzmq: add stream worker=%s rank=%d: group closed", sc.Worker, sc.Rank)
 	case g.streams[key] != nil:
 		g.mu.Unlock()
 		cancel()
-		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: already running", sc.Worker, sc.Rank)
+		return fmt.Errorf("kvzmq: add stream worker=%s rank=%d: already running", sc.Worker, sc.Rank)
 	}
 	g.streams[key] = m
 	g.mu.Unlock()
@@ -100,7 +90,7 @@ func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 	case <-ctx.Done():
 		g.drop(key, m)
 		<-m.done
-		return fmt.Errorf("kvevents: add stream worker=%s rank=%d: %w", sc.Worker, sc.Rank, ctx.Err())
+		return fmt.Errorf("kvzmq: add stream worker=%s rank=%d: %w", sc.Worker, sc.Rank, ctx.Err())
 	}
 }
 
@@ -121,16 +111,16 @@ func (g *Group) Remove(ctx context.Context, worker string, rank int64) error {
 	m := g.streams[key]
 	g.mu.Unlock()
 	if m == nil {
-		return fmt.Errorf("kvevents: remove stream worker=%s rank=%d: not running", worker, rank)
+		return fmt.Errorf("kvzmq: remove stream worker=%s rank=%d: not running", worker, rank)
 	}
 	g.drop(key, m)
 	select {
 	case <-m.done:
 	case <-ctx.Done():
-		return fmt.Errorf("kvevents: remove stream worker=%s rank=%d: %w", worker, rank, ctx.Err())
+		return fmt.Errorf("kvzmq: remove stream worker=%s rank=%d: %w", worker, rank, ctx.Err())
 	}
-	g.ix.RemoveWorker(IndexWorkerID(worker, rank))
-	g.cfg.Metrics.Clears.WithLabelValues(string(IndexWorkerID(worker, rank)), string(ClearRemoved)).Inc()
+	g.ix.RemoveWorker(kvevents.IndexWorkerID(worker, rank))
+	g.cfg.Metrics.Clears.WithLabelValues(string(kvevents.IndexWorkerID(worker, rank)), string(kvevents.ClearRemoved)).Inc()
 	return nil
 }
 

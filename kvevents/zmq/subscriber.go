@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/condisagg/condisagg/kvevents"
 )
 
 // batchApplier is what a Subscriber needs from the index side: the stream's Applier.
@@ -43,13 +45,13 @@ const (
 
 func (c Config) withDefaults() Config {
 	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+		c.MaxPayloadBytes = kvevents.DefaultMaxPayloadBytes
 	}
 	if c.PendingMessages == 0 {
-		c.PendingMessages = DefaultPendingMessages
+		c.PendingMessages = kvevents.DefaultPendingMessages
 	}
 	if c.PendingBytes == 0 {
-		c.PendingBytes = DefaultPendingBytes
+		c.PendingBytes = kvevents.DefaultPendingBytes
 	}
 	if c.ReplayIdleTimeout == 0 {
 		c.ReplayIdleTimeout = DefaultReplayIdleTimeout
@@ -76,7 +78,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field string, v any, rule string) {
-		errs = append(errs, fmt.Errorf("kvevents: config %s: %v %s", field, v, rule))
+		errs = append(errs, fmt.Errorf("kvzmq: config %s: %v %s", field, v, rule))
 	}
 	if c.MaxPayloadBytes < 0 {
 		bad("max_payload_bytes", c.MaxPayloadBytes, "must be > 0")
@@ -118,30 +120,30 @@ type StreamConfig struct {
 func (sc StreamConfig) Validate() error {
 	var errs []error
 	if sc.Worker == "" {
-		errs = append(errs, errors.New("kvevents: stream worker: \"\" must not be empty"))
+		errs = append(errs, errors.New("kvzmq: stream worker: \"\" must not be empty"))
 	}
 	if sc.Endpoint == "" {
-		errs = append(errs, fmt.Errorf("kvevents: stream %s endpoint: \"\" must not be empty", sc.Worker))
+		errs = append(errs, fmt.Errorf("kvzmq: stream %s endpoint: \"\" must not be empty", sc.Worker))
 	}
 	if sc.Rank < 0 {
-		errs = append(errs, fmt.Errorf("kvevents: stream %s rank: %d must be >= 0", sc.Worker, sc.Rank))
+		errs = append(errs, fmt.Errorf("kvzmq: stream %s rank: %d must be >= 0", sc.Worker, sc.Rank))
 	}
 	return errors.Join(errs...)
 }
 
 // StreamStatus is a snapshot of one stream for the admin API.
 type StreamStatus struct {
-	Worker         string
-	Rank           int64
-	Endpoint       string
-	ReplayEndpoint string
-	Connected      bool      // the ZMTP session to the publisher is up (socket monitor)
-	Monitored      bool      // the socket monitor runs: transport reconnects are detected
-	LastEvent      time.Time // wall clock when the last batch was applied; zero if none
-	LastStored     time.Time // wall clock of the last batch with an accepted BlockStored; zero if none
-	Dropped        uint64    // messages dropped (frames, seq size, too large)
-	MalformedClear uint64    // clears after a batch-level decode failure
-	StreamState              // position and counters of the sequence machine
+	Worker               string
+	Rank                 int64
+	Endpoint             string
+	ReplayEndpoint       string
+	Connected            bool      // the ZMTP session to the publisher is up (socket monitor)
+	Monitored            bool      // the socket monitor runs: transport reconnects are detected
+	LastEvent            time.Time // wall clock when the last batch was applied; zero if none
+	LastStored           time.Time // wall clock of the last batch with an accepted BlockStored; zero if none
+	Dropped              uint64    // messages dropped (frames, seq size, too large)
+	MalformedClear       uint64    // clears after a batch-level decode failure
+	kvevents.StreamState           // position and counters of the sequence machine
 }
 
 // Subscriber ingests one stream: it owns the SUB socket, the replay DEALER and the socket
@@ -166,13 +168,13 @@ func NewSubscriber(cfg Config, sc StreamConfig, a batchApplier) (*Subscriber, er
 		return nil, err
 	}
 	if a == nil {
-		return nil, fmt.Errorf("kvevents: new subscriber worker=%s: nil applier", sc.Worker)
+		return nil, fmt.Errorf("kvzmq: new subscriber worker=%s: nil applier", sc.Worker)
 	}
 	cfg = cfg.withDefaults()
 	s := &Subscriber{
 		cfg: cfg, sc: sc, applier: a,
-		log:     cfg.Logger.With("worker", string(IndexWorkerID(sc.Worker, sc.Rank)), "endpoint", sc.Endpoint),
-		ctr:     newStreamCounters(cfg.Metrics, string(IndexWorkerID(sc.Worker, sc.Rank))),
+		log:     cfg.Logger.With("worker", string(kvevents.IndexWorkerID(sc.Worker, sc.Rank)), "endpoint", sc.Endpoint),
+		ctr:     newStreamCounters(cfg.Metrics, string(kvevents.IndexWorkerID(sc.Worker, sc.Rank))),
 		changed: make(chan struct{}),
 	}
 	s.status = StreamStatus{Worker: sc.Worker, Rank: sc.Rank, Endpoint: sc.Endpoint, ReplayEndpoint: sc.ReplayEndpoint}
@@ -199,7 +201,7 @@ func (s *Subscriber) Wait(ctx context.Context, cond func(StreamStatus) bool) (St
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return st, fmt.Errorf("kvevents: wait on stream worker=%s: %w", s.sc.Worker, ctx.Err())
+			return st, fmt.Errorf("kvzmq: wait on stream worker=%s: %w", s.sc.Worker, ctx.Err())
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"encoding/binary"
@@ -122,6 +122,17 @@ func (p *testPublisher) run(o pubOptions, ready chan<- error) {
 		default:
 		}
 	}
+}
+
+// endSeq is the replay end marker: -1 as a signed 8-byte big-endian integer (§1.5). The test
+// publisher spells the wire format out itself, like vLLM, instead of borrowing the parser's.
+const endSeq = ^uint64(0)
+
+// be8 encodes v as the 8-byte big-endian seq frame.
+func be8(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
 }
 
 // bindRetry binds 127.0.0.1:port (0 = ephemeral). libzmq closes a destroyed socket's listener

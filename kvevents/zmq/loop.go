@@ -1,4 +1,4 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func newLoop(s *Subscriber) (*loop, error) {
 	l.sub, l.mon = newSub(s.cfg, []string{s.sc.Topic}, s.log)
 	if err := l.sub.Connect(s.sc.Endpoint); err != nil {
 		l.close()
-		return nil, fmt.Errorf("kvevents: connect SUB worker=%s endpoint=%s: %w", s.sc.Worker, s.sc.Endpoint, err)
+		return nil, fmt.Errorf("kvzmq: connect SUB worker=%s endpoint=%s: %w", s.sc.Worker, s.sc.Endpoint, err)
 	}
 	return l, nil
 }
@@ -107,12 +107,12 @@ func (l *loop) round() error {
 		}
 		p, err := goczmq.NewPoller(socks...)
 		if err != nil {
-			return fmt.Errorf("kvevents: poller endpoint=%s: %w", l.endpoint, err)
+			return fmt.Errorf("kvzmq: poller endpoint=%s: %w", l.endpoint, err)
 		}
 		l.poller = p
 	}
 	if _, err := l.poller.Wait(int(l.cfg.PollInterval / time.Millisecond)); err != nil {
-		return fmt.Errorf("kvevents: poll endpoint=%s: %w", l.endpoint, err)
+		return fmt.Errorf("kvzmq: poll endpoint=%s: %w", l.endpoint, err)
 	}
 	l.drainMonitor()
 	l.drainSub()

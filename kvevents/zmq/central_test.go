@@ -1,11 +1,13 @@
-package kvevents
+package kvzmq
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,7 +27,7 @@ func TestCentralTracksSeqPerTopic(t *testing.T) {
 	c, err := NewCentral(Config{Metrics: m, PollInterval: 10 * time.Millisecond}, "tcp://127.0.0.1:*", []StreamConfig{
 		{Worker: "w1", Topic: "kv@w1", ReplayEndpoint: p1.ReplayEndpoint},
 		{Worker: "w2", Topic: "kv@w2", ReplayEndpoint: p2.ReplayEndpoint},
-	}, ix, Limits{})
+	}, ix, kvevents.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +84,18 @@ func TestNewCentralValidates(t *testing.T) {
 	cfg := Config{Metrics: NewMetrics(prometheus.NewRegistry())}
 	_, err := NewCentral(cfg, "tcp://127.0.0.1:*", []StreamConfig{
 		{Worker: "a", Topic: "t"}, {Worker: "b", Topic: "t"}, {Worker: "c"},
-	}, ix, Limits{})
+	}, ix, kvevents.Limits{})
 	if err == nil {
 		t.Fatal("duplicate and empty topics accepted")
+	}
+}
+
+// TestNewCentralRejectsConfig checks that a bad shared config is an error naming the field, not
+// a panic while the appliers are built (STYLE §2.4: all problems at once).
+func TestNewCentralRejectsConfig(t *testing.T) {
+	ix, _ := kvindex.New(kvindex.Config{BlockSize: testBlockSize})
+	_, err := NewCentral(Config{}, "tcp://127.0.0.1:*", []StreamConfig{{Topic: "t"}}, ix, kvevents.Limits{})
+	if err == nil || !strings.Contains(err.Error(), "metrics") || !strings.Contains(err.Error(), "stream worker") {
+		t.Fatalf("NewCentral without metrics and with an unnamed stream: err = %v, want both problems", err)
 	}
 }
