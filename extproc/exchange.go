@@ -120,7 +120,7 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		if h.GetEndOfStream() {
 			x.state = reqComplete
 		}
-		out, err := x.srv.router.Passthrough(route.ReasonPassthrough)
+		out, err := x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset}, policy.ReasonPassthrough)
 		if err != nil {
 			return x.reject(err)
 		}
@@ -231,7 +231,7 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 // it reports the body to send upstream and whether it differs from the client's.
 func (x *exchange) cleanBody(out *route.Outcome) ([]byte, bool) {
 	smuggled := out.Body.KVTransferParams
-	if out.Reason == route.ReasonFailureOpen {
+	if out.Decision.Reason == policy.ReasonFailureOpen {
 		smuggled = route.HasMember(x.body, route.FieldKVTransferParams) // the pipeline may not have parsed it
 	}
 	if !smuggled {
@@ -252,7 +252,7 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 	x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
 		"failure_mode", string(x.set.FailureMode), "err", err)
 	if x.set.FailureMode == FailOpen {
-		return x.srv.router.Passthrough(route.ReasonFailureOpen)
+		return x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset}, policy.ReasonFailureOpen)
 	}
 	return route.Outcome{}, err
 }
@@ -263,7 +263,7 @@ func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *ext
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
-	if out.Decision.Reason == policy.ReasonRemotePolicyError && out.Reason != route.ReasonPassthrough && out.Reason != route.ReasonFailureOpen {
+	if out.Decision.Reason == policy.ReasonRemotePolicyError {
 		x.srv.warnPolicyError(x.requestID, out.Decision.Inputs.Err)
 	}
 	if log := x.srv.log; log.Enabled(context.Background(), -4) {

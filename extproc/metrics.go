@@ -103,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) decided(pol policy.Kind, out *route.Outcome) {
 	rt := out.Route.String()
 	m.Decisions.WithLabelValues(string(pol), rt, out.Reason).Inc()
-	if out.Reason == route.ReasonPassthrough || out.Reason == route.ReasonFailureOpen {
+	if out.IsFallback() {
 		return
 	}
 	in := &out.Decision.Inputs

@@ -233,6 +233,23 @@ func prefillBusy(l *WorkerLoad, theta float64) bool {
 	return float64(l.ActivePrefillTokens) > theta*float64(mnbt(l))
 }
 
+// Fallback chooses the decode worker for a request that gets no policy decision (reason
+// ReasonPassthrough or ReasonFailureOpen): a local-prefill selection over the decode pool, as in
+// step 1, so fallbacks spread by load and cache like any bypass instead of piling onto one
+// worker. in.ISL may be 0 (no prompt known); in.Decode may be nil (no overlap known). The
+// caller books the result like a bypass.
+func Fallback(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, reason Reason) Decision {
+	dec := Decision{Decode: -1, Prefill: -1}
+	dec.Inputs = Inputs{Policy: cfg.Disagg.Policy, SnapshotVersion: snap.Version, ISL: in.ISL}
+	// Without a prompt the token and block terms of the cost are mostly 0, so open requests
+	// must count or every fallback ties; weigh each at least one block.
+	c := *cfg
+	c.Selection.ActiveRequestWeight = max(c.Selection.ActiveRequestWeight, 1)
+	aggregated(&c, in, snap, rng, &dec)
+	dec.Reason = reason
+	return dec
+}
+
 // aggregated is step 1: a bypass-mode decode selection with no policy, booked like a bypass.
 func aggregated(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Decision) {
 	dec.Route, dec.Reason = RouteDecode, ReasonNoPrefillWorkers

@@ -365,8 +365,8 @@ func TestDecisionReporting(t *testing.T) {
 			t.Fatalf("reason %d has no name", r)
 		}
 	}
-	if len(Reasons()) != 17 {
-		t.Fatalf("%d reasons, the spec's enum has 17", len(Reasons()))
+	if len(Reasons()) != 19 {
+		t.Fatalf("%d reasons, want the spec's 17 plus passthrough and failure_open", len(Reasons()))
 	}
 }
 
@@ -404,5 +404,29 @@ func TestDecideAllocatesNothing(t *testing.T) {
 	}
 	if err := zero.Validate(); err != nil || zero.BlockSize != DefaultBlockSize || zero.Disagg.Policy != ISLBounding {
 		t.Fatalf("Validate on the zero config: %v, block size %d policy %q", err, zero.BlockSize, zero.Disagg.Policy)
+	}
+}
+
+// TestFallbackSpreadsByLoad: a fallback goes to the least-loaded decode worker, ties broken by
+// the random source (not always the first), and never to a worker outside the snapshot.
+func TestFallbackSpreadsByLoad(t *testing.T) {
+	cfg := enabledConfig()
+	snap := &Snapshot{Decode: []WorkerLoad{{ID: "d0", ActivePrefillTokens: 4096}, {ID: "d1"}, {ID: "d2", ActiveDecodeBlocks: 10}},
+		Prefill: []WorkerLoad{{ID: "p0"}}}
+	dec := Fallback(&cfg, &Input{Now: testNow}, snap, newRand(1), ReasonPassthrough)
+	if dec.Route != RouteDecode || dec.DecodeID != "d1" || dec.Reason != ReasonPassthrough || dec.Prefill != -1 {
+		t.Fatalf("fallback = %v %v on %q (prefill %d), want passthrough on d1", dec.Route, dec.Reason, dec.DecodeID, dec.Prefill)
+	}
+	idle := &Snapshot{Decode: []WorkerLoad{{ID: "d0"}, {ID: "d1"}, {ID: "d2"}}}
+	seen := map[string]int{}
+	rng := newRand(2)
+	for range 300 {
+		seen[Fallback(&cfg, &Input{Now: testNow}, idle, rng, ReasonFailureOpen).DecodeID]++
+	}
+	if len(seen) != 3 {
+		t.Fatalf("ties on an idle pool went to %v, want all three workers", seen)
+	}
+	if d := Fallback(&cfg, &Input{Now: testNow}, &Snapshot{}, rng, ReasonPassthrough); d.Decode != -1 || d.Routable() {
+		t.Fatalf("empty pool: %+v", d)
 	}
 }

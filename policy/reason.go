@@ -37,6 +37,12 @@ const (
 	ReasonRemoteDecodePinUnresolved
 	ReasonRemoteDisabled
 	ReasonNoPrefillWorkers
+	// ReasonPassthrough: a request with no prompt to decide on (other paths, bodyless, a body
+	// mode that cannot carry a decision) went to a decode worker chosen by load (Fallback).
+	ReasonPassthrough
+	// ReasonFailureOpen: the pipeline failed and --failure-mode open sent the request to a
+	// decode worker chosen by load (Fallback).
+	ReasonFailureOpen
 	numReasons
 )
 
@@ -58,6 +64,8 @@ var reasonNames = [numReasons]string{
 	ReasonRemoteDecodePinUnresolved: "remote_decode_pin_unresolved",
 	ReasonRemoteDisabled:            "remote_disabled",
 	ReasonNoPrefillWorkers:          "no_prefill_workers",
+	ReasonPassthrough:               "passthrough",
+	ReasonFailureOpen:               "failure_open",
 }
 
 func (r Reason) String() string {
@@ -79,7 +87,8 @@ func Reasons() []Reason {
 // Route is the route a reason implies.
 func (r Reason) Route() Route {
 	switch r {
-	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers:
+	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
+		ReasonPassthrough, ReasonFailureOpen:
 		return RouteDecode
 	}
 	return RoutePrefill

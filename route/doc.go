@@ -6,8 +6,8 @@
 //	(kvindex.Index.Overlap) ─> snapshot (pool.Pool.Snapshot, subset hint) ─> policy.Decide
 //	─> deadline check ─> commit: pool.Pool.Book, one demotion on a denied bypass ─> Outcome
 //
-// Release and ReleasePrefill end what a decision booked; Passthrough routes requests that get
-// no decision. Outcome.Record is the decision record: the comparable part of a decision, which
+// Release and ReleasePrefill end what a decision booked; Fallback routes requests that get no
+// policy decision (booked, by load). Outcome.Record is the decision record: the comparable part of a decision, which
 // the golden test (internal/golden) uses to prove the server and the simulator decide alike.
 //
 // A request carries either an OpenAI body (parsed once here, then tokenized) or, from the

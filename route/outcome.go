@@ -13,18 +13,12 @@ type Worker struct {
 	Endpoint string // resolved ip:port
 }
 
-// Reasons the policy enum does not cover.
-const (
-	ReasonPassthrough = "passthrough"
-	ReasonFailureOpen = "failure_open"
-)
-
 // Outcome is one routing decision: what extproc turns into headers, what Explain prints and
 // what the simulator schedules.
 type Outcome struct {
 	BookingID string // the pool booking's request id; "" when nothing was booked
 	Route     policy.Route
-	Reason    string // policy.Reason text, "passthrough" or "failure_open"
+	Reason    string // Decision.Reason's text
 	Body      Body   // the body's routing fields (zero for token-only requests)
 	Decode    Worker
 	Prefill   Worker // remote route only
@@ -33,6 +27,12 @@ type Outcome struct {
 	Keys      int // full-block keys
 	Overlaps  []kvindex.WorkerOverlap
 	Stages    [NumStages]time.Duration
+}
+
+// IsFallback reports whether the outcome came from Fallback (no policy decision).
+func (o *Outcome) IsFallback() bool {
+	r := o.Decision.Reason
+	return r == policy.ReasonPassthrough || r == policy.ReasonFailureOpen
 }
 
 // Destination is the worker Envoy must dial for this outcome.
@@ -72,7 +72,7 @@ func (o *Outcome) Record() Record {
 	in := &o.Decision.Inputs
 	r := Record{BookingID: o.BookingID, Route: o.Route.String(), Reason: o.Reason, ISL: o.Tokens, Keys: o.Keys,
 		Decode: o.Decode.ID, Prefill: o.Prefill.ID, PrefillTokens: o.Decision.PrefillTokens}
-	if o.Reason == ReasonPassthrough || o.Reason == ReasonFailureOpen {
+	if o.IsFallback() {
 		return r
 	}
 	r.Gate = o.Decision.Gate.String()

@@ -217,7 +217,11 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
 	} else {
 		id := "cd-" + strconv.FormatUint(n, 36)
-		if err := r.commit(cfg, sc, &in, &dec, id); err != nil {
+		var subset []string
+		if req.HasSubset {
+			subset = req.Subset
+		}
+		if err := r.commit(cfg, sc, &in, &dec, id, subset); err != nil {
 			return out, err
 		}
 		out.BookingID, booked = id, id
@@ -282,7 +286,7 @@ func (r *Router) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kv
 
 // commit books dec (conditional-disagg.md §3 step 9), demoting a denied bypass to the remote
 // path once.
-func (r *Router) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *policy.Decision, id string) error {
+func (r *Router) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *policy.Decision, id string, reqSubset []string) error {
 	if !dec.Routable() {
 		return fmt.Errorf("%w: reason %s", ErrNoEligibleWorker, dec.Reason)
 	}
@@ -292,6 +296,22 @@ func (r *Router) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *
 		policy.Demote(cfg, in, &sc.snap, sc.rng, dec, reason)
 		if !dec.Routable() {
 			return fmt.Errorf("%w: commit demoted to %s: %w", ErrNoEligibleWorker, reason, err)
+		}
+		err = r.pool.Book(Booking(dec, id, sc.keys))
+	}
+	if err != nil && errors.Is(err, pool.ErrUnknownWorker) {
+		// A chosen worker left or turned unhealthy since the snapshot: decide again on a fresh
+		// one (once), so the request is re-selected on its route instead of failing open.
+		r.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: in.ISL})
+		if reqSubset != nil && !filterSubset(&sc.snap, reqSubset) {
+			return fmt.Errorf("%w: subset %v after the chosen worker left", ErrSubsetNoMatch, reqSubset)
+		}
+		sc.decode = r.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, in.Now)
+		sc.prefill = r.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, in.Now)
+		in.Decode, in.Prefill = sc.decode, sc.prefill
+		*dec = policy.Decide(cfg, in, &sc.snap, sc.rng)
+		if !dec.Routable() {
+			return fmt.Errorf("%w: re-selection after %w: reason %s", ErrNoEligibleWorker, err, dec.Reason)
 		}
 		err = r.pool.Book(Booking(dec, id, sc.keys))
 	}
@@ -333,14 +353,50 @@ func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
 	}
 }
 
-// Passthrough routes a request that gets no decision (bodyless, other paths, STREAMED body
-// mode, fail-open): the decode worker with the fewest active requests, nothing booked.
-func (r *Router) Passthrough(reason string) (Outcome, error) {
-	w, ok := r.pool.FewestRequests(pool.RoleDecode)
-	if !ok {
-		return Outcome{}, fmt.Errorf("%w: %s: decode pool is empty", ErrNoEligibleWorker, reason)
+// Fallback routes a request that gets no policy decision: reason policy.ReasonPassthrough
+// (other paths, bodyless requests, a body mode that cannot carry a decision) or
+// policy.ReasonFailureOpen (the pipeline failed under --failure-mode open). The decode worker
+// is chosen by load among the eligible ones (policy.Fallback; req's subset hint applies) and
+// booked like a bypass, so fallbacks spread and are released like any request. req may be nil.
+func (r *Router) Fallback(ctx context.Context, req *Request, reason policy.Reason) (out Outcome, err error) {
+	if req == nil {
+		req = &Request{}
 	}
-	return Outcome{Route: policy.RouteDecode, Reason: reason, Decode: Worker{ID: w.ID, Endpoint: w.Endpoint}}, nil
+	booked := ""
+	defer func() {
+		if p := recover(); p != nil {
+			if booked != "" {
+				r.pool.Release(booked)
+			}
+			out, err = Outcome{}, fmt.Errorf("%w: %s: recovered panic: %v", ErrNoEligibleWorker, reason, p)
+		}
+	}()
+	cfg := r.policy.Load()
+	sc := r.scratch.Get().(*scratch)
+	defer r.scratch.Put(sc)
+	n := r.seq.Add(1)
+	sc.pcg.Seed(r.seed, n)
+	r.pool.Snapshot(&sc.snap, pool.Request{})
+	if req.HasSubset && !filterSubset(&sc.snap, req.Subset) {
+		return out, fmt.Errorf("%w: %s: subset %v", ErrSubsetNoMatch, reason, req.Subset)
+	}
+	in := policy.Input{Now: r.now()}
+	dec := policy.Fallback(cfg, &in, &sc.snap, sc.rng, reason)
+	if !dec.Routable() {
+		return out, fmt.Errorf("%w: %s: no eligible decode worker", ErrNoEligibleWorker, reason)
+	}
+	id := "cd-" + strconv.FormatUint(n, 36)
+	if err := r.pool.Book(Booking(&dec, id, nil)); err != nil {
+		// The worker left between snapshot and booking; route there unbooked rather than fail
+		// a request that asked for no decision.
+		id = ""
+	}
+	out.BookingID, booked = id, id
+	fill(&out, &dec, &sc.snap)
+	if r.observe != nil {
+		r.observe(&out)
+	}
+	return out, nil
 }
 
 // filterSubset keeps the decode workers whose IP is in subset; false if none is left.

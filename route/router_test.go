@@ -1,0 +1,130 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+)
+
+// testRouter is a Router over a real pool (2 prefill, 3 decode workers) and index, deciding on
+// token-only requests.
+func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
+	t.Helper()
+	var ws []pool.WorkerConfig
+	for i := range 2 {
+		ws = append(ws, pool.WorkerConfig{Name: "p" + strconv.Itoa(i), Role: pool.RolePrefill,
+			Endpoint: "10.0.1." + strconv.Itoa(i+1) + ":8000", MaxNumBatchedTokens: 8192})
+	}
+	for i := range 3 {
+		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
+			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
+	}
+	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := enabledConfig()
+	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Streams: streams, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, p
+}
+
+func prompt(n int) []uint32 {
+	toks := make([]uint32, n)
+	for i := range toks {
+		toks[i] = uint32(1000 + i)
+	}
+	return toks
+}
+
+// TestFallbackSpreadsAndBooks: requests without a decision (passthrough, fail-open) spread over
+// the decode pool by load, are booked (so the next one sees them) and released, and honour the
+// subset hint.
+func TestFallbackSpreadsAndBooks(t *testing.T) {
+	r, p := testRouter(t, nil)
+	ctx := context.Background()
+	var ids []string
+	seen := map[string]int{}
+	for range 6 {
+		out, err := r.Fallback(ctx, nil, policy.ReasonPassthrough)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.BookingID == "" || out.Route != policy.RouteDecode || out.Reason != "passthrough" {
+			t.Fatalf("fallback outcome %+v", out)
+		}
+		ids = append(ids, out.BookingID)
+		seen[out.Decode.ID]++
+	}
+	for _, w := range []string{"d0", "d1", "d2"} {
+		if seen[w] != 2 {
+			t.Fatalf("6 open fallbacks spread as %v, want 2 per decode worker", seen)
+		}
+	}
+	for _, id := range ids {
+		if !r.Release(id) {
+			t.Fatalf("booking %s not held", id)
+		}
+	}
+	for _, w := range p.Workers() {
+		if w.ActiveRequests != 0 {
+			t.Fatalf("%s still holds %d requests", w.ID, w.ActiveRequests)
+		}
+	}
+	out, err := r.Fallback(ctx, &Request{Subset: []string{"10.0.2.3:8000"}, HasSubset: true}, policy.ReasonFailureOpen)
+	if err != nil || out.Decode.ID != "d2" || out.Reason != "failure_open" {
+		t.Fatalf("subset fallback: %+v %v", out, err)
+	}
+	r.Release(out.BookingID)
+	if _, err := r.Fallback(ctx, &Request{Subset: []string{"10.9.9.9"}, HasSubset: true}, policy.ReasonPassthrough); !errors.Is(err, ErrSubsetNoMatch) {
+		t.Fatalf("unmatched subset: %v", err)
+	}
+}
+
+// dropOnce marks a worker unhealthy the first time the router reads stream state, which
+// happens after the snapshot and before the booking: the chosen worker vanishes in between.
+type dropOnce struct {
+	once sync.Once
+	pool *pool.Pool
+	id   string
+}
+
+func (d *dropOnce) Stream(_ string, now time.Time) policy.Stream {
+	d.once.Do(func() { _ = d.pool.SetHealth(d.id, false) })
+	return policy.Stream{Connected: true, LastStored: now}
+}
+func (*dropOnce) Routed(string) {}
+
+// TestRemoteBookingFailureReselects: a remote decision whose prefill worker vanished before
+// the booking is decided again on a fresh snapshot (another prefill worker), not failed open
+// to a local prefill.
+func TestRemoteBookingFailureReselects(t *testing.T) {
+	for _, gone := range []string{"p0", "p1"} {
+		d := &dropOnce{id: gone}
+		r, p := testRouter(t, d)
+		d.pool = p
+		// A cold 4,096-token prompt: remote_ratio_too_high under isl_bounding.
+		out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: prompt(4096)})
+		if err != nil {
+			t.Fatalf("%s gone: %v", gone, err)
+		}
+		if out.Route != policy.RoutePrefill || out.Prefill.ID == gone || out.Prefill.ID == "" || out.BookingID == "" {
+			t.Fatalf("%s gone: route %v on prefill %q (booking %q), want the other prefill worker", gone, out.Route, out.Prefill.ID, out.BookingID)
+		}
+	}
+}
