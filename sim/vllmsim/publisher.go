@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("sim: --kv-events-config %q: %w", s, err)
+			return c, fmt.Errorf("vllmsim: --kv-events-config %q: %w", s, err)
 		}
 	}
 	if c.Publisher == "" {
@@ -50,7 +50,7 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 		errs = append(errs, fmt.Errorf("buffer_steps %d, hwm %d, max_queue_size %d: want >= 0, >= 0, >= 1", c.BufferSteps, c.HWM, c.MaxQueueSize))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("sim: --kv-events-config: %w", err)
+		return c, fmt.Errorf("vllmsim: --kv-events-config: %w", err)
 	}
 	return c, nil
 }
@@ -177,7 +177,7 @@ func (p *Publisher) openPub() (*goczmq.Sock, error) {
 	if !pubBinds(ep) {
 		if err := s.Connect(ep); err != nil {
 			s.Destroy()
-			return nil, fmt.Errorf("sim: connect PUB %s: %w", ep, err)
+			return nil, fmt.Errorf("vllmsim: connect PUB %s: %w", ep, err)
 		}
 		p.pubEndpoint = ep
 		return s, nil
@@ -185,7 +185,7 @@ func (p *Publisher) openPub() (*goczmq.Sock, error) {
 	port, err := s.Bind(ep)
 	if err != nil {
 		s.Destroy()
-		return nil, fmt.Errorf("sim: bind PUB %s: %w", ep, err)
+		return nil, fmt.Errorf("vllmsim: bind PUB %s: %w", ep, err)
 	}
 	p.pubEndpoint = withPort(ep, port)
 	return s, nil
@@ -197,7 +197,7 @@ func (p *Publisher) openRouter() (*goczmq.Sock, error) {
 	port, err := s.Bind(ep)
 	if err != nil {
 		s.Destroy()
-		return nil, fmt.Errorf("sim: bind replay ROUTER %s: %w", ep, err)
+		return nil, fmt.Errorf("vllmsim: bind replay ROUTER %s: %w", ep, err)
 	}
 	p.replayEndpoint = withPort(ep, port)
 	return s, nil

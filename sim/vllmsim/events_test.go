@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/sim"
 	"github.com/go-zeromq/goczmq/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -156,11 +157,11 @@ func TestResetPrefixCacheFailsWhileInUse(t *testing.T) {
 	// The handler aborts the request when it sees the disconnect; each probe is a round trip
 	// through the worker goroutine.
 	dl := time.Now().Add(5 * time.Second)
-	for live := 1; live != 0; {
+	for idle := false; !idle; {
 		if time.Now().After(dl) {
 			t.Fatal("aborted request still in the engine")
 		}
-		if err := ti.Worker.do(context.Background(), func(e *Engine) { live = len(e.reqs) }); err != nil {
+		if err := ti.Worker.do(context.Background(), func(e *sim.Engine) { idle = e.Idle() }); err != nil {
 			t.Fatal(err)
 		}
 	}
