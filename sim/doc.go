@@ -1,27 +1,22 @@
-// Package sim simulates a vLLM v1 worker: a deterministic engine core with the calibrated step
-// cost of perf-model.md, and the shell that serves it as vllm-sim.
+// Package sim is a deterministic, clock-free vLLM v1 engine core with the calibrated step cost
+// of perf-model.md.
 //
-// The core (cost.go, blocks.go, engine.go, step.go) is clock-free and I/O-free: an Engine holds
-// the waiting and running queues and a paged KV cache with prefix caching (full blocks only, a
-// hash chain per request, refcounted blocks never evicted while in use, free cached blocks
-// evicted least recently freed first, hits capped at L-1 tokens), and Step(now) runs one
-// scheduler step (continuous batching, chunked prefill bounded by max_num_batched_tokens and
-// max_num_seqs, recompute preemption) and returns its duration from the cost formula plus what
-// happened: tokens, finished requests and KV events as values. vllm-sim drives it in scaled
-// real time; a discrete-event simulator drives the same Engine in virtual time.
+// An Engine holds the waiting and running queues and a paged KV cache with prefix caching (full
+// blocks only, a hash chain per request, refcounted blocks never evicted while in use, free
+// cached blocks evicted least recently freed first, hits capped at L-1 tokens), and Step(now)
+// runs one scheduler step (continuous batching, chunked prefill bounded by
+// max_num_batched_tokens and max_num_seqs, recompute preemption) and returns its duration from
+// the cost formula plus what happened: tokens, finished requests and KV events as values.
+// cost.go holds the cost model and the calibrated perf models, blocks.go the block pool,
+// engine.go the configuration, requests and queues, step.go the scheduler and the events.
 //
-// The shell turns this into a vLLM worker: encode.go writes events as vLLM's msgpack wire bytes
-// (array or map form, int or bytes hashes); publisher.go publishes them over ZeroMQ with vLLM's
-// PUB and replay ROUTER protocol (vllm-kv-events.md §1); worker.go runs an Engine in scaled
-// real time (--time-scale); server.go and server_resp.go serve the OpenAI API (streaming SSE
-// and not), /tokenize, /health, /v1/models and /reset_prefix_cache, with NixlConnector
-// kv_transfer_params; metrics.go exposes /metrics under vLLM's own metric names (the simulated
-// vLLM surface, hence no condisagg_ prefix); words.go picks output words that re-tokenize to the
-// same ids; instance.go wires one vllm-sim process.
+// The package is pure: no goroutines, no clock (time arrives as Step's now argument), no I/O,
+// no cgo. Callers own the clock: sim/vllmsim drives an Engine in scaled real time behind
+// vLLM's HTTP and ZeroMQ surface, and cluster drives many in virtual time.
 //
-// Concurrency: an Engine belongs to one goroutine. A Worker owns its Engine on its run
-// goroutine and is safe for concurrent use; a Publisher owns each socket on one goroutine.
+// Concurrency: an Engine is not safe for concurrent use; one goroutine owns it.
 //
-// sim imports tokenizer (the shell) and no other condisagg package; the core files import
-// neither net, os, log/slog, prometheus nor goczmq.
+// Imports: of the project only kvindex (its keys); never net, os, log, sync, prometheus,
+// goczmq or a wire encoder. imports_test.go enforces this and the absence of go statements,
+// select and wall-clock calls, and the package builds with CGO_ENABLED=0.
 package sim

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Config configures an Engine. Zero fields take the defaults of withDefaults.
+// Config configures an Engine. Zero fields take the defaults of WithDefaults.
 type Config struct {
 	BlockSize           int       // tokens per KV block; default 16
 	NumGPUBlocks        int       // KV capacity in blocks; default Model.NumGPUBlocks
@@ -26,7 +26,9 @@ const (
 	DefaultPerfModel           = "llama3.1-8b-h100"
 )
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default. New and Validate apply it
+// themselves; a shell that reports the configuration it runs (block size, capacity) calls it too.
+func (c Config) WithDefaults() Config {
 	if c.BlockSize == 0 {
 		c.BlockSize = DefaultBlockSize
 	}
@@ -47,7 +49,7 @@ func (c Config) withDefaults() Config {
 
 // Validate returns every problem of c (after defaults), joined.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	var errs []error
 	if c.BlockSize < 1 || c.BlockSize > 1<<16 {
 		errs = append(errs, fmt.Errorf("block_size: %d is outside [1, 65536]", c.BlockSize))
@@ -198,7 +200,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: engine config: %w", err)
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return &Engine{
 		cfg:  cfg,
 		pool: newBlockPool(cfg.NumGPUBlocks),

@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/sim/vllmsim"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
@@ -88,7 +89,7 @@ func parseFlags(args []string) (*options, error) {
 
 // kvTransfer parses --kv-transfer-config; the NIXL side channel comes from
 // VLLM_NIXL_SIDE_CHANNEL_HOST/PORT as in vLLM.
-func kvTransfer(s string) (*sim.KVTransfer, error) {
+func kvTransfer(s string) (*vllmsim.KVTransfer, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -100,7 +101,7 @@ func kvTransfer(s string) (*sim.KVTransfer, error) {
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
 		return nil, fmt.Errorf("vllm-sim: --kv-transfer-config %q: %w", s, err)
 	}
-	kt := &sim.KVTransfer{Connector: c.Connector, Role: c.Role, EngineID: c.EngineID, Host: "localhost", Port: 5600}
+	kt := &vllmsim.KVTransfer{Connector: c.Connector, Role: c.Role, EngineID: c.EngineID, Host: "localhost", Port: 5600}
 	if kt.EngineID == "" {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
@@ -124,19 +125,19 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	kv, err := sim.ParseKVEventsConfig(o.kvEventsConfig)
+	kv, err := vllmsim.ParseKVEventsConfig(o.kvEventsConfig)
 	if err != nil {
 		return err
 	}
-	format, err := sim.ParseEventFormat(o.kvEventsFormat)
+	format, err := vllmsim.ParseEventFormat(o.kvEventsFormat)
 	if err != nil {
 		return err
 	}
-	hashes := sim.HashInt
+	hashes := vllmsim.HashInt
 	switch o.kvEventsHashes {
 	case "int":
 	case "bytes":
-		hashes = sim.HashBytes
+		hashes = vllmsim.HashBytes
 	default:
 		return fmt.Errorf("vllm-sim: --kv-events-hashes %q: want int or bytes", o.kvEventsHashes)
 	}
@@ -148,13 +149,13 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("vllm-sim: load tokenizer %s: %w", o.tokenizer, err)
 	}
-	vocab, err := sim.NewVocab(tok)
+	vocab, err := vllmsim.NewVocab(tok)
 	if err != nil {
 		return err
 	}
-	in, err := sim.NewInstance(sim.InstanceConfig{
+	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
 		Engine: o.cfg, TimeScale: o.timeScale, KVEvents: kv, Format: format, Hashes: hashes, OldReplayLayout: o.oldReplay,
-		Server: sim.ServerConfig{ModelNames: o.served, MaxModelLen: o.maxModelLen, Tokenizer: tok, Vocab: vocab,
+		Server: vllmsim.ServerConfig{ModelNames: o.served, MaxModelLen: o.maxModelLen, Tokenizer: tok, Vocab: vocab,
 			KVTransfer: kt, PromptTokens: o.promptDetails, Logger: log},
 	})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/sim/vllmsim"
 	"github.com/condisagg/condisagg/tokenizer"
 	"github.com/condisagg/condisagg/workload"
 )
@@ -100,7 +101,7 @@ type server struct {
 	pool     *pool.Pool
 	client   extprocv3.ExternalProcessorClient
 	appliers map[string]*kvevents.Applier
-	enc      sim.Encoder
+	enc      vllmsim.Encoder
 	records  []route.Record
 }
 
@@ -128,7 +129,7 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 		ix.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks)) // as serve's membership does
 		s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
 	}
-	s.enc = sim.Encoder{Format: sim.FormatMap, Hashes: sim.HashInt, BlockSize: bs}
+	s.enc = vllmsim.Encoder{Format: vllmsim.FormatMap, Hashes: vllmsim.HashInt, BlockSize: bs}
 	tok, err := tokenizer.Load(filepath.Join(repoRoot(), "tokenizer", "testdata", "models", "qwen3"), tokenizer.Options{})
 	if err != nil {
 		t.Fatalf("tokenizer (make deps fetches it): %v", err)

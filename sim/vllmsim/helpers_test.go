@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"bytes"
@@ -13,18 +13,19 @@ import (
 	"testing"
 
 	"github.com/condisagg/condisagg/internal/leakcheck"
+	"github.com/condisagg/condisagg/sim"
 
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // TestMain ends the tests with a goroutine-leak check.
-func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/sim.") }
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/sim/vllmsim.") }
 
 // modelDirs are where tokenizer/testdata/fetch_models.sh puts the real tokenizers (the files are
 // over 1 MiB, so they are not copied here).
 var modelDirs = map[string]string{
-	"qwen3":  filepath.Join("..", "tokenizer", "testdata", "models", "qwen3"),
-	"llama3": filepath.Join("..", "tokenizer", "testdata", "models", "llama3"),
+	"qwen3":  filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3"),
+	"llama3": filepath.Join("..", "..", "tokenizer", "testdata", "models", "llama3"),
 }
 
 var loaded sync.Map // model name -> func() (*tokenizer.Tokenizer, error)
@@ -69,7 +70,7 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 		t.Fatal(err)
 	}
 	cfg := InstanceConfig{
-		Engine:    Config{NumGPUBlocks: o.numBlocks, Seed: 11},
+		Engine:    sim.Config{NumGPUBlocks: o.numBlocks, Seed: 11},
 		TimeScale: o.timeScale,
 		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay,
 		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960},
@@ -155,6 +156,24 @@ func (ti *testInstance) metric(t *testing.T, prefix string) string {
 	}
 	t.Fatalf("metric %s not in /metrics:\n%s", prefix, b)
 	return ""
+}
+
+// seqTokens returns the n token ids base, base+1, ...
+func seqTokens(n int, base uint32) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = base + uint32(i)
+	}
+	return p
+}
+
+func testModel(t testing.TB) sim.CostModel {
+	t.Helper()
+	m, err := sim.PerfModel("llama3.1-8b-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func decodeJSON(t *testing.T, b []byte, v any) {

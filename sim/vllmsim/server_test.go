@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"encoding/json"

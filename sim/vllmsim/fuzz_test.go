@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/condisagg/condisagg/sim"
 )
 
 // FuzzGenerateBody posts arbitrary bodies to both generation endpoints of a running worker:
@@ -26,7 +28,7 @@ func FuzzGenerateBody(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	in, err := NewInstance(InstanceConfig{Engine: Config{NumGPUBlocks: 4096}, TimeScale: 1e6,
+	in, err := NewInstance(InstanceConfig{Engine: sim.Config{NumGPUBlocks: 4096}, TimeScale: 1e6,
 		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 8192, MaxBodyBytes: 1 << 16,
 			KVTransfer: &KVTransfer{EngineID: "e", Host: "h", Port: 1}}})
 	if err != nil {

@@ -1,9 +1,11 @@
-package sim
+package vllmsim
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/sim"
 	"github.com/go-zeromq/goczmq/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -157,11 +160,11 @@ func TestResetPrefixCacheFailsWhileInUse(t *testing.T) {
 	// The handler aborts the request when it sees the disconnect; each probe is a round trip
 	// through the worker goroutine.
 	dl := time.Now().Add(5 * time.Second)
-	for live := 1; live != 0; {
+	for idle := false; !idle; {
 		if time.Now().After(dl) {
 			t.Fatal("aborted request still in the engine")
 		}
-		if err := ti.Worker.do(context.Background(), func(e *Engine) { live = len(e.reqs) }); err != nil {
+		if err := ti.Worker.do(context.Background(), func(e *sim.Engine) { idle = e.Idle() }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,31 +175,43 @@ func TestResetPrefixCacheFailsWhileInUse(t *testing.T) {
 
 func be8(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-// recvAll reads DEALER messages until the end marker or a 2 s silence.
-func recvAll(t *testing.T, d *goczmq.Sock) [][][]byte {
+// recvReply reads the DEALER messages of one replay reply, up to and including the END marker
+// (the frame before the last one is the 8-byte END seq in both layouts), and fails the test if
+// the marker has not arrived within 10 s.
+func recvReply(t *testing.T, d *goczmq.Sock) [][][]byte {
 	t.Helper()
 	p, err := goczmq.NewPoller(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Destroy()
+	end := be8(replayEnd)
+	deadline := time.Now().Add(10 * time.Second)
 	var out [][][]byte
 	for {
-		s, err := p.Wait(2000)
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("no END marker within 10 s; got %v", out)
+		}
+		s, err := p.Wait(int(left.Milliseconds()) + 1)
 		if err != nil || s == nil {
-			return out
+			continue
 		}
 		m, err := d.RecvMessage()
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, m)
-		if len(m[len(m)-1]) == 0 {
+		if len(m) >= 2 && bytes.Equal(m[len(m)-2], end) {
 			return out
 		}
 	}
 }
 
+// TestReplayLayouts checks the ROUTER's reply in both layouts: the retained batches from the
+// requested seq on, then END (vllm-kv-events.md §1.5). Publish only queues a payload for the
+// Run goroutine, so the test waits for Flush before it asks: without that, a replay can see
+// none, some or all of the three batches depending on how the goroutines were scheduled.
 func TestReplayLayouts(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("old_layout=%v", old), func(t *testing.T) {
@@ -216,22 +231,19 @@ func TestReplayLayouts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
 			d := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetLinger(0))
 			defer d.Destroy()
 			if err := d.Connect(rep); err != nil {
 				t.Fatal(err)
 			}
-			// buffer_steps 2 keeps seqs 1 and 2; ask from 0 until both are there (the publisher
-			// goroutine may still be sending).
-			var msgs [][][]byte
-			for range 50 {
-				if err := d.SendMessage([][]byte{{}, be8(0)}); err != nil {
-					t.Fatal(err)
-				}
-				if msgs = recvAll(t, d); len(msgs) == 3 {
-					break
-				}
+			// buffer_steps 2 keeps seqs 1 and 2 of 0..2.
+			if err := d.SendMessage([][]byte{{}, be8(0)}); err != nil {
+				t.Fatal(err)
 			}
+			msgs := recvReply(t, d)
 			want := [][][]byte{{{}, []byte("t"), be8(1), []byte("b")}, {{}, []byte("t"), be8(2), []byte("c")}, {{}, {}, be8(replayEnd), {}}}
 			if old {
 				want = [][][]byte{{{}, be8(1), []byte("b")}, {{}, be8(2), []byte("c")}, {{}, be8(replayEnd), {}}}
@@ -239,13 +251,38 @@ func TestReplayLayouts(t *testing.T) {
 			if fmt.Sprint(msgs) != fmt.Sprint(want) {
 				t.Fatalf("vllm-kv-events.md §1.5 replay reply:\n got %v\nwant %v", msgs, want)
 			}
-			// A malformed request gets no reply, a later valid one does.
-			_ = d.SendMessage([][]byte{{}, []byte("x")})
-			_ = d.SendMessage([][]byte{{}, be8(2)})
-			if msgs = recvAll(t, d); len(msgs) != 2 {
-				t.Fatalf("after an invalid request: %v", msgs)
+			// A malformed request gets no reply: the ROUTER answers one DEALER in order, so the
+			// first reply to arrive must be the one to the valid request that follows it.
+			if err := d.SendMessage([][]byte{{}, []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.SendMessage([][]byte{{}, be8(2)}); err != nil {
+				t.Fatal(err)
+			}
+			msgs = recvReply(t, d)
+			if want := fmt.Sprint(want[1:]); fmt.Sprint(msgs) != want {
+				t.Fatalf("§1.5 reply after an invalid request:\n got %v\nwant %v", msgs, want)
 			}
 		})
+	}
+}
+
+// TestFlushAfterStop: once Run has returned, Flush reports it instead of waiting for a loop
+// that will never take its marker.
+func TestFlushAfterStop(t *testing.T) {
+	p := NewPublisher(PublisherConfig{KVEventsConfig: KVEventsConfig{Endpoint: "tcp://127.0.0.1:*", HWM: 10, MaxQueueSize: 1}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	if _, _, err := p.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := p.Flush(context.Background()); !errors.Is(err, ErrPublisherStopped) {
+		t.Fatalf("Flush after Run returned: %v, want ErrPublisherStopped", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/tokenizer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -54,7 +55,7 @@ type Server struct {
 // NewServer builds the handler and registers the vllm: metrics on cfg.Registry.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Tokenizer == nil || cfg.Vocab == nil || cfg.Worker == nil || cfg.Registry == nil || len(cfg.ModelNames) == 0 {
-		return nil, errors.New("sim: server config: Tokenizer, Vocab, Worker, Registry and ModelNames are required")
+		return nil, errors.New("vllmsim: server config: Tokenizer, Vocab, Worker, Registry and ModelNames are required")
 	}
 	if cfg.MaxModelLen == 0 {
 		cfg.MaxModelLen = 131072
@@ -161,7 +162,7 @@ type prepared struct {
 	chat      bool
 	id        string
 	prompt    []uint32
-	req       Request
+	req       sim.Request
 	includeUs bool
 }
 
@@ -209,7 +210,7 @@ func (s *Server) fillRequest(w http.ResponseWriter, p *prepared) bool {
 		maxTok = p.body.MaxCompletionTokens
 	}
 	seed := xxh3.HashSeed(u32bytes(p.prompt), 7)
-	req := Request{Prompt: p.prompt}
+	req := sim.Request{Prompt: p.prompt}
 	switch {
 	case maxTok != nil && *maxTok >= 1:
 		req.MaxTokens = *maxTok
@@ -219,7 +220,7 @@ func (s *Server) fillRequest(w http.ResponseWriter, p *prepared) bool {
 	case p.body.IgnoreEOS:
 		req.MaxTokens = room
 	default:
-		req.MaxTokens, req.StopReason = 16+int(seed%113), FinishStop // the "model" ends the answer
+		req.MaxTokens, req.StopReason = 16+int(seed%113), sim.FinishStop // the "model" ends the answer
 	}
 	if req.MaxTokens > room {
 		apiError(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
@@ -267,7 +268,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	st, err := s.cfg.Worker.Submit(r.Context(), p.req)
 	if err != nil {
 		code := http.StatusServiceUnavailable
-		if errors.Is(err, ErrTooLong) {
+		if errors.Is(err, sim.ErrTooLong) {
 			code = http.StatusBadRequest
 		}
 		apiError(w, code, err.Error())
@@ -295,7 +296,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 // outputs accumulates one request's tokens and timings.
 type outputs struct {
 	toks  []uint32
-	fin   *Finished
+	fin   *sim.Finished
 	first time.Time
 	last  time.Time
 }
@@ -390,7 +391,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	if err := s.cfg.Worker.ResetPrefixCache(r.Context()); err != nil {
 		code := http.StatusServiceUnavailable
-		if errors.Is(err, ErrBlocksInUse) {
+		if errors.Is(err, sim.ErrBlocksInUse) {
 			code = http.StatusBadRequest
 		}
 		apiError(w, code, "reset prefix cache: "+err.Error())

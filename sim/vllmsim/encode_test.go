@@ -1,18 +1,19 @@
-package sim
+package vllmsim
 
 import (
 	"reflect"
 	"testing"
 
 	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/sim"
 )
 
 func TestEncoderDecodesWithKVEvents(t *testing.T) {
-	events := []Event{
-		{Kind: EventBlockStored, Hashes: []uint64{7, 1<<64 - 1}, Tokens: seqTokens(4, 1)},
-		{Kind: EventBlockStored, Hashes: []uint64{9}, Parent: 1<<64 - 1, HasParent: true, Tokens: seqTokens(2, 50)},
-		{Kind: EventBlockRemoved, Hashes: []uint64{7}},
-		{Kind: EventAllBlocksCleared},
+	events := []sim.Event{
+		{Kind: sim.EventBlockStored, Hashes: []uint64{7, 1<<64 - 1}, Tokens: seqTokens(4, 1)},
+		{Kind: sim.EventBlockStored, Hashes: []uint64{9}, Parent: 1<<64 - 1, HasParent: true, Tokens: seqTokens(2, 50)},
+		{Kind: sim.EventBlockRemoved, Hashes: []uint64{7}},
+		{Kind: sim.EventAllBlocksCleared},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -60,16 +61,16 @@ func TestEncoderDecodesWithKVEvents(t *testing.T) {
 // BlockRemoved); vector A differs only in extra_keys ([nil, nil] there, nil here).
 func TestEncoderArrayShape(t *testing.T) {
 	enc := Encoder{Format: FormatArray, BlockSize: 2}
-	got := enc.appendEvent(nil, &Event{Kind: EventBlockRemoved, Hashes: []uint64{123}})
+	got := enc.appendEvent(nil, &sim.Event{Kind: sim.EventBlockRemoved, Hashes: []uint64{123}})
 	want := []byte("\x94\xacBlockRemoved\x91\x7b\xa3GPU\x00")
 	if string(got) != string(want) {
 		t.Fatalf("§2.6 vector A BlockRemoved: got % x, want % x", got, want)
 	}
-	got = enc.appendEvent(nil, &Event{Kind: EventAllBlocksCleared})
+	got = enc.appendEvent(nil, &sim.Event{Kind: sim.EventAllBlocksCleared})
 	if want := []byte("\x91\xb0AllBlocksCleared"); string(got) != string(want) {
 		t.Fatalf("§2.6 vector A AllBlocksCleared: got % x", got)
 	}
-	got = enc.appendStored(nil, &Event{Kind: EventBlockStored, Hashes: []uint64{123, 1<<64 - 1}, Tokens: []uint32{1, 2, 3, 4}})
+	got = enc.appendStored(nil, &sim.Event{Kind: sim.EventBlockStored, Hashes: []uint64{123, 1<<64 - 1}, Tokens: []uint32{1, 2, 3, 4}})
 	want = []byte("\x9c\xabBlockStored\x92\x7b\xcf\xff\xff\xff\xff\xff\xff\xff\xff\xc0\x94\x01\x02\x03\x04\x02\xc0\xa3GPU\xc0\xc0\x00\xaefull_attention\xc0")
 	if string(got) != string(want) {
 		t.Fatalf("§2.6 vector A BlockStored (extra_keys nil):\n got % x\nwant % x", got, want)
@@ -81,7 +82,7 @@ func FuzzEncoderRoundTrip(f *testing.F) {
 	f.Add(uint64(1<<63), uint64(0), uint32(1<<31), uint8(3), false)
 	f.Fuzz(func(t *testing.T, h1, h2 uint64, tok uint32, mode uint8, parent bool) {
 		enc := Encoder{Format: EventFormat(mode & 1), Hashes: HashEncoding(mode >> 1 & 1), BlockSize: 1}
-		ev := []Event{{Kind: EventBlockStored, Hashes: []uint64{h1, h2}, Parent: h2, HasParent: parent, Tokens: []uint32{tok, tok + 1}}}
+		ev := []sim.Event{{Kind: sim.EventBlockStored, Hashes: []uint64{h1, h2}, Parent: h2, HasParent: parent, Tokens: []uint32{tok, tok + 1}}}
 		var b kvevents.Batch
 		if err := kvevents.DecodeBatch(enc.AppendBatch(nil, 1, ev), &b); err != nil {
 			t.Fatal(err)

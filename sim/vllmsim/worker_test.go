@@ -1,10 +1,12 @@
-package sim
+package vllmsim
 
 import (
 	"context"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/condisagg/condisagg/sim"
 )
 
 // TestWorkerTimeScale runs a Worker in a synctest bubble: with --time-scale 10 a 1k-token
@@ -13,7 +15,7 @@ import (
 func TestWorkerTimeScale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := testModel(t)
-		w, err := NewWorker(WorkerConfig{Engine: Config{Model: m, NumGPUBlocks: 1000}, TimeScale: 10})
+		w, err := NewWorker(WorkerConfig{Engine: sim.Config{Model: m, NumGPUBlocks: 1000}, TimeScale: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -23,7 +25,7 @@ func TestWorkerTimeScale(t *testing.T) {
 		defer func() { cancel(); <-done }()
 
 		start := time.Now()
-		st, err := w.Submit(ctx, Request{Prompt: seqTokens(1024, 1), MaxTokens: 2})
+		st, err := w.Submit(ctx, sim.Request{Prompt: seqTokens(1024, 1), MaxTokens: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,17 +33,17 @@ func TestWorkerTimeScale(t *testing.T) {
 		if err != nil || len(toks) != 1 || fin != nil {
 			t.Fatalf("first Next: %v %v %v", toks, fin, err)
 		}
-		prefill := m.StepTime(StepShape{PrefillTokens: 1024, PrefillPairs: 1024 * 512})
+		prefill := m.StepTime(sim.StepShape{PrefillTokens: 1024, PrefillPairs: 1024 * 512})
 		if got, want := time.Since(start), prefill/10; got != want {
 			t.Fatalf("first token after %v, want %v (prefill %v / 10)", got, want, prefill)
 		}
-		var fin2 *Finished
+		var fin2 *sim.Finished
 		for fin2 == nil {
 			if _, fin2, err = st.Next(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
-		decode := m.StepTime(StepShape{DecodeSeqs: 1, DecodeContexts: 1025})
+		decode := m.StepTime(sim.StepShape{DecodeSeqs: 1, DecodeContexts: 1025})
 		if got, want := time.Since(start), (prefill+decode)/10; got != want || fin2.OutputTokens != 2 {
 			t.Fatalf("finished after %v with %+v, want %v", got, fin2, want)
 		}

@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/condisagg/condisagg/sim"
 )
 
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
-	Engine Config
+	Engine sim.Config
 	// TimeScale runs the simulated clock this many times faster than real time (10 = ten times
 	// faster); default 1.
 	TimeScale float64
@@ -27,8 +29,8 @@ type WorkerConfig struct {
 // concurrent use.
 type Worker struct {
 	cfg   WorkerConfig
-	cmds  chan func(*Engine)
-	stats atomic.Pointer[Stats]
+	cmds  chan func(*sim.Engine)
+	stats atomic.Pointer[sim.Stats]
 	done  chan struct{}
 	// streams maps RequestID to the *Stream of a request in the engine; the run goroutine
 	// stores and deletes entries.
@@ -37,17 +39,17 @@ type Worker struct {
 
 // Stream receives the tokens of one request as they are produced.
 type Stream struct {
-	ID     RequestID
+	ID     sim.RequestID
 	mu     sync.Mutex // guards toks, fin, done
 	toks   []uint32
-	fin    Finished
+	fin    sim.Finished
 	done   bool
 	notify chan struct{} // capacity 1: something new
 }
 
 // Next waits until tokens beyond the first `have` tokens have arrived or the request finished, and returns
 // the new tokens and, at the end, the Finished record.
-func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *Finished, err error) {
+func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *sim.Finished, err error) {
 	for {
 		s.mu.Lock()
 		toks = s.toks[have:len(s.toks):len(s.toks)]
@@ -69,7 +71,7 @@ func (s *Stream) Next(ctx context.Context, have int) (toks []uint32, fin *Finish
 
 // push appends tok (when fin is nil or fin.OutputTokens exceeds what the stream holds) and,
 // with fin, ends the stream in the same critical section.
-func (s *Stream) push(tok uint32, fin *Finished) {
+func (s *Stream) push(tok uint32, fin *sim.Finished) {
 	s.mu.Lock()
 	if fin == nil || len(s.toks) < fin.OutputTokens {
 		s.toks = append(s.toks, tok)
@@ -90,7 +92,7 @@ func (s *Stream) wake() {
 }
 
 // ErrStopped is returned by Worker calls after Run has returned.
-var ErrStopped = errors.New("sim: worker stopped")
+var ErrStopped = errors.New("vllmsim: worker stopped")
 
 // NewWorker validates cfg and returns a worker; nothing runs until Run.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
@@ -98,29 +100,29 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.TimeScale = 1
 	}
 	if !(cfg.TimeScale > 0) {
-		return nil, fmt.Errorf("sim: time scale %v: must be > 0", cfg.TimeScale)
+		return nil, fmt.Errorf("vllmsim: time scale %v: must be > 0", cfg.TimeScale)
 	}
 	cfg.Engine.Events = cfg.Events != nil
 	if err := cfg.Engine.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Engine = cfg.Engine.withDefaults()
-	w := &Worker{cfg: cfg, cmds: make(chan func(*Engine), 1024), done: make(chan struct{})}
-	w.stats.Store(&Stats{NumGPUBlocks: cfg.Engine.NumGPUBlocks})
+	cfg.Engine = cfg.Engine.WithDefaults()
+	w := &Worker{cfg: cfg, cmds: make(chan func(*sim.Engine), 1024), done: make(chan struct{})}
+	w.stats.Store(&sim.Stats{NumGPUBlocks: cfg.Engine.NumGPUBlocks})
 	return w, nil
 }
 
 // Config returns the engine configuration with defaults filled in.
-func (w *Worker) Config() Config { return w.cfg.Engine }
+func (w *Worker) Config() sim.Config { return w.cfg.Engine }
 
 // Stats returns the engine's stats as of the last step.
-func (w *Worker) Stats() Stats { return *w.stats.Load() }
+func (w *Worker) Stats() sim.Stats { return *w.stats.Load() }
 
 // do runs f on the run goroutine and waits for it.
-func (w *Worker) do(ctx context.Context, f func(*Engine)) error {
+func (w *Worker) do(ctx context.Context, f func(*sim.Engine)) error {
 	ran := make(chan struct{})
 	select {
-	case w.cmds <- func(e *Engine) { f(e); close(ran) }:
+	case w.cmds <- func(e *sim.Engine) { f(e); close(ran) }:
 	case <-w.done:
 		return ErrStopped
 	case <-ctx.Done():
@@ -137,11 +139,11 @@ func (w *Worker) do(ctx context.Context, f func(*Engine)) error {
 }
 
 // Submit queues a request and returns the Stream of its tokens.
-func (w *Worker) Submit(ctx context.Context, req Request) (*Stream, error) {
+func (w *Worker) Submit(ctx context.Context, req sim.Request) (*Stream, error) {
 	var st *Stream
 	var err error
-	if e := w.do(ctx, func(e *Engine) {
-		var id RequestID
+	if e := w.do(ctx, func(e *sim.Engine) {
+		var id sim.RequestID
 		id, err = e.Add(req)
 		if err == nil {
 			st = &Stream{ID: id, notify: make(chan struct{}, 1)}
@@ -154,9 +156,9 @@ func (w *Worker) Submit(ctx context.Context, req Request) (*Stream, error) {
 }
 
 // Abort cancels a request (a client that went away).
-func (w *Worker) Abort(ctx context.Context, id RequestID) error {
+func (w *Worker) Abort(ctx context.Context, id sim.RequestID) error {
 	var err error
-	if e := w.do(ctx, func(e *Engine) { err = e.Abort(id); w.streams.Delete(id) }); e != nil {
+	if e := w.do(ctx, func(e *sim.Engine) { err = e.Abort(id); w.streams.Delete(id) }); e != nil {
 		return e
 	}
 	return err
@@ -166,7 +168,7 @@ func (w *Worker) Abort(ctx context.Context, id RequestID) error {
 // publishes the AllBlocksCleared event at once.
 func (w *Worker) ResetPrefixCache(ctx context.Context) error {
 	var err error
-	if e := w.do(ctx, func(e *Engine) { err = e.ResetPrefixCache() }); e != nil {
+	if e := w.do(ctx, func(e *sim.Engine) { err = e.ResetPrefixCache() }); e != nil {
 		return e
 	}
 	return err
@@ -176,7 +178,7 @@ func (w *Worker) ResetPrefixCache(ctx context.Context) error {
 // built. Run must be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	defer close(w.done)
-	e, err := New(w.cfg.Engine)
+	e, err := sim.New(w.cfg.Engine)
 	if err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 type loop struct {
 	w       *Worker
-	e       *Engine
+	e       *sim.Engine
 	streams *sync.Map
 	start   time.Time     // wall clock of virtual time 0
 	vnow    time.Duration // virtual time
@@ -277,13 +279,13 @@ func (l *loop) sleepUntil(ctx context.Context, t time.Time) bool {
 
 // deliver hands the step's tokens to their streams; a request's last token and its Finished
 // record are delivered together, so a reader sees the finish reason with the last token.
-func (l *loop) deliver(res *StepResult) {
+func (l *loop) deliver(res *sim.StepResult) {
 	for _, tk := range res.Tokens {
 		s, ok := l.streams.Load(tk.ID)
 		if !ok {
 			continue
 		}
-		var fin *Finished
+		var fin *sim.Finished
 		for i := range res.Finished {
 			if res.Finished[i].ID == tk.ID {
 				fin = &res.Finished[i]
@@ -302,7 +304,7 @@ func (l *loop) deliver(res *StepResult) {
 	}
 }
 
-func (l *loop) publish(ctx context.Context, events []Event) error {
+func (l *loop) publish(ctx context.Context, events []sim.Event) error {
 	if len(events) == 0 || l.w.cfg.Events == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/condisagg/condisagg/sim"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // InstanceConfig configures a whole simulated vLLM worker.
 type InstanceConfig struct {
-	Engine    Config
+	Engine    sim.Config
 	TimeScale float64
 	KVEvents  KVEventsConfig // publisher off unless KVEvents.Enabled()
 	Format    EventFormat
@@ -36,7 +37,7 @@ type Instance struct {
 func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	in := &Instance{Registry: prometheus.NewRegistry()}
 	wc := WorkerConfig{Engine: cfg.Engine, TimeScale: cfg.TimeScale,
-		Encoder: Encoder{Format: cfg.Format, Hashes: cfg.Hashes, BlockSize: cfg.Engine.withDefaults().BlockSize}}
+		Encoder: Encoder{Format: cfg.Format, Hashes: cfg.Hashes, BlockSize: cfg.Engine.WithDefaults().BlockSize}}
 	if cfg.KVEvents.Enabled() {
 		in.Publisher = NewPublisher(PublisherConfig{KVEventsConfig: cfg.KVEvents, OldReplayLayout: cfg.OldReplayLayout})
 		wc.Events = in.Publisher.Publish

@@ -1,9 +1,10 @@
-package sim
+package vllmsim
 
 import (
 	"strconv"
 	"time"
 
+	"github.com/condisagg/condisagg/sim"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +17,7 @@ type serverMetrics struct {
 
 func newServerMetrics(reg prometheus.Registerer, model string, w *Worker) (*serverMetrics, error) {
 	labels := prometheus.Labels{"model_name": model, "engine": "0"}
-	stat := func(f func(Stats) float64) func() float64 { return func() float64 { return f(w.Stats()) } }
+	stat := func(f func(sim.Stats) float64) func() float64 { return func() float64 { return f(w.Stats()) } }
 	cfg := w.Config()
 	buckets := []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 	ttft := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds.", ConstLabels: labels, Buckets: buckets})
@@ -24,21 +25,21 @@ func newServerMetrics(reg prometheus.Registerer, model string, w *Worker) (*serv
 	e2e := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of e2e request latency in seconds.", ConstLabels: labels, Buckets: buckets})
 	cs := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_running", Help: "Number of requests in model execution batches.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.Running) })),
+			stat(func(s sim.Stats) float64 { return float64(s.Running) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_waiting", Help: "Number of requests waiting to be processed.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.Waiting + s.Transferring) })),
+			stat(func(s sim.Stats) float64 { return float64(s.Waiting + s.Transferring) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:kv_cache_usage_perc", Help: "KV-cache usage. 1 means 100 percent usage.", ConstLabels: labels},
-			stat(Stats.KVUsage)),
+			stat(sim.Stats.KVUsage)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:prefix_cache_queries_total", Help: "Prefix cache queries, in terms of number of queried tokens.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.PrefixQueries) })),
+			stat(func(s sim.Stats) float64 { return float64(s.PrefixQueries) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:prefix_cache_hits_total", Help: "Prefix cache hits, in terms of number of cached tokens.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.PrefixHits) })),
+			stat(func(s sim.Stats) float64 { return float64(s.PrefixHits) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:num_preemptions_total", Help: "Cumulative number of preemption from the engine.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.Preemptions) })),
+			stat(func(s sim.Stats) float64 { return float64(s.Preemptions) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:prompt_tokens_total", Help: "Number of prefill tokens processed.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.PromptTokens) })),
+			stat(func(s sim.Stats) float64 { return float64(s.PromptTokens) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:generation_tokens_total", Help: "Number of generation tokens processed.", ConstLabels: labels},
-			stat(func(s Stats) float64 { return float64(s.GenerationTokens) })),
+			stat(func(s sim.Stats) float64 { return float64(s.GenerationTokens) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
 			ConstLabels: prometheus.Labels{"engine": "0", "block_size": strconv.Itoa(cfg.BlockSize), "num_gpu_blocks": strconv.Itoa(cfg.NumGPUBlocks),
 				"enable_prefix_caching": "True", "prefix_caching_hash_algo": "xxhash", "cache_dtype": "auto", "gpu_memory_utilization": "0.9"}},

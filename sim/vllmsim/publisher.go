@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("sim: --kv-events-config %q: %w", s, err)
+			return c, fmt.Errorf("vllmsim: --kv-events-config %q: %w", s, err)
 		}
 	}
 	if c.Publisher == "" {
@@ -50,7 +50,7 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 		errs = append(errs, fmt.Errorf("buffer_steps %d, hwm %d, max_queue_size %d: want >= 0, >= 0, >= 1", c.BufferSteps, c.HWM, c.MaxQueueSize))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("sim: --kv-events-config: %w", err)
+		return c, fmt.Errorf("vllmsim: --kv-events-config: %w", err)
 	}
 	return c, nil
 }
@@ -79,12 +79,13 @@ type PublisherConfig struct {
 // Publisher publishes KVEventBatch payloads like vLLM's ZmqEventPublisher: a PUB socket sending
 // [topic, seq 8B BE, payload] with seq from 0, and an optional ROUTER that replays the last
 // buffer_steps batches. Run owns the PUB socket on its goroutine and the ROUTER on a second
-// goroutine it starts and waits for; Publish and Ready are safe for concurrent use.
+// goroutine it starts and waits for; Publish, Flush and Ready are safe for concurrent use.
 type Publisher struct {
-	cfg   PublisherConfig
-	in    chan []byte
-	ready chan struct{}
-	err   error // set before ready closes
+	cfg     PublisherConfig
+	in      chan queued
+	ready   chan struct{}
+	stopped chan struct{} // closed when Run returns
+	err     error         // set before ready closes
 
 	pubEndpoint, replayEndpoint string // resolved; set before ready closes
 
@@ -98,9 +99,20 @@ type record struct {
 	payload []byte
 }
 
+// queued is one entry of the publish queue: a payload, or a Flush marker (flushed non-nil) that
+// Run closes when it reaches it.
+type queued struct {
+	payload []byte
+	flushed chan struct{}
+}
+
+// ErrPublisherStopped is returned by Flush once Run has returned.
+var ErrPublisherStopped = errors.New("vllmsim: publisher stopped")
+
 // NewPublisher returns a publisher; nothing runs until Run.
 func NewPublisher(cfg PublisherConfig) *Publisher {
-	return &Publisher{cfg: cfg, in: make(chan []byte, max(cfg.MaxQueueSize, 1)), ready: make(chan struct{})}
+	return &Publisher{cfg: cfg, in: make(chan queued, max(cfg.MaxQueueSize, 1)),
+		ready: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 // Ready waits until Run has set up its sockets and returns the resolved PUB and replay
@@ -118,16 +130,40 @@ func (p *Publisher) Ready(ctx context.Context) (pub, replay string, err error) {
 // scheduler blocks the same way). The payload must not be modified afterwards.
 func (p *Publisher) Publish(ctx context.Context, payload []byte) error {
 	select {
-	case p.in <- payload:
+	case p.in <- queued{payload: payload}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
+// Flush waits until Run has taken every payload queued before the call: each has its seq, sits
+// in the replay buffer (while among the last buffer_steps) and was handed to the PUB socket, so
+// a replay request sent after Flush returns covers them. Publish alone says nothing about that:
+// it returns once the payload is queued. The marker Flush queues takes a slot like a payload.
+func (p *Publisher) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case p.in <- queued{flushed: done}:
+	case <-p.stopped:
+		return ErrPublisherStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-p.stopped:
+		return ErrPublisherStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Run binds or connects the sockets and publishes until ctx ends. It returns the setup error,
-// if any, else nil after ctx ends.
+// if any, else nil after ctx ends. Run must be called once.
 func (p *Publisher) Run(ctx context.Context) error {
+	defer close(p.stopped)
 	pub, err := p.openPub()
 	if err != nil {
 		p.err = err
@@ -159,13 +195,17 @@ func (p *Publisher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case payload := <-p.in:
+		case q := <-p.in:
+			if q.flushed != nil {
+				close(q.flushed)
+				continue
+			}
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
 			// Kept for replay first, so a subscriber that saw the batch can replay it; a failed
 			// send still consumes the seq, as in vLLM (§1.2).
-			p.keep(seq, payload)
-			_ = pub.SendMessage([][]byte{topic, sb[:], payload})
+			p.keep(seq, q.payload)
+			_ = pub.SendMessage([][]byte{topic, sb[:], q.payload})
 			seq++
 		}
 	}
@@ -177,7 +217,7 @@ func (p *Publisher) openPub() (*goczmq.Sock, error) {
 	if !pubBinds(ep) {
 		if err := s.Connect(ep); err != nil {
 			s.Destroy()
-			return nil, fmt.Errorf("sim: connect PUB %s: %w", ep, err)
+			return nil, fmt.Errorf("vllmsim: connect PUB %s: %w", ep, err)
 		}
 		p.pubEndpoint = ep
 		return s, nil
@@ -185,7 +225,7 @@ func (p *Publisher) openPub() (*goczmq.Sock, error) {
 	port, err := s.Bind(ep)
 	if err != nil {
 		s.Destroy()
-		return nil, fmt.Errorf("sim: bind PUB %s: %w", ep, err)
+		return nil, fmt.Errorf("vllmsim: bind PUB %s: %w", ep, err)
 	}
 	p.pubEndpoint = withPort(ep, port)
 	return s, nil
@@ -197,7 +237,7 @@ func (p *Publisher) openRouter() (*goczmq.Sock, error) {
 	port, err := s.Bind(ep)
 	if err != nil {
 		s.Destroy()
-		return nil, fmt.Errorf("sim: bind replay ROUTER %s: %w", ep, err)
+		return nil, fmt.Errorf("vllmsim: bind replay ROUTER %s: %w", ep, err)
 	}
 	p.replayEndpoint = withPort(ep, port)
 	return s, nil

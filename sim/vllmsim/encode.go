@@ -1,9 +1,10 @@
-package sim
+package vllmsim
 
 import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/condisagg/condisagg/sim"
 	"github.com/tinylib/msgp/msgp"
 )
 
@@ -26,7 +27,7 @@ func ParseEventFormat(s string) (EventFormat, error) {
 	case "map":
 		return FormatMap, nil
 	}
-	return 0, fmt.Errorf("sim: kv events format %q: want array or map", s)
+	return 0, fmt.Errorf("vllmsim: kv events format %q: want array or map", s)
 }
 
 // HashEncoding is how block hashes go on the wire (§2.5).
@@ -50,7 +51,7 @@ type Encoder struct {
 }
 
 // AppendBatch appends the payload of one batch of events with engine wall clock ts (seconds).
-func (enc Encoder) AppendBatch(dst []byte, ts float64, events []Event) []byte {
+func (enc Encoder) AppendBatch(dst []byte, ts float64, events []sim.Event) []byte {
 	dst = msgp.AppendArrayHeader(dst, 3)
 	dst = msgp.AppendFloat64(dst, ts)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(events)))
@@ -60,11 +61,11 @@ func (enc Encoder) AppendBatch(dst []byte, ts float64, events []Event) []byte {
 	return msgp.AppendInt64(dst, enc.Rank)
 }
 
-func (enc Encoder) appendEvent(dst []byte, ev *Event) []byte {
+func (enc Encoder) appendEvent(dst []byte, ev *sim.Event) []byte {
 	switch ev.Kind {
-	case EventBlockStored:
+	case sim.EventBlockStored:
 		return enc.appendStored(dst, ev)
-	case EventBlockRemoved:
+	case sim.EventBlockRemoved:
 		return enc.appendRemoved(dst, ev)
 	default:
 		if enc.Format == FormatMap {
@@ -78,7 +79,7 @@ func (enc Encoder) appendEvent(dst []byte, ev *Event) []byte {
 // lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
 // kv_cache_spec_sliding_window (§2.3; the array has 12 elements with the tag, the map omits
 // extra_keys and the sliding window, which are at their default nil).
-func (enc Encoder) appendStored(dst []byte, ev *Event) []byte {
+func (enc Encoder) appendStored(dst []byte, ev *sim.Event) []byte {
 	m := enc.Format == FormatMap
 	if m {
 		dst = msgp.AppendMapHeader(dst, 10)
@@ -116,7 +117,7 @@ func (enc Encoder) appendStored(dst []byte, ev *Event) []byte {
 }
 
 // appendRemoved writes BlockRemoved: block_hashes, medium, group_idx.
-func (enc Encoder) appendRemoved(dst []byte, ev *Event) []byte {
+func (enc Encoder) appendRemoved(dst []byte, ev *sim.Event) []byte {
 	m := enc.Format == FormatMap
 	if m {
 		dst = msgp.AppendMapHeader(dst, 4)

@@ -1,4 +1,4 @@
-package sim
+package vllmsim
 
 import (
 	"fmt"
@@ -43,7 +43,7 @@ func NewVocab(tok *tokenizer.Tokenizer) (*Vocab, error) {
 		v.text[sp[0]], v.text[bare[0]] = " "+w, w
 	}
 	if len(v.spaced) < 8 {
-		return nil, fmt.Errorf("sim: output vocabulary: only %d of %d common words are single tokens", len(v.spaced), len(commonWords))
+		return nil, fmt.Errorf("vllmsim: output vocabulary: only %d of %d common words are single tokens", len(v.spaced), len(commonWords))
 	}
 	return v, nil
 }
@@ -67,4 +67,13 @@ func (v *Vocab) AppendText(dst []byte, ids []uint32) []byte {
 		dst = append(dst, v.text[id]...)
 	}
 	return dst
+}
+
+// splitmix64 is the SplitMix64 finaliser: it draws the output words of Output and fills the
+// bytes form of a block hash (encode.go).
+func splitmix64(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
 }
