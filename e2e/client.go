@@ -207,7 +207,7 @@ func (s *Stack) URL(path string) string {
 // Explain runs `condisagg explain -o json` for a chat body: the decision the router would
 // make now, nothing booked.
 func (s *Stack) Explain(ctx context.Context, body []byte) (*condisaggv1.ExplainResponse, error) {
-	out, err := s.client(ctx, body, "explain", "--addr", s.GRPCAddr, "-o", "json", "--path", "/v1/chat/completions", "--body", "@-")
+	out, err := s.client(ctx, body, "explain", "--addr", s.AdminGRPC, "-o", "json", "--path", "/v1/chat/completions", "--body", "@-")
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (s *Stack) Explain(ctx context.Context, body []byte) (*condisaggv1.ExplainR
 
 // ListWorkers runs `condisagg workers -o json`.
 func (s *Stack) ListWorkers(ctx context.Context) (*condisaggv1.ListWorkersResponse, error) {
-	out, err := s.client(ctx, nil, "workers", "--addr", s.GRPCAddr, "-o", "json")
+	out, err := s.client(ctx, nil, "workers", "--addr", s.AdminGRPC, "-o", "json")
 	if err != nil {
 		return nil, err
 	}

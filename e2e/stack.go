@@ -120,7 +120,8 @@ type Stack struct {
 	http        *http.Client // every request of the stack's clients; idle connections closed by Close
 	Workers     []*Worker
 	Condisagg   *Proc
-	GRPCAddr    string // ext_proc + Admin gRPC
+	GRPCAddr    string // ext_proc + health gRPC (Envoy)
+	AdminGRPC   string // Admin gRPC (explain, workers)
 	AdminAddr   string // admin HTTP
 	ConfigPath  string
 	Envoy       *envoy.Process // fail-open, BUFFERED (the recommended profile)
@@ -311,7 +312,7 @@ func fixedZMQ(ep string) string {
 
 func (s *Stack) writeRouterConfig() (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nfailure_mode: open\ndebug_headers: true\n")
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nadmin_grpc_listen: 127.0.0.1:0\nfailure_mode: open\ndebug_headers: true\n")
 	fmt.Fprintf(&b, "drain_timeout: 5s\nunready_delay: 0s\nlog_level: info\n")
 	if s.cfg.MaxBodyBytes > 0 {
 		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
@@ -371,7 +372,7 @@ func (s *Stack) startRouter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.GRPCAddr, s.AdminAddr = a["endpoint"], a["admin"]
+	s.GRPCAddr, s.AdminGRPC, s.AdminAddr = a["endpoint"], a["admin_grpc"], a["admin"]
 	// Ready once every worker's event stream has been seen; a silent worker never is.
 	if s.hasSilent() {
 		return nil

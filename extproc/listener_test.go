@@ -2,6 +2,9 @@ package extproc
 
 import (
 	"context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"net"
 	"strings"
 	"testing"
@@ -19,11 +22,7 @@ import (
 // a stop function that cancels Serve and waits for it.
 func startServer(t *testing.T, e *env, drain time.Duration) (*grpc.ClientConn, func() error) {
 	t.Helper()
-	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, hs := NewGRPCServer(e.server, admin, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})
+	g, hs := NewGRPCServer(e.server, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})
 	SetReady(hs, true)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -110,14 +109,65 @@ func TestGracefulStopDrainsStreams(t *testing.T) {
 	}
 }
 
+// startAdmin runs the Admin server with opts on 127.0.0.1:0 and returns a client connection.
+func startAdmin(t *testing.T, e *env, opts AdminServerOptions) *grpc.ClientConn {
+	t.Helper()
+	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewAdminServer(admin, opts)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestAdminNotOnExtProcPort: the port Envoy talks to serves ext_proc and health only; the
+// Admin service (cache contents, config reload) is not reachable there.
+func TestAdminNotOnExtProcPort(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	conn, _ := startServer(t, e, time.Second)
+	_, err := condisaggv1.NewAdminClient(conn).ListWorkers(context.Background(), &condisaggv1.ListWorkersRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Admin on the ext_proc port: %v, want Unimplemented", err)
+	}
+}
+
+// TestAdminToken: with a token, calls without it or with another one are Unauthenticated.
+func TestAdminToken(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{Token: "s3cret-admin-token"}))
+	for _, h := range []string{"", "Bearer wrong", "s3cret-admin-token", "Bearer s3cret-admin-token "} {
+		ctx := context.Background()
+		if h != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", h)
+		}
+		if _, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("authorization %q: %v, want Unauthenticated", h, err)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret-admin-token")
+	if _, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+}
+
 // TestAdminService: Explain books nothing (R8) and reports the inputs; ListWorkers shows
 // load and index state; ReloadConfig calls the reload hook.
 func TestAdminService(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	body := chatBody(strings.Repeat("explain this conversation ", 60), false)
 	e.cacheOn("decode-0", body)
-	conn, _ := startServer(t, e, time.Second)
-	ac := condisaggv1.NewAdminClient(conn)
+	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{}))
 	r, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: body})
 	if err != nil {
 		t.Fatal(err)

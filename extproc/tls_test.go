@@ -46,7 +46,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 func TestTLS(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	cert, roots := selfSigned(t)
-	g, hs := NewGRPCServer(e.server, nil, GRPCOptions{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	g, hs := NewGRPCServer(e.server, GRPCOptions{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"github.com/condisagg/condisagg/route"
 	"io"
 	"net/http"
 	"strings"
@@ -11,25 +10,33 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/route"
 )
 
 // httpHandler serves the admin HTTP endpoints on its own mux.
-func (s *service) httpHandler(admin *extproc.Admin) http.Handler {
+// /debug/explain reveals cache contents: with a token configured it requires it.
+func (s *service) httpHandler(admin *extproc.Admin, token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if missing := s.unready(); len(missing) > 0 {
+		ready, lines := s.readiness()
+		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready:\n"+strings.Join(missing, "\n")+"\n")
+			_, _ = io.WriteString(w, "not ready\n"+strings.Join(lines, "\n")+"\n")
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n"+strings.Join(lines, "\n")+"\n")
 	})
 	// POST /debug/explain?path=/v1/chat/completions with the OpenAI body.
 	mux.HandleFunc("POST /debug/explain", func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !extproc.TokenValid(r.Header.Get("Authorization"), token) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "admin: missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
 		path := r.URL.Query().Get("path")
 		if path == "" {
 			path = "/v1/chat/completions"

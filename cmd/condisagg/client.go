@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -21,19 +24,75 @@ import (
 
 // clientFlags are the flags shared by the Admin clients.
 type clientFlags struct {
-	fs      *flag.FlagSet
-	addr    string
-	output  string
-	timeout time.Duration
+	fs        *flag.FlagSet
+	addr      string
+	output    string
+	timeout   time.Duration
+	tokenFile string
+	useTLS    bool
+	caFile    string
+	certFile  string
+	keyFile   string
 }
 
 func newClientFlags(name string, stderr io.Writer) *clientFlags {
 	c := &clientFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	c.fs.SetOutput(stderr)
-	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9002", "router gRPC address")
+	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9091", "router Admin gRPC address (serve --admin-grpc-listen)")
 	c.fs.StringVar(&c.output, "o", "table", "output: table or json")
 	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "call timeout")
+	c.fs.StringVar(&c.tokenFile, "token-file", "", "file holding the Admin bearer token (serve --admin-token-file)")
+	c.fs.BoolVar(&c.useTLS, "tls", false, "connect with TLS (implied by --ca-file or --cert-file)")
+	c.fs.StringVar(&c.caFile, "ca-file", "", "CA bundle that signed the router's admin certificate (default: system roots)")
+	c.fs.StringVar(&c.certFile, "cert-file", "", "client certificate for mTLS (with --key-file)")
+	c.fs.StringVar(&c.keyFile, "key-file", "", "client key for mTLS")
 	return c
+}
+
+// bearer is the Admin token as per-RPC credentials. It allows plaintext on purpose: a token
+// over loopback is the default deployment; off loopback serve also demands TLS or mTLS.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// credentials builds the dial options from the TLS and token flags.
+func (c *clientFlags) credentials() ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	if c.useTLS || c.caFile != "" || c.certFile != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.caFile != "" {
+			pem, err := os.ReadFile(c.caFile)
+			roots := x509.NewCertPool()
+			if err != nil || !roots.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-file %s: not a readable PEM bundle", c.caFile)
+			}
+			cfg.RootCAs = roots
+		}
+		if (c.certFile == "") != (c.keyFile == "") {
+			return nil, fmt.Errorf("--cert-file and --key-file go together")
+		}
+		if c.certFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--cert-file %s: %w", c.certFile, err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(b)))))
+	}
+	return opts, nil
 }
 
 func (c *clientFlags) dial(stderr io.Writer) (condisaggv1.AdminClient, func(), bool) {
@@ -41,7 +100,12 @@ func (c *clientFlags) dial(stderr io.Writer) (condisaggv1.AdminClient, func(), b
 		fmt.Fprintf(stderr, "-o: %q must be table or json\n", c.output)
 		return nil, nil, false
 	}
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, err := c.credentials()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, false
+	}
+	conn, err := grpc.NewClient(c.addr, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "dial %s: %v\n", c.addr, err)
 		return nil, nil, false

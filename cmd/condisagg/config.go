@@ -22,18 +22,23 @@ import (
 // fileConfig is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
 // can be overridden by its flag.
 type fileConfig struct {
-	Listen       string        `yaml:"listen"`
-	AdminListen  string        `yaml:"admin_listen"`
-	TLSCert      string        `yaml:"tls_cert"`
-	TLSKey       string        `yaml:"tls_key"`
-	MaxBodyBytes int           `yaml:"max_body_bytes"`
-	FailureMode  string        `yaml:"failure_mode"`
-	DebugHeaders bool          `yaml:"debug_headers"`
-	LLMDCompat   bool          `yaml:"llmd_compat"`
-	DrainTimeout time.Duration `yaml:"drain_timeout"`
-	UnreadyDelay time.Duration `yaml:"unready_delay"`
-	LogLevel     string        `yaml:"log_level"`
-	Model        struct {
+	Listen          string        `yaml:"listen"`
+	AdminListen     string        `yaml:"admin_listen"`
+	AdminGRPCListen string        `yaml:"admin_grpc_listen"`
+	AdminTokenFile  string        `yaml:"admin_token_file"`
+	AdminTLSCert    string        `yaml:"admin_tls_cert"`
+	AdminTLSKey     string        `yaml:"admin_tls_key"`
+	AdminClientCA   string        `yaml:"admin_client_ca"`
+	TLSCert         string        `yaml:"tls_cert"`
+	TLSKey          string        `yaml:"tls_key"`
+	MaxBodyBytes    int           `yaml:"max_body_bytes"`
+	FailureMode     string        `yaml:"failure_mode"`
+	DebugHeaders    bool          `yaml:"debug_headers"`
+	LLMDCompat      bool          `yaml:"llmd_compat"`
+	DrainTimeout    time.Duration `yaml:"drain_timeout"`
+	UnreadyDelay    time.Duration `yaml:"unready_delay"`
+	LogLevel        string        `yaml:"log_level"`
+	Model           struct {
 		Tokenizer     string `yaml:"tokenizer"`
 		BlockSize     int    `yaml:"block_size"`
 		CacheSegments int    `yaml:"cache_segments"`
@@ -61,6 +66,8 @@ type config struct {
 	file          fileConfig
 	listen        string
 	adminListen   string
+	adminGRPC     string
+	admin         adminAccess
 	tlsCert       string
 	tlsKey        string
 	drainTimeout  time.Duration
@@ -84,6 +91,11 @@ type serveFlags struct {
 	queueThreshold   float64
 	listen           string
 	adminListen      string
+	adminGRPCListen  string
+	adminTokenFile   string
+	adminTLSCert     string
+	adminTLSKey      string
+	adminClientCA    string
 	tokenizer        string
 	blockSize        int
 	failureMode      string
@@ -105,8 +117,13 @@ func newServeFlags() *serveFlags {
 	fs.BoolVar(&f.condDisagg, "router-conditional-disagg", false, "enable conditional disaggregation")
 	fs.StringVar(&f.condDisaggConfig, "router-conditional-disagg-config", "", "JSON policy object (conditional-disagg.md §2)")
 	fs.Float64Var(&f.queueThreshold, "router-queue-threshold", 0, "prefill queue threshold (θp when prefill_busy_threshold is unset)")
-	fs.StringVar(&f.listen, "listen", "0.0.0.0:9002", "ext_proc + Admin gRPC address")
+	fs.StringVar(&f.listen, "listen", "0.0.0.0:9002", "ext_proc gRPC address (Envoy; ext_proc and health only)")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9090", "admin HTTP address (/metrics, /healthz, /readyz, /debug/explain)")
+	fs.StringVar(&f.adminGRPCListen, "admin-grpc-listen", "127.0.0.1:9091", "Admin gRPC address (Explain, ListWorkers, ReloadConfig)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the bearer token the Admin API requires (required off loopback unless --admin-client-ca)")
+	fs.StringVar(&f.adminTLSCert, "admin-tls-cert", "", "TLS certificate of both admin listeners (with --admin-tls-key)")
+	fs.StringVar(&f.adminTLSKey, "admin-tls-key", "", "TLS key of both admin listeners")
+	fs.StringVar(&f.adminClientCA, "admin-client-ca", "", "CA bundle: admin clients must present a certificate it signed (mTLS)")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "model directory with tokenizer.json")
 	fs.IntVar(&f.blockSize, "block-size", policy.DefaultBlockSize, "KV block size in tokens (must equal the workers')")
 	fs.StringVar(&f.failureMode, "failure-mode", string(extproc.FailOpen), "internal routing failure: open (least-loaded decode worker) or closed (503)")
@@ -123,7 +140,7 @@ func newServeFlags() *serveFlags {
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() fileConfig {
 	var fc fileConfig
-	fc.Listen, fc.AdminListen = "0.0.0.0:9002", "127.0.0.1:9090"
+	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9091"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
 	fc.Model.BlockSize, fc.Model.CacheSegments = policy.DefaultBlockSize, 65536
@@ -170,6 +187,11 @@ func (f *serveFlags) load() (*config, error) {
 	over("router-queue-threshold", func() { fc.Router.QueueThreshold = &f.queueThreshold })
 	over("listen", func() { fc.Listen = f.listen })
 	over("admin-listen", func() { fc.AdminListen = f.adminListen })
+	over("admin-grpc-listen", func() { fc.AdminGRPCListen = f.adminGRPCListen })
+	over("admin-token-file", func() { fc.AdminTokenFile = f.adminTokenFile })
+	over("admin-tls-cert", func() { fc.AdminTLSCert = f.adminTLSCert })
+	over("admin-tls-key", func() { fc.AdminTLSKey = f.adminTLSKey })
+	over("admin-client-ca", func() { fc.AdminClientCA = f.adminClientCA })
 	over("tokenizer", func() { fc.Model.Tokenizer = f.tokenizer })
 	over("block-size", func() { fc.Model.BlockSize = f.blockSize })
 	over("failure-mode", func() { fc.FailureMode = f.failureMode })
@@ -210,7 +232,8 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
 	}
-	c := &config{file: fc, listen: fc.Listen, adminListen: fc.AdminListen, tlsCert: fc.TLSCert, tlsKey: fc.TLSKey,
+	c := &config{file: fc, listen: fc.Listen, adminListen: fc.AdminListen, adminGRPC: fc.AdminGRPCListen,
+		tlsCert: fc.TLSCert, tlsKey: fc.TLSKey,
 		drainTimeout: fc.DrainTimeout, unreadyDelay: fc.UnreadyDelay, tokenizer: fc.Model.Tokenizer,
 		cacheSegments: fc.Model.CacheSegments, kvEvents: fc.Router.KVEvents}
 	if fc.Listen == "" {
@@ -220,6 +243,10 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 		bad("model.tokenizer", `""`, "must name a model directory (--tokenizer)")
 	} else if st, err := os.Stat(fc.Model.Tokenizer); err != nil || !st.IsDir() {
 		bad("model.tokenizer", fc.Model.Tokenizer, "must be an existing model directory")
+	}
+	var err error
+	if c.admin, err = loadAdminAccess(fc); err != nil {
+		errs = append(errs, err)
 	}
 	if (fc.TLSCert == "") != (fc.TLSKey == "") {
 		bad("tls_cert/tls_key", fc.TLSCert+"/"+fc.TLSKey, "must be given together")

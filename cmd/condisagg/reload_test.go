@@ -29,20 +29,20 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", good)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan listenAddrs, 1)
 	reloads := make(chan reloadEvent, 8)
 	exit := make(chan int, 1)
 	logs := &syncBuffer{}
 	go func() {
 		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{
-			listening: func(g, h string) { addrs <- [2]string{g, h} },
+			listening: func(a listenAddrs) { addrs <- a },
 			reloaded:  func(trigger string, err error) { reloads <- reloadEvent{trigger, err} },
 		})
 	}()
 	var grpcAddr string
 	select {
 	case a := <-addrs:
-		grpcAddr = a[0]
+		grpcAddr = a.adminGRPC
 	case code := <-exit:
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	}

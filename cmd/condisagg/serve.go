@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
 	"github.com/condisagg/condisagg/extproc"
@@ -33,9 +34,16 @@ import (
 // fileCheckInterval is how often serve looks for a changed configuration file.
 const fileCheckInterval = 2 * time.Second
 
+// listenAddrs are the bound addresses of one serve.
+type listenAddrs struct {
+	grpc      string // ext_proc + health (Envoy)
+	adminGRPC string // Admin service
+	http      string // admin HTTP
+}
+
 // serveHooks let tests observe the server.
 type serveHooks struct {
-	listening func(grpcAddr, httpAddr string)
+	listening func(listenAddrs)
 	reloaded  func(trigger string, err error) // after every reload attempt
 }
 
@@ -160,9 +168,10 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 	}
 }
 
-// serve runs the gRPC and HTTP servers and the background loops until ctx ends.
+// serve runs the ext_proc gRPC server, the Admin gRPC server, the admin HTTP server and the
+// background loops until ctx ends or a server fails (then the process exits non-zero, so its
+// supervisor restarts it).
 func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) error {
-	srv := s.ext
 	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin})
 	if err != nil {
 		return err
@@ -175,38 +184,68 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 		}
 		gopts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	g, hs := extproc.NewGRPCServer(srv, admin, gopts)
+	g, hs := extproc.NewGRPCServer(s.ext, gopts)
 	s.health = hs
-	glis, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.listen, err)
+	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.admin.tls, Token: cfg.admin.token})
+	var lis [3]net.Listener
+	for i, addr := range []string{cfg.listen, cfg.adminGRPC, cfg.adminListen} {
+		if lis[i], err = net.Listen("tcp", addr); err != nil {
+			for _, l := range lis[:i] {
+				l.Close()
+			}
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
 	}
-	hlis, err := net.Listen("tcp", cfg.adminListen)
-	if err != nil {
-		glis.Close()
-		return fmt.Errorf("admin listen %s: %w", cfg.adminListen, err)
+	glis, alis, hlis := lis[0], lis[1], lis[2]
+	if cfg.admin.tls != nil {
+		hlis = tls.NewListener(hlis, cfg.admin.tls)
 	}
-	hsrv := &http.Server{Handler: s.httpHandler(admin), ReadHeaderTimeout: 10 * time.Second}
-	s.log.Info("serving", "endpoint", glis.Addr().String(), "admin", hlis.Addr().String(),
-		"policy", string(cfg.settings.Policy.Disagg.Policy))
+	hsrv := &http.Server{Handler: s.httpHandler(admin, cfg.admin.token), ReadHeaderTimeout: 10 * time.Second}
+	// Readiness is known before the first health check can arrive: Envoy marks a router that
+	// answers NOT_SERVING unhealthy and does not ask again for its whole interval.
+	s.updateReady()
+	s.log.Info("serving", "endpoint", glis.Addr().String(), "admin_grpc", alis.Addr().String(),
+		"admin", hlis.Addr().String(), "policy", string(cfg.settings.Policy.Disagg.Policy))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if hooks.listening != nil {
-		hooks.listening(glis.Addr().String(), hlis.Addr().String())
+		hooks.listening(listenAddrs{grpc: glis.Addr().String(), adminGRPC: alis.Addr().String(), http: hlis.Addr().String()})
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
+	failed := func(what string, err error) {
+		if err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("%s: %w", what, err)
+			stop()
+		}
+	}
 	wg.Go(func() { s.pool.Run(ctx) })
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.watchConfig(ctx, hup) })
-	wg.Go(func() { errs <- extproc.Serve(ctx, g, hs, glis, cfg.unreadyDelay, cfg.drainTimeout) })
 	wg.Go(func() {
-		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- err
+		err := extproc.Serve(ctx, g, hs, glis, cfg.unreadyDelay, cfg.drainTimeout)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		failed("ext_proc gRPC server", err)
+	})
+	wg.Go(func() {
+		err := ag.Serve(alis)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+		failed("admin gRPC server", err)
+	})
+	wg.Go(func() {
+		if err := hsrv.Serve(hlis); !errors.Is(err, http.ErrServerClosed) {
+			failed("admin HTTP server", err)
 		}
 	})
 	<-ctx.Done()
+	ag.Stop()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = hsrv.Shutdown(shutdownCtx)
 	cancel()
@@ -227,17 +266,16 @@ func (s *service) reporter() extproc.StreamReporter {
 	return s.streams
 }
 
-// watchReady updates readiness once a second: every discovered worker is healthy and, with
-// KV events, its stream has been seen.
+// readyEvery is how often readiness and stream silence are re-evaluated.
+const readyEvery = 250 * time.Millisecond
+
+// watchReady re-evaluates readiness and stream silence every readyEvery.
 func (s *service) watchReady(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(readyEvery)
 	defer t.Stop()
 	silent := map[string]bool{}
 	for {
-		ready := s.unready() == nil
-		if s.ready.Swap(ready) != ready || ready {
-			extproc.SetReady(s.health, ready)
-		}
+		s.updateReady()
 		for _, w := range s.ext.UpdateSilence(time.Now(), silent) {
 			s.log.Warn("KV event stream silence changed", "worker", w, "silent", silent[w])
 		}
@@ -249,22 +287,36 @@ func (s *service) watchReady(ctx context.Context) {
 	}
 }
 
-// unready lists the workers that keep the router from being ready.
-func (s *service) unready() []string {
-	var out []string
-	decode := false
+// updateReady sets gRPC health from the pool: SERVING while at least one decode worker is
+// healthy. One unhealthy worker does not flip the whole service; /readyz lists it.
+func (s *service) updateReady() {
+	ready, _ := s.readiness()
+	if s.ready.Swap(ready) != ready || ready {
+		extproc.SetReady(s.health, ready)
+	}
+}
+
+// readiness reports whether the router can route (a healthy decode worker exists) and one line
+// per worker for /readyz: role, health, and whether its KV event stream has been seen.
+func (s *service) readiness() (bool, []string) {
+	var lines []string
+	ready := false
 	for _, w := range s.pool.Workers() {
-		decode = decode || (w.Role == pool.RoleDecode && w.Healthy)
+		state := "healthy"
 		if !w.Healthy {
-			out = append(out, w.ID+": unhealthy")
-		} else if s.streams != nil && w.KVEvents != "" && !s.streams.Seen(w.ID) {
-			out = append(out, w.ID+": no KV event stream yet")
+			state = "unhealthy"
 		}
+		ready = ready || (w.Role == pool.RoleDecode && w.Healthy)
+		line := fmt.Sprintf("%s %s %s", w.ID, w.Role, state)
+		if s.streams != nil && w.KVEvents != "" && !s.streams.Seen(w.ID) {
+			line += " (no KV event yet: no cache credit)"
+		}
+		lines = append(lines, line)
 	}
-	if !decode {
-		out = append(out, "no healthy decode worker")
+	if !ready {
+		lines = append(lines, "no healthy decode worker")
 	}
-	return out
+	return ready, lines
 }
 
 // watchConfig reloads on SIGHUP (hup) and when the file changes.

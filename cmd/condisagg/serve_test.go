@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -39,6 +43,7 @@ func (s *syncBuffer) String() string {
 
 const serveYAML = `listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+admin_grpc_listen: 127.0.0.1:0
 drain_timeout: 5s
 model: {tokenizer: MODEL, block_size: 16}
 router:
@@ -55,23 +60,23 @@ func TestServeEndToEnd(t *testing.T) {
 	cfgPath := writeFile(t, dir, "condisagg.yaml", strings.Replace(serveYAML, "MODEL", model, 1)+workersYAML)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan listenAddrs, 1)
 	logs := &syncBuffer{}
 	exit := make(chan int, 1)
 	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(g, h string) { addrs <- [2]string{g, h} }})
+		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(a listenAddrs) { addrs <- a }})
 	}()
-	var grpcAddr, httpAddr string
+	var grpcAddr, adminAddr, httpAddr string
 	select {
 	case a := <-addrs:
-		grpcAddr, httpAddr = a[0], a[1]
+		grpcAddr, adminAddr, httpAddr = a.grpc, a.adminGRPC, a.http
 	case code := <-exit:
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	}
 	body := `{"model":"qwen3","messages":[{"role":"user","content":"hello"}]}`
 
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"explain", "--addr", grpcAddr, "--body", body}, &out, &errOut); code != 0 {
+	if code := run(ctx, []string{"explain", "--addr", adminAddr, "--body", body}, &out, &errOut); code != 0 {
 		t.Fatalf("explain exit %d: %s", code, errOut.String())
 	}
 	if !strings.Contains(out.String(), "reason") || !strings.Contains(out.String(), "remote_disabled") {
@@ -79,7 +84,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	out.Reset()
 	bodyFile := writeFile(t, dir, "req.json", body)
-	if code := run(ctx, []string{"explain", "--addr", grpcAddr, "--body", "@" + bodyFile, "-o", "json"}, &out, &errOut); code != 0 {
+	if code := run(ctx, []string{"explain", "--addr", adminAddr, "--body", "@" + bodyFile, "-o", "json"}, &out, &errOut); code != 0 {
 		t.Fatalf("explain json exit %d: %s", code, errOut.String())
 	}
 	var ex struct{ Route, Reason, Destination string }
@@ -87,7 +92,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("explain json %+v %v:\n%s", ex, err, out.String())
 	}
 	out.Reset()
-	if code := run(ctx, []string{"workers", "--addr", grpcAddr}, &out, &errOut); code != 0 ||
+	if code := run(ctx, []string{"workers", "--addr", adminAddr}, &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), "decode-0") || !strings.Contains(out.String(), "127.0.0.1:8200") {
 		t.Fatalf("workers exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
@@ -127,8 +132,17 @@ func TestServeEndToEnd(t *testing.T) {
 	defer conn.Close()
 	extProcDecision(t, conn, body)
 
+	if _, err := condisaggv1.NewAdminClient(conn).ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Admin answered on the ext_proc port: %v", err)
+	}
+	aconn, err := grpc.NewClient(adminAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aconn.Close()
+
 	// A bad file is rejected and the old configuration stays; a good one is applied.
-	admin := condisaggv1.NewAdminClient(conn)
+	admin := condisaggv1.NewAdminClient(aconn)
 	good := strings.Replace(serveYAML, "MODEL", model, 1)
 	bad := strings.Replace(good, "conditional_disagg: false", "conditional_disagg: true\n  kv_events: true\n  conditional_disagg_config: {eff_isl_ratio_threshold: 1.5}", 1)
 	bad = strings.Replace(bad, "  kv_events: false\n", "", 1)
@@ -172,15 +186,15 @@ func TestServeRejectsBadConfig(t *testing.T) {
 }
 
 // startServe runs serve with the given YAML until the test ends and returns its addresses.
-func startServe(t *testing.T, yamlText string) (grpcAddr, httpAddr string) {
+func startServe(t *testing.T, yamlText string) listenAddrs {
 	t.Helper()
 	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", yamlText)
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan listenAddrs, 1)
 	exit := make(chan int, 1)
 	logs := &syncBuffer{}
 	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(g, h string) { addrs <- [2]string{g, h} }})
+		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(a listenAddrs) { addrs <- a }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -190,34 +204,48 @@ func startServe(t *testing.T, yamlText string) (grpcAddr, httpAddr string) {
 	})
 	select {
 	case a := <-addrs:
-		return a[0], a[1]
+		return a
 	case code := <-exit:
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	}
-	return "", ""
+	return listenAddrs{}
 }
 
-// TestServeWithEventStreams: with router.kv_events every worker's ZMQ stream is started;
-// until a stream has connected /readyz is 503 naming the worker, and ListWorkers shows the
-// stream down.
+// TestServeWithEventStreams: with router.kv_events every worker's ZMQ stream is started; a
+// stream that has not connected yet does not make the router unready (the worker is healthy,
+// it only gets no cache credit), /readyz names it, and ListWorkers shows the stream down.
 func TestServeWithEventStreams(t *testing.T) {
 	model := requireModel(t)
 	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
 	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + `workers:
   - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, kv_events: "tcp://127.0.0.1:1", num_gpu_blocks: 100}
 `
-	grpcAddr, httpAddr := startServe(t, cfg)
+	a := startServe(t, cfg)
+	adminAddr, httpAddr := a.adminGRPC, a.http
+	// Ready from the first moment the port is open: Envoy's first health check must not find
+	// NOT_SERVING (it would not ask again for its whole interval).
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, name := range []string{"", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		hr, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q at startup: %v %v", name, hr, err)
+		}
+	}
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(b), "decode-0: no KV event stream yet") {
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "decode-0 decode healthy (no KV event yet: no cache credit)") {
 		t.Fatalf("/readyz %d %s", resp.StatusCode, b)
 	}
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"workers", "--addr", grpcAddr, "-o", "json"}, &out, &errOut); code != 0 {
+	if code := run(context.Background(), []string{"workers", "--addr", adminAddr, "-o", "json"}, &out, &errOut); code != 0 {
 		t.Fatalf("workers: %s", errOut.String())
 	}
 	var lw struct {
@@ -269,5 +297,56 @@ func extProcDecision(t *testing.T, conn *grpc.ClientConn, body string) {
 	}
 	if _, err := stream.Recv(); err != io.EOF {
 		t.Fatalf("stream end: %v", err)
+	}
+}
+
+// TestAdminOffLoopbackNeedsAuth: an admin listener on a routable address without a token or
+// mTLS is a startup error naming the field and the fix; a token file makes it valid, and then
+// both the Admin gRPC service and /debug/explain demand the token.
+func TestAdminOffLoopbackNeedsAuth(t *testing.T) {
+	model := requireModel(t)
+	dir := t.TempDir()
+	base := strings.Replace(serveYAML, "MODEL", model, 1) + workersYAML
+	open := strings.Replace(base, "admin_grpc_listen: 127.0.0.1:0", "admin_grpc_listen: 0.0.0.0:0", 1)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--config", writeFile(t, dir, "open.yaml", open)}, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "admin_grpc_listen: 0.0.0.0:0 is not a loopback address: set admin_token_file") {
+		t.Fatalf("open admin listener: exit %d\n%s", code, errOut.String())
+	}
+	short := writeFile(t, dir, "short.token", "abc\n")
+	errOut.Reset()
+	if code := run(context.Background(), []string{"serve", "--config", writeFile(t, dir, "short.yaml", base), "--admin-token-file", short}, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "must hold one token of at least 16 characters") {
+		t.Fatalf("short token: exit %d\n%s", code, errOut.String())
+	}
+	tokenFile := writeFile(t, dir, "admin.token", "0123456789abcdef-admin\n")
+	a := startServe(t, open+"admin_token_file: "+tokenFile+"\n")
+	_, port, _ := net.SplitHostPort(a.adminGRPC)
+	addr := "127.0.0.1:" + port
+	out.Reset()
+	errOut.Reset()
+	if code := run(context.Background(), []string{"workers", "--addr", addr}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "Unauthenticated") {
+		t.Fatalf("workers without the token: exit %d %s", code, errOut.String())
+	}
+	if code := run(context.Background(), []string{"workers", "--addr", addr, "--token-file", tokenFile}, &out, &errOut); code != 0 {
+		t.Fatalf("workers with the token: exit %d %s", code, errOut.String())
+	}
+	body := `{"model":"qwen3","messages":[{"role":"user","content":"hello"}]}`
+	for _, c := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer nope", 401}, {"Bearer 0123456789abcdef-admin", 200}} {
+		req, _ := http.NewRequest("POST", "http://"+a.http+"/debug/explain", strings.NewReader(body))
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Fatalf("/debug/explain with %q: %d, want %d", c.auth, resp.StatusCode, c.want)
+		}
 	}
 }

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out, "\ncondisagg workers:")
-	workers := exec.CommandContext(ctx, bin.Condisagg, "workers", "--addr", s.GRPCAddr)
+	workers := exec.CommandContext(ctx, bin.Condisagg, "workers", "--addr", s.AdminGRPC)
 	workers.Stdout, workers.Stderr = out, out
 	if err := workers.Run(); err != nil {
 		return fmt.Errorf("condisagg workers: %w", err)
@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 func printStack(out io.Writer, s *e2e.Stack, o options, took time.Duration) {
 	fmt.Fprintf(out, "stack up in %.1fs (simulated workers run %gx faster than real time):\n", took.Seconds(), o.timeScale)
 	fmt.Fprintf(out, "  envoy      http://%s  (admin %s)\n", s.Envoy.ListenerAddr("llm"), s.Envoy.AdminAddr())
-	fmt.Fprintf(out, "  condisagg  ext_proc/admin gRPC %s, admin HTTP %s\n", s.GRPCAddr, s.AdminAddr)
+	fmt.Fprintf(out, "  condisagg  ext_proc gRPC %s, Admin gRPC %s, admin HTTP %s\n", s.GRPCAddr, s.AdminGRPC, s.AdminAddr)
 	for _, w := range s.Workers {
 		if w.Sidecar != nil {
 			fmt.Fprintf(out, "  %-10s vllm-sim %s behind pd-sidecar %s\n", w.Spec.Name, w.SimAddr, w.Endpoint)
