@@ -43,6 +43,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("4_decode_busy_guard", func(t *testing.T) { testDecodeBusy(t, s) })
 	t.Run("6_publisher_restart", func(t *testing.T) { testPublisherRestart(t, s) })
 	t.Run("7_forged_headers_ignored", func(t *testing.T) { testForgedHeaders(t, s) })
+	t.Run("11_client_kv_transfer_params_and_encoded_paths", func(t *testing.T) { testHostileBodiesAndPaths(t, s) })
 	t.Run("9_errors_through_envoy", func(t *testing.T) { testErrors(t, s) })
 	t.Run("passthrough_get_models", func(t *testing.T) { testPassthrough(t, s) })
 	t.Run("10_booked_load_returns_to_zero", func(t *testing.T) { testLoadReturnsToZero(t, s) })

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -264,5 +265,41 @@ func testNoWorkers(t *testing.T, s *Stack) {
 	wantAPIError(t, r, http.StatusServiceUnavailable, "no_eligible_worker", "")
 	if r.Header.Get("Retry-After") != "1" {
 		t.Fatalf("503 without retry-after: 1 (%v)", r.Header)
+	}
+}
+
+// testHostileBodiesAndPaths: a client's kv_transfer_params never reaches a worker, and a
+// percent-encoded path is routed as the engine will read it. The second turn of a conversation
+// bypasses to its decode worker directly (no sidecar rewrites the body on that route); it asks
+// for do_remote_decode, which an engine honours by stopping after one token and handing out
+// its KV. Through the BUFFERED and the full-duplex Envoy the answer is the full generation.
+func testHostileBodiesAndPaths(t *testing.T, s *Stack) {
+	for i, env := range []*envoy.Process{s.Envoy, s.EnvoyDuplex} {
+		if env == nil {
+			continue
+		}
+		ctx := scenarioCtx(t)
+		seed := uint64(1101 + 10*i)
+		msgs := []Message{{Role: "user", Content: Words(seed, 2200)}}
+		r1, delta := turnVia(t, ctx, s, env, ChatBody(msgs, maxTokens), nil, 2)
+		wantDecision(t, r1, "prefill", "remote_isl_too_long")
+		d := remoteDecode(t, s, delta)
+		body := ChatBody(nextTurn(msgs, r1.Text, seed+1, 200), maxTokens)
+		waitExplain(t, ctx, s, body, func(ex *condisaggv1.ExplainResponse) bool { return ex.Route == "decode" && ex.DecodeWorker == d })
+		smuggled := append(bytes.TrimSuffix(body, []byte("}")),
+			`,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_host":"10.9.9.9","remote_port":1}}`...)
+		r, err := s.Post(ctx, "http://"+env.ListenerAddr("llm")+"/v1/chat/%63ompletions", smuggled, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != http.StatusOK || r.Decision.Route != "decode" || r.Decision.Reason != "bypass_isl" {
+			t.Fatalf("envoy %d: encoded path, smuggled params: %d decision %q; want a bypass on %s", i, r.Status, r.Decision.Raw, d)
+		}
+		if bytes.Contains(r.Body, []byte("kv_transfer_params")) || r.Events < maxTokens/2 {
+			t.Fatalf("envoy %d: the decode worker acted on the client's kv_transfer_params: %d events\n%s", i, r.Events, r.Body)
+		}
+	}
+	if v, err := s.RouterMetric(scenarioCtx(t), "condisagg_request_fields_stripped_total", `field="kv_transfer_params"`); err != nil || v < 1 {
+		t.Fatalf("condisagg_request_fields_stripped_total = %g (%v)", v, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -35,6 +36,15 @@ func (e Endpoint) String() string {
 func ParseEndpoint(path string) Endpoint {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
+	}
+	if strings.IndexByte(path, '%') >= 0 {
+		// The engine's HTTP server routes on the percent-decoded path (ASGI scope["path"]), so
+		// /v1/chat/%63ompletions is a chat request there and must be one here too.
+		dec, err := url.PathUnescape(path)
+		if err != nil {
+			return EndpointOther // not a path the engine routes to a completion handler either
+		}
+		path = dec
 	}
 	path = strings.TrimSuffix(path, "/")
 	switch path {

@@ -11,6 +11,10 @@ func TestParseEndpoint(t *testing.T) {
 		"/v1/chat/completions": EndpointChat, "/v1/chat/completions?x=1": EndpointChat,
 		"/v1/completions": EndpointCompletions, "/v1/completions/": EndpointCompletions,
 		"/v1/models": EndpointOther, "/v1/chat/completionsX": EndpointOther, "": EndpointOther,
+		// Percent-encoded paths route as the engine decodes them.
+		"/v1/chat/%63ompletions": EndpointChat, "/v1/%63ompletions?x": EndpointCompletions,
+		"/v1%2Fchat%2Fcompletions": EndpointChat, "/%76%31/completions/": EndpointCompletions,
+		"/v1/chat/completions%": EndpointOther, "/v1/chat/%zzcompletions": EndpointOther,
 	}
 	for path, want := range cases {
 		if got := ParseEndpoint(path); got != want {
