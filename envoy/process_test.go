@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -286,8 +287,9 @@ func expectStats(t *testing.T, env *Process, want map[string]uint64) {
 }
 
 // TestEnvoyFailureModes runs the real Envoy with condisagg unreachable (envoy-extproc §4):
-// fail-open serves through decode_fallback, fail-closed answers 500, and forged destination
-// headers reach neither the canary nor any upstream in both cases.
+// fail-open serves through decode_fallback, fail-closed answers 503 with an OpenAI JSON error
+// (the local reply mapping of Envoy's bare 500), and forged destination headers reach neither
+// the canary nor any upstream in both cases.
 func TestEnvoyFailureModes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -297,7 +299,7 @@ func TestEnvoyFailureModes(t *testing.T) {
 		served     bool
 	}{
 		{"buffered_fail_open", testParams(Buffered, FailOpen), http.StatusOK, true},
-		{"full_duplex_fail_closed", testParams(FullDuplex, FailClosed), http.StatusInternalServerError, false},
+		{"full_duplex_fail_closed", testParams(FullDuplex, FailClosed), http.StatusServiceUnavailable, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -311,6 +313,15 @@ func TestEnvoyFailureModes(t *testing.T) {
 			res := send(t, env, http.MethodPost, "/v1/chat/completions", body, forged(canary.srv.Listener.Addr().String()))
 			if res.status != c.wantStatus {
 				t.Fatalf("status %d body %q; want %d", res.status, res.body, c.wantStatus)
+			}
+			if !c.served {
+				var e struct {
+					Error struct{ Message, Type, Code string }
+				}
+				if err := json.Unmarshal([]byte(res.body), &e); err != nil || e.Error.Code != "router_unavailable" ||
+					e.Error.Type != "service_unavailable_error" || !strings.Contains(e.Error.Message, "ext_proc") {
+					t.Fatalf("fail-closed body %q (%v): want an OpenAI JSON error naming the ext_proc failure", res.body, err)
+				}
 			}
 			if c.served {
 				seen := expectServed(t, fallback, http.MethodPost, "/v1/chat/completions", body, int64(len(body)))

@@ -64,6 +64,10 @@ func ParseEndpoint(s string) (Endpoint, error) {
 	return Endpoint{Host: host, Port: p}, nil
 }
 
+// DefaultMaxBodyBytes is condisagg's default max_body_bytes (extproc.DefaultMaxBodyBytes, 10
+// MiB); the e2e suite checks the two agree.
+const DefaultMaxBodyBytes = 10 << 20
+
 // Params are the values substituted into bootstrap.yaml.tmpl. Zero fields take the defaults
 // listed on each field; Render validates the result.
 type Params struct {
@@ -84,7 +88,9 @@ type Params struct {
 	DecodeFallback []Endpoint
 	// MessageTimeout is ext_proc's per-message timeout; default 2s (no timer in full duplex).
 	MessageTimeout time.Duration
-	// RequestBodyBufferLimitBytes is the largest body Envoy buffers; default 16 MiB.
+	// RequestBodyBufferLimitBytes is the largest body Envoy buffers; set it to condisagg's
+	// max_body_bytes so a body either reaches condisagg whole or gets 413 (as OpenAI JSON, by
+	// the local reply mapping). Default DefaultMaxBodyBytes, condisagg's default.
 	RequestBodyBufferLimitBytes int64
 	// RouteTimeout and RouteIdleTimeout bound a whole request and its silences;
 	// defaults 3600s and 900s (long generations, non-streamed answers).
@@ -140,7 +146,7 @@ func (p Params) WithDefaults() Params {
 	setDuration(&p.ConnectTimeout, 5*time.Second)
 	setDuration(&p.HealthCheckInterval, 5*time.Second)
 	if p.RequestBodyBufferLimitBytes == 0 {
-		p.RequestBodyBufferLimitBytes = 16 << 20
+		p.RequestBodyBufferLimitBytes = DefaultMaxBodyBytes
 	}
 	if p.MaxRequests == 0 {
 		p.MaxRequests = 10000

@@ -39,7 +39,7 @@ type GRPCOptions struct {
 // limits above the body limit and keepalive settings that accept Envoy's HTTP/2 pings.
 // The health server starts with liveness SERVING and readiness NOT_SERVING.
 func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server) {
-	limit := max(opts.MaxBodyBytes, DefaultMaxBodyBytes) + 1<<20
+	limit := BodyCeiling(opts.MaxBodyBytes) + 1<<20
 	gopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
@@ -56,6 +56,13 @@ func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server)
 	hs.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	SetReady(hs, false)
 	return g, hs
+}
+
+// BodyCeiling is the largest max_body_bytes a server built with GRPCOptions.MaxBodyBytes =
+// maxBody can take on reload: its gRPC message limit (the ceiling plus 1 MiB of framing) is
+// fixed when it starts. maxBody is clamped to [DefaultMaxBodyBytes, MaxMaxBodyBytes].
+func BodyCeiling(maxBody int) int {
+	return min(max(maxBody, DefaultMaxBodyBytes), MaxMaxBodyBytes)
 }
 
 // AdminServerOptions configure the Admin gRPC server (ReloadConfig, Explain, ListWorkers):

@@ -62,8 +62,10 @@ type service struct {
 	group   *kvzmq.Group
 	health  *health.Server
 	ready   atomic.Bool
-	hooks   serveHooks
-	mu      sync.Mutex // serialises reloads
+	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
+	startBodyBytes int
+	hooks          serveHooks
+	mu             sync.Mutex // serialises reloads
 }
 
 // runServe parses the flags, validates the configuration and serves until ctx ends.
@@ -176,7 +178,8 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 	if err != nil {
 		return err
 	}
-	gopts := extproc.GRPCOptions{MaxBodyBytes: cfg.settings.MaxBodyBytes}
+	s.startBodyBytes = cfg.settings.MaxBodyBytes
+	gopts := extproc.GRPCOptions{MaxBodyBytes: s.startBodyBytes}
 	if cfg.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
 		if err != nil {
@@ -371,9 +374,14 @@ func (s *service) reload(trigger string) (err error) {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
 		return err
 	}
-	if old := s.cfg.Load(); old.pool.BlockSize != cfg.pool.BlockSize {
+	old := s.cfg.Load()
+	if old.pool.BlockSize != cfg.pool.BlockSize {
 		err = fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead",
 			cfg.pool.BlockSize, old.pool.BlockSize)
+	} else if ceiling := extproc.BodyCeiling(s.startBodyBytes); cfg.settings.MaxBodyBytes > ceiling {
+		// A body the gRPC message limit cannot carry would skip routing instead of getting 413.
+		err = fmt.Errorf("config: max_body_bytes: %d is above %d, the most the ext_proc gRPC message limit set at "+
+			"startup carries; restart to raise it", cfg.settings.MaxBodyBytes, ceiling)
 	} else {
 		err = s.ext.Reload(cfg.settings)
 	}
@@ -381,7 +389,7 @@ func (s *service) reload(trigger string) (err error) {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
 		return err
 	}
-	old := s.cfg.Swap(cfg)
+	s.cfg.Swap(cfg)
 	s.level.Set(cfg.logLevel)
 	if restart := restartNeeded(old, cfg); restart != "" {
 		s.log.Warn("configuration reloaded; some changes need a restart", "reason", trigger, "err", restart)
@@ -400,7 +408,9 @@ func restartNeeded(old, cur *config) string {
 	if old.tokenizer != cur.tokenizer || old.cacheSegments != cur.cacheSegments {
 		fields = append(fields, "model")
 	}
-	if old.listen != cur.listen || old.adminListen != cur.adminListen || old.tlsCert != cur.tlsCert || old.tlsKey != cur.tlsKey {
+	if old.listen != cur.listen || old.adminListen != cur.adminListen || old.adminGRPC != cur.adminGRPC ||
+		old.tlsCert != cur.tlsCert || old.tlsKey != cur.tlsKey || !reflect.DeepEqual(old.file.AdminTokenFile, cur.file.AdminTokenFile) ||
+		old.file.AdminTLSCert != cur.file.AdminTLSCert || old.file.AdminClientCA != cur.file.AdminClientCA {
 		fields = append(fields, "listeners/tls")
 	}
 	if old.kvEvents != cur.kvEvents {
