@@ -1,4 +1,4 @@
-package main
+package tune
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/condisagg/condisagg/policy"
 )
 
 // plotSeries is one line of a chart.
@@ -190,8 +192,9 @@ func plotCDF(name string, sorted []float64) plotSeries {
 	return s
 }
 
-// writePlots writes sweep.svg, ttft_cdf.svg and tpot_cdf.svg into dir and returns their paths.
-func writePlots(dir string, r *tuneReport) ([]string, error) {
+// WritePlots writes sweep.svg (when the report has a sweep), ttft_cdf.svg and tpot_cdf.svg into
+// dir and returns their paths.
+func WritePlots(dir string, r *Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tune: plots: %w", err)
 	}
@@ -225,22 +228,16 @@ func writePlots(dir string, r *tuneReport) ([]string, error) {
 
 // sweepChart plots goodput against eff_isl_threshold per ratio threshold, with the fixed modes
 // as dashed horizontal lines.
-func sweepChart(title string, r *tuneReport) *plotChart {
+func sweepChart(title string, r *Report) *plotChart {
 	c := &plotChart{title: "Threshold sweep — " + title, xLabel: "eff_isl_threshold (tokens, log)", yLabel: "goodput (req/s)", logX: true}
 	byRatio := map[string]*plotSeries{}
 	var order []string
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, m := range r.Sweep {
-		var d struct {
-			Policy string   `json:"policy"`
-			T      int64    `json:"eff_isl_threshold"`
-			R      float64  `json:"eff_isl_ratio_threshold"`
-			P      *float64 `json:"prefill_busy_threshold"`
-		}
-		_ = jsonUnmarshal(m.Config, &d)
-		key := d.Policy + " R=" + strconv.FormatFloat(d.R, 'f', -1, 64)
-		if d.Policy != "isl_bounding" && d.P != nil {
-			key += " θp=" + strconv.FormatFloat(*d.P, 'f', -1, 64)
+		d := m.disagg
+		key := string(d.Policy) + " R=" + strconv.FormatFloat(d.EffISLRatioThreshold, 'f', -1, 64)
+		if d.Policy != policy.ISLBounding && d.PrefillBusyThreshold.Set {
+			key += " θp=" + strconv.FormatFloat(d.PrefillBusyThreshold.Value, 'f', -1, 64)
 		}
 		s, ok := byRatio[key]
 		if !ok {
@@ -248,7 +245,7 @@ func sweepChart(title string, r *tuneReport) *plotChart {
 			byRatio[key] = s
 			order = append(order, key)
 		}
-		x := math.Max(float64(d.T), 1)
+		x := math.Max(float64(d.EffISLThreshold), 1)
 		s.x, s.y = append(s.x, x), append(s.y, m.Summary.Goodput)
 		xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
 	}
