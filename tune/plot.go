@@ -1,14 +1,23 @@
 package tune
 
 import (
+	"bytes"
 	"fmt"
-	"html"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	xfont "golang.org/x/image/font"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -20,166 +29,181 @@ type plotSeries struct {
 	dashed bool
 }
 
-// plotChart is a line chart written as a self-contained SVG.
+// plotChart is a line chart with its legend to the right of the axes, so that up to a dozen
+// long series names never cover the data.
 type plotChart struct {
 	title, xLabel, yLabel string
 	logX                  bool
-	zeroY                 bool    // start the y axis at 0
 	yMin, yMax            float64 // fixed y range when yMax > yMin
 	lines                 []plotSeries
 }
 
-var plotPalette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
+// plotPalette tells a dozen lines apart on white; gonum's default palette is softer.
+var plotPalette = [...]color.RGBA{
+	{0x1f, 0x77, 0xb4, 0xff}, {0xd6, 0x27, 0x28, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xff, 0x7f, 0x0e, 0xff},
+	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+	{0x7f, 0x7f, 0x7f, 0xff}, {0xbc, 0xbd, 0x22, 0xff},
+}
 
 const (
-	svgW, svgH                   = 880, 440
-	padL, padR, padT, padB       = 70, 300, 40, 50
-	plotW, plotH                 = svgW - padL - padR, svgH - padT - padB
-	maxPointsPerLine             = 400
-	legendLineH                  = 16
-	legendMaxChars               = 42
-	tickCount                    = 5
-	minPositiveForLogAxis        = 1e-3
-	svgHeader                    = `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">` + "\n"
-	svgBackground                = `<rect width="100%" height="100%" fill="white"/>` + "\n"
-	svgAxisColor, svgGridColor   = "#333", "#ddd"
-	svgLineWidth, svgDashPattern = "1.8", "6,4"
+	chartW, chartH   = 9 * vg.Inch, 4.5 * vg.Inch
+	legendW          = 3.4 * vg.Inch
+	chartMargin      = 8 // points
+	legendMaxChars   = 42
+	maxPointsPerLine = 400 // a CDF of 12k requests drawn with every point is a 1 MB file of no more detail
+	markPointsUpTo   = 12  // sweep lines are short: their points are marked
+	minPositiveOnLog = 1e-3
 )
 
-// svg renders c.
-func (c *plotChart) svg() string {
-	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	for _, s := range c.lines {
-		for i := range s.x {
-			x := s.x[i]
-			if c.logX {
-				x = math.Max(x, minPositiveForLogAxis)
-			}
-			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
-			ymin, ymax = math.Min(ymin, s.y[i]), math.Max(ymax, s.y[i])
-		}
+// svg renders c as a standalone SVG document; text stays text (fonts are not embedded).
+func (c *plotChart) svg() ([]byte, error) {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = c.title, c.xLabel, c.yLabel
+	p.Title.TextStyle.Font = sans(13, xfont.WeightBold)
+	p.Title.Padding = vg.Points(8)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font, a.Tick.Label.Font, a.Tick.Marker = sans(11, xfont.WeightNormal), sans(10, xfont.WeightNormal), plainTicks{}
 	}
-	if c.yMax > c.yMin {
-		ymin, ymax = c.yMin, c.yMax
+	if c.logX {
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
 	}
-	if math.IsInf(xmin, 0) {
-		xmin, xmax, ymin, ymax = 0, 1, 0, 1
-	}
-	if c.zeroY && ymin > 0 && c.yMax <= c.yMin {
-		ymin = 0
-	}
-	if !c.zeroY && c.yMax <= c.yMin && ymax > ymin {
-		pad := (ymax - ymin) * 0.08
-		ymin, ymax = ymin-pad, ymax+pad
-	}
-	if xmax == xmin {
-		xmax = xmin + 1
-	}
-	if ymax == ymin {
-		ymax = ymin + 1
-	}
-	fx := func(x float64) float64 {
-		if c.logX {
-			x = math.Max(x, minPositiveForLogAxis)
-			return padL + plotW*(math.Log10(x)-math.Log10(xmin))/(math.Log10(xmax)-math.Log10(xmin))
-		}
-		return padL + plotW*(x-xmin)/(xmax-xmin)
-	}
-	fy := func(y float64) float64 { return padT + plotH*(1-(y-ymin)/(ymax-ymin)) }
-	var b strings.Builder
-	fmt.Fprintf(&b, svgHeader, svgW, svgH, svgW, svgH)
-	b.WriteString(svgBackground)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`+"\n", padL, html.EscapeString(c.title))
-	for _, t := range plotTicks(xmin, xmax, c.logX) {
-		x := fx(t)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x, padT, x, padT+plotH, svgGridColor)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, padT+plotH+16, tickLabel(t))
-	}
-	for _, t := range plotTicks(ymin, ymax, false) {
-		y := fy(t)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", padL, y, padL+plotW, y, svgGridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-6, y+4, tickLabel(t))
-	}
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, svgAxisColor)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", padL+plotW/2, svgH-12, html.EscapeString(c.xLabel))
-	fmt.Fprintf(&b, `<text x="16" y="%d" text-anchor="middle" transform="rotate(-90 16 %d)">%s</text>`+"\n", padT+plotH/2, padT+plotH/2, html.EscapeString(c.yLabel))
+	p.Add(plotter.NewGrid())
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	legend.TextStyle.Font = sans(9, xfont.WeightNormal)
 	for i, s := range c.lines {
-		color := plotPalette[i%len(plotPalette)]
-		dash := ""
+		xys := c.points(s)
+		if len(xys) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, fmt.Errorf("tune: plot %q, line %q: %w", c.title, s.name, err)
+		}
+		l.Color, l.Width = plotPalette[i%len(plotPalette)], vg.Points(1.4)
 		if s.dashed {
-			dash = ` stroke-dasharray="` + svgDashPattern + `"`
+			l.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 		}
-		var pts []string
-		step := max(1, len(s.x)/maxPointsPerLine)
-		for k := 0; k < len(s.x); k += step {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", fx(s.x[k]), fy(s.y[k])))
-		}
-		if n := len(s.x); n > 0 && (n-1)%step != 0 {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", fx(s.x[n-1]), fy(s.y[n-1])))
-		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%s"%s points="%s"/>`+"\n", color, svgLineWidth, dash, strings.Join(pts, " "))
-		if len(s.x) <= 12 {
-			for k := range s.x {
-				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", fx(s.x[k]), fy(s.y[k]), color)
+		p.Add(l)
+		if len(xys) <= markPointsUpTo {
+			sc, err := plotter.NewScatter(xys)
+			if err != nil {
+				return nil, fmt.Errorf("tune: plot %q, line %q: %w", c.title, s.name, err)
 			}
+			sc.GlyphStyle = draw.GlyphStyle{Color: l.Color, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
+			p.Add(sc)
 		}
-		ly := padT + 10 + i*legendLineH
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", padL+plotW+12, ly, padL+plotW+36, ly, color, dash)
-		name := s.name
-		if len(name) > legendMaxChars {
-			name = name[:legendMaxChars-1] + "…"
-		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", padL+plotW+42, ly+4, html.EscapeString(name))
+		legend.Add(shorten(s.name), l)
 	}
-	b.WriteString("</svg>\n")
-	return b.String()
+	c.fixRanges(p)
+	canvas := vgsvg.New(chartW, chartH)
+	dc := draw.New(canvas)
+	// One white page under the axes and the legend: on a dark page the legend's black text
+	// would otherwise sit on the page's own colour.
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	p.BackgroundColor = nil
+	// gonum draws to the canvas edge; the margin keeps the title and the y label inside the
+	// viewBox of every SVG renderer.
+	p.Draw(draw.Crop(dc, chartMargin, -legendW, chartMargin, -chartMargin))
+	legend.XOffs, legend.Padding = vg.Points(8), vg.Points(3)
+	legend.Draw(draw.Crop(dc, chartW-legendW, 0, 0, -vg.Points(36)))
+	var b bytes.Buffer
+	if _, err := canvas.WriteTo(&b); err != nil {
+		return nil, fmt.Errorf("tune: plot %q: %w", c.title, err)
+	}
+	return b.Bytes(), nil
 }
 
-// plotTicks returns about tickCount round values in [lo, hi] (decades on a log axis).
-func plotTicks(lo, hi float64, log bool) []float64 {
-	var out []float64
-	if log {
-		for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
-			if v := math.Pow(10, e); v >= lo*0.999 && v <= hi*1.001 {
-				out = append(out, v)
-			}
+// points are s's points to draw: at most maxPointsPerLine (the last one always kept), and on a
+// log axis none at x <= 0, which the scale cannot place.
+func (c *plotChart) points(s plotSeries) plotter.XYs {
+	step := max(1, len(s.x)/maxPointsPerLine)
+	var xys plotter.XYs
+	for k := 0; k < len(s.x); k++ {
+		if k%step != 0 && k != len(s.x)-1 {
+			continue
 		}
-		if len(out) >= 2 {
-			return out
+		x := s.x[k]
+		if c.logX {
+			x = math.Max(x, minPositiveOnLog)
 		}
-		out = out[:0]
+		xys = append(xys, plotter.XY{X: x, Y: s.y[k]})
 	}
-	raw := (hi - lo) / tickCount
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	for k := math.Ceil(lo / step); k*step <= hi+step*1e-9; k++ {
-		v, _ := strconv.ParseFloat(strconv.FormatFloat(k*step, 'g', 12, 64), 64) // 3·0.2 is 0.6
-		if v == 0 {
-			v = 0 // not -0
-		}
-		out = append(out, v)
-	}
-	return out
+	return xys
 }
 
+// fixRanges applies the fixed y range, and gives an empty or single-valued axis a range the
+// scale can draw (gonum widens it by ±1, which a log axis cannot take below 0).
+func (c *plotChart) fixRanges(p *plot.Plot) {
+	if c.yMax > c.yMin {
+		p.Y.Min, p.Y.Max = c.yMin, c.yMax
+	}
+	if math.IsInf(p.X.Min, 0) || math.IsInf(p.X.Max, 0) {
+		p.X.Min, p.X.Max = 1, 10
+		if !(c.yMax > c.yMin) {
+			p.Y.Min, p.Y.Max = 0, 1
+		}
+	}
+	if c.logX && p.X.Min == p.X.Max {
+		p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
+	}
+}
+
+// sans is Liberation Sans, which gonum ships; its default serif face reads poorly at small
+// sizes.
+func sans(points float64, weight xfont.Weight) font.Font {
+	return font.Font{Typeface: "Liberation", Variant: "Sans", Weight: weight, Size: vg.Points(points)}
+}
+
+// plainTicks are gonum's linear ticks labelled with their exact value: gonum's own labels may
+// round ticks at 4.05 and 4.15 to "4" and "4.2".
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if !ticks[i].IsMinor() {
+			ticks[i].Label = tickLabel(ticks[i].Value)
+		}
+	}
+	return ticks
+}
+
+// tickLabel prints v without the float noise of a computed tick (3·0.1 is 0.30000000000000004).
 func tickLabel(v float64) string {
-	if math.Abs(v) < 1e-9 {
+	v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 10, 64), 64)
+	if v == 0 {
 		return "0" // never "-0"
 	}
-	switch a := math.Abs(v); {
-	case a >= 10000:
-		return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"
-	case a >= 1 || a == 0:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	default:
-		return strconv.FormatFloat(v, 'g', 3, 64)
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// logTicks labels the decades of a log axis; a range that holds fewer than two of them gets
+// gonum's linear ticks instead, so a sweep over 512–4096 still has labelled values.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
+	labelled := 0
+	for _, t := range ticks {
+		if !t.IsMinor() && t.Value >= lo && t.Value <= hi {
+			labelled++
+		}
 	}
+	if labelled < 2 {
+		ticks = plainTicks{}.Ticks(lo, hi)
+	}
+	// A tick outside the range would still be handed to the log scale, which panics at x <= 0.
+	return slices.DeleteFunc(ticks, func(t plot.Tick) bool { return t.Value <= 0 || t.Value < lo || t.Value > hi })
+}
+
+// shorten keeps legend names inside the legend's strip.
+func shorten(name string) string {
+	if r := []rune(name); len(r) > legendMaxChars {
+		return string(r[:legendMaxChars-1]) + "…"
+	}
+	return name
 }
 
 // plotCDF turns an ascending sample into CDF points.
@@ -218,7 +242,11 @@ func WritePlots(dir string, r *Report) ([]string, error) {
 	var paths []string
 	for _, n := range names {
 		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, []byte(charts[n].svg()), 0o644); err != nil {
+		data, err := charts[n].svg()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
 			return nil, fmt.Errorf("tune: plots: %w", err)
 		}
 		paths = append(paths, p)

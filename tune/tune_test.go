@@ -328,28 +328,3 @@ func TestRunCancelled(t *testing.T) {
 		t.Fatalf("Run on a cancelled context = %v", err)
 	}
 }
-
-func TestChartTicksAndEscaping(t *testing.T) {
-	for _, tc := range []struct {
-		lo, hi float64
-		log    bool
-		want   string
-	}{
-		{0, 1, false, "[0 0.2 0.4 0.6 0.8 1]"},
-		{0, 2300, false, "[0 500 1000 1500 2000]"},
-		{3, 4000, true, "[10 100 1000]"},
-		{20, 40, true, "[20 25 30 35 40]"},          // under two decades: linear ticks
-		{512, 4096, true, "[1000 2000 3000 4000]"},  // one decade inside: linear, no duplicate
-		{-1e-17, 1, false, "[0 0.2 0.4 0.6 0.8 1]"}, // rounding noise
-	} {
-		if got := fmt.Sprint(plotTicks(tc.lo, tc.hi, tc.log)); got != tc.want {
-			t.Errorf("plotTicks(%v, %v, %v) = %s, want %s", tc.lo, tc.hi, tc.log, got, tc.want)
-		}
-	}
-	c := plotChart{title: "a < b & c", lines: []plotSeries{{name: "<x>", x: []float64{1, 2}, y: []float64{3, 4}}}}
-	p := filepath.Join(t.TempDir(), "c.svg")
-	if err := os.WriteFile(p, []byte(c.svg()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	checkSVG(t, p)
-}
