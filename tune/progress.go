@@ -3,59 +3,83 @@ package tune
 import (
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
-// Bar draws one line on w: done of total simulated requests over all simulations of a run.
+// Bar is the progress line `condisagg tune` draws: requests simulated of the run's planned
+// total, the simulation that reported last, the rate, elapsed time and an estimate of the rest.
+//
+// It draws only on a terminal. Redirected to a file or a pipe, its carriage-return redraws are
+// noise that ends up in the log; there a Bar draws nothing at all.
 type Bar struct {
-	mu          sync.Mutex // guards everything below
-	w           io.Writer
-	on, drawn   bool
-	total, done int
-	lastPermil  int
-	start       time.Time
+	w  io.Writer
+	on bool
+	mu sync.Mutex               // guards pb
+	pb *progressbar.ProgressBar // nil until Plan, and for ever when the bar does not draw
 }
 
-// NewBar returns a bar that draws on w when on is set.
-func NewBar(w io.Writer, on bool) *Bar {
-	return &Bar{w: w, on: on, start: time.Now(), lastPermil: -1}
+// barRedraw limits redraws: simulations report every 256 requests, thousands of times a second.
+const barRedraw = 100 * time.Millisecond
+
+// NewBar returns a bar on w that draws if show is set and w is a terminal.
+func NewBar(w io.Writer, show bool) *Bar {
+	return &Bar{w: w, on: show && isTerminal(w)}
 }
 
-// Plan sets the total.
-func (p *Bar) Plan(n int) {
-	p.mu.Lock()
-	p.total = n
-	p.mu.Unlock()
+// isTerminal reports whether w is a terminal (a file descriptor that term.IsTerminal accepts).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// Advance adds n finished requests of the simulation label.
-func (p *Bar) Advance(label string, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.done += n
-	if !p.on || p.total == 0 {
+// Plan starts the bar with the run's total.
+func (b *Bar) Plan(total int) {
+	if !b.on || total <= 0 {
 		return
 	}
-	permil := min(p.done*1000/p.total, 1000)
-	if permil == p.lastPermil {
-		return
-	}
-	p.lastPermil = permil
-	const width = 30
-	fill := permil * width / 1000
-	fmt.Fprintf(p.w, "\rtune [%s%s] %5.1f%%  %6.0fs  %-40.40s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
-		float64(permil)/10, time.Since(p.start).Seconds(), label)
-	p.drawn = true
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pb = progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(b.w),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("req"),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(barRedraw),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(b.w) }))
 }
 
-// Finish ends the bar's line.
-func (p *Bar) Finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.drawn {
-		fmt.Fprintln(p.w)
-		p.drawn = false
+// Advance adds n requests finished by the simulation label.
+func (b *Bar) Advance(label string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pb == nil {
+		return
+	}
+	// A fixed width keeps the bar from jumping as parallel simulations take turns.
+	b.pb.Describe(fmt.Sprintf("%-36.36s", label))
+	_ = b.pb.Add(n) // the only error is a count past the total, which Plan's bound rules out
+}
+
+// End closes the bar's line. After a successful run the bar shows 100% even when the sweep
+// merged two points and simulated less than planned; after a failed one it stays where it was.
+func (b *Bar) End(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pb == nil || b.pb.IsFinished() {
+		return
+	}
+	if err == nil {
+		_ = b.pb.Finish()
+		return
+	}
+	if b.pb.IsStarted() { // something was drawn: end its line
+		_ = b.pb.Exit()
 	}
 }

@@ -69,7 +69,7 @@ func parseTuneFlags(args []string, stderr io.Writer) (*tune.Config, *tuneFlags, 
 	fs.StringVar(&f.jsonOut, "json-out", "", "also write the JSON report to this file")
 	fs.StringVar(&f.plots, "plots", "", "directory for SVG plots (sweep, TTFT and TPOT CDFs); empty = none")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
-	fs.BoolVar(&f.progress, "progress", false, "progress bar even for short runs")
+	fs.BoolVar(&f.progress, "progress", false, "progress bar even for short runs (drawn only when stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, false // the flag package has printed it
 	}
@@ -132,7 +132,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	bar := tune.NewBar(stderr, !f.quiet && (f.progress || len(w.Requests) >= progressMinRequests))
 	rep, err := tune.Run(ctx, c, w, tune.Options{Progress: bar})
-	bar.Finish()
+	bar.End(err)
 	if err == nil && f.plots != "" {
 		rep.Plots, err = tune.WritePlots(f.plots, rep)
 	}

@@ -18,11 +18,12 @@ func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // TestTuneWiring runs a short simulation through the flags: the table goes to stdout, the JSON
-// to --json-out, and nothing to stderr.
+// to --json-out, and nothing to stderr: --progress asks for the bar, but stderr here is no
+// terminal.
 func TestTuneWiring(t *testing.T) {
 	jsonOut := filepath.Join(t.TempDir(), "report.json")
 	code, out, errOut := tuneRun(t, "--synthetic", "vllm-prefix-repetition", "--requests", "60", "--cluster", "1p1d",
-		"--slo", "ttft=1s,tpot=50ms", "--no-sweep", "--json-out", jsonOut)
+		"--slo", "ttft=1s,tpot=50ms", "--no-sweep", "--json-out", jsonOut, "--progress")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -30,7 +31,7 @@ func TestTuneWiring(t *testing.T) {
 		t.Errorf("table output:\n%s", out)
 	}
 	if errOut != "" {
-		t.Errorf("stderr: %q", errOut)
+		t.Errorf("progress drawn into a non-terminal stderr: %q", errOut)
 	}
 	data, err := os.ReadFile(jsonOut)
 	if err != nil {
