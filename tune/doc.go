@@ -11,9 +11,10 @@
 // isl_or_load with each θp at the best (T, R). The best point has the highest goodput; ties go
 // to the lower TTFT p90, then TPOT p99.
 //
-// Invariants: a run is deterministic for a Config and a Workload (the seed is in the Config);
-// Config.Validate reports every problem at once, each named by the `condisagg tune` flag that
-// sets the field.
+// Invariants: a run is deterministic for a Config and a Workload (the seed is in the Config),
+// and every Report records what reproduces it: the seed, the source commit (Commit) and the
+// command's flags with their effective values (Options.Flags). Config.Validate reports every
+// problem at once, each named by the `condisagg tune` flag that sets the field.
 //
 // Concurrency: Run starts at most Config.Parallel simulations at once and waits for every one
 // before it returns; it calls Progress.Advance from those goroutines. A Report is not safe for

@@ -47,8 +47,13 @@ type Row struct {
 	ttft, tpot    []float64        // ms, sorted, for the CDF plots
 }
 
-// Report is the outcome of a run: what `condisagg tune` prints and writes.
+// Report is the outcome of a run: what `condisagg tune` prints and writes. Seed, Commit and
+// Flags are there so that a reader can run it again and get the same rows.
 type Report struct {
+	Seed         uint64                 `json:"seed"`
+	Commit       string                 `json:"commit"`        // see Commit; "unknown" when nothing answered
+	CommitSource string                 `json:"commit_source"` // CommitFromBuild, CommitFromGit or CommitUnknown
+	Flags        map[string]string      `json:"flags"`         // every flag with its effective value, as Options.Flags gave them
 	Workload     string                 `json:"workload"`
 	Requests     int                    `json:"requests"`
 	SpanSeconds  float64                `json:"span_s"`
@@ -77,7 +82,7 @@ type Bucket struct {
 
 func newReport(r *run, probe *job, modes []*job) *Report {
 	reqs := r.w.Requests
-	rep := &Report{Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name,
+	rep := &Report{Seed: r.c.Seed, Commit: r.commit, CommitSource: r.commitSource, Flags: r.flags, Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name,
 		SLO: r.p.slo.String(), EventDelayMS: toMS(r.p.base.EventDelay), Buckets: map[string][]Bucket{}}
 	rep.SpanSeconds = (reqs[len(reqs)-1].Arrival - reqs[0].Arrival).Seconds()
 	var effs, ratios []float64

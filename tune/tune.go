@@ -25,6 +25,9 @@ type Progress interface {
 // Options are the parts of a run that do not change what it simulates.
 type Options struct {
 	Progress Progress // nil: none
+	// Flags is the command line that configured the run, every flag with its effective value;
+	// the report records it as given.
+	Flags map[string]string
 }
 
 // job is one simulation of the run.
@@ -35,12 +38,15 @@ type job struct {
 	sum  workload.Summary
 }
 
-// run is one Run call: the resolved config, the workload and where progress goes.
+// run is one Run call: the resolved config, the workload, where progress goes and what the
+// report records about the run's provenance.
 type run struct {
-	c    *Config
-	p    *plan
-	w    *Workload
-	prog Progress
+	c                    *Config
+	p                    *plan
+	w                    *Workload
+	prog                 Progress
+	flags                map[string]string
+	commit, commitSource string
 }
 
 // Run simulates w once per routing mode, then sweeps the thresholds, and reports the modes,
@@ -50,7 +56,8 @@ func Run(ctx context.Context, c *Config, w *Workload, opts Options) (*Report, er
 	if err != nil {
 		return nil, err
 	}
-	r := &run{c: c, p: p, w: w, prog: opts.Progress}
+	r := &run{c: c, p: p, w: w, prog: opts.Progress, flags: opts.Flags}
+	r.commit, r.commitSource = Commit(ctx)
 	if r.prog == nil {
 		r.prog = noProgress{}
 	}

@@ -25,16 +25,17 @@ the loop, once per routing mode, and recommends conditional-disaggregation thres
 // --progress: shorter runs finish before a bar would tell anything.
 const progressMinRequests = 2000
 
-// tuneFlags are the flags of `condisagg tune` that are not fields of tune.Config.
+// tuneFlags are the flags of `condisagg tune` that are not fields of tune.Config, and all of
+// them as the report records them.
 type tuneFlags struct {
 	output, jsonOut, plots          string
 	sweepEff, sweepRatio, sweepBusy string
 	quiet, progress                 bool
+	all                             map[string]string // every flag's name and effective value
 }
 
-// parseTuneFlags returns the run's configuration, or false after printing every problem.
-func parseTuneFlags(args []string, stderr io.Writer) (*tune.Config, *tuneFlags, bool) {
-	c, f := tune.DefaultConfig(), &tuneFlags{}
+// tuneFlagSet defines the flags of `condisagg tune` on c and f; their defaults are c's.
+func tuneFlagSet(c *tune.Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -70,9 +71,18 @@ func parseTuneFlags(args []string, stderr io.Writer) (*tune.Config, *tuneFlags, 
 	fs.StringVar(&f.plots, "plots", "", "directory for SVG plots (sweep, TTFT and TPOT CDFs); empty = none")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	fs.BoolVar(&f.progress, "progress", false, "progress bar even for short runs (drawn only when stderr is a terminal)")
+	return fs
+}
+
+// parseTuneFlags returns the run's configuration, or false after printing every problem.
+func parseTuneFlags(args []string, stderr io.Writer) (*tune.Config, *tuneFlags, bool) {
+	c, f := tune.DefaultConfig(), &tuneFlags{}
+	fs := tuneFlagSet(&c, f, stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, false // the flag package has printed it
 	}
+	f.all = map[string]string{}
+	fs.VisitAll(func(fl *flag.Flag) { f.all[fl.Name] = fl.Value.String() })
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("tune: unexpected arguments %q", fs.Args()))
@@ -131,7 +141,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	bar := tune.NewBar(stderr, !f.quiet && (f.progress || len(w.Requests) >= progressMinRequests))
-	rep, err := tune.Run(ctx, c, w, tune.Options{Progress: bar})
+	rep, err := tune.Run(ctx, c, w, tune.Options{Progress: bar, Flags: f.all})
 	bar.End(err)
 	if err == nil && f.plots != "" {
 		rep.Plots, err = tune.WritePlots(f.plots, rep)

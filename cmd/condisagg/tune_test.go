@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/condisagg/condisagg/tune"
 )
 
 func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -41,9 +45,38 @@ func TestTuneWiring(t *testing.T) {
 		Requests int
 		Modes    []struct{ Name string }
 		Sweep    []struct{ Name string }
+		Seed     *uint64           `json:"seed"`
+		Commit   string            `json:"commit"`
+		Flags    map[string]string `json:"flags"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil || rep.Requests != 60 || len(rep.Modes) != 6 || len(rep.Sweep) != 0 {
 		t.Fatalf("--json-out: %v %+v", err, rep)
+	}
+	checkRecordsRun(t, rep.Seed, rep.Commit, rep.Flags, map[string]string{"synthetic": "vllm-prefix-repetition",
+		"requests": "60", "cluster": "1p1d", "no-sweep": "true", "json-out": jsonOut, "progress": "true",
+		"seed": "1", "sweep-eff": "auto", "sweep-ratio": "0.5,0.9,1", "model": "llama3.1-8b-h100", "duration": "0s", "o": "table"})
+}
+
+// checkRecordsRun asserts that a report records the seed, a commit, and every flag of `condisagg
+// tune` with its effective value (given or default), as want spells some of them.
+func checkRecordsRun(t *testing.T, seed *uint64, commit string, flags, want map[string]string) {
+	t.Helper()
+	if seed == nil || *seed != 1 {
+		t.Errorf("seed %v, want 1", seed)
+	}
+	if commit == "" {
+		t.Error("no commit")
+	}
+	c, f := tune.DefaultConfig(), &tuneFlags{}
+	tuneFlagSet(&c, f, io.Discard).VisitAll(func(fl *flag.Flag) {
+		if _, ok := flags[fl.Name]; !ok {
+			t.Errorf("flags lack --%s", fl.Name)
+		}
+	})
+	for k, v := range want {
+		if flags[k] != v {
+			t.Errorf("flags[%s] = %q, want %q", k, flags[k], v)
+		}
 	}
 }
 
