@@ -1,0 +1,330 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/condisagg/condisagg/internal/importcheck"
+	"github.com/condisagg/condisagg/internal/leakcheck"
+	"github.com/condisagg/condisagg/policy"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/tune.") }
+
+// TestImports keeps tune beside the simulator: no router shell, no transports, no binaries.
+func TestImports(t *testing.T) {
+	importcheck.Deny(t, importcheck.SourceFiles(t, "."), "net", "log/slog", "github.com/prometheus/",
+		"github.com/go-zeromq/", "github.com/condisagg/condisagg/cmd", "github.com/condisagg/condisagg/extproc",
+		"github.com/condisagg/condisagg/kvevents", "github.com/condisagg/condisagg/tokenizer")
+}
+
+// writeTrace writes a small Mooncake JSONL trace: sessions whose turns extend the previous
+// prompt by one 512-token block, plus cold single requests.
+func writeTrace(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	next := 1
+	for i := range 48 {
+		var ids []string
+		turns := 1 + i%4
+		for range turns {
+			ids = append(ids, fmt.Sprint(next))
+			next++
+		}
+		in := 512*turns - 100
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]}`+"\n",
+			i*150, in, 20+i%7, strings.Join(ids, ", "))
+	}
+	p := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// countProgress adds up what Run reports.
+type countProgress struct {
+	mu          sync.Mutex // guards planned, done, plans
+	planned     int
+	done, plans int
+}
+
+func (p *countProgress) Plan(n int) { p.mu.Lock(); p.planned, p.plans = n, p.plans+1; p.mu.Unlock() }
+func (p *countProgress) Advance(_ string, n int) {
+	p.mu.Lock()
+	p.done += n
+	p.mu.Unlock()
+}
+
+// runConfig loads and runs c, failing t on any error.
+func runConfig(t *testing.T, c Config, prog Progress) *Report {
+	t.Helper()
+	w, err := Load(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), &c, w, Options{Progress: prog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestRunTextReport(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Requests, c.Cluster, c.SLO, c.NoSweep = "vllm-prefix-repetition", 60, "1P1D", "ttft=1s,tpot=50ms", true
+	var out bytes.Buffer
+	if err := runConfig(t, c, nil).WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"workload synthetic vllm-prefix-repetition: 60 requests",
+		"cluster 1P1D; model llama3.1-8b-h100; SLO ttft=1s,tpot=50ms",
+		"effective ISL on the previewed decode worker (always-remote probe, 60 requests):",
+		"eff ISL (tokens)", "eff / ISL ratio",
+		"p-quantile rule (p=0.25): eff_isl_threshold=",
+		"routing modes:",
+		"goodput/gpu  p util  d util",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	var rows []string
+	inModes := false
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case line == "routing modes:":
+			inModes = true
+		case inModes && line == "":
+			inModes = false
+		case inModes && !strings.HasPrefix(line, "mode "):
+			rows = append(rows, strings.Fields(line)[0])
+		}
+	}
+	want := []string{"aggregated", "aggregated", "disaggregated", "isl_bounding", "prefill_load", "isl_or_load"}
+	if strings.Join(rows, ",") != strings.Join(want, ",") {
+		t.Fatalf("mode rows %v, want %v", rows, want)
+	}
+	if strings.Contains(text, "threshold sweep") || strings.Contains(text, "sweep (") {
+		t.Fatal("NoSweep printed a sweep")
+	}
+}
+
+func TestRunSweepJSONAndPlots(t *testing.T) {
+	c := DefaultConfig()
+	c.Trace, c.Cluster = writeTrace(t), "1P2D"
+	c.SweepEff, c.SweepRatio, c.SweepPrefillBusy = []int64{256, 1024}, []float64{0.9}, []float64{4}
+	prog := &countProgress{}
+	rep := runConfig(t, c, prog)
+	// probe + 6 modes, then stage 1: two T values; stage 2: R=0.9; stage 3: isl_or_load θp=4
+	if prog.plans != 1 || prog.planned != 11*48 || prog.done != prog.planned {
+		t.Errorf("progress: %d plans of %d requests, %d done; want one plan of %d, all done", prog.plans, prog.planned, prog.done, 11*48)
+	}
+	var err error
+	if rep.Plots, err = WritePlots(filepath.Join(t.TempDir(), "plots"), rep); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := rep.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Workload  string
+		Requests  int
+		Cluster   string
+		EffISL    struct{ N int } `json:"eff_isl"`
+		Recommend struct {
+			Quantile struct {
+				P   float64
+				Eff int64 `json:"eff_isl_threshold"`
+			} `json:"p_quantile"`
+			Sweep *struct {
+				Policy string
+				Eff    int64 `json:"eff_isl_threshold"`
+			}
+		}
+		Modes []struct {
+			Name, Mode, Config string
+			GPUs               int
+			Summary            struct {
+				Requests, Completed int
+				BypassRate          float64
+			}
+			PrefillUtil float64 `json:"prefill_util"`
+		}
+		Sweep []struct{ Name string }
+		Plots []string
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("json: %v\n%s", err, out.String())
+	}
+	if got.Workload != "trace.jsonl" || got.Requests != 48 || got.Cluster != "1P2D" || got.EffISL.N != 48 {
+		t.Fatalf("header %+v", got)
+	}
+	if got.Recommend.Quantile.P != 0.25 || got.Recommend.Sweep == nil {
+		t.Fatalf("recommendation %+v", got.Recommend)
+	}
+	if len(got.Sweep) != 4 || !strings.Contains(got.Sweep[3].Name, "isl_or_load") || !strings.Contains(got.Sweep[3].Name, "θp=4") {
+		t.Fatalf("sweep %+v", got.Sweep)
+	}
+	if n := len(got.Modes); n != 7 || !strings.HasPrefix(got.Modes[6].Name, "sweep best: ") {
+		t.Fatalf("modes %+v", got.Modes)
+	}
+	for _, m := range got.Modes {
+		if m.Summary.Completed != 48 {
+			t.Errorf("%s completed %d of 48", m.Name, m.Summary.Completed)
+		}
+	}
+	if m := got.Modes[0]; m.Mode != "aggregated" || m.GPUs != 2 || m.Summary.BypassRate != 1 || m.PrefillUtil != 0 {
+		t.Errorf("aggregated row %+v", m)
+	}
+	if m := got.Modes[1]; m.GPUs != 3 {
+		t.Errorf("aggregated on every GPU: %+v", m)
+	}
+	if m := got.Modes[2]; m.Mode != "disaggregated" || m.Summary.BypassRate != 0 || m.Config != "" {
+		t.Errorf("disaggregated row %+v", m)
+	}
+	if m := got.Modes[3]; !strings.Contains(m.Config, `"policy":"isl_bounding"`) {
+		t.Errorf("isl_bounding config %q", m.Config)
+	}
+	if len(got.Plots) != 3 {
+		t.Fatalf("plots %v", got.Plots)
+	}
+	for _, p := range got.Plots {
+		checkSVG(t, p)
+	}
+}
+
+// checkSVG asserts that p is well-formed XML with an svg root that draws at least one line.
+func checkSVG(t *testing.T, p string) {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	var root string
+	lines := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			if se.Name.Local == "polyline" || se.Name.Local == "path" {
+				lines++
+			}
+		}
+	}
+	if root != "svg" || lines == 0 {
+		t.Fatalf("%s: root %q, %d lines", p, root, lines)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(c *Config)
+		want string
+	}{
+		{"no_workload", func(c *Config) { c.Trace = "" }, "exactly one of --trace and --synthetic is required"},
+		{"both_workloads", func(c *Config) { c.Synthetic = "agentic-code" }, "exactly one of"},
+		{"shape_must_parse", func(c *Config) { c.Cluster = "4X4" }, `--cluster: cluster: shape "4X4" must look like 4P4D`},
+		{"shape_needs_prefill", func(c *Config) { c.Cluster = "0P4D" }, "needs at least one prefill worker"},
+		{"model_must_exist", func(c *Config) { c.Model = "gpt-5" }, "--model:"},
+		{"slo_must_parse", func(c *Config) { c.SLO = "ttft=fast" }, "--slo:"},
+		{"quantile_open_interval", func(c *Config) { c.Quantile = 1 }, "--quantile: 1 must be in (0, 1)"},
+		{"parallel_bounded", func(c *Config) { c.Parallel = 65 }, "--parallel: 65 must be in [1, 64]"},
+		{"rate_scale_positive", func(c *Config) { c.RateScale = 0 }, "--rate-scale: 0 must be > 0"},
+		{"sweep_eff_non_negative", func(c *Config) { c.SweepEff = []int64{12, -1} }, "--sweep-eff: -1 must be >= 0"},
+		{"sweep_ratio_unit_interval", func(c *Config) { c.SweepRatio = []float64{1.5} }, "--sweep-ratio: 1.5 must be in [0, 1]"},
+		{"sweep_busy_non_negative", func(c *Config) { c.SweepPrefillBusy = []float64{-2} }, "--sweep-prefill-busy: -2 must be a number >= 0"},
+		{"sweep_policy_has_isl_threshold", func(c *Config) { c.SweepPolicy = policy.PrefillLoad }, "--sweep-policy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Trace = "trace.jsonl"
+			tc.edit(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("every_problem_at_once", func(t *testing.T) {
+		c := DefaultConfig()
+		c.Cluster, c.Parallel = "x", 0
+		err := c.Validate()
+		for _, want := range []string{"--cluster", "--parallel: 0", "exactly one of"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate() = %v, lacks %q", err, want)
+			}
+		}
+	})
+	t.Run("default_with_a_workload_is_valid", func(t *testing.T) {
+		c := DefaultConfig()
+		c.Synthetic = "agentic-code"
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(c *Config)
+		want string
+	}{
+		{"unknown_synthetic", func(c *Config) { c.Synthetic = "nope" }, `synthetic workload "nope" is not one of`},
+		{"missing_trace", func(c *Config) { c.Trace = filepath.Join(t.TempDir(), "none.jsonl") }, "tune: open trace:"},
+		{"empty_trace", func(c *Config) { c.Trace = emptyFile(t) }, "has no requests"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.edit(&c)
+			if _, err := Load(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func emptyFile(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "empty.jsonl")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunCancelled(t *testing.T) {
+	c := DefaultConfig()
+	c.Trace, c.Cluster = writeTrace(t), "1P1D"
+	w, err := Load(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, &c, w, Options{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run on a cancelled context = %v", err)
+	}
+}
