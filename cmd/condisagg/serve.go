@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/condisagg/condisagg/internal/serveconfig"
 	"io"
 	"log/slog"
 	"net"
@@ -49,10 +50,10 @@ type serveHooks struct {
 
 // service is one running `condisagg serve`.
 type service struct {
-	flags   *serveFlags
+	flags   *serveconfig.Flags
 	log     *slog.Logger
 	level   *slog.LevelVar
-	cfg     atomic.Pointer[config]
+	cfg     atomic.Pointer[serveconfig.Config]
 	reg     *prometheus.Registry
 	pool    *pool.Pool
 	index   *kvindex.Index
@@ -70,18 +71,18 @@ type service struct {
 
 // runServe parses the flags, validates the configuration and serves until ctx ends.
 func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveHooks) int {
-	f := newServeFlags()
-	f.fs.SetOutput(stderr)
-	if err := f.fs.Parse(args); err != nil {
+	f := serveconfig.NewFlags()
+	f.FS.SetOutput(stderr)
+	if err := f.FS.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := f.load()
+	cfg, err := f.Load()
 	if err != nil {
 		fmt.Fprintf(stderr, "condisagg serve: invalid configuration:\n%v\n", err)
 		return 2
 	}
 	level := new(slog.LevelVar)
-	level.Set(cfg.logLevel)
+	level.Set(cfg.LogLevel)
 	s := &service{flags: f, level: level, log: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))}
 	s.cfg.Store(cfg)
 	s.hooks = hooks
@@ -95,12 +96,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveH
 // run builds every component and serves until ctx ends.
 func (s *service) run(ctx context.Context, hooks serveHooks) error {
 	cfg := s.cfg.Load()
-	for _, w := range cfg.settings.Policy.Warnings() {
+	for _, w := range cfg.Settings.Policy.Warnings() {
 		s.log.Warn("configuration warning", "err", w)
 	}
-	tok, err := tokenizer.Load(cfg.tokenizer, tokenizer.Options{CacheSegments: cfg.cacheSegments})
+	tok, err := tokenizer.Load(cfg.Tokenizer, tokenizer.Options{CacheSegments: cfg.CacheSegments})
 	if err != nil {
-		return fmt.Errorf("load tokenizer %s: %w", cfg.tokenizer, err)
+		return fmt.Errorf("load tokenizer %s: %w", cfg.Tokenizer, err)
 	}
 	if err := s.build(ctx, cfg, tok); err != nil {
 		return err
@@ -112,15 +113,15 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 }
 
 // build creates the registry, index, pool, event group and router.
-func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokenizer) error {
+func (s *service) build(ctx context.Context, cfg *serveconfig.Config, tok *tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
-	if s.index, err = kvindex.New(kvindex.Config{BlockSize: cfg.pool.BlockSize}); err != nil {
+	if s.index, err = kvindex.New(kvindex.Config{BlockSize: cfg.Pool.BlockSize}); err != nil {
 		return err
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
-	if cfg.kvEvents {
+	if cfg.KVEvents {
 		if s.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(s.reg), Logger: s.log}, s.index, kvevents.Limits{}); err != nil {
 			return err
 		}
@@ -129,18 +130,18 @@ func (s *service) build(ctx context.Context, cfg *config, tok *tokenizer.Tokeniz
 	}
 	// pool.New reports the workers it starts with through OnChange, so their event streams
 	// start here; DNS-named workers follow when Run resolves them.
-	s.pool, err = pool.New(cfg.pool, pool.Options{Metrics: pool.NewMetrics(s.reg), Logger: s.log, OnChange: onChange})
+	s.pool, err = pool.New(cfg.Pool, pool.Options{Metrics: pool.NewMetrics(s.reg), Logger: s.log, OnChange: onChange})
 	if err != nil {
 		return err
 	}
-	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.settings.Policy}
+	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy}
 	if s.streams != nil {
 		ropts.Streams = s.streams
 	}
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
-	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.settings,
+	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,
 		Metrics: extproc.NewMetrics(s.reg), Logger: s.log})
 	if err != nil {
 		return err
@@ -173,25 +174,25 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 // serve runs the ext_proc gRPC server, the Admin gRPC server, the admin HTTP server and the
 // background loops until ctx ends or a server fails (then the process exits non-zero, so its
 // supervisor restarts it).
-func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) error {
+func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serveHooks) error {
 	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin})
 	if err != nil {
 		return err
 	}
-	s.startBodyBytes = cfg.settings.MaxBodyBytes
+	s.startBodyBytes = cfg.Settings.MaxBodyBytes
 	gopts := extproc.GRPCOptions{MaxBodyBytes: s.startBodyBytes}
-	if cfg.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
-			return fmt.Errorf("load TLS key pair %s: %w", cfg.tlsCert, err)
+			return fmt.Errorf("load TLS key pair %s: %w", cfg.TLSCert, err)
 		}
 		gopts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	g, hs := extproc.NewGRPCServer(s.ext, gopts)
 	s.health = hs
-	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.admin.tls, Token: cfg.admin.token})
+	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
-	for i, addr := range []string{cfg.listen, cfg.adminGRPC, cfg.adminListen} {
+	for i, addr := range []string{cfg.Listen, cfg.AdminGRPC, cfg.AdminListen} {
 		if lis[i], err = net.Listen("tcp", addr); err != nil {
 			for _, l := range lis[:i] {
 				l.Close()
@@ -200,15 +201,15 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 		}
 	}
 	glis, alis, hlis := lis[0], lis[1], lis[2]
-	if cfg.admin.tls != nil {
-		hlis = tls.NewListener(hlis, cfg.admin.tls)
+	if cfg.Admin.TLS != nil {
+		hlis = tls.NewListener(hlis, cfg.Admin.TLS)
 	}
-	hsrv := &http.Server{Handler: s.httpHandler(admin, cfg.admin.token), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: s.httpHandler(admin, cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second}
 	// Readiness is known before the first health check can arrive: Envoy marks a router that
 	// answers NOT_SERVING unhealthy and does not ask again for its whole interval.
 	s.updateReady()
 	s.log.Info("serving", "endpoint", glis.Addr().String(), "admin_grpc", alis.Addr().String(),
-		"admin", hlis.Addr().String(), "policy", string(cfg.settings.Policy.Disagg.Policy))
+		"admin", hlis.Addr().String(), "policy", string(cfg.Settings.Policy.Disagg.Policy))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -229,7 +230,7 @@ func (s *service) serve(ctx context.Context, cfg *config, hooks serveHooks) erro
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.watchConfig(ctx, hup) })
 	wg.Go(func() {
-		err := extproc.Serve(ctx, g, hs, glis, cfg.unreadyDelay, cfg.drainTimeout)
+		err := extproc.Serve(ctx, g, hs, glis, cfg.UnreadyDelay, cfg.DrainTimeout)
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("stopped unexpectedly")
 		}
@@ -324,7 +325,7 @@ func (s *service) readiness() (bool, []string) {
 
 // watchConfig reloads on SIGHUP (hup) and when the file changes.
 func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
-	path := s.flags.configPath
+	path := s.flags.ConfigPath
 	last := fileStamp(path)
 	t := time.NewTicker(fileCheckInterval)
 	defer t.Stop()
@@ -369,51 +370,51 @@ func (s *service) reload(trigger string) (err error) {
 	if s.hooks.reloaded != nil {
 		defer func() { s.hooks.reloaded(trigger, err) }()
 	}
-	cfg, err := s.flags.load()
+	cfg, err := s.flags.Load()
 	if err != nil {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
 		return err
 	}
 	old := s.cfg.Load()
-	if old.pool.BlockSize != cfg.pool.BlockSize {
+	if old.Pool.BlockSize != cfg.Pool.BlockSize {
 		err = fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead",
-			cfg.pool.BlockSize, old.pool.BlockSize)
-	} else if ceiling := extproc.BodyCeiling(s.startBodyBytes); cfg.settings.MaxBodyBytes > ceiling {
+			cfg.Pool.BlockSize, old.Pool.BlockSize)
+	} else if ceiling := extproc.BodyCeiling(s.startBodyBytes); cfg.Settings.MaxBodyBytes > ceiling {
 		// A body the gRPC message limit cannot carry would skip routing instead of getting 413.
 		err = fmt.Errorf("config: max_body_bytes: %d is above %d, the most the ext_proc gRPC message limit set at "+
-			"startup carries; restart to raise it", cfg.settings.MaxBodyBytes, ceiling)
+			"startup carries; restart to raise it", cfg.Settings.MaxBodyBytes, ceiling)
 	} else {
-		err = s.ext.Reload(cfg.settings)
+		err = s.ext.Reload(cfg.Settings)
 	}
 	if err != nil {
 		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
 		return err
 	}
 	s.cfg.Swap(cfg)
-	s.level.Set(cfg.logLevel)
+	s.level.Set(cfg.LogLevel)
 	if restart := restartNeeded(old, cfg); restart != "" {
 		s.log.Warn("configuration reloaded; some changes need a restart", "reason", trigger, "err", restart)
 		return nil
 	}
-	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.settings.Policy.Disagg.Policy))
+	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.Settings.Policy.Disagg.Policy))
 	return nil
 }
 
 // restartNeeded names the changed fields a reload cannot apply.
-func restartNeeded(old, cur *config) string {
+func restartNeeded(old, cur *serveconfig.Config) string {
 	var fields []string
-	if !reflect.DeepEqual(old.pool, cur.pool) {
+	if !reflect.DeepEqual(old.Pool, cur.Pool) {
 		fields = append(fields, "workers/pool")
 	}
-	if old.tokenizer != cur.tokenizer || old.cacheSegments != cur.cacheSegments {
+	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments {
 		fields = append(fields, "model")
 	}
-	if old.listen != cur.listen || old.adminListen != cur.adminListen || old.adminGRPC != cur.adminGRPC ||
-		old.tlsCert != cur.tlsCert || old.tlsKey != cur.tlsKey || !reflect.DeepEqual(old.file.AdminTokenFile, cur.file.AdminTokenFile) ||
-		old.file.AdminTLSCert != cur.file.AdminTLSCert || old.file.AdminClientCA != cur.file.AdminClientCA {
+	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
+		old.TLSCert != cur.TLSCert || old.TLSKey != cur.TLSKey || !reflect.DeepEqual(old.File.AdminTokenFile, cur.File.AdminTokenFile) ||
+		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
 		fields = append(fields, "listeners/tls")
 	}
-	if old.kvEvents != cur.kvEvents {
+	if old.KVEvents != cur.KVEvents {
 		fields = append(fields, "router.kv_events")
 	}
 	if len(fields) == 0 {

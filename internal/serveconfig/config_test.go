@@ -1,4 +1,4 @@
-package main
+package serveconfig
 
 import (
 	"os"
@@ -39,13 +39,13 @@ const workersYAML = `workers:
   - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, num_gpu_blocks: 40000}
 `
 
-func loadArgs(t *testing.T, args ...string) (*config, error) {
+func loadArgs(t *testing.T, args ...string) (*Config, error) {
 	t.Helper()
-	f := newServeFlags()
-	if err := f.fs.Parse(args); err != nil {
+	f := NewFlags()
+	if err := f.FS.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	return f.load()
+	return f.Load()
 }
 
 // TestConfigFileAndFlags: the YAML file sets every section; a flag overrides the file.
@@ -70,7 +70,7 @@ router:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.settings
+	s := c.Settings
 	if s.FailureMode != extproc.FailOpen || !s.DebugHeaders || s.MaxBodyBytes != 2048 {
 		t.Fatalf("settings %+v", s)
 	}
@@ -80,12 +80,12 @@ router:
 		p.Selection.CreditWeight != 0.5 || p.Selection.HostWeight != 0.75 || p.Silence.After.Seconds() != 60 || !p.DistinctPools {
 		t.Fatalf("policy %+v", p)
 	}
-	if len(c.pool.Workers) != 2 || c.pool.BlockSize != 16 {
-		t.Fatalf("pool %+v", c.pool)
+	if len(c.Pool.Workers) != 2 || c.Pool.BlockSize != 16 {
+		t.Fatalf("pool %+v", c.Pool)
 	}
 	// Dynamo's JSON flag replaces the file's object.
 	c, err = loadArgs(t, "--config", path, "--router-conditional-disagg-config", `{"policy":"prefill_load"}`)
-	if err != nil || c.settings.Policy.Disagg.Policy != policy.PrefillLoad {
+	if err != nil || c.Settings.Policy.Disagg.Policy != policy.PrefillLoad {
 		t.Fatalf("flag JSON: %v %v", c, err)
 	}
 }
@@ -111,7 +111,7 @@ workers:
 	}
 	for _, want := range []string{
 		`failure_mode: "sometimes" must be one of open, closed`,
-		"max_body_bytes: 0 must be > 0",
+		"max_body_bytes: 0 is outside [1, 1073741824]",
 		"log_level: loud must be one of",
 		"model.tokenizer: /nonexistent/model must be an existing model directory",
 		"tls_cert/tls_key: cert.pem/ must be given together",
@@ -138,11 +138,11 @@ workers:
 // TestExampleConfigLoads keeps condisagg.example.yaml valid.
 func TestExampleConfigLoads(t *testing.T) {
 	requireModel(t)
-	c, err := loadArgs(t, "--config", "condisagg.example.yaml")
+	c, err := loadArgs(t, "--config", filepath.Join("..", "..", "cmd", "condisagg", "condisagg.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.pool.Workers) != 2 || !c.kvEvents {
-		t.Fatalf("example config: %+v", c.settings.Policy)
+	if c.Settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.Pool.Workers) != 2 || !c.KVEvents {
+		t.Fatalf("example config: %+v", c.Settings.Policy)
 	}
 }

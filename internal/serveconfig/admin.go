@@ -1,4 +1,4 @@
-package main
+package serveconfig
 
 import (
 	"crypto/tls"
@@ -11,12 +11,12 @@ import (
 	"strings"
 )
 
-// adminAccess is how both admin listeners (HTTP and the Admin gRPC service) are protected:
+// AdminAccess is how both admin listeners (HTTP and the Admin gRPC service) are protected:
 // Explain reveals what every worker caches and ReloadConfig changes routing, so anywhere but
 // loopback they need a bearer token, mutual TLS, or both.
-type adminAccess struct {
-	token string      // "" : none required
-	tls   *tls.Config // nil : plaintext; ClientAuth set when a client CA is configured
+type AdminAccess struct {
+	Token string      // "" : none required
+	TLS   *tls.Config // nil : plaintext; ClientAuth set when a client CA is configured
 }
 
 // minTokenBytes keeps guessable tokens out.
@@ -24,8 +24,8 @@ const minTokenBytes = 16
 
 // loadAdminAccess reads the token file and the TLS material and checks that an admin listener
 // off loopback is protected.
-func loadAdminAccess(fc fileConfig) (adminAccess, error) {
-	var a adminAccess
+func loadAdminAccess(fc File) (AdminAccess, error) {
+	var a AdminAccess
 	var errs []error
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
@@ -39,7 +39,7 @@ func loadAdminAccess(fc fileConfig) (adminAccess, error) {
 		case len(tok) < minTokenBytes || strings.ContainsAny(tok, " \t\r\n"):
 			bad("admin_token_file", fc.AdminTokenFile, fmt.Sprintf("must hold one token of at least %d characters without spaces", minTokenBytes))
 		default:
-			a.token = tok
+			a.Token = tok
 		}
 	}
 	if (fc.AdminTLSCert == "") != (fc.AdminTLSKey == "") {
@@ -49,7 +49,7 @@ func loadAdminAccess(fc fileConfig) (adminAccess, error) {
 		if err != nil {
 			bad("admin_tls_cert", fc.AdminTLSCert, "must load with admin_tls_key: "+err.Error())
 		} else {
-			a.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			a.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
 	}
 	if fc.AdminClientCA != "" {
@@ -60,11 +60,11 @@ func loadAdminAccess(fc fileConfig) (adminAccess, error) {
 			bad("admin_client_ca", fc.AdminClientCA, "needs admin_tls_cert and admin_tls_key (mTLS runs over TLS)")
 		case err != nil || !pool.AppendCertsFromPEM(pem):
 			bad("admin_client_ca", fc.AdminClientCA, "must be a readable PEM CA bundle")
-		case a.tls != nil:
-			a.tls.ClientCAs, a.tls.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		case a.TLS != nil:
+			a.TLS.ClientCAs, a.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
 	}
-	authenticated := a.token != "" || (a.tls != nil && a.tls.ClientAuth == tls.RequireAndVerifyClientCert)
+	authenticated := a.Token != "" || (a.TLS != nil && a.TLS.ClientAuth == tls.RequireAndVerifyClientCert)
 	for _, l := range []struct{ field, addr string }{{"admin_listen", fc.AdminListen}, {"admin_grpc_listen", fc.AdminGRPCListen}} {
 		if l.addr == "" {
 			bad(l.field, `""`, "must be host:port")

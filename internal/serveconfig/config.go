@@ -1,4 +1,4 @@
-package main
+package serveconfig
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ import (
 	"github.com/condisagg/condisagg/pool"
 )
 
-// fileConfig is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
+// File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
 // can be overridden by its flag.
-type fileConfig struct {
+type File struct {
 	Listen          string        `yaml:"listen"`
 	AdminListen     string        `yaml:"admin_listen"`
 	AdminGRPCListen string        `yaml:"admin_grpc_listen"`
@@ -62,28 +62,28 @@ type fileConfig struct {
 }
 
 // config is the validated configuration of `serve`.
-type config struct {
-	file          fileConfig
-	listen        string
-	adminListen   string
-	adminGRPC     string
-	admin         adminAccess
-	tlsCert       string
-	tlsKey        string
-	drainTimeout  time.Duration
-	unreadyDelay  time.Duration
-	logLevel      slog.Level
-	tokenizer     string
-	cacheSegments int
-	kvEvents      bool
-	settings      *extproc.Settings
-	pool          pool.Config
+type Config struct {
+	File          File   // the merged file and flags, as given
+	Listen        string // ext_proc + health gRPC
+	AdminListen   string // admin HTTP
+	AdminGRPC     string // Admin gRPC
+	Admin         AdminAccess
+	TLSCert       string // ext_proc port TLS
+	TLSKey        string
+	DrainTimeout  time.Duration
+	UnreadyDelay  time.Duration
+	LogLevel      slog.Level
+	Tokenizer     string // model directory
+	CacheSegments int
+	KVEvents      bool
+	Settings      *extproc.Settings
+	Pool          pool.Config
 }
 
-// serveFlags are the command-line flags of serve; names follow Dynamo's router flags.
-type serveFlags struct {
-	fs               *flag.FlagSet
-	configPath       string
+// Flags are the command-line flags of serve; names follow Dynamo's router flags.
+type Flags struct {
+	FS               *flag.FlagSet
+	ConfigPath       string
 	routerMode       string
 	kvEvents         bool
 	condDisagg       bool
@@ -108,10 +108,10 @@ type serveFlags struct {
 	logLevel         string
 }
 
-func newServeFlags() *serveFlags {
-	f := &serveFlags{fs: flag.NewFlagSet("serve", flag.ContinueOnError)}
-	fs := f.fs
-	fs.StringVar(&f.configPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
+func NewFlags() *Flags {
+	f := &Flags{FS: flag.NewFlagSet("serve", flag.ContinueOnError)}
+	fs := f.FS
+	fs.StringVar(&f.ConfigPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
 	fs.StringVar(&f.routerMode, "router-mode", "kv", "router mode (kv is required by conditional disaggregation)")
 	fs.BoolVar(&f.kvEvents, "router-kv-events", false, "subscribe to every worker's KV events")
 	fs.BoolVar(&f.condDisagg, "router-conditional-disagg", false, "enable conditional disaggregation")
@@ -138,8 +138,8 @@ func newServeFlags() *serveFlags {
 }
 
 // defaultFile is the file configuration before the YAML and the flags apply.
-func defaultFile() fileConfig {
-	var fc fileConfig
+func defaultFile() File {
+	var fc File
 	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9091"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
@@ -152,21 +152,21 @@ func defaultFile() fileConfig {
 
 // load reads the file (if any), applies the explicitly set flags and validates everything,
 // returning every problem at once.
-func (f *serveFlags) load() (*config, error) {
+func (f *Flags) Load() (*Config, error) {
 	fc := defaultFile()
-	if f.configPath != "" {
-		data, err := os.ReadFile(f.configPath)
+	if f.ConfigPath != "" {
+		data, err := os.ReadFile(f.ConfigPath)
 		if err != nil {
-			return nil, fmt.Errorf("config: read %s: %w", f.configPath, err)
+			return nil, fmt.Errorf("config: read %s: %w", f.ConfigPath, err)
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil {
-			return nil, fmt.Errorf("config: parse %s: %w", f.configPath, err)
+			return nil, fmt.Errorf("config: parse %s: %w", f.ConfigPath, err)
 		}
 		// A relative model path in the file is relative to the file.
 		if t := fc.Model.Tokenizer; t != "" && !filepath.IsAbs(t) {
-			fc.Model.Tokenizer = filepath.Join(filepath.Dir(f.configPath), t)
+			fc.Model.Tokenizer = filepath.Join(filepath.Dir(f.ConfigPath), t)
 		}
 	}
 	disaggJSON, err := disaggFromFile(&fc.Router.ConditionalDisaggConfig)
@@ -174,7 +174,7 @@ func (f *serveFlags) load() (*config, error) {
 		return nil, err
 	}
 	set := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	f.FS.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	over := func(name string, apply func()) {
 		if set[name] {
 			apply()
@@ -227,15 +227,15 @@ func disaggFromFile(n *yaml.Node) (*string, error) {
 }
 
 // validate checks every field and builds the package configs.
-func validate(fc fileConfig, disaggJSON *string) (*config, error) {
+func validate(fc File, disaggJSON *string) (*Config, error) {
 	var errs []error
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
 	}
-	c := &config{file: fc, listen: fc.Listen, adminListen: fc.AdminListen, adminGRPC: fc.AdminGRPCListen,
-		tlsCert: fc.TLSCert, tlsKey: fc.TLSKey,
-		drainTimeout: fc.DrainTimeout, unreadyDelay: fc.UnreadyDelay, tokenizer: fc.Model.Tokenizer,
-		cacheSegments: fc.Model.CacheSegments, kvEvents: fc.Router.KVEvents}
+	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
+		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
+		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, Tokenizer: fc.Model.Tokenizer,
+		CacheSegments: fc.Model.CacheSegments, KVEvents: fc.Router.KVEvents}
 	if fc.Listen == "" {
 		bad("listen", `""`, "must be host:port")
 	}
@@ -245,7 +245,7 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 		bad("model.tokenizer", fc.Model.Tokenizer, "must be an existing model directory")
 	}
 	var err error
-	if c.admin, err = loadAdminAccess(fc); err != nil {
+	if c.Admin, err = loadAdminAccess(fc); err != nil {
 		errs = append(errs, err)
 	}
 	if (fc.TLSCert == "") != (fc.TLSKey == "") {
@@ -257,7 +257,7 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 	if fc.UnreadyDelay < 0 {
 		bad("unready_delay", fc.UnreadyDelay, "must be >= 0")
 	}
-	if err := c.logLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
+	if err := c.LogLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
 		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
 	}
 	if fc.Model.CacheSegments < 0 {
@@ -265,15 +265,15 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 	}
 	pc, err := policyConfig(fc, disaggJSON)
 	errs = append(errs, err)
-	c.settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
+	c.Settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
-	errs = append(errs, c.settings.Validate())
-	c.pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
+	errs = append(errs, c.Settings.Validate())
+	c.Pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
 		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval}
 	if len(fc.Workers) == 0 {
 		bad("workers", "[]", "must list at least one decode worker")
 	}
-	errs = append(errs, c.pool.Validate())
+	errs = append(errs, c.Pool.Validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func validate(fc fileConfig, disaggJSON *string) (*config, error) {
 }
 
 // policyConfig builds and validates the policy configuration.
-func policyConfig(fc fileConfig, disaggJSON *string) (policy.Config, error) {
+func policyConfig(fc File, disaggJSON *string) (policy.Config, error) {
 	pc := policy.DefaultConfig()
 	pc.Enabled, pc.RouterMode, pc.KVEvents = fc.Router.ConditionalDisagg, fc.Router.Mode, fc.Router.KVEvents
 	pc.BlockSize, pc.Selection, pc.Silence = fc.Model.BlockSize, fc.Router.Selection, fc.Router.Silence
