@@ -17,6 +17,6 @@
 // Each process is an internal/proc supervisor: output tail, parsed log lines, pause/resume,
 // SIGTERM then SIGKILL, and death with the test binary on Linux.
 //
-// e2e imports envoy, proto and internal/proc; it is imported only by cmd/demo and
+// e2e imports envoy, proto, internal/proc and internal/repo; it is imported only by cmd/demo and
 // cmd/bench-e2e.
 package e2e

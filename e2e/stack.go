@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/condisagg/condisagg/envoy"
 	"github.com/condisagg/condisagg/internal/proc"
+	"github.com/condisagg/condisagg/internal/repo"
 )
 
 // Binaries are the built executables a stack runs.
@@ -24,27 +24,9 @@ type Binaries struct {
 	Condisagg, VLLMSim, PDSidecar string
 }
 
-// RepoRoot returns the nearest directory above the working directory holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("e2e: repo root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("e2e: repo root: no go.mod above the working directory")
-		}
-		dir = up
-	}
-}
-
 // Build compiles condisagg, vllm-sim and pd-sidecar into dir.
 func Build(ctx context.Context, dir string) (Binaries, error) {
-	root, err := RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -135,7 +117,7 @@ const startTimeout = 30 * time.Second
 // everything already started is stopped.
 func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if cfg.Tokenizer == "" {
-		root, err := RepoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return nil, err
 		}
