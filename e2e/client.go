@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
@@ -207,40 +208,37 @@ func (s *Stack) URL(path string) string {
 // Explain runs `condisagg explain -o json` for a chat body: the decision the router would
 // make now, nothing booked.
 func (s *Stack) Explain(ctx context.Context, body []byte) (*condisaggv1.ExplainResponse, error) {
-	out, err := s.client(ctx, body, "explain", "--addr", s.AdminGRPC, "-o", "json", "--path", "/v1/chat/completions", "--body", "@-")
-	if err != nil {
-		return nil, err
-	}
 	r := &condisaggv1.ExplainResponse{}
-	if err := protojson.Unmarshal(out, r); err != nil {
-		return nil, fmt.Errorf("e2e: condisagg explain output: %w\n%s", err, out)
+	if err := s.client(ctx, body, r, "explain", "--addr", s.AdminGRPC, "-o", "json", "--path", "/v1/chat/completions", "--body", "@-"); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
 // ListWorkers runs `condisagg workers -o json`.
 func (s *Stack) ListWorkers(ctx context.Context) (*condisaggv1.ListWorkersResponse, error) {
-	out, err := s.client(ctx, nil, "workers", "--addr", s.AdminGRPC, "-o", "json")
-	if err != nil {
-		return nil, err
-	}
 	r := &condisaggv1.ListWorkersResponse{}
-	if err := protojson.Unmarshal(out, r); err != nil {
-		return nil, fmt.Errorf("e2e: condisagg workers output: %w\n%s", err, out)
+	if err := s.client(ctx, nil, r, "workers", "--addr", s.AdminGRPC, "-o", "json"); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
-func (s *Stack) client(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+// client runs the condisagg CLI (args[0] is the subcommand, with -o json) and decodes what it
+// prints into out.
+func (s *Stack) client(ctx context.Context, stdin []byte, out proto.Message, args ...string) error {
 	cmd := exec.CommandContext(ctx, s.cfg.Bin.Condisagg, args...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	b, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("e2e: condisagg %s: %w: %s", args[0], err, stderr.String())
+		return fmt.Errorf("e2e: condisagg %s: %w: %s", args[0], err, stderr.String())
 	}
-	return out, nil
+	if err := protojson.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("e2e: condisagg %s output: %w\n%s", args[0], err, b)
+	}
+	return nil
 }
 
 // WorkerStatus returns the router's view of the worker named name from `condisagg workers`.

@@ -14,5 +14,9 @@
 // (--debug-headers) and `condisagg explain` / `condisagg workers`. cmd/demo uses the same
 // Stack. Processes are owned by the Stack and stopped by Close; nothing outlives a test.
 //
-// e2e imports envoy and proto; it is imported only by cmd/demo.
+// Each process is an internal/proc supervisor: output tail, parsed log lines, pause/resume,
+// SIGTERM then SIGKILL, and death with the test binary on Linux.
+//
+// e2e imports envoy, proto, internal/proc and internal/repo; it is imported only by cmd/demo and
+// cmd/bench-e2e.
 package e2e

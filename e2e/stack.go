@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/envoy"
+	"github.com/condisagg/condisagg/internal/proc"
+	"github.com/condisagg/condisagg/internal/repo"
 )
 
 // Binaries are the built executables a stack runs.
@@ -23,27 +24,9 @@ type Binaries struct {
 	Condisagg, VLLMSim, PDSidecar string
 }
 
-// RepoRoot returns the nearest directory above the working directory holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("e2e: repo root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("e2e: repo root: no go.mod above the working directory")
-		}
-		dir = up
-	}
-}
-
 // Build compiles condisagg, vllm-sim and pd-sidecar into dir.
 func Build(ctx context.Context, dir string) (Binaries, error) {
-	root, err := RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -105,8 +88,8 @@ type Config struct {
 // listening on the endpoint the router advertises for it (the prefill-first layout).
 type Worker struct {
 	Spec     WorkerSpec
-	Sim      *Proc
-	Sidecar  *Proc // prefill workers only
+	Sim      *proc.Proc
+	Sidecar  *proc.Proc // prefill workers only
 	SimAddr  string
 	Endpoint string // the router's workers[].endpoint: the sidecar for prefill, else SimAddr
 	KVEvents string // tcp://127.0.0.1:port (an unused port for a silent worker)
@@ -119,7 +102,7 @@ type Stack struct {
 	cfg         Config
 	http        *http.Client // every request of the stack's clients; idle connections closed by Close
 	Workers     []*Worker
-	Condisagg   *Proc
+	Condisagg   *proc.Proc
 	GRPCAddr    string // ext_proc + health gRPC (Envoy)
 	AdminGRPC   string // Admin gRPC (explain, workers)
 	AdminAddr   string // admin HTTP
@@ -135,7 +118,7 @@ const startTimeout = 30 * time.Second
 // everything already started is stopped.
 func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if cfg.Tokenizer == "" {
-		root, err := RepoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return nil, err
 		}
@@ -274,17 +257,33 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 }
 
 func (s *Stack) runSim(ctx context.Context, w *Worker) error {
-	p, err := StartProc("vllm-sim "+w.Spec.Name, s.cfg.Bin.VLLMSim, w.simArgs...)
+	p, a, err := startLogging(ctx, "vllm-sim "+w.Spec.Name, "vllm-sim listening", s.cfg.Bin.VLLMSim, w.simArgs...)
 	if err != nil {
 		return err
 	}
 	w.Sim = p
-	a, err := p.WaitLog(ctx, "vllm-sim listening")
-	if err != nil {
-		return err
-	}
 	w.SimAddr, w.KVEvents, w.KVReplay = a["endpoint"], a["kv_events"], a["kv_replay"]
 	return nil
+}
+
+// logLines is how many parsed log lines each process keeps: more than any of them logs
+// before the line startLogging waits for.
+const logLines = 4096
+
+// startLogging starts one process of the stack and waits until it logs msg, the line that says
+// it is listening and names its addresses, whose attributes it returns. If the line never
+// comes, the process is stopped and the error carries its output.
+func startLogging(ctx context.Context, name, msg, bin string, args ...string) (*proc.Proc, map[string]string, error) {
+	p, err := proc.Start(proc.Config{Name: name, Path: bin, Args: args, LogLines: logLines})
+	if err != nil {
+		return nil, nil, fmt.Errorf("e2e: %w", err)
+	}
+	a, err := p.WaitLog(ctx, msg)
+	if err != nil {
+		_ = p.Stop()
+		return nil, nil, fmt.Errorf("e2e: %w", err)
+	}
+	return p, a, nil
 }
 
 // RestartSim crashes a worker's vllm-sim (SIGKILL) and starts a new one on the same HTTP,
@@ -350,7 +349,7 @@ func (s *Stack) writeRouterConfig() (string, error) {
 // startSidecar runs the pd-sidecar of prefill worker w on w.Endpoint: Envoy's prefill route
 // dials the endpoint the router advertises, and the sidecar dials the simulator behind it.
 func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
-	p, err := StartProc("pd-sidecar "+w.Spec.Name, s.cfg.Bin.PDSidecar,
+	p, _, err := startLogging(ctx, "pd-sidecar "+w.Spec.Name, "pd-sidecar listening", s.cfg.Bin.PDSidecar,
 		"--listen", w.Endpoint, "--admin-listen", "127.0.0.1:0", "--config", s.ConfigPath,
 		"--dial", w.Endpoint+"="+w.SimAddr, "--default-decode-host", w.SimAddr,
 		"--prefill-timeout", "60s", "--drain-timeout", "2s")
@@ -358,20 +357,15 @@ func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
 		return err
 	}
 	w.Sidecar = p
-	_, err = p.WaitLog(ctx, "pd-sidecar listening")
-	return err
+	return nil
 }
 
 func (s *Stack) startRouter(ctx context.Context) error {
-	p, err := StartProc("condisagg", s.cfg.Bin.Condisagg, "serve", "--config", s.ConfigPath)
+	p, a, err := startLogging(ctx, "condisagg", "serving", s.cfg.Bin.Condisagg, "serve", "--config", s.ConfigPath)
 	if err != nil {
 		return err
 	}
 	s.Condisagg = p
-	a, err := p.WaitLog(ctx, "serving")
-	if err != nil {
-		return err
-	}
 	s.GRPCAddr, s.AdminGRPC, s.AdminAddr = a["endpoint"], a["admin_grpc"], a["admin"]
 	// Ready once every worker's event stream has been seen; a silent worker never is.
 	if s.hasSilent() {

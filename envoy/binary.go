@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/condisagg/condisagg/internal/repo"
 )
 
 // Version is the Envoy release the configuration targets and scripts/install-envoy.sh installs.
@@ -31,7 +33,7 @@ func FindBinary() (string, error) {
 		}
 		return bin, nil
 	}
-	root, rootErr := repoRoot()
+	root, rootErr := repo.Root()
 	var candidates []string
 	if v := os.Getenv("ENVOY_VENV"); v != "" {
 		// Relative to the repository root, as scripts/install-envoy.sh reads it.
@@ -60,24 +62,6 @@ func executable(path string) error {
 		return fmt.Errorf("%s is not an executable file", path)
 	}
 	return nil
-}
-
-// repoRoot walks up from the working directory to the first directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("envoy: find repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("envoy: find repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // BinaryVersion returns the version string of bin ("1.40.0"), from `envoy --version`.

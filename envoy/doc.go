@@ -10,5 +10,6 @@
 //
 // Production examples for Istio and Envoy Gateway live in examples/; the tests validate their
 // embedded Envoy fragments with the same binary. Everything here is safe for concurrent use; the
-// package has no package-level mutable state and imports no other condisagg package.
+// package has no package-level mutable state. Of condisagg it imports only internal/proc (which
+// runs Envoy) and internal/repo (which finds the project-local binary).
 package envoy

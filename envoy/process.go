@@ -9,13 +9,12 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/proc"
 )
 
 // StartOptions tune Start. The zero value is ready for tests.
@@ -27,22 +26,20 @@ type StartOptions struct {
 	LogLevel string
 	// Concurrency is Envoy's worker thread count; default 1 (the machine is shared).
 	Concurrency int
-	// StopTimeout bounds Stop's wait after SIGTERM before it kills Envoy; default 5s.
+	// StopTimeout bounds Stop's wait after SIGTERM before it kills Envoy; default
+	// proc.DefaultGrace (5s).
 	StopTimeout time.Duration
 }
+
+// outputTailBytes is how much of Envoy's output Output and Start's errors keep.
+const outputTailBytes = 16 << 10
 
 // Process is a running Envoy started by Start. Stop it with Stop; its methods are safe for
 // concurrent use.
 type Process struct {
-	cmd         *exec.Cmd
-	adminAddr   string
-	listeners   map[string]string
-	exited      chan struct{} // closed once the waiter goroutine has reaped Envoy
-	waitErr     error         // valid after exited is closed
-	stopTimeout time.Duration
-	output      *tailBuffer
-	stopOnce    sync.Once
-	stopErr     error
+	proc      *proc.Proc
+	adminAddr string            // set by Start, read-only after
+	listeners map[string]string // set by Start, read-only after
 }
 
 // Start runs `bin -c configPath` on this machine and returns once Envoy's admin /ready answers
@@ -56,36 +53,24 @@ func Start(ctx context.Context, bin, configPath string, opts StartOptions) (*Pro
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}
-	if opts.StopTimeout == 0 {
-		opts.StopTimeout = 5 * time.Second
-	}
 	dir, err := os.MkdirTemp("", "condisagg-envoy-")
 	if err != nil {
 		return nil, fmt.Errorf("envoy: start %s: %w", configPath, err)
 	}
+	// Envoy writes the admin address once, at start-up, and Start has read it when it returns.
+	defer os.RemoveAll(dir)
 	addrFile := filepath.Join(dir, "admin-address")
-	p := &Process{exited: make(chan struct{}), stopTimeout: opts.StopTimeout, output: &tailBuffer{max: 16 << 10}}
-	out := io.Writer(p.output)
-	if opts.Output != nil {
-		out = io.MultiWriter(p.output, opts.Output)
+	pr, err := proc.Start(proc.Config{Name: "envoy", Path: bin, Args: []string{"-c", configPath,
+		"--disable-hot-restart", "--log-level", opts.LogLevel, "--concurrency", strconv.Itoa(opts.Concurrency),
+		"--admin-address-path", addrFile, "--drain-time-s", "1", "--parent-shutdown-time-s", "2"},
+		Output: opts.Output, TailBytes: outputTailBytes, Grace: opts.StopTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: start %s: %w", configPath, err)
 	}
-	p.cmd = exec.Command(bin, "-c", configPath, "--disable-hot-restart",
-		"--log-level", opts.LogLevel, "--concurrency", strconv.Itoa(opts.Concurrency),
-		"--admin-address-path", addrFile, "--drain-time-s", "1", "--parent-shutdown-time-s", "2")
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	p.cmd.SysProcAttr = procAttr()
-	if err := p.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("envoy: start %s %s: %w", bin, configPath, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		os.RemoveAll(dir)
-		close(p.exited)
-	}()
+	p := &Process{proc: pr}
 	if err := p.awaitReady(ctx, addrFile); err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("envoy: start %s: %w; output: %s", configPath, err, p.output.String())
+		_ = p.Stop()
+		return nil, fmt.Errorf("envoy: start %s: %w; output: %s", configPath, err, p.Output())
 	}
 	return p, nil
 }
@@ -99,8 +84,8 @@ func (p *Process) awaitReady(ctx context.Context, addrFile string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for /ready: %w", ctx.Err())
-		case <-p.exited:
-			return fmt.Errorf("envoy exited before it was ready: %v", p.waitErr)
+		case <-p.proc.Exited():
+			return fmt.Errorf("envoy exited before it was ready: %v", p.proc.Err())
 		case <-tick.C:
 		}
 		b, err := os.ReadFile(addrFile)
@@ -216,55 +201,13 @@ func (p *Process) adminGet(ctx context.Context, path string) (string, int, error
 }
 
 // Output returns the last 16 KiB Envoy printed.
-func (p *Process) Output() string { return p.output.String() }
+func (p *Process) Output() string { return p.proc.Output() }
 
 // Exited is closed once the Envoy process has ended (after Stop, or on its own).
-func (p *Process) Exited() <-chan struct{} { return p.exited }
+func (p *Process) Exited() <-chan struct{} { return p.proc.Exited() }
 
 // Stop sends SIGTERM, waits up to StartOptions.StopTimeout, then kills Envoy, and waits until the
-// process is reaped. It may be called more than once; it returns the process's exit error unless
-// the process ended because of Stop's own signal.
-func (p *Process) Stop() error {
-	p.stopOnce.Do(func() {
-		select {
-		case <-p.exited:
-			p.stopErr = p.waitErr
-			return
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		timer := time.NewTimer(p.stopTimeout)
-		defer timer.Stop()
-		select {
-		case <-p.exited:
-		case <-timer.C:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-			p.stopErr = fmt.Errorf("envoy: stop: killed after %s without exiting on SIGTERM", p.stopTimeout)
-		}
-	})
-	return p.stopErr
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf []byte
-	max int
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
+// process is reaped. It may be called more than once; it returns nil when Envoy exits cleanly on
+// SIGTERM, an error wrapping proc.ErrKilled when it had to be killed, and the exit error when
+// Envoy had ended on its own (proc.Proc.Stop).
+func (p *Process) Stop() error { return p.proc.Stop() }

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ import (
 
 // TestMain ends the tests with a goroutine-leak check.
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, "condisagg/envoy.Start", "condisagg/envoy.(*testProcessor)", "condisagg/envoy.(*testStream)")
+	leakcheck.Main(m, "condisagg/internal/proc.", "condisagg/envoy.(*testProcessor)", "condisagg/envoy.(*testStream)")
 }
 
 // upstream is a loopback HTTP server standing in for a worker; it records what reached it.
@@ -359,21 +358,5 @@ func TestStartReportsEnvoyFailure(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "nonsense") || !strings.Contains(err.Error(), "exited before it was ready") {
 		t.Errorf("Start error = %v; want Envoy's complaint about the unknown field", err)
-	}
-}
-
-func TestTailBufferKeepsTheEnd(t *testing.T) {
-	tb := &tailBuffer{max: 8}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fmt.Fprint(tb, "0123456789")
-		}()
-	}
-	wg.Wait()
-	if got := tb.String(); got != "23456789" {
-		t.Errorf("tail = %q; want the last 8 bytes %q", got, "23456789")
 	}
 }

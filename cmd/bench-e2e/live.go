@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/e2e"
+	"github.com/condisagg/condisagg/internal/repo"
 	"github.com/condisagg/condisagg/workload"
 )
 
@@ -98,7 +99,7 @@ func runLive(ctx context.Context, o *options, tl tools, dir string, scale float6
 const maxBodyBytes = 16 << 20
 
 func buildLoadgen(ctx context.Context, dir string) (string, error) {
-	root, err := e2e.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
