@@ -2,23 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/condisagg/condisagg/internal/adminclient"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -49,73 +42,18 @@ func newClientFlags(name string, stderr io.Writer) *clientFlags {
 	return c
 }
 
-// bearer is the Admin token as per-RPC credentials. It allows plaintext on purpose: a token
-// over loopback is the default deployment; off loopback serve also demands TLS or mTLS.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-func (bearer) RequireTransportSecurity() bool { return false }
-
-// credentials builds the dial options from the TLS and token flags.
-func (c *clientFlags) credentials() ([]grpc.DialOption, error) {
-	var opts []grpc.DialOption
-	if c.useTLS || c.caFile != "" || c.certFile != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.caFile != "" {
-			pem, err := os.ReadFile(c.caFile)
-			roots := x509.NewCertPool()
-			if err != nil || !roots.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--ca-file %s: not a readable PEM bundle", c.caFile)
-			}
-			cfg.RootCAs = roots
-		}
-		if (c.certFile == "") != (c.keyFile == "") {
-			return nil, fmt.Errorf("--cert-file and --key-file go together")
-		}
-		if c.certFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
-			if err != nil {
-				return nil, fmt.Errorf("--cert-file %s: %w", c.certFile, err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	} else {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
-	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(b)))))
-	}
-	return opts, nil
-}
-
 func (c *clientFlags) dial(stderr io.Writer) (condisaggv1.AdminClient, func(), bool) {
 	if c.output != "table" && c.output != "json" {
 		fmt.Fprintf(stderr, "-o: %q must be table or json\n", c.output)
 		return nil, nil, false
 	}
-	opts, err := c.credentials()
+	client, conn, err := adminclient.Dial(c.addr, adminclient.Options{TokenFile: c.tokenFile, TLS: c.useTLS,
+		CAFile: c.caFile, CertFile: c.certFile, KeyFile: c.keyFile})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, nil, false
 	}
-	conn, err := grpc.NewClient(c.addr, opts...)
-	if err != nil {
-		fmt.Fprintf(stderr, "dial %s: %v\n", c.addr, err)
-		return nil, nil, false
-	}
-	return condisaggv1.NewAdminClient(conn), func() { conn.Close() }, true
-}
-
-func printJSON(w io.Writer, m proto.Message) {
-	b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
-	fmt.Fprintln(w, string(b))
+	return client, func() { conn.Close() }, true
 }
 
 // call dials the router, makes one Admin call within the timeout and prints its answer as a
@@ -135,7 +73,7 @@ func call[R proto.Message](ctx context.Context, c *clientFlags, name string, std
 		return 1
 	}
 	if c.output == "json" {
-		printJSON(stdout, resp)
+		adminclient.PrintJSON(stdout, resp)
 		return 0
 	}
 	printTable(stdout, resp)
@@ -157,7 +95,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	return call(ctx, c, "explain", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ExplainResponse, error) {
 		return a.Explain(ctx, &condisaggv1.ExplainRequest{Path: *path, Body: body})
-	}, printExplain)
+	}, adminclient.PrintExplain)
 }
 
 func readBodyArg(arg string) ([]byte, error) {
@@ -172,41 +110,6 @@ func readBodyArg(arg string) ([]byte, error) {
 	return []byte(arg), nil
 }
 
-func printExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	in := r.GetInputs()
-	rows := [][2]string{
-		{"route", r.Route}, {"reason", r.Reason}, {"gate", r.Gate}, {"policy", r.Policy},
-		{"destination", r.Destination},
-		{"decode", r.DecodeWorker + " " + r.DecodeEndpoint}, {"prefill", r.PrefillWorker + " " + r.PrefillEndpoint},
-		{"tokens (ISL)", itoa(r.Tokens)}, {"block keys", itoa(r.BlockKeys)},
-		{"previewed decode", in.GetPreviewDecode()},
-		{"overlap blocks (gpu/cpu/disk)", itoa(in.GetOverlapBlocks()) + "/" + itoa(in.GetHostBlocks()) + "/" + itoa(in.GetDiskBlocks())},
-		{"cached tokens", itoa(in.GetCachedTokens())},
-		{"effective ISL / threshold", itoa(in.GetEffectiveIsl()) + " / " + itoa(in.GetEffIslThreshold())},
-		{"ratio / threshold", ftoa(in.GetRatio()) + " / " + ftoa(in.GetRatioThreshold())},
-		{"prefill busy", in.GetPrefillBusy()},
-		{"prefill active / budget", itoa(in.GetPrefillActiveTokens()) + " / " + ftoa(in.GetPrefillBudget())},
-		{"projected decode blocks / kvcap", itoa(in.GetProjectedDecodeBlocks()) + " / " + itoa(in.GetKvCapacityBlocks())},
-		{"decode guard", strconv.FormatBool(in.GetGuardEnabled()) + " θd=" + ftoa(in.GetDecodeBusyThreshold())},
-		{"silent", strconv.FormatBool(in.GetSilent())},
-		{"error", in.GetError()},
-	}
-	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
-	}
-	tw.Flush()
-	if len(r.Overlaps) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKER\tGPU\tCPU\tDISK")
-		for _, o := range r.Overlaps {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", o.Worker, o.GpuBlocks, o.CpuBlocks, o.DiskBlocks)
-		}
-		tw.Flush()
-	}
-}
-
 // runWorkers is `condisagg workers`.
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newClientFlags("workers", stderr)
@@ -215,34 +118,5 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	return call(ctx, c, "workers", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ListWorkersResponse, error) {
 		return a.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
-	}, printWorkers)
+	}, adminclient.PrintWorkers)
 }
-
-func printWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tENDPOINT\tHEALTHY\tKVCAP\tMNBT\tREQS\tPREFILL_TOK\tDECODE_BLK\tINDEXED(G/C/D)\tEVENTS\tLAST_SEQ\tGAPS\tREPLAYS\tLAST_EVENT_AGE")
-	for _, x := range r.Workers {
-		events, seq, gaps, replays, age := "-", "-", "-", "-", "-"
-		if e := x.Events; e != nil {
-			events = "down"
-			if e.Connected {
-				events = "up"
-			}
-			if e.HasLastSeq {
-				seq = strconv.FormatUint(e.LastSeq, 10)
-			}
-			gaps, replays = strconv.FormatUint(e.Gaps, 10), strconv.FormatUint(e.Replays, 10)
-			if e.LastEventAgeSeconds >= 0 {
-				age = strconv.FormatFloat(e.LastEventAgeSeconds, 'f', 1, 64) + "s"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%d\t%d\t%d\t%d/%d/%d\t%s\t%s\t%s\t%s\t%s\n",
-			x.Id, x.Role, x.Endpoint, x.Healthy, x.KvCapacityBlocks, x.MaxBatchedTokens, x.ActiveRequests,
-			x.ActivePrefillTokens, x.ActiveDecodeBlocks, x.IndexedGpuBlocks, x.IndexedCpuBlocks, x.IndexedDiskBlocks,
-			events, seq, gaps, replays, age)
-	}
-	tw.Flush()
-}
-
-func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
-func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }

@@ -5,18 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/condisagg/condisagg/internal/serveconfig"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/serveconfig"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -326,7 +326,7 @@ func (s *service) readiness() (bool, []string) {
 // watchConfig reloads on SIGHUP (hup) and when the file changes.
 func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	path := s.flags.ConfigPath
-	last := fileStamp(path)
+	last := serveconfig.FileStamp(path)
 	t := time.NewTicker(fileCheckInterval)
 	defer t.Stop()
 	for {
@@ -336,28 +336,12 @@ func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			_ = s.reload("sighup")
 		case <-t.C:
-			if st := fileStamp(path); path != "" && st != last {
+			if st := serveconfig.FileStamp(path); path != "" && st != last {
 				last = st
 				_ = s.reload("file_changed")
 			}
 		}
 	}
-}
-
-type stamp struct {
-	mod  time.Time
-	size int64
-}
-
-func fileStamp(path string) stamp {
-	if path == "" {
-		return stamp{}
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return stamp{}
-	}
-	return stamp{st.ModTime(), st.Size()}
 }
 
 func (s *service) reloadFromAdmin(context.Context) error { return s.reload("admin") }
@@ -392,33 +376,10 @@ func (s *service) reload(trigger string) (err error) {
 	}
 	s.cfg.Swap(cfg)
 	s.level.Set(cfg.LogLevel)
-	if restart := restartNeeded(old, cfg); restart != "" {
+	if restart := serveconfig.RestartNeeded(old, cfg); restart != "" {
 		s.log.Warn("configuration reloaded; some changes need a restart", "reason", trigger, "err", restart)
 		return nil
 	}
 	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.Settings.Policy.Disagg.Policy))
 	return nil
-}
-
-// restartNeeded names the changed fields a reload cannot apply.
-func restartNeeded(old, cur *serveconfig.Config) string {
-	var fields []string
-	if !reflect.DeepEqual(old.Pool, cur.Pool) {
-		fields = append(fields, "workers/pool")
-	}
-	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments {
-		fields = append(fields, "model")
-	}
-	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
-		old.TLSCert != cur.TLSCert || old.TLSKey != cur.TLSKey || !reflect.DeepEqual(old.File.AdminTokenFile, cur.File.AdminTokenFile) ||
-		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
-		fields = append(fields, "listeners/tls")
-	}
-	if old.KVEvents != cur.KVEvents {
-		fields = append(fields, "router.kv_events")
-	}
-	if len(fields) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%v changed", fields)
 }

@@ -1,0 +1,161 @@
+package adminclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// Options say how to reach a router's Admin service.
+type Options struct {
+	TokenFile string // file holding the bearer token ("" : none)
+	TLS       bool   // TLS even without CAFile or CertFile
+	CAFile    string // CA bundle of the router's admin certificate ("" : system roots)
+	CertFile  string // client certificate for mTLS (with KeyFile)
+	KeyFile   string
+}
+
+// Dial returns a client of the Admin service at addr and its connection (close it).
+func Dial(addr string, o Options) (condisaggv1.AdminClient, *grpc.ClientConn, error) {
+	opts, err := o.dialOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return condisaggv1.NewAdminClient(conn), conn, nil
+}
+
+// bearer is the Admin token as per-RPC credentials. It allows plaintext on purpose: a token
+// over loopback is the default deployment; off loopback serve also demands TLS or mTLS.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// dialOptions builds the gRPC dial options from the TLS and token settings.
+func (c Options) dialOptions() ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	if c.TLS || c.CAFile != "" || c.CertFile != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.CAFile != "" {
+			pem, err := os.ReadFile(c.CAFile)
+			roots := x509.NewCertPool()
+			if err != nil || !roots.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-file %s: not a readable PEM bundle", c.CAFile)
+			}
+			cfg.RootCAs = roots
+		}
+		if (c.CertFile == "") != (c.KeyFile == "") {
+			return nil, fmt.Errorf("--cert-file and --key-file go together")
+		}
+		if c.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--cert-file %s: %w", c.CertFile, err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(b)))))
+	}
+	return opts, nil
+}
+
+// PrintJSON writes m as indented JSON with every field.
+func PrintJSON(w io.Writer, m proto.Message) {
+	b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	fmt.Fprintln(w, string(b))
+}
+
+// PrintExplain writes an Explain answer as a table.
+func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	in := r.GetInputs()
+	rows := [][2]string{
+		{"route", r.Route}, {"reason", r.Reason}, {"gate", r.Gate}, {"policy", r.Policy},
+		{"destination", r.Destination},
+		{"decode", r.DecodeWorker + " " + r.DecodeEndpoint}, {"prefill", r.PrefillWorker + " " + r.PrefillEndpoint},
+		{"tokens (ISL)", itoa(r.Tokens)}, {"block keys", itoa(r.BlockKeys)},
+		{"previewed decode", in.GetPreviewDecode()},
+		{"overlap blocks (gpu/cpu/disk)", itoa(in.GetOverlapBlocks()) + "/" + itoa(in.GetHostBlocks()) + "/" + itoa(in.GetDiskBlocks())},
+		{"cached tokens", itoa(in.GetCachedTokens())},
+		{"effective ISL / threshold", itoa(in.GetEffectiveIsl()) + " / " + itoa(in.GetEffIslThreshold())},
+		{"ratio / threshold", ftoa(in.GetRatio()) + " / " + ftoa(in.GetRatioThreshold())},
+		{"prefill busy", in.GetPrefillBusy()},
+		{"prefill active / budget", itoa(in.GetPrefillActiveTokens()) + " / " + ftoa(in.GetPrefillBudget())},
+		{"projected decode blocks / kvcap", itoa(in.GetProjectedDecodeBlocks()) + " / " + itoa(in.GetKvCapacityBlocks())},
+		{"decode guard", strconv.FormatBool(in.GetGuardEnabled()) + " θd=" + ftoa(in.GetDecodeBusyThreshold())},
+		{"silent", strconv.FormatBool(in.GetSilent())},
+		{"error", in.GetError()},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	tw.Flush()
+	if len(r.Overlaps) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tGPU\tCPU\tDISK")
+		for _, o := range r.Overlaps {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", o.Worker, o.GpuBlocks, o.CpuBlocks, o.DiskBlocks)
+		}
+		tw.Flush()
+	}
+}
+
+// PrintWorkers writes a ListWorkers answer as a table.
+func PrintWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tENDPOINT\tHEALTHY\tKVCAP\tMNBT\tREQS\tPREFILL_TOK\tDECODE_BLK\tINDEXED(G/C/D)\tEVENTS\tLAST_SEQ\tGAPS\tREPLAYS\tLAST_EVENT_AGE")
+	for _, x := range r.Workers {
+		events, seq, gaps, replays, age := "-", "-", "-", "-", "-"
+		if e := x.Events; e != nil {
+			events = "down"
+			if e.Connected {
+				events = "up"
+			}
+			if e.HasLastSeq {
+				seq = strconv.FormatUint(e.LastSeq, 10)
+			}
+			gaps, replays = strconv.FormatUint(e.Gaps, 10), strconv.FormatUint(e.Replays, 10)
+			if e.LastEventAgeSeconds >= 0 {
+				age = strconv.FormatFloat(e.LastEventAgeSeconds, 'f', 1, 64) + "s"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%d\t%d\t%d\t%d/%d/%d\t%s\t%s\t%s\t%s\t%s\n",
+			x.Id, x.Role, x.Endpoint, x.Healthy, x.KvCapacityBlocks, x.MaxBatchedTokens, x.ActiveRequests,
+			x.ActivePrefillTokens, x.ActiveDecodeBlocks, x.IndexedGpuBlocks, x.IndexedCpuBlocks, x.IndexedDiskBlocks,
+			events, seq, gaps, replays, age)
+	}
+	tw.Flush()
+}
+
+func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
