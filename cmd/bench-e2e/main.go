@@ -11,9 +11,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/flaglist"
 
 	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/workload"
@@ -100,13 +101,18 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 
 // parseScales parses "1,10" into time scales, each > 0.
 func parseScales(s string) ([]float64, error) {
-	var out []float64
-	for part := range strings.SplitSeq(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
-		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("--time-scale: %q in %q must be a number > 0", part, s)
+	out, errs := flaglist.Parse("--time-scale", s, "a number > 0", func(v string) (float64, error) {
+		x, err := strconv.ParseFloat(v, 64)
+		if err == nil && (!(x > 0) || math.IsInf(x, 0)) {
+			err = errors.New("out of range")
 		}
-		out = append(out, v)
+		return x, err
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--time-scale: %q lists no time scale", s)
 	}
 	return out, nil
 }

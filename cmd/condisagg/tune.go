@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/condisagg/condisagg/internal/flaglist"
+
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/tune"
 	"github.com/condisagg/condisagg/workload"
@@ -106,18 +108,8 @@ func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 
 // parseList parses a comma list of what; the ranges are Config.Validate's to check.
 func parseList[T any](errs *[]error, name, text, what string, parse func(string) (T, error)) []T {
-	var out []T
-	for v := range strings.SplitSeq(text, ",") {
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		x, err := parse(v)
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("tune: %s: %q is not %s", name, v, what))
-			continue
-		}
-		out = append(out, x)
-	}
+	out, bad := flaglist.Parse("tune: "+name, text, what, parse)
+	*errs = append(*errs, bad...)
 	return out
 }
 

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/condisagg/condisagg/internal/flaglist"
+
 	"github.com/condisagg/condisagg/sidecar"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -70,10 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for pair := range strings.SplitSeq(f.dial, ",") {
-		if pair = strings.TrimSpace(pair); pair == "" {
-			continue
-		}
+	for _, pair := range flaglist.Items(f.dial) {
 		from, to, ok := strings.Cut(pair, "=")
 		if !ok {
 			return f, fmt.Errorf("--dial %q: want ADDR=TARGET", pair)
@@ -103,11 +102,7 @@ func allowEntries(f flags) ([]string, error) {
 			return nil, fmt.Errorf("--config %s: %w", f.configPath, err)
 		}
 	}
-	for e := range strings.SplitSeq(f.allow, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			entries = append(entries, e)
-		}
-	}
+	entries = append(entries, flaglist.Items(f.allow)...)
 	if len(entries) == 0 {
 		return nil, errors.New("no allowlist: give --config or --allow")
 	}

@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
 	"envoy":                {"internal/proc", "internal/repo"},
 	"internal/repo":        {},
+	"internal/flaglist":    {},
 	"internal/adminclient": {"proto/condisagg/v1"},
 	"internal/serveconfig": {"extproc", "policy", "pool"},
 	"internal/proc":        {},
