@@ -7,13 +7,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/repo"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -105,11 +105,6 @@ type server struct {
 	records  []route.Record
 }
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 func newServer(t *testing.T, rep *cluster.Report) *server {
 	t.Helper()
 	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}}
@@ -130,9 +125,13 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 		s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
 	}
 	s.enc = vllmsim.Encoder{Format: vllmsim.FormatMap, Hashes: vllmsim.HashInt, BlockSize: bs}
-	tok, err := tokenizer.Load(filepath.Join(repoRoot(), "tokenizer", "testdata", "models", "qwen3"), tokenizer.Options{})
+	dir, err := repo.Model("qwen3")
 	if err != nil {
-		t.Fatalf("tokenizer (make deps fetches it): %v", err)
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir, tokenizer.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	pc := rep.Policy
 	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,

@@ -6,23 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/condisagg/condisagg/internal/repo"
+
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/policy"
 )
 
-// modelDir is the Qwen3 tokenizer that tokenizer/testdata/fetch_models.sh downloads.
-var modelDir = filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3")
-
+// requireModel is the Qwen3 tokenizer directory of the test models.
 func requireModel(t *testing.T) string {
 	t.Helper()
-	abs, err := filepath.Abs(modelDir)
+	dir, err := repo.Model("qwen3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(abs, "tokenizer.json")); err != nil {
-		t.Fatalf("Qwen3 tokenizer missing under %s (%v): run tokenizer/testdata/fetch_models.sh (make deps does)", abs, err)
-	}
-	return abs
+	return dir
 }
 
 func writeFile(t *testing.T, dir, name, text string) string {
