@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -168,7 +169,8 @@ func testPassthrough(t *testing.T, s *Stack) {
 
 // testRouterDown: with condisagg killed, the fail-open Envoy serves through decode_fallback
 // (one decode worker, local prefill, no decision header, forged headers still stripped) and
-// the fail-closed Envoy answers 500.
+// the fail-closed Envoy answers 503 with an OpenAI JSON error (its bare 500 mapped by the
+// local reply config).
 func testRouterDown(t *testing.T, s *Stack) {
 	ctx := scenarioCtx(t)
 	s.Condisagg.Kill()
@@ -188,8 +190,12 @@ func testRouterDown(t *testing.T, s *Stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if closed.Status != http.StatusInternalServerError {
-		t.Fatalf("fail-closed Envoy: %d %s; want 500", closed.Status, closed.Body)
+	var e struct {
+		Error struct{ Type, Code string }
+	}
+	if closed.Status != http.StatusServiceUnavailable || json.Unmarshal(closed.Body, &e) != nil ||
+		e.Error.Code != "router_unavailable" || e.Error.Type != "service_unavailable_error" {
+		t.Fatalf("fail-closed Envoy: %d %s; want 503 with an OpenAI router_unavailable error", closed.Status, closed.Body)
 	}
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("canary received %d requests; want 0", n)

@@ -30,8 +30,16 @@ type loop struct {
 
 	handshakes int // ZMTP sessions established so far
 	connected  bool
+	// downSince is when the SUB's only session went down (default topology); zero while
+	// connected. libzmq does not reconnect after a protocol error (a frame over
+	// ZMQ_MAXMSGSIZE), so redial does.
+	downSince time.Time
 	connDirty  bool
 }
+
+// maxFrameBytes is ZMQ_MAXMSGSIZE for every socket of a stream: the payload bound plus room for
+// the topic and sequence frames of a multipart message.
+func maxFrameBytes(cfg Config) int { return cfg.MaxPayloadBytes + 64<<10 }
 
 // newSub creates the SUB socket with its options and monitor (not yet attached).
 func newSub(cfg Config, topics []string, log interface{ Warn(string, ...any) }) (*goczmq.Sock, *monitor) {
@@ -39,6 +47,9 @@ func newSub(cfg Config, topics []string, log interface{ Warn(string, ...any) }) 
 		goczmq.SockSetRcvhwm(cfg.RcvHWM),
 		goczmq.SockSetLinger(0),
 		goczmq.SockSetReconnectIvlMax(2000),
+		// libzmq refuses (and disconnects) a peer whose frame is over this before allocating it:
+		// a 1 GB frame would otherwise cost 1 GB of RSS before the payload check drops it.
+		goczmq.SockSetMaxmsgsize(maxFrameBytes(cfg)),
 	}
 	for _, t := range topics {
 		opts = append(opts, goczmq.SockSetSubscribe(t))
@@ -117,6 +128,7 @@ func (l *loop) round() error {
 	l.drainMonitor()
 	l.drainSub()
 	now := time.Now()
+	l.redial(now)
 	for _, sh := range l.shells {
 		sh.drainReplay()
 		sh.checkReplayDeadline(now)
@@ -125,6 +137,25 @@ func (l *loop) round() error {
 	}
 	l.connDirty = false
 	return nil
+}
+
+// redialAfter is how long the SUB may stay disconnected before redial makes a new session.
+const redialAfter = time.Second
+
+// redial re-creates the SUB's session when it has been down for redialAfter: libzmq reconnects
+// by itself after a connection error but not after a protocol error (a frame over
+// ZMQ_MAXMSGSIZE, a broken handshake), which would otherwise end the stream for good. A redial
+// during libzmq's own reconnect attempts only replaces them. The next handshake runs the
+// reconnect check, so what the gap lost is replayed.
+func (l *loop) redial(now time.Time) {
+	if l.byTopic != nil || l.connected || l.downSince.IsZero() || now.Sub(l.downSince) < redialAfter {
+		return
+	}
+	l.downSince = now
+	_ = l.sub.Disconnect(l.endpoint) // the terminated session may already be gone
+	if err := l.sub.Connect(l.endpoint); err != nil {
+		l.shells[0].s.log.Warn("redial SUB", "endpoint", l.endpoint, "err", err)
+	}
 }
 
 func readable(s *goczmq.Sock) bool { return goczmq.Events(s)&goczmq.Pollin != 0 }
@@ -145,11 +176,14 @@ func (l *loop) drainMonitor() {
 		l.connDirty = true
 		switch ev {
 		case monEventConnected:
-			l.connected = true
+			l.connected, l.downSince = true, time.Time{}
 			l.handshakes++
 			l.handshake()
 		case monEventDisconnected:
 			l.connected = l.byTopic != nil // centralized: other publishers stay connected
+			if !l.connected {
+				l.downSince = time.Now()
+			}
 		}
 	}
 }

@@ -192,11 +192,18 @@ func (sh *streamShell) clear(a kvevents.Action) {
 	sh.s.log.Warn("stream cleared", "reason", reason, "seq", st.LastSeq, "expect", st.Expect)
 }
 
+// replayRcvHWM bounds the replay replies queued in the DEALER (messages of up to
+// MaxPayloadBytes each); the pending buffer of the stream machine bounds what is kept after.
+const replayRcvHWM = 1024
+
 func (sh *streamShell) startReplay(from uint64) {
 	sh.closeReplay()
 	sh.socketsChanged = true
 	now := time.Now()
-	dealer := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetRcvhwm(0), goczmq.SockSetLinger(0))
+	// A bounded receive queue pushes back on the publisher over TCP (a DEALER does not drop),
+	// and oversized frames are refused by libzmq like on the SUB.
+	dealer := goczmq.NewSock(goczmq.Dealer, goczmq.SockSetRcvhwm(replayRcvHWM), goczmq.SockSetLinger(0),
+		goczmq.SockSetMaxmsgsize(maxFrameBytes(sh.s.cfg)))
 	sh.rp = &replaySession{dealer: dealer, from: from, started: now, last: now}
 	req := kvevents.ReplayRequest(from)
 	err := dealer.Connect(sh.s.sc.ReplayEndpoint)

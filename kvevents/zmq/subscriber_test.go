@@ -463,3 +463,32 @@ func port(t *testing.T, endpoint string) int {
 	}
 	return p
 }
+
+// TestSubscriberRefusesHugeFrames: a frame far over MaxPayloadBytes is refused by libzmq
+// (ZMQ_MAXMSGSIZE) before it is allocated: it never reaches the payload check (no too_large
+// drop is counted), the publisher's connection is dropped and re-established, and the stream
+// carries on with the next batches (replaying what the reconnect lost).
+func TestSubscriberRefusesHugeFrames(t *testing.T) {
+	h := newHarness(t, Config{MaxPayloadBytes: 4096})
+	p := startPublisher(t, pubOptions{bufferSteps: 100})
+	s := h.add("w", p)
+	p.WaitSubscribed(t)
+	c := newChain(3, testBlockSize, 1000, 1<<40)
+	p.Publish(c.batch(0))
+	h.waitFor(s, "seq 0", settled(0))
+	p.Raw([][]byte{{}, be8(1), make([]byte, 8<<20)})
+	// The subscriber reconnects on its own; keep publishing until the rest is applied.
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 1; h.blocks("w", c) != 3; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("stream did not recover after the huge frame: %+v", h.g.Status())
+		}
+		if i <= 2 {
+			p.Publish(c.batch(i))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := h.counter(h.m.DroppedFrames, "w", string(kvevents.DropTooLarge)); n != 0 {
+		t.Fatalf("the huge frame reached the payload check (too_large = %v): libzmq did not refuse it", n)
+	}
+}
