@@ -95,6 +95,10 @@ type Params struct {
 	// RouteTimeout and RouteIdleTimeout bound a whole request and its silences;
 	// defaults 3600s and 900s (long generations, non-streamed answers).
 	RouteTimeout, RouteIdleTimeout time.Duration
+	// RequestReceiveTimeout bounds how long a client may take to send its whole request
+	// (headers and body) to Envoy, so a stalled upload cannot hold a buffered body or an
+	// ext_proc stream open; default 60s.
+	RequestReceiveTimeout time.Duration
 	// ConnectTimeout applies to the worker clusters; default 5s.
 	ConnectTimeout time.Duration
 	// HealthCheckInterval is the active health-check period of condisagg and decode_fallback;
@@ -143,6 +147,7 @@ func (p Params) WithDefaults() Params {
 	setDuration(&p.MessageTimeout, 2*time.Second)
 	setDuration(&p.RouteTimeout, time.Hour)
 	setDuration(&p.RouteIdleTimeout, 15*time.Minute)
+	setDuration(&p.RequestReceiveTimeout, time.Minute)
 	setDuration(&p.ConnectTimeout, 5*time.Second)
 	setDuration(&p.HealthCheckInterval, 5*time.Second)
 	if p.RequestBodyBufferLimitBytes == 0 {

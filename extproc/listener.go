@@ -33,14 +33,25 @@ const (
 type GRPCOptions struct {
 	MaxBodyBytes int         // request bodies up to this size must fit a message (+1 MiB)
 	TLS          *tls.Config // nil: plaintext
+	// MaxConcurrentStreams bounds the ext_proc streams (in-flight HTTP requests) per Envoy
+	// connection; each may hold up to MaxBodyBytes. Default DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
 }
+
+// DefaultMaxConcurrentStreams is the default stream bound per connection.
+const DefaultMaxConcurrentStreams = 4096
 
 // NewGRPCServer builds the ext_proc server: ext_proc and the health service, with message
 // limits above the body limit and keepalive settings that accept Envoy's HTTP/2 pings.
 // The health server starts with liveness SERVING and readiness NOT_SERVING.
 func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server) {
 	limit := BodyCeiling(opts.MaxBodyBytes) + 1<<20
+	streams := opts.MaxConcurrentStreams
+	if streams == 0 {
+		streams = DefaultMaxConcurrentStreams
+	}
 	gopts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(streams),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

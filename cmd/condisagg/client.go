@@ -31,7 +31,7 @@ type clientFlags struct {
 func newClientFlags(name string, stderr io.Writer) *clientFlags {
 	c := &clientFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	c.fs.SetOutput(stderr)
-	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9091", "router Admin gRPC address (serve --admin-grpc-listen)")
+	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9003", "router Admin gRPC address (serve --admin-grpc-listen)")
 	c.fs.StringVar(&c.output, "o", "table", "output: table or json")
 	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "call timeout")
 	c.fs.StringVar(&c.tokenFile, "token-file", "", "file holding the Admin bearer token (serve --admin-token-file)")

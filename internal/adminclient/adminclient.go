@@ -42,8 +42,9 @@ func Dial(addr string, o Options) (condisaggv1.AdminClient, *grpc.ClientConn, er
 	return condisaggv1.NewAdminClient(conn), conn, nil
 }
 
-// bearer is the Admin token as per-RPC credentials. It allows plaintext on purpose: a token
-// over loopback is the default deployment; off loopback serve also demands TLS or mTLS.
+// bearer is the Admin token as per-RPC credentials. It allows plaintext on purpose: serve
+// accepts a token alone, and a token over plaintext is only as safe as the network between
+// operator and router (use --tls with serve's admin_tls_cert off a trusted network).
 type bearer string
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

@@ -119,7 +119,7 @@ func NewFlags() *Flags {
 	fs.Float64Var(&f.queueThreshold, "router-queue-threshold", 0, "prefill queue threshold (θp when prefill_busy_threshold is unset)")
 	fs.StringVar(&f.listen, "listen", "0.0.0.0:9002", "ext_proc gRPC address (Envoy; ext_proc and health only)")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9090", "admin HTTP address (/metrics, /healthz, /readyz, /debug/explain)")
-	fs.StringVar(&f.adminGRPCListen, "admin-grpc-listen", "127.0.0.1:9091", "Admin gRPC address (Explain, ListWorkers, ReloadConfig)")
+	fs.StringVar(&f.adminGRPCListen, "admin-grpc-listen", "127.0.0.1:9003", "Admin gRPC address (Explain, ListWorkers, ReloadConfig)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the bearer token the Admin API requires (required off loopback unless --admin-client-ca)")
 	fs.StringVar(&f.adminTLSCert, "admin-tls-cert", "", "TLS certificate of both admin listeners (with --admin-tls-key)")
 	fs.StringVar(&f.adminTLSKey, "admin-tls-key", "", "TLS key of both admin listeners")
@@ -140,7 +140,7 @@ func NewFlags() *Flags {
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
 	var fc File
-	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9091"
+	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9003"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
 	fc.Model.BlockSize, fc.Model.CacheSegments = policy.DefaultBlockSize, 65536
