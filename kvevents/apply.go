@@ -37,6 +37,11 @@ type Applier struct {
 	// storedInBatch counts the BlockStored events of the last batch that the index accepted.
 	storedInBatch int
 
+	// mismatchBlockSize is the block_size of the last store refused because it differs from
+	// the index's; 0 when none was. The shell reports it (BlockSizeMismatch).
+	mismatchBlockSize int64
+	mismatchSeen      bool // the gauge shows a mismatch
+
 	// Hybrid groups learned from stores that carry kv_cache_spec_kind, one bit per group_idx
 	// below 64, so removes (which carry group_idx but no kind) follow their group's filter.
 	indexedGroups, skippedGroups uint64
@@ -97,6 +102,21 @@ func (a *Applier) ApplyPayload(payload []byte) error {
 // says the worker evicts, not that it caches new prompts).
 func (a *Applier) StoredInLastBatch() int { return a.storedInBatch }
 
+// BlockSizeMismatch returns the error to report when stores of the last batches were refused
+// because the engine's block size differs from the router's --block-size (then nothing the
+// worker caches can earn credit), and nil otherwise; it resets the report.
+func (a *Applier) BlockSizeMismatch() error {
+	bs := a.mismatchBlockSize
+	if bs == 0 {
+		return nil
+	}
+	a.mismatchBlockSize = 0
+	want := a.ix.BlockSize()
+	return fmt.Errorf("kvevents: worker %s: KV events carry block_size %d but the router's --block-size (model.block_size) is %d: "+
+		"its stores are refused and it gets no cache credit; set model.block_size to %d (the engine's --block-size)",
+		a.worker, bs, want, bs)
+}
+
 // Batch returns the batch last decoded by ApplyPayload (for its TS), valid until the next call.
 func (a *Applier) Batch() *Batch { return &a.batch }
 
@@ -145,8 +165,16 @@ func (a *Applier) applyStored(ev *Event) {
 	res := a.tx.Store(a.worker, &a.store)
 	a.store = kvindex.Store{} // drop references into the payload
 	if res.Skip != kvindex.SkipNone {
+		if res.Skip == kvindex.SkipBlockSizeMismatch {
+			a.mismatchBlockSize, a.mismatchSeen = ev.BlockSize, true
+			a.c.blockSize.Set(float64(ev.BlockSize))
+		}
 		a.c.skip(indexSkipReason(res.Skip), 1)
 		return
+	}
+	if len(ev.Tokens) > 0 && a.mismatchSeen {
+		a.mismatchSeen = false
+		a.c.blockSize.Set(0) // the sizes agree again (the engine or the router changed)
 	}
 	if res.ShortTokens {
 		a.c.skip(skipShortTokens, 1)

@@ -44,6 +44,7 @@ type applyCounters struct {
 	media                                        [len(mediumLabels) + 1]prometheus.Counter // resolved on first use; last = "other"
 	tags                                         []tagCounter
 	otherTag                                     prometheus.Counter
+	blockSize                                    prometheus.Gauge // BlockSizeMismatch
 }
 
 type tagCounter struct {
@@ -56,6 +57,7 @@ func newApplyCounters(m *Metrics, worker string) applyCounters {
 		m:              m,
 		worker:         worker,
 		batches:        m.Batches.WithLabelValues(worker),
+		blockSize:      m.BlockSizeMismatch.WithLabelValues(worker),
 		stored:         m.Events.WithLabelValues(worker, KindBlockStored.String()),
 		removed:        m.Events.WithLabelValues(worker, KindBlockRemoved.String()),
 		cleared:        m.Events.WithLabelValues(worker, KindAllBlocksCleared.String()),

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/condisagg/condisagg/kvindex"
@@ -508,5 +509,32 @@ func TestApplyStoredInLastBatch(t *testing.T) {
 		if got := e.app.StoredInLastBatch(); got != c.want {
 			t.Errorf("%s: StoredInLastBatch = %d, want %d", c.spec, got, c.want)
 		}
+	}
+}
+
+// TestApplyBlockSizeMismatch: events of another block size than the router's are refused, and
+// the Applier says so in one error naming the worker and both sizes, with a gauge holding the
+// engine's size until a store of the right size arrives.
+func TestApplyBlockSizeMismatch(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	if err := e.app.BlockSizeMismatch(); err != nil {
+		t.Fatalf("mismatch before any event: %v", err)
+	}
+	gauge := func() float64 { return testutil.ToFloat64(e.m.BlockSizeMismatch.WithLabelValues("w0")) }
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{1}, tokens: []uint32{1, 2, 3, 4}, blockSize: 4}))
+	err := e.app.BlockSizeMismatch()
+	if err == nil || !strings.Contains(err.Error(), "worker w0: KV events carry block_size 4 but the router's --block-size (model.block_size) is 2") ||
+		!strings.Contains(err.Error(), "set model.block_size to 4") {
+		t.Fatalf("mismatch error: %v", err)
+	}
+	if e.app.BlockSizeMismatch() != nil {
+		t.Fatal("the report was not reset")
+	}
+	if g := gauge(); g != 4 || e.skipped("block_size_mismatch") != 1 || e.blocks(kvindex.GPU) != 0 {
+		t.Fatalf("gauge %v, skipped %v, blocks %d", g, e.skipped("block_size_mismatch"), e.blocks(kvindex.GPU))
+	}
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{2}, tokens: []uint32{1, 2}, blockSize: 2}))
+	if g := gauge(); g != 0 || e.app.BlockSizeMismatch() != nil {
+		t.Fatalf("after a matching store: gauge %v", g)
 	}
 }

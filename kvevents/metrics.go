@@ -21,6 +21,9 @@ type Metrics struct {
 	// Clears: worker, reason: stream index cleared. The Applier writes capacity; the transport
 	// shell writes the ClearReason values.
 	Clears *prometheus.CounterVec
+	// BlockSizeMismatch: worker: the block_size of the worker's KV events while it differs from
+	// the router's (its stores are refused, so it gets no cache credit); 0 when they agree.
+	BlockSizeMismatch *prometheus.GaugeVec
 }
 
 // NewMetrics registers the apply metrics on reg.
@@ -30,13 +33,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(c)
 		return c
 	}
+	mismatch := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "condisagg_kv_events_block_size_mismatch",
+		Help: "Block size of a worker's KV events when it differs from the router's --block-size (no cache credit); 0 when they agree."},
+		[]string{"worker"})
+	reg.MustRegister(mismatch)
 	return &Metrics{
-		Batches:       cv("batches_total", "KV event batches applied.", "worker"),
-		Events:        cv("events_total", "KV events applied to the prefix index.", "worker", "kind"),
-		SkippedEvents: cv("events_skipped_total", "KV events skipped, by reason.", "worker", "reason"),
-		UnknownEvents: cv("events_unknown_total", "KV events with an unknown tag.", "worker", "tag"),
-		NonGPUMedium:  cv("events_non_gpu_medium_total", "KV events on a non-device medium.", "worker", "medium"),
-		DroppedFrames: cv("messages_dropped_total", "ZeroMQ messages dropped, by reason.", "worker", "reason"),
-		Clears:        cv("stream_clears_total", "Stream index clears, by reason.", "worker", "reason"),
+		BlockSizeMismatch: mismatch,
+		Batches:           cv("batches_total", "KV event batches applied.", "worker"),
+		Events:            cv("events_total", "KV events applied to the prefix index.", "worker", "kind"),
+		SkippedEvents:     cv("events_skipped_total", "KV events skipped, by reason.", "worker", "reason"),
+		UnknownEvents:     cv("events_unknown_total", "KV events with an unknown tag.", "worker", "tag"),
+		NonGPUMedium:      cv("events_non_gpu_medium_total", "KV events on a non-device medium.", "worker", "medium"),
+		DroppedFrames:     cv("messages_dropped_total", "ZeroMQ messages dropped, by reason.", "worker", "reason"),
+		Clears:            cv("stream_clears_total", "Stream index clears, by reason.", "worker", "reason"),
 	}
 }

@@ -203,3 +203,6 @@ func (ix *Index) NumKeys() int {
 	defer ix.mu.RUnlock()
 	return ix.keys.len()
 }
+
+// BlockSize is the block size the index keys blocks by (Config.BlockSize).
+func (ix *Index) BlockSize() int { return ix.cfg.BlockSize }

@@ -34,7 +34,7 @@ type loop struct {
 	// connected. libzmq does not reconnect after a protocol error (a frame over
 	// ZMQ_MAXMSGSIZE), so redial does.
 	downSince time.Time
-	connDirty  bool
+	connDirty bool
 }
 
 // maxFrameBytes is ZMQ_MAXMSGSIZE for every socket of a stream: the payload bound plus room for

@@ -29,12 +29,15 @@ type streamShell struct {
 	lagOf interface{ Batch() *kvevents.Batch }
 	// storedOf reports whether the last batch stored blocks (optional, as lagOf).
 	storedOf interface{ StoredInLastBatch() int }
+	// sizeOf reports stores refused for a block size unlike the router's (optional).
+	sizeOf interface{ BlockSizeMismatch() error }
 
 	pendingEnd     kvevents.ReplayEnd // a replay failure noticed while executing actions, fed afterwards
 	socketsChanged bool               // a DEALER was created or destroyed: the loop rebuilds its poller
 	dirty          bool               // the status snapshot is stale
 	lastEvent      time.Time
 	lastStored     time.Time
+	warned         warnLimiter // per-batch warnings: at most one per warnEvery, the rest counted
 	dropped        uint64
 	malformed      uint64
 }
@@ -47,6 +50,7 @@ func newStreamShell(s *Subscriber) *streamShell {
 	})}
 	sh.lagOf, _ = s.applier.(interface{ Batch() *kvevents.Batch })
 	sh.storedOf, _ = s.applier.(interface{ StoredInLastBatch() int })
+	sh.sizeOf, _ = s.applier.(interface{ BlockSizeMismatch() error })
 	return sh
 }
 
@@ -156,6 +160,11 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 	case err == nil:
 		now := time.Now()
 		sh.lastEvent = now
+		if sh.sizeOf != nil {
+			if err := sh.sizeOf.BlockSizeMismatch(); err != nil {
+				sh.warn(now, "KV event block size differs from the router's", "err", err)
+			}
+		}
 		if sh.storedOf != nil && sh.storedOf.StoredInLastBatch() > 0 {
 			sh.lastStored = now
 		}
@@ -170,12 +179,37 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 		sh.s.applier.Clear()
 		sh.malformed++
 		sh.s.ctr.clear(kvevents.ClearMalformedBatch).Inc()
-		sh.s.log.Warn("stream cleared", "reason", kvevents.ClearMalformedBatch, "seq", seq, "err", err)
+		sh.warn(time.Now(), "stream cleared", "reason", kvevents.ClearMalformedBatch, "seq", seq, "err", err)
 	case errors.Is(err, kvevents.ErrRankMismatch):
 		// Dropped and counted by the applier; the index is still valid.
 	default:
-		sh.s.log.Warn("apply batch", "seq", seq, "err", err)
+		sh.warn(time.Now(), "apply batch", "seq", seq, "err", err)
 	}
+}
+
+// warnEvery spaces the warnings a stream logs per batch: a publisher that sends junk on every
+// step would otherwise flood the log (every batch is still counted in the metrics).
+const warnEvery = 10 * time.Second
+
+// warnLimiter lets one warning through per warnEvery and counts the ones it holds back.
+type warnLimiter struct {
+	last       time.Time
+	suppressed int
+}
+
+// warn logs msg unless another per-batch warning was logged within warnEvery; the next one
+// that is logged says how many were held back.
+func (sh *streamShell) warn(now time.Time, msg string, args ...any) {
+	w := &sh.warned
+	if !w.last.IsZero() && now.Sub(w.last) < warnEvery {
+		w.suppressed++
+		return
+	}
+	if w.suppressed > 0 {
+		args = append(args, "suppressed", w.suppressed)
+	}
+	w.last, w.suppressed = now, 0
+	sh.s.log.Warn(msg, args...)
 }
 
 func (sh *streamShell) clear(a kvevents.Action) {
