@@ -27,6 +27,20 @@ const (
 	DefaultUnhealthyAfter  = 3
 	DefaultBlockSize       = 16
 	DefaultMetricsPath     = "/metrics"
+
+	// Health defaults detect a worker whose port refuses connections within about
+	// HealthFailures × HealthInterval (1 s) and one that hangs within that plus HealthTimeout
+	// (1.4 s): under the 2 s a dead decode worker may keep receiving traffic.
+	DefaultHealthInterval   = 500 * time.Millisecond
+	DefaultHealthTimeout    = 400 * time.Millisecond
+	DefaultHealthPath       = "/health"
+	DefaultHealthFailures   = 2
+	DefaultHealthSuccesses  = 2
+	DefaultHealthBackoffMax = 8 * time.Second
+	DefaultUpstreamFailures = 3
+
+	// maxHealthSuccesses bounds HealthSuccesses so flapping growth (×8) stays bounded too.
+	maxHealthSuccesses = 16
 )
 
 // WorkerConfig is one entry of the `workers:` list of the YAML config (ARCHITECTURE §4).
@@ -67,6 +81,26 @@ type Config struct {
 	UnhealthyAfter int
 	// MetricsPath is the scraped HTTP path on every worker's endpoint.
 	MetricsPath string
+
+	// Health probing (README "Health"). HealthInterval is how often Run probes every healthy
+	// worker's HealthPath; 0 takes the default, < 0 turns probing off, and with it the passive
+	// signals of ReportUpstream (nothing could bring a worker they excluded back).
+	HealthInterval time.Duration
+	// HealthTimeout bounds one probe; a probe without an answer by then is a failure.
+	HealthTimeout time.Duration
+	// HealthPath is the probed HTTP path; any 2xx answer is healthy (vLLM answers 200).
+	HealthPath string
+	// HealthFailures consecutive failed probes exclude a worker.
+	HealthFailures int
+	// HealthSuccesses consecutive good probes bring an excluded worker back; a worker that
+	// flaps needs twice as many each time, up to 8×.
+	HealthSuccesses int
+	// HealthBackoffMax caps the probe interval of an excluded worker, which doubles from
+	// HealthInterval after each failed probe.
+	HealthBackoffMax time.Duration
+	// UpstreamFailures consecutive failures seen in the response phase (connect failure or
+	// status >= 500, via ReportUpstream) exclude a worker at once.
+	UpstreamFailures int
 }
 
 func (c Config) withDefaults() Config {
@@ -90,6 +124,27 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MetricsPath == "" {
 		c.MetricsPath = DefaultMetricsPath
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = DefaultHealthTimeout
+	}
+	if c.HealthPath == "" {
+		c.HealthPath = DefaultHealthPath
+	}
+	if c.HealthFailures == 0 {
+		c.HealthFailures = DefaultHealthFailures
+	}
+	if c.HealthSuccesses == 0 {
+		c.HealthSuccesses = DefaultHealthSuccesses
+	}
+	if c.HealthBackoffMax == 0 {
+		c.HealthBackoffMax = DefaultHealthBackoffMax
+	}
+	if c.UpstreamFailures == 0 {
+		c.UpstreamFailures = DefaultUpstreamFailures
 	}
 	return c
 }
@@ -121,12 +176,46 @@ func (c Config) Validate() error {
 	if !strings.HasPrefix(c.MetricsPath, "/") {
 		bad("metrics_path", strconv.Quote(c.MetricsPath), "must start with /")
 	}
+	errs = append(errs, c.validateHealth()...)
 	names := make(map[string]bool, len(c.Workers))
 	for i, w := range c.Workers {
 		errs = append(errs, w.validate(i, names)...)
 	}
 	return errors.Join(errs...)
 }
+
+// validateHealth checks the health knobs; they are checked even with probing off, so turning
+// it back on cannot surface an old mistake.
+func (c Config) validateHealth() []error {
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, fmt.Errorf("pool config: %s: %s %s", field, value, rule))
+	}
+	if c.HealthTimeout < 0 {
+		bad("health_timeout", c.HealthTimeout.String(), "must be > 0")
+	}
+	if !strings.HasPrefix(c.HealthPath, "/") {
+		bad("health_path", strconv.Quote(c.HealthPath), "must start with /")
+	}
+	if c.HealthFailures < 0 {
+		bad("health_failures", strconv.Itoa(c.HealthFailures), "must be >= 1")
+	}
+	if c.HealthSuccesses < 0 || c.HealthSuccesses > maxHealthSuccesses {
+		bad("health_successes", strconv.Itoa(c.HealthSuccesses), "must be in [1, "+strconv.Itoa(maxHealthSuccesses)+"]")
+	}
+	if c.HealthBackoffMax < 0 {
+		bad("health_backoff_max", c.HealthBackoffMax.String(), "must be > 0")
+	} else if c.HealthInterval > 0 && c.HealthBackoffMax < c.HealthInterval {
+		bad("health_backoff_max", c.HealthBackoffMax.String(), "must be >= health_interval "+c.HealthInterval.String())
+	}
+	if c.UpstreamFailures < 0 {
+		bad("upstream_failures", strconv.Itoa(c.UpstreamFailures), "must be >= 1")
+	}
+	return errs
+}
+
+// probing reports whether Run probes workers' health.
+func (c Config) probing() bool { return c.HealthInterval > 0 }
 
 func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	var errs []error

@@ -9,13 +9,15 @@ type Metrics struct {
 	ActiveDecodeBlocks  *prometheus.GaugeVec   // worker: adb
 	ActiveRequests      *prometheus.GaugeVec   // worker: open bookings
 	KVCapacityBlocks    *prometheus.GaugeVec   // worker: kvcap, -1 unknown
-	Healthy             *prometheus.GaugeVec   // worker: 1 eligible, 0 not
+	Healthy             *prometheus.GaugeVec   // worker, role: 1 eligible, 0 not
 	Workers             *prometheus.GaugeVec   // role: discovered workers
 	Bookings            prometheus.Gauge       // open bookings
 	Expired             prometheus.Counter     // bookings released by the TTL sweep
 	GuardCommitDenied   prometheus.Counter     // bypass commits denied by the decode-busy guard
 	ResolveErrors       *prometheus.CounterVec // name: failed DNS lookups
 	Scrapes             *prometheus.CounterVec // worker, outcome: /metrics scrapes (ok, http_error, parse_error)
+	HealthTransitions   *prometheus.CounterVec // worker, reason: eligibility changes (HealthReason)
+	HealthProbes        *prometheus.CounterVec // worker, outcome: health probes (ok, failed, timeout, refused)
 }
 
 // NewMetrics registers the pool metrics on reg.
@@ -35,13 +37,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ActiveDecodeBlocks:  gv("active_decode_blocks", "Router-booked decode KV blocks (unique, reference-counted).", "worker"),
 		ActiveRequests:      gv("active_requests", "Open bookings touching the worker.", "worker"),
 		KVCapacityBlocks:    gv("kv_capacity_blocks", "Worker KV capacity in blocks; -1 unknown.", "worker"),
-		Healthy:             gv("worker_healthy", "1 if the worker is eligible for selection.", "worker"),
+		Healthy:             gv("worker_healthy", "1 if the worker is eligible for selection (no health input excludes it).", "worker", "role"),
 		Workers:             gv("pool_workers", "Discovered workers by role.", "role"),
 		Bookings:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_accounting_open_bookings", Help: "Open bookings."}),
 		Expired:             prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_accounting_expired_total", Help: "Bookings released by the TTL sweep."}),
 		GuardCommitDenied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_guard_commit_denied_total", Help: "Bypass commits denied by the decode-busy guard re-check."}),
 		ResolveErrors:       cv("pool_resolve_errors_total", "Failed DNS lookups of worker endpoints.", "name"),
 		Scrapes:             cv("pool_scrapes_total", "vLLM /metrics scrapes by outcome.", "worker", "outcome"),
+		HealthTransitions:   cv("worker_health_transitions_total", "Changes of a worker's eligibility, by the reason of the change.", "worker", "reason"),
+		HealthProbes:        cv("pool_health_probes_total", "Worker health probes by outcome.", "worker", "outcome"),
 	}
 	reg.MustRegister(m.Bookings, m.Expired, m.GuardCommitDenied)
 	return m
@@ -52,19 +56,22 @@ type workerGauges struct {
 	apt, adb, requests, kvCap, healthy prometheus.Gauge
 }
 
-func (m *Metrics) workerGauges(id string) workerGauges {
+func (m *Metrics) workerGauges(id string, role Role) workerGauges {
 	return workerGauges{
 		apt:      m.ActivePrefillTokens.WithLabelValues(id),
 		adb:      m.ActiveDecodeBlocks.WithLabelValues(id),
 		requests: m.ActiveRequests.WithLabelValues(id),
 		kvCap:    m.KVCapacityBlocks.WithLabelValues(id),
-		healthy:  m.Healthy.WithLabelValues(id),
+		healthy:  m.Healthy.WithLabelValues(id, string(role)),
 	}
 }
 
 func (m *Metrics) deleteWorker(id string) {
-	for _, g := range []*prometheus.GaugeVec{m.ActivePrefillTokens, m.ActiveDecodeBlocks, m.ActiveRequests, m.KVCapacityBlocks, m.Healthy} {
+	for _, g := range []*prometheus.GaugeVec{m.ActivePrefillTokens, m.ActiveDecodeBlocks, m.ActiveRequests, m.KVCapacityBlocks} {
 		g.DeleteLabelValues(id)
 	}
-	m.Scrapes.DeletePartialMatch(prometheus.Labels{"worker": id})
+	m.Healthy.DeletePartialMatch(prometheus.Labels{"worker": id})
+	for _, c := range []*prometheus.CounterVec{m.Scrapes, m.HealthTransitions, m.HealthProbes} {
+		c.DeletePartialMatch(prometheus.Labels{"worker": id})
+	}
 }

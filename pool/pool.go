@@ -41,7 +41,7 @@ type Options struct {
 	Metrics    *Metrics
 	Resolver   Resolver     // default net.DefaultResolver
 	Clock      Clock        // default the system clock
-	HTTPClient *http.Client // default a new client; used only by the scrape
+	HTTPClient *http.Client // default a new client; used by the scrape and the health probes
 	Logger     *slog.Logger // default discards
 	// OnChange, if set, is called after a membership change with the added and removed
 	// workers, outside any lock, on the goroutine that ran New or Resolve (kvevents uses it to
@@ -52,18 +52,22 @@ type Options struct {
 // Pool is the worker registry and its load accounting. All methods are safe for concurrent use.
 type Pool struct {
 	cfg   Config
+	hp    healthParams
 	m     *Metrics
 	res   Resolver
 	clock Clock
 	http  *http.Client
 	log   *slog.Logger
 	onChg func(added, removed []WorkerInfo)
+	kick  chan struct{} // wakes the probe loop (capacity 1: one pending wake-up is enough)
 
 	mu       sync.RWMutex       // guards everything below and every worker's mutable fields
 	byID     map[string]*worker // discovered workers
 	decode   []*worker          // discovered decode workers, in discovery order
 	prefill  []*worker          // discovered prefill workers, in discovery order
-	version  uint64             // bumped on every membership or health change
+	version  uint64             // bumped on every membership or eligibility change
+	changed  chan struct{}      // closed and replaced with every version bump (Changed)
+	probing  bool               // the probe loop runs: passive signals count
 	bookings map[string]*record // open bookings by request id
 }
 
@@ -77,9 +81,15 @@ type worker struct {
 	cfgKVCap, cfgMNBT  int64 // from config, 0 = unknown
 	g                  workerGauges
 
-	removed        bool
-	extHealthy     bool // SetHealth; true at discovery
-	scrapeFailures int
+	removed bool
+	// Health inputs; the worker is eligible only while none excludes it (README "Health", H6).
+	extHealthy     bool        // SetHealth; true at discovery
+	scrapeFailures int         // consecutive failed /metrics scrapes
+	health         healthState // probes and passive signals
+	probe          probeSlot
+	eligible       bool         // every input says healthy; what Snapshot and Book read
+	reason         HealthReason // why eligible last changed, or what still excludes it
+	since          time.Time    // when eligible last changed (Options.Clock)
 	scrape         Scrape
 	apt            int64            // active prefill tokens
 	active         map[uint64]int32 // chained block key -> reference count (bypass bookings)
@@ -99,6 +109,8 @@ func New(cfg Config, opts Options) (*Pool, error) {
 	p := &Pool{
 		cfg:      cfg.withDefaults(),
 		m:        opts.Metrics,
+		kick:     make(chan struct{}, 1),
+		changed:  make(chan struct{}),
 		res:      opts.Resolver,
 		clock:    opts.Clock,
 		http:     opts.HTTPClient,
@@ -126,6 +138,7 @@ func New(cfg Config, opts Options) (*Pool, error) {
 			want = append(want, newSpec(wc, wc.Name, host, port, ""))
 		}
 	}
+	p.hp = p.cfg.healthParams()
 	p.apply(want, nil)
 	return p, nil
 }
@@ -204,9 +217,9 @@ func (p *Pool) apply(want []spec, keep []string) {
 		}
 		w := &worker{id: s.id, name: s.wc.Name, role: s.wc.Role, endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
 			cfgKVCap: s.wc.NumGPUBlocks, cfgMNBT: s.wc.MaxNumBatchedTokens, extHealthy: true,
-			active: make(map[uint64]int32)}
+			eligible: true, reason: ReasonDiscovered, since: p.clock.Now(), active: make(map[uint64]int32)}
 		w.scrape.NumGPUBlocks, w.scrape.MaxNumBatchedTokens, w.scrape.BlockSize = -1, -1, -1
-		w.g = p.m.workerGauges(w.id)
+		w.g = p.m.workerGauges(w.id, w.role)
 		p.byID[w.id] = w
 		if w.role == RoleDecode {
 			p.decode = append(p.decode, w)
@@ -224,11 +237,14 @@ func (p *Pool) apply(want []spec, keep []string) {
 		p.removeLocked(w)
 	}
 	if len(added)+len(removed) > 0 {
-		p.version++
+		p.bumpLocked()
 	}
 	p.m.Workers.WithLabelValues(string(RoleDecode)).Set(float64(len(p.decode)))
 	p.m.Workers.WithLabelValues(string(RolePrefill)).Set(float64(len(p.prefill)))
 	p.mu.Unlock()
+	if len(added) > 0 {
+		p.kickProber() // probe newcomers at once
+	}
 	if p.onChg != nil && len(added)+len(removed) > 0 {
 		p.onChg(added, removed)
 	}
@@ -249,8 +265,9 @@ func (p *Pool) removeLocked(w *worker) {
 	p.m.deleteWorker(w.id)
 }
 
-// SetHealth marks a worker healthy or not (for example from its event subscription). Unhealthy
-// workers are left out of every Snapshot.
+// SetHealth marks a worker healthy or not by hand (reason "manual"). It is one input of
+// eligibility: SetHealth(id, true) does not bring back a worker that probes or scrapes
+// exclude. Ineligible workers are left out of every Snapshot and Book.
 func (p *Pool) SetHealth(id string, healthy bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -260,15 +277,12 @@ func (p *Pool) SetHealth(id string, healthy bool) error {
 	}
 	if w.extHealthy != healthy {
 		w.extHealthy = healthy
-		p.version++
-		p.publishLocked(w)
+		p.updateHealthLocked(w, ReasonManual, nil)
 	}
 	return nil
 }
 
-func (p *Pool) healthyLocked(w *worker) bool {
-	return w.extHealthy && (p.cfg.UnhealthyAfter == 0 || w.scrapeFailures < p.cfg.UnhealthyAfter)
-}
+func (p *Pool) healthyLocked(w *worker) bool { return w.eligible }
 
 // kvCap is kvcap: config, else scraped (0 is vLLM's Ray-DP sentinel), else -1 (unknown).
 func (w *worker) kvCap() int64 {
@@ -294,9 +308,11 @@ type WorkerInfo struct {
 	Role                Role
 	Endpoint            string // resolved ip:port
 	KVEvents, KVReplay  string
-	Healthy             bool
-	KVCapacityBlocks    int64 // kvcap, -1 unknown
-	MaxBatchedTokens    int64 // mnbt, 0 unknown
+	Healthy             bool         // eligible for selection: no health input excludes it
+	HealthReason        HealthReason // why Healthy last changed, or what excludes it now
+	HealthSince         time.Time    // when Healthy last changed (discovery if never), Options.Clock
+	KVCapacityBlocks    int64        // kvcap, -1 unknown
+	MaxBatchedTokens    int64        // mnbt, 0 unknown
 	ActivePrefillTokens int64
 	ActiveDecodeBlocks  int64
 	ActiveRequests      int64
@@ -305,7 +321,7 @@ type WorkerInfo struct {
 
 func (p *Pool) infoLocked(w *worker) WorkerInfo {
 	return WorkerInfo{ID: w.id, Name: w.name, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
-		KVReplay: w.kvReplay, Healthy: p.healthyLocked(w), KVCapacityBlocks: w.kvCap(), MaxBatchedTokens: w.mnbt(),
+		KVReplay: w.kvReplay, Healthy: w.eligible, HealthReason: w.reason, HealthSince: w.since, KVCapacityBlocks: w.kvCap(), MaxBatchedTokens: w.mnbt(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: w.requests, Scrape: w.scrape}
 }
 
@@ -332,7 +348,7 @@ func (p *Pool) publishLocked(w *worker) {
 	w.g.adb.Set(float64(w.decodeBlocks()))
 	w.g.requests.Set(float64(w.requests))
 	w.g.kvCap.Set(float64(w.kvCap()))
-	if p.healthyLocked(w) {
+	if w.eligible {
 		w.g.healthy.Set(1)
 	} else {
 		w.g.healthy.Set(0)

@@ -86,3 +86,33 @@ func BenchmarkParseMetrics(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReportUpstream is the response phase's health report of one response on a pool of
+// 64+64 workers: a good response on a worker without a failure streak (read lock only), and a
+// 5xx followed by the good response that ends its streak (write lock, probe request).
+func BenchmarkReportUpstream(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		seq  []Upstream
+	}{
+		{"outcome=ok", []Upstream{{Status: 200}}},
+		{"outcome=5xx_then_ok", []Upstream{{Status: 503}, {Status: 200}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := benchPool(b, 64)
+			p.setProbing(true) // as while Run probes: failures count
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, u := range tc.seq {
+					if err := p.ReportUpstream("d7", u); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if w := p.byIDForTest("d7"); !w.eligible || w.health.upstream != 0 {
+				b.Fatalf("d7 eligible %v streak %d", w.eligible, w.health.upstream)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(tc.seq)), "ns/response")
+		})
+	}
+}

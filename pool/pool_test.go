@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -43,6 +44,19 @@ func TestConfigValidate(t *testing.T) {
 			"pool config: scrape_interval: -1ns must be >= 0",
 			`pool config: metrics_path: "metrics" must start with /`,
 		}},
+		{"health_knobs", Config{HealthTimeout: -1, HealthPath: "health", HealthFailures: -1, HealthSuccesses: 17,
+			HealthBackoffMax: -1, UpstreamFailures: -2}, []string{
+			"pool config: health_timeout: -1ns must be > 0",
+			`pool config: health_path: "health" must start with /`,
+			"pool config: health_failures: -1 must be >= 1",
+			"pool config: health_successes: 17 must be in [1, 16]",
+			"pool config: health_backoff_max: -1ns must be > 0",
+			"pool config: upstream_failures: -2 must be >= 1",
+		}},
+		{"health_backoff_below_interval", Config{HealthInterval: 2 * time.Second, HealthBackoffMax: time.Second}, []string{
+			"pool config: health_backoff_max: 1s must be >= health_interval 2s",
+		}},
+		{"probing_off_ignores_the_backoff_cap", Config{HealthInterval: -1, HealthBackoffMax: time.Millisecond}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,8 +141,10 @@ func TestResolve(t *testing.T) {
 	if !p.Release("r") || f.load(t, "p0") != (load{}) {
 		t.Fatalf("release after removal: p0 = %+v", f.load(t, "p0"))
 	}
-	if n := testutil.CollectAndCount(f.m.ActiveDecodeBlocks); n != 2 {
-		t.Fatalf("active_decode_blocks series = %d, want 2 (removed worker's label deleted)", n)
+	for name, c := range map[string]prometheus.Collector{"active_decode_blocks": f.m.ActiveDecodeBlocks, "worker_healthy": f.m.Healthy} {
+		if n := testutil.CollectAndCount(c); n != 2 {
+			t.Fatalf("%s series = %d, want 2 (removed worker's labels deleted)", name, n)
+		}
 	}
 	// A failed lookup keeps the previous addresses.
 	f.res.set("decode.svc")

@@ -7,11 +7,16 @@ import (
 )
 
 // Run drives the pool's background work until ctx is cancelled: it resolves DNS endpoints at
-// once and then every ResolveInterval, expires stale bookings every SweepInterval, and, when
-// ScrapeInterval > 0, scrapes every worker's /metrics. The caller owns Run; it returns only after
-// every goroutine it started has exited.
+// once and then every ResolveInterval, expires stale bookings every SweepInterval, probes every
+// worker's HealthPath (at once, then on its schedule; unless HealthInterval < 0), and, when
+// ScrapeInterval > 0, scrapes every worker's /metrics. Passive signals (ReportUpstream) count
+// only while Run probes. Call Run once; the caller owns it, and it returns only after every
+// goroutine it started has exited.
 func (p *Pool) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	if p.cfg.probing() {
+		wg.Go(func() { p.probeLoop(ctx) })
+	}
 	wg.Go(func() {
 		p.every(ctx, p.cfg.ResolveInterval, func() {
 			if err := p.Resolve(ctx); err != nil && ctx.Err() == nil {

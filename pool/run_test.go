@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -17,8 +18,8 @@ func advance(d time.Duration) {
 	synctest.Wait()
 }
 
-// TestRun drives the resolve and sweep loops on synctest's fake clock; the bubble also proves
-// Run leaves no goroutine behind once its context is cancelled.
+// TestRun drives the resolve and sweep loops on synctest's fake clock (probes answered in
+// memory); the bubble also proves Run leaves no goroutine behind once its context is cancelled.
 func TestRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		res := &fakeResolver{}
@@ -27,7 +28,7 @@ func TestRun(t *testing.T) {
 		p, err := New(Config{Workers: []WorkerConfig{
 			{Name: "decode", Role: RoleDecode, Endpoint: "decode.svc:8000"},
 			{Name: "p0", Role: RolePrefill, Endpoint: "10.0.0.11:8000"},
-		}}, Options{Metrics: m, Resolver: res})
+		}}, Options{Metrics: m, Resolver: res, HTTPClient: &http.Client{Transport: &healthTransport{}}})
 		if err != nil {
 			t.Fatal(err)
 		}

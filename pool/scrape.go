@@ -201,7 +201,8 @@ func parseLabels(s string) ([]label, string, error) {
 
 // ScrapeAll scrapes every discovered worker once (at most 8 at a time) and applies the results:
 // capacities, request counts, and health (UnhealthyAfter consecutive failures make a worker
-// ineligible; one success restores it). It returns the failures joined.
+// ineligible; one success lifts that exclusion, README "Health" H6). It returns the failures
+// joined.
 func (p *Pool) ScrapeAll(ctx context.Context) error {
 	p.mu.RLock()
 	targets := make([]*worker, 0, len(p.byID))
@@ -254,10 +255,11 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 	if w.removed {
 		return
 	}
-	was := p.healthyLocked(w)
+	reason := ReasonScrapeFailed
 	if err != nil {
 		w.scrapeFailures++
 	} else {
+		reason = ReasonScrapeRecovered
 		w.scrapeFailures = 0
 		s.At = now
 		if s.BlockSize > 0 && s.BlockSize != int64(p.cfg.BlockSize) && s.BlockSize != w.scrape.BlockSize {
@@ -267,13 +269,6 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 		}
 		w.scrape = s
 	}
-	if now := p.healthyLocked(w); now != was {
-		p.version++
-		if now {
-			p.log.Info("worker metrics scrape recovered; worker eligible again", "worker", w.id)
-		} else {
-			p.log.Warn("worker metrics scrape failing; worker excluded from selection", "worker", w.id, "err", err)
-		}
-	}
+	p.updateHealthLocked(w, reason, err)
 	p.publishLocked(w)
 }
