@@ -309,3 +309,47 @@ func testHostileBodiesAndPaths(t *testing.T, s *Stack) {
 		t.Fatalf("condisagg_request_fields_stripped_total = %g (%v)", v, err)
 	}
 }
+
+// TestDeadDecodeWorkerLeavesSelection: a decode worker killed with -9 leaves selection within
+// 2 s with the default health settings (probing /health), no decision picks it afterwards,
+// requests keep succeeding through Envoy, and the restarted worker comes back by itself.
+func TestDeadDecodeWorkerLeavesSelection(t *testing.T) {
+	s := startStack(t, Config{
+		Disagg: mainDisagg,
+		Workers: []WorkerSpec{
+			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
+			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+			{Name: "decode-1", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+		},
+	})
+	ctx := scenarioCtx(t)
+	killed := time.Now()
+	s.Worker("decode-1").Sim.Kill()
+	waitWorker(t, ctx, s, "decode-1", "unhealthy", func(w *condisaggv1.Worker) bool { return !w.Healthy })
+	detect := time.Since(killed)
+	t.Logf("decode-1 left selection %v after kill -9", detect.Round(10*time.Millisecond))
+	if detect > 2*time.Second+500*time.Millisecond { // 2 s budget; the poll adds up to its interval
+		t.Fatalf("dead decode worker still selectable %v after the kill; want within 2 s", detect)
+	}
+	for i := range 30 {
+		ex, err := s.Explain(ctx, ChatBody([]Message{{Role: "user", Content: Words(uint64(1200+i), 40+i)}}, maxTokens))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.DecodeWorker == "decode-1" {
+			t.Fatalf("decision %d picked the dead decode-1 (%s/%s)", i, ex.Route, ex.Reason)
+		}
+	}
+	for i := range 3 {
+		r, err := s.Chat(ctx, ChatBody([]Message{{Role: "user", Content: Words(uint64(1300+i), 60)}}, maxTokens), nil)
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("request %d with decode-1 dead: %v %+v", i, err, r)
+		}
+	}
+	restarted := time.Now()
+	if err := s.RestartSim(ctx, "decode-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitWorker(t, ctx, s, "decode-1", "healthy again", func(w *condisaggv1.Worker) bool { return w.Healthy })
+	t.Logf("decode-1 back %v after its restart", time.Since(restarted).Round(10*time.Millisecond))
+}

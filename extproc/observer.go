@@ -1,7 +1,9 @@
 package extproc
 
 import (
+	"bytes"
 	"github.com/condisagg/condisagg/route"
+	"net/http"
 	"strings"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 type respObserver struct {
 	booking   string // pool booking id; "" = nothing to release
 	dest      string // the destination Envoy was told to use
+	destID    string // the worker behind dest, whose health the response informs
+	classify  bool   // a 5xx from Envoy itself or the worker: the first body chunk tells which
 	route     policy.Route
 	bypass    bool
 	cached    int // router's cached(d), for the bypass usage error
@@ -28,7 +32,7 @@ type respObserver struct {
 }
 
 func (o *respObserver) start(out *route.Outcome) {
-	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, route: out.Route,
+	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
 }
 
@@ -47,6 +51,7 @@ func (o *respObserver) served(x *exchange, endpoint string) {
 
 // headers observes the response status and content type.
 func (o *respObserver) headers(x *exchange, code int, contentType string, eos bool) {
+	o.health(x, code, contentType, eos)
 	if o.booking == "" || o.released {
 		return
 	}
@@ -64,8 +69,38 @@ func (o *respObserver) headers(x *exchange, code int, contentType string, eos bo
 	}
 }
 
+// health reports the response to the destination worker's health. A worker's own answers
+// carry JSON; a 5xx in plain text is Envoy's local reply, which the first body chunk explains:
+// "upstream connect error" means the worker could not be reached, anything else (a circuit
+// breaker overflow, say) is not the worker's doing.
+func (o *respObserver) health(x *exchange, code int, contentType string, eos bool) {
+	if o.destID == "" || code == 0 {
+		return
+	}
+	if code < 500 || strings.Contains(strings.ToLower(contentType), "json") || strings.Contains(contentType, "event-stream") {
+		x.srv.router.ReportUpstream(o.destID, code, false)
+		return
+	}
+	o.classify = !eos
+}
+
+// classifyLocalReply reads the first chunk of a plain-text 5xx (see health).
+func (o *respObserver) classifyLocalReply(x *exchange, chunk []byte) {
+	o.classify = false
+	switch {
+	case bytes.Contains(chunk, []byte("overflow")):
+	case bytes.Contains(chunk, []byte("upstream connect error")):
+		x.srv.router.ReportUpstream(o.destID, 0, true)
+	default:
+		x.srv.router.ReportUpstream(o.destID, http.StatusInternalServerError, false)
+	}
+}
+
 // body observes one response chunk; it never changes or delays it.
 func (o *respObserver) body(x *exchange, chunk []byte, eos bool) {
+	if o.classify && len(chunk) > 0 {
+		o.classifyLocalReply(x, chunk)
+	}
 	if o.booking == "" || o.released {
 		return
 	}

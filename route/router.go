@@ -339,6 +339,13 @@ func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking
 // ReleasePrefill ends the prefill entry of a booking (the first token arrived).
 func (r *Router) ReleasePrefill(bookingID string) bool { return r.pool.ReleasePrefill(bookingID) }
 
+// ReportUpstream passes what the response phase saw of a worker to its health (pool): a
+// status (5xx counts against the worker, anything else clears its failure streak) or a
+// connection that could not be made.
+func (r *Router) ReportUpstream(workerID string, status int, connectFailure bool) {
+	_ = r.pool.ReportUpstream(workerID, pool.Upstream{Status: status, ConnectFailure: connectFailure}) // a worker that left is no news
+}
+
 // Release ends a booking (the response ended, failed or was cancelled).
 func (r *Router) Release(bookingID string) bool { return r.pool.Release(bookingID) }
 

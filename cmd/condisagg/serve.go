@@ -308,7 +308,7 @@ func (s *service) readiness() (bool, []string) {
 	for _, w := range s.pool.Workers() {
 		state := "healthy"
 		if !w.Healthy {
-			state = "unhealthy"
+			state = fmt.Sprintf("unhealthy (%s for %s)", w.HealthReason, time.Since(w.HealthSince).Round(time.Second))
 		}
 		ready = ready || (w.Role == pool.RoleDecode && w.Healthy)
 		line := fmt.Sprintf("%s %s %s", w.ID, w.Role, state)

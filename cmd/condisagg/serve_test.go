@@ -45,6 +45,7 @@ const serveYAML = `listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 admin_grpc_listen: 127.0.0.1:0
 drain_timeout: 5s
+pool: {health_interval: -1s} # the workers below are addresses nobody serves
 model: {tokenizer: MODEL, block_size: 16}
 router:
   mode: kv

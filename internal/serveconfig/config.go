@@ -57,6 +57,15 @@ type File struct {
 		SweepInterval   time.Duration `yaml:"sweep_interval"`
 		ResolveInterval time.Duration `yaml:"resolve_interval"`
 		ScrapeInterval  time.Duration `yaml:"scrape_interval"`
+		// Worker liveness (pool.Config): /health probing, on by default; health_interval < 0
+		// turns it and the passive upstream signals off.
+		HealthInterval   time.Duration `yaml:"health_interval"`
+		HealthTimeout    time.Duration `yaml:"health_timeout"`
+		HealthPath       string        `yaml:"health_path"`
+		HealthFailures   int           `yaml:"health_failures"`
+		HealthSuccesses  int           `yaml:"health_successes"`
+		HealthBackoffMax time.Duration `yaml:"health_backoff_max"`
+		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
 	Workers []pool.WorkerConfig `yaml:"workers"`
 }
@@ -269,7 +278,10 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
 	errs = append(errs, c.Settings.Validate())
 	c.Pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
-		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval}
+		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval,
+		HealthInterval: fc.Pool.HealthInterval, HealthTimeout: fc.Pool.HealthTimeout, HealthPath: fc.Pool.HealthPath,
+		HealthFailures: fc.Pool.HealthFailures, HealthSuccesses: fc.Pool.HealthSuccesses,
+		HealthBackoffMax: fc.Pool.HealthBackoffMax, UpstreamFailures: fc.Pool.UpstreamFailures}
 	if len(fc.Workers) == 0 {
 		bad("workers", "[]", "must list at least one decode worker")
 	}
