@@ -77,6 +77,9 @@ type Config struct {
 	MaxBodyBytes int
 	// ScrapeInterval enables the router's vLLM /metrics scrape (worker health); 0 = off.
 	ScrapeInterval time.Duration
+	// HealthTimeout, when set, is the router's /health probe timeout (the interval follows it):
+	// scenarios that pause a worker on purpose set it above the pause; 0 = the defaults.
+	HealthTimeout time.Duration
 	// FullDuplexEnvoy also starts a second Envoy in front of the same router with the other
 	// profile: FULL_DUPLEX_STREAMED both ways, fail-closed (Envoy allows no other failure mode).
 	FullDuplexEnvoy bool
@@ -324,7 +327,12 @@ func (s *Stack) writeRouterConfig() (string, error) {
 	if s.cfg.QueueThreshold > 0 {
 		fmt.Fprintf(&b, "  queue_threshold: %g\n", s.cfg.QueueThreshold)
 	}
-	fmt.Fprintf(&b, "pool: {booking_ttl: 300s, sweep_interval: 30s, scrape_interval: %s}\n", s.cfg.ScrapeInterval)
+	fmt.Fprintf(&b, "pool: {booking_ttl: 300s, sweep_interval: 30s, scrape_interval: %s", s.cfg.ScrapeInterval)
+	if s.cfg.HealthTimeout > 0 {
+		t := s.cfg.HealthTimeout
+		fmt.Fprintf(&b, ", health_timeout: %s, health_interval: %s, health_backoff_max: %s", t, t+100*time.Millisecond, 2*t)
+	}
+	b.WriteString("}\n")
 	b.WriteString("workers:\n")
 	for _, w := range s.Workers {
 		fmt.Fprintf(&b, "  - {name: %s, role: %s, endpoint: %q, kv_events: %q", w.Spec.Name, w.Spec.Role, w.Endpoint, w.KVEvents)
