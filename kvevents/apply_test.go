@@ -538,3 +538,26 @@ func TestApplyBlockSizeMismatch(t *testing.T) {
 		t.Fatalf("after a matching store: gauge %v", g)
 	}
 }
+
+// TestApplyLateClearWins: vLLM's reset_prefix_cache emits AllBlocksCleared late, after stores
+// of blocks that were cached before the reset. Whatever precedes the clear in the stream goes
+// with it, a later store that continues a pre-clear chain is refused (its parent is gone), and
+// a store after the clear that starts a new chain is indexed: a clear always wins over the
+// stale stores around it.
+func TestApplyLateClearWins(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{1}, tokens: []uint32{1, 2}, blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{2}, parent: ptr[uint64](1), tokens: []uint32{3, 4}, blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "AllBlocksCleared"}))
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{3}, parent: ptr[uint64](2), tokens: []uint32{5, 6}, blockSize: 2}))
+	if got := e.overlap([]uint32{1, 2, 3, 4, 5, 6}, 2, "").GPU; got != 0 {
+		t.Fatalf("after the clear the stale chain still earns %d blocks", got)
+	}
+	if e.skipped("parent_not_found") != 1 {
+		t.Fatalf("the store continuing a cleared chain was not refused: parent_not_found = %v", e.skipped("parent_not_found"))
+	}
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{7}, tokens: []uint32{9, 9}, blockSize: 2}))
+	if got := e.overlap([]uint32{9, 9}, 2, "").GPU; got != 1 {
+		t.Fatalf("a new chain after the clear: %d blocks, want 1", got)
+	}
+}
