@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -559,5 +560,26 @@ func TestApplyLateClearWins(t *testing.T) {
 	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{7}, tokens: []uint32{9, 9}, blockSize: 2}))
 	if got := e.overlap([]uint32{9, 9}, 2, "").GPU; got != 1 {
 		t.Fatalf("a new chain after the clear: %d blocks, want 1", got)
+	}
+}
+
+// TestApplyNegativeTokenError: a BlockStored with a negative token id is skipped and reported
+// with the index and value of the bad id, not only the field.
+func TestApplyNegativeTokenError(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	bad := payload(0, ev{kind: "BlockStored", hashes: []uint64{1}, tokens: []uint32{1, 2}, blockSize: 2})
+	// The encoder writes token 2 as positive fixint 0x02 right after 0x01; make it -7 (0xf9).
+	i := bytes.Index(bad, []byte{0x92, 0x01, 0x02})
+	if i < 0 {
+		t.Fatalf("token list not found in %x", bad)
+	}
+	bad[i+2] = 0xf9
+	e.mustApply(t, bad)
+	err := e.app.MalformedEvent()
+	if err == nil || !strings.Contains(err.Error(), "token_ids[1] = -7: token ids are unsigned 32-bit integers") {
+		t.Fatalf("malformed error: %v", err)
+	}
+	if e.skipped("malformed_event") != 1 || e.blocks(kvindex.GPU) != 0 || e.app.MalformedEvent() != nil {
+		t.Fatalf("skipped %v, blocks %d", e.skipped("malformed_event"), e.blocks(kvindex.GPU))
 	}
 }

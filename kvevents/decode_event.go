@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
 )
@@ -422,9 +423,13 @@ func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
 		return p, valBad, err
 	}
 	ev.tokenOff = len(arena)
+	raw := p
 	arena, p, st, err := appendTokens(arena, p, n)
 	if err != nil {
 		return p, valBad, err
+	}
+	if st == valBad && ev.MalformedDetail == "" {
+		ev.MalformedDetail = badTokenDetail(raw, n)
 	}
 	d.b.tokens, ev.tokenEnd = arena, len(arena)
 	return p, st, nil
@@ -456,4 +461,29 @@ func (d *decoder) finishEvent(ev *Event) {
 	if d.mmInfos != nil {
 		ev.PlainBlocks = min(ev.PlainBlocks, leadingNils(d.mmInfos, n))
 	}
+}
+
+// badTokenDetail names the first token id of raw (n entries) that is out of range, for the
+// error a malformed BlockStored is reported with. It runs only for malformed events.
+func badTokenDetail(raw []byte, n uint32) string {
+	p := raw
+	for i := range n {
+		if msgp.NextType(p) == msgp.IntType {
+			v, rest, err := msgp.ReadInt64Bytes(p)
+			if err != nil {
+				break
+			}
+			if v < 0 || v > maxUint32 {
+				return fmt.Sprintf("token_ids[%d] = %d: token ids are unsigned 32-bit integers", i, v)
+			}
+			p = rest
+			continue
+		}
+		rest, err := msgp.Skip(p)
+		if err != nil {
+			break
+		}
+		p = rest
+	}
+	return "token_ids: an entry is neither an unsigned 32-bit integer nor a [token, token] pair"
 }

@@ -87,6 +87,9 @@ type Event struct {
 	// MalformedField names the first offending field ("token_ids", "block_hashes", "tag", ...).
 	Malformed      bool
 	MalformedField string
+	// MalformedDetail says precisely what is wrong when the decoder can tell more than the
+	// field ("token_ids[3] = -7: token ids are unsigned 32-bit"); "" otherwise.
+	MalformedDetail string
 
 	// Positions of Hashes and Tokens in the Batch arenas while the batch is being decoded.
 	hashOff, hashEnd   int
