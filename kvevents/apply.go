@@ -115,8 +115,8 @@ func (a *Applier) MalformedEvent() error {
 		return nil
 	}
 	a.malformed = nil
-	if ev.MalformedDetail != "" {
-		return fmt.Errorf("kvevents: worker %s: malformed %s event skipped: %s", a.worker, ev.Kind, ev.MalformedDetail)
+	if d := ev.MalformedDetail(); d != "" {
+		return fmt.Errorf("kvevents: worker %s: malformed %s event skipped: %s", a.worker, ev.Kind, d)
 	}
 	return fmt.Errorf("kvevents: worker %s: malformed %s event skipped: field %s has the wrong type or an out-of-range value",
 		a.worker, ev.Kind, ev.MalformedField)

@@ -428,8 +428,8 @@ func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
 	if err != nil {
 		return p, valBad, err
 	}
-	if st == valBad && ev.MalformedDetail == "" {
-		ev.MalformedDetail = badTokenDetail(raw, n)
+	if st == valBad {
+		ev.badTokens, ev.badTokensN = raw, n // described only if reported: decoding stays allocation-free
 	}
 	d.b.tokens, ev.tokenEnd = arena, len(arena)
 	return p, st, nil

@@ -87,11 +87,22 @@ type Event struct {
 	// MalformedField names the first offending field ("token_ids", "block_hashes", "tag", ...).
 	Malformed      bool
 	MalformedField string
-	// MalformedDetail says precisely what is wrong when the decoder can tell more than the
-	// field ("token_ids[3] = -7: token ids are unsigned 32-bit"); "" otherwise.
-	MalformedDetail string
+	// badTokens is the raw token_ids array (its n entries) of a malformed BlockStored, kept
+	// (without copying) so MalformedDetail can name the bad id when someone asks.
+	badTokens  []byte
+	badTokensN uint32
 
 	// Positions of Hashes and Tokens in the Batch arenas while the batch is being decoded.
 	hashOff, hashEnd   int
 	tokenOff, tokenEnd int
+}
+
+// MalformedDetail says precisely what is wrong with a malformed event when the decoder can tell
+// more than the field ("token_ids[3] = -7: token ids are unsigned 32-bit integers"), else "".
+// It reads the batch payload, so call it before the payload is reused.
+func (ev *Event) MalformedDetail() string {
+	if ev.badTokens == nil {
+		return ""
+	}
+	return badTokenDetail(ev.badTokens, ev.badTokensN)
 }
