@@ -183,7 +183,7 @@ func (a *Applier) applyStored(ev *Event) {
 	}
 	a.store = kvindex.Store{
 		Medium: m, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes, Tokens: ev.Tokens,
-		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, PlainBlocks: ev.PlainBlocks,
+		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, Salt: ev.Salt, PlainBlocks: ev.PlainBlocks,
 	}
 	res := a.tx.Store(a.worker, &a.store)
 	a.store = kvindex.Store{} // drop references into the payload

@@ -451,12 +451,12 @@ func (d *decoder) finishEvent(ev *Event) {
 	n := ev.hashEnd - ev.hashOff
 	ev.PlainBlocks = n
 	if d.extraKeys != nil {
-		plain, ok := plainExtraKeys(d.extraKeys, n, ev.LoRAName, ev.HasLoRAName)
+		plain, salt, ok := plainExtraKeys(d.extraKeys, n, ev.LoRAName, ev.HasLoRAName, !ev.HasParent)
 		if !ok {
 			ev.bad("extra_keys")
 			return
 		}
-		ev.PlainBlocks = min(ev.PlainBlocks, plain)
+		ev.PlainBlocks, ev.Salt = min(ev.PlainBlocks, plain), salt
 	}
 	if d.mmInfos != nil {
 		ev.PlainBlocks = min(ev.PlainBlocks, leadingNils(d.mmInfos, n))

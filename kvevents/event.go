@@ -62,14 +62,17 @@ type Event struct {
 	Locality []byte // "LOCAL" / "REMOTE" or nil
 
 	// BlockStored only.
-	Parent        uint64 // engine hash of the parent block, valid when HasParent
-	HasParent     bool
-	Tokens        []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
-	BlockSize     int64
-	LoRAID        int64
-	HasLoRAID     bool
-	LoRAName      []byte // nil for the base model
-	HasLoRAName   bool
+	Parent      uint64 // engine hash of the parent block, valid when HasParent
+	HasParent   bool
+	Tokens      []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
+	BlockSize   int64
+	LoRAID      int64
+	HasLoRAID   bool
+	LoRAName    []byte // nil for the base model
+	HasLoRAName bool
+	// Salt is the cache_salt vLLM put in block 0's extra keys (a store that starts a
+	// sequence); nil when there is none. It points into the payload.
+	Salt          []byte
 	SpecKind      []byte // kv_cache_spec_kind, nil when absent
 	SlidingWindow int64
 	HasWindow     bool

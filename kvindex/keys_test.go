@@ -132,3 +132,61 @@ func TestKeysEdgeCases(t *testing.T) {
 		t.Errorf("negative block size appended: %v", got)
 	}
 }
+
+// TestSaltedKeys: a cache_salt changes block 0's key and so every key chained after it; the
+// same salt gives the same keys, and a store with that salt in block 0 matches a request with
+// it (and only that request).
+func TestSaltedKeys(t *testing.T) {
+	toks := make([]uint32, 64)
+	for i := range toks {
+		toks[i] = uint32(100 + i)
+	}
+	plain := AppendRequestKeys(nil, toks, 16, nil, nil)
+	a := AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-a"))
+	b := AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-b"))
+	if len(a) != 4 || !slicesEqual(plain, Keys(toks, 16, nil)) {
+		t.Fatalf("keys %v / %v", plain, a)
+	}
+	for i := range a {
+		if a[i] == plain[i] || a[i] == b[i] {
+			t.Fatalf("block %d: salted key equals another salt's or the plain one", i)
+		}
+	}
+	if !slicesEqual(a, AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-a"))) {
+		t.Fatal("the same salt gave other keys")
+	}
+	ix, err := New(Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := []uint64{1, 2, 3, 4}
+	if r := ix.Store("w", &Store{Medium: GPU, Hashes: hashes, Tokens: toks, BlockSize: 16, PlainBlocks: 4, Salt: []byte("tenant-a")}); r.Skip != SkipNone {
+		t.Fatal(r.Skip)
+	}
+	var out Overlaps
+	for _, c := range []struct {
+		keys []uint64
+		want int
+	}{{a, 4}, {b, 0}, {plain, 0}} {
+		ix.Overlap(c.keys, &out)
+		got := 0
+		if len(out.Workers) == 1 {
+			got = out.Workers[0].GPU
+		}
+		if got != c.want {
+			t.Fatalf("overlap %d, want %d", got, c.want)
+		}
+	}
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -9,6 +9,9 @@ type Store struct {
 	Tokens    []uint32
 	BlockSize int
 	LoRA      []byte // lora_name, nil for the base model
+	// Salt is the cache_salt in block 0's extra keys; it seeds that block when the store starts
+	// a sequence (no parent), and is ignored otherwise.
+	Salt []byte
 	// PlainBlocks: blocks [PlainBlocks, len(Hashes)) are non-plain (multimodal, salt,
 	// embeddings) and recorded as an excluded chain (§4.2 step 5).
 	PlainBlocks int
@@ -135,7 +138,11 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	ix.touchEH(&wk.eh[m], s.Hashes[:plain]) // its misses overlap with hashing
 	keys := ix.keyBuf[:0]
 	for j := range plain {
-		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], seed))
+		sd := seed
+		if j == 0 && !s.HasParent && len(s.Salt) > 0 {
+			sd = SaltedSeed(s.LoRA, s.Salt)
+		}
+		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], sd))
 		keys = append(keys, pk)
 	}
 	ix.keyBuf = keys

@@ -135,7 +135,8 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, tok *token
 	if err != nil {
 		return err
 	}
-	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy}
+	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy,
+		LoRAAdapters: cfg.File.Model.LoRAAdapters}
 	if s.streams != nil {
 		ropts.Streams = s.streams
 	}
