@@ -190,3 +190,46 @@ func slicesEqual(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestReportModeRestoreIsIdempotent: vLLM's kv_cache_report_mode "full" re-announces cache hits
+// as a parentless BlockStored of blocks the worker already holds; those add no reference, so
+// the one BlockRemoved per block the engine sends on eviction removes them. A second physical
+// copy (a recomputed last block, stored with its parent) still counts, as vLLM removes each
+// copy on its own.
+func TestReportModeRestoreIsIdempotent(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6}
+	ix, err := New(Config{BlockSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := func() int {
+		var out Overlaps
+		ix.Overlap(Keys(toks, 2, nil), &out)
+		if len(out.Workers) == 0 {
+			return 0
+		}
+		return out.Workers[0].GPU
+	}
+	chain := &Store{Medium: GPU, Hashes: []uint64{11, 12, 13}, Tokens: toks, BlockSize: 2, PlainBlocks: 3}
+	for range 3 { // stored once, re-reported twice
+		if r := ix.Store("w", chain); r.Skip != SkipNone {
+			t.Fatal(r.Skip)
+		}
+	}
+	ix.Remove("w", GPU, []uint64{13})
+	if got := gpu(); got != 2 {
+		t.Fatalf("after evicting block 2 once: %d blocks credited, want 2", got)
+	}
+	// The last block recomputed and stored again with its parent: a real second copy.
+	copy2 := &Store{Medium: GPU, Hashes: []uint64{13}, Parent: 12, HasParent: true, Tokens: toks[4:], BlockSize: 2, PlainBlocks: 1}
+	ix.Store("w", copy2)
+	ix.Store("w", copy2)
+	ix.Remove("w", GPU, []uint64{13})
+	if got := gpu(); got != 3 {
+		t.Fatalf("one of two copies evicted: %d blocks, want 3", got)
+	}
+	ix.Remove("w", GPU, []uint64{11, 12, 13})
+	if got := gpu(); got != 0 {
+		t.Fatalf("every block evicted once: %d blocks still credited", got)
+	}
+}

@@ -135,6 +135,12 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	}
 	seed := LoRASeed(s.LoRA)
 	plain := min(max(s.PlainBlocks, 0), covered)
+	if !s.HasParent && ix.allPresent(&wk.eh[m], s.Hashes[:covered]) {
+		// A parentless store of blocks this worker already holds announces cache hits again
+		// (vLLM's kv_cache_report_mode "full"), not new copies: counting it would keep the
+		// entries alive past the removes the engine will send (vllm-kv-events.md §3.6).
+		return res
+	}
 	ix.touchEH(&wk.eh[m], s.Hashes[:plain]) // its misses overlap with hashing
 	keys := ix.keyBuf[:0]
 	for j := range plain {
@@ -159,6 +165,19 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		ix.addEntry(wk, m, eh, excludedRef)
 	}
 	return res
+}
+
+// allPresent reports whether every hash is already an entry of t (and there is at least one).
+func (ix *Index) allPresent(t *ehTable, hashes []uint64) bool {
+	if len(hashes) == 0 || len(t.meta) == 0 {
+		return false
+	}
+	for _, eh := range hashes {
+		if t.find(eh) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,
