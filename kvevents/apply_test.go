@@ -474,15 +474,23 @@ func TestApplyChainsAndRefcounts(t *testing.T) {
 	if got := e.overlap(toks, 2, "").GPU; got != 3 || e.skipped("parent_not_found") != 2 {
 		t.Fatalf("chain: %d blocks, parent_not_found %v; want 3 and 2", got, e.skipped("parent_not_found"))
 	}
-	// A second store of EH 10 (vLLM recomputing the last block) needs two removes.
-	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10}, tokens: toks[:2], blockSize: 2}))
-	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
+	// A second store of EH 12 with its parent (vLLM recomputing the last block of a
+	// block-aligned prompt: a second physical copy) needs two removes.
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{12}, parent: ptr[uint64](11), tokens: toks[4:6], blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{12}}))
 	if got := e.overlap(toks, 2, "").GPU; got != 3 {
 		t.Errorf("after one of two removes: %d blocks, want 3", got)
 	}
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{12}}))
+	if got := e.overlap(toks, 2, "").GPU; got != 2 {
+		t.Errorf("after the second remove: %d blocks, want 2", got)
+	}
+	// A parentless re-store of held blocks (kv_cache_report_mode "full" re-announcing a hit)
+	// is no new copy: one remove per block still evicts them.
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10, 11}, tokens: toks[:4], blockSize: 2}))
 	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
 	if got := e.overlap(toks, 2, "").GPU; got != 0 {
-		t.Errorf("after the second remove: %d blocks, want 0", got)
+		t.Errorf("after evicting block 0 once: %d blocks, want 0", got)
 	}
 }
 
