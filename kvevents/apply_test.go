@@ -591,3 +591,14 @@ func TestApplyNegativeTokenError(t *testing.T) {
 		t.Fatalf("skipped %v, blocks %d", e.skipped("malformed_event"), e.blocks(kvindex.GPU))
 	}
 }
+
+// TestApplyParentZeroIsRoot: llm-d's KV-cache simulator publishes parent 0 (array form) for a
+// block with no parent; it starts a chain like vLLM's nil, instead of being refused as an
+// unknown parent.
+func TestApplyParentZeroIsRoot(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{5, 6}, parent: ptr[uint64](0), tokens: []uint32{1, 2, 3, 4}, blockSize: 2}))
+	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, "").GPU; got != 2 || e.skipped("parent_not_found") != 0 {
+		t.Fatalf("parent 0: %d blocks, parent_not_found %v; want 2 and 0", got, e.skipped("parent_not_found"))
+	}
+}

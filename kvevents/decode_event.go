@@ -340,7 +340,9 @@ func (d *decoder) fieldValue(p []byte, ev *Event, f field) ([]byte, error) {
 		p, st, err = d.hashes(p, ev)
 	case fParent:
 		ev.Parent, st, p, err = readHash(p)
-		ev.HasParent = st == valOK
+		// llm-d's KV-cache simulator writes parent 0 for "no parent" (vLLM writes nil); a real
+		// block hash of 0 has probability 2^-64, so 0 means none for both.
+		ev.HasParent = st == valOK && ev.Parent != 0
 	case fTokens:
 		p, st, err = d.tokens(p, ev)
 	case fBlockSize:
