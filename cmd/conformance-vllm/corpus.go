@@ -176,6 +176,24 @@ func (d *driver) corpus(ctx context.Context) error {
 		}
 	}
 
+	// report mode full: the engine re-announces a prefix hit as a parentless BlockStored of the
+	// blocks it already holds; the credit must not change because of it.
+	for i := 0; i < 3; i++ {
+		p := g.ids(64 + 45*i)
+		for k := 0; k < 3; k++ {
+			b := compl(p)
+			if k > 0 {
+				b["vllm_xargs"] = map[string]any{"kv_cache_report_mode": "full"}
+			}
+			if _, err := send("report mode full", pathCompl, b); err != nil {
+				return err
+			}
+		}
+		if _, err := send("report mode full", pathCompl, compl(cat(p, g.ids(40)))); err != nil {
+			return err
+		}
+	}
+
 	// after eviction: distinct long prompts overflow the cache (a fresh prompt evicts the least
 	// recently used free blocks), then the early prompts come back.
 	var fillers [][]int

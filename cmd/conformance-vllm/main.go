@@ -50,7 +50,7 @@ const (
 
 // Categories, in table order.
 var categories = []string{"completion text", "completion ids", "chat", "multi-turn", "exact multiple",
-	"salted", "after eviction", "after reset", "after router restart"}
+	"salted", "report mode full", "after eviction", "after reset", "after router restart"}
 
 type config struct {
 	root, model, condisagg, workdir     string
