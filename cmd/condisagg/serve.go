@@ -154,7 +154,7 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, tok *token
 // membership starts and stops event streams as workers join and leave.
 func (s *service) membership(ctx context.Context, added, removed []pool.WorkerInfo) {
 	for _, w := range removed {
-		if err := s.group.Remove(ctx, w.ID, 0); err != nil {
+		if err := s.group.Remove(ctx, w.Engine, int64(w.Rank)); err != nil {
 			s.log.Warn("stop event stream", "worker", w.ID, "err", err)
 		}
 		s.index.RemoveWorker(kvindex.WorkerID(w.ID))
@@ -166,7 +166,9 @@ func (s *service) membership(ctx context.Context, added, removed []pool.WorkerIn
 		if w.KVEvents == "" {
 			continue
 		}
-		sc := kvzmq.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
+		// One stream per data-parallel rank: the pool already offset the endpoints by the rank,
+		// and the stream indexes under kvevents.IndexWorkerID(engine, rank) == w.ID.
+		sc := kvzmq.StreamConfig{Worker: w.Engine, Rank: int64(w.Rank), Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
 		if err := s.group.Add(ctx, sc); err != nil {
 			s.log.Warn("start event stream", "worker", w.ID, "endpoint", w.KVEvents, "err", err)
 		}
