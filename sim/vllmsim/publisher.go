@@ -55,6 +55,46 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 	return c, nil
 }
 
+// ForRank is the configuration of data-parallel rank rank's publisher: the endpoint and the
+// replay endpoint offset as vLLM's ZmqEventPublisher.offset_endpoint_port does (rank 0
+// unchanged; tcp: port + rank; inproc: suffix "_dp<rank>"; anything else is an error).
+// Departure: a tcp port 0 (ephemeral) stays 0 for every rank instead of becoming port rank.
+func (c KVEventsConfig) ForRank(rank int) (KVEventsConfig, error) {
+	var err error
+	if c.Endpoint, err = offsetEndpoint(c.Endpoint, rank); err != nil {
+		return c, err
+	}
+	if c.ReplayEndpoint != nil {
+		r, err := offsetEndpoint(*c.ReplayEndpoint, rank)
+		if err != nil {
+			return c, err
+		}
+		c.ReplayEndpoint = &r
+	}
+	return c, nil
+}
+
+// offsetEndpoint is vLLM's offset_endpoint_port for one endpoint.
+func offsetEndpoint(ep string, rank int) (string, error) {
+	switch {
+	case ep == "" || rank == 0:
+		return ep, nil
+	case strings.Contains(ep, "inproc"):
+		return ep + "_dp" + strconv.Itoa(rank), nil
+	case strings.Contains(ep, "tcp"):
+		i := strings.LastIndexByte(ep, ':')
+		port, err := strconv.Atoi(ep[i+1:])
+		if i < 0 || err != nil {
+			return "", fmt.Errorf("vllmsim: endpoint %q rank %d: no port to offset", ep, rank)
+		}
+		if port == 0 {
+			return ep, nil
+		}
+		return ep[:i+1] + strconv.Itoa(port+rank), nil
+	}
+	return "", fmt.Errorf("vllmsim: endpoint %q rank %d: must contain 'inproc' or 'tcp' (vLLM's rule)", ep, rank)
+}
+
 // Enabled reports whether events are published over ZeroMQ.
 func (c KVEventsConfig) Enabled() bool { return c.EnableKVCacheEvents && c.Publisher == "zmq" }
 

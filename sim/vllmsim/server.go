@@ -32,11 +32,15 @@ type KVTransfer struct {
 
 // ServerConfig configures the OpenAI HTTP surface of a Worker.
 type ServerConfig struct {
-	ModelNames   []string // served model names; the first is reported
-	MaxModelLen  int      // prompt + output tokens; default 131072
-	Tokenizer    *tokenizer.Tokenizer
-	Vocab        *Vocab
-	Worker       *Worker
+	ModelNames  []string // served model names; the first is reported
+	MaxModelLen int      // prompt + output tokens; default 131072
+	Tokenizer   *tokenizer.Tokenizer
+	Vocab       *Vocab
+	Worker      *Worker
+	// Workers are the data-parallel ranks (vLLM --data-parallel-size), rank r at index r;
+	// nil means Worker alone. A request picks its rank by X-data-parallel-rank, else the
+	// least loaded one.
+	Workers      []*Worker
 	KVTransfer   *KVTransfer
 	PromptTokens bool // usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)
 	MaxBodyBytes int64
@@ -47,9 +51,10 @@ type ServerConfig struct {
 // Server is the vllm-sim HTTP handler: /v1/completions, /v1/chat/completions, /tokenize,
 // /health, /v1/models, /reset_prefix_cache and /metrics.
 type Server struct {
-	cfg ServerConfig
-	m   *serverMetrics
-	mux *http.ServeMux
+	cfg   ServerConfig
+	m     *serverMetrics
+	mux   *http.ServeMux
+	ranks *ranks
 }
 
 // NewServer builds the handler and registers the vllm: metrics on cfg.Registry.
@@ -66,8 +71,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
-	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Worker)
+	if len(cfg.Workers) == 0 {
+		cfg.Workers = []*Worker{cfg.Worker}
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), ranks: newRanks(cfg.Workers)}
+	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +272,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !ok {
 		return
 	}
+	rank, err := s.ranks.pick(r.Header)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	defer s.ranks.done(rank)
+	worker := s.ranks.workers[rank]
 	arrival := time.Now()
-	st, err := s.cfg.Worker.Submit(r.Context(), p.req)
+	st, err := worker.Submit(r.Context(), p.req)
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, sim.ErrTooLong) {
@@ -275,7 +290,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	ctx := r.Context()
-	var out outputs
+	out := outputs{rank: rank}
 	if p.body.Stream {
 		err = s.stream(ctx, w, p, st, &out)
 	} else {
@@ -287,7 +302,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err != nil {
 		abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = s.cfg.Worker.Abort(abortCtx, st.ID)
+		_ = worker.Abort(abortCtx, st.ID)
 		return
 	}
 	s.m.observeEnd(&out, arrival, s.cfg.Worker.cfg.TimeScale)
@@ -295,6 +310,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 
 // outputs accumulates one request's tokens and timings.
 type outputs struct {
+	rank  int // data-parallel rank serving the request
 	toks  []uint32
 	fin   *sim.Finished
 	first time.Time
@@ -311,7 +327,7 @@ func (s *Server) next(ctx context.Context, st *Stream, out *outputs) ([]uint32, 
 		if out.first.IsZero() {
 			out.first = now
 		} else {
-			s.m.itl.Observe(now.Sub(out.last).Seconds() * s.cfg.Worker.cfg.TimeScale)
+			s.m.itl[out.rank].Observe(now.Sub(out.last).Seconds() * s.cfg.Worker.cfg.TimeScale)
 		}
 		out.last = now
 	}
@@ -389,13 +405,15 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Worker.ResetPrefixCache(r.Context()); err != nil {
-		code := http.StatusServiceUnavailable
-		if errors.Is(err, sim.ErrBlocksInUse) {
-			code = http.StatusBadRequest
+	for _, wk := range s.cfg.Workers { // every engine, as vLLM resets all of them
+		if err := wk.ResetPrefixCache(r.Context()); err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, sim.ErrBlocksInUse) {
+				code = http.StatusBadRequest
+			}
+			apiError(w, code, "reset prefix cache: "+err.Error())
+			return
 		}
-		apiError(w, code, "reset prefix cache: "+err.Error())
-		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
