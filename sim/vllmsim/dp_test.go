@@ -58,6 +58,7 @@ func TestKVEventsForRank(t *testing.T) {
 		{"tcp port + rank on both", "tcp://*:5557", replay, 3, "tcp://*:5560", "tcp://*:5570", false},
 		{"inproc suffix", "inproc://cache", "inproc://replay", 2, "inproc://cache_dp2", "inproc://replay_dp2", false},
 		{"ephemeral port stays 0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", false},
+		{"czmq range shifted", "tcp://127.0.0.1:*[6000-6000]", "tcp://127.0.0.1:*[7000-7010]", 2, "tcp://127.0.0.1:*[6002-6002]", "tcp://127.0.0.1:*[7002-7012]", false},
 		{"ipc rejected", "ipc:///tmp/kv", replay, 1, "", "", true},
 		{"no port", "tcp://*:*", replay, 1, "", "", true},
 	} {

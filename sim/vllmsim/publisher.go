@@ -58,7 +58,8 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 // ForRank is the configuration of data-parallel rank rank's publisher: the endpoint and the
 // replay endpoint offset as vLLM's ZmqEventPublisher.offset_endpoint_port does (rank 0
 // unchanged; tcp: port + rank; inproc: suffix "_dp<rank>"; anything else is an error).
-// Departure: a tcp port 0 (ephemeral) stays 0 for every rank instead of becoming port rank.
+// Departures: a tcp port 0 (ephemeral) stays 0 for every rank instead of becoming port rank,
+// and czmq's range form "*[lo-hi]" (which vLLM cannot offset) shifts to "*[lo+rank-hi+rank]".
 func (c KVEventsConfig) ForRank(rank int) (KVEventsConfig, error) {
 	var err error
 	if c.Endpoint, err = offsetEndpoint(c.Endpoint, rank); err != nil {
@@ -83,6 +84,9 @@ func offsetEndpoint(ep string, rank int) (string, error) {
 		return ep + "_dp" + strconv.Itoa(rank), nil
 	case strings.Contains(ep, "tcp"):
 		i := strings.LastIndexByte(ep, ':')
+		if lo, hi, ok := czmqRange(ep[i+1:]); ok { // vllm-sim only: czmq's "*[lo-hi]" shifts whole
+			return fmt.Sprintf("%s*[%d-%d]", ep[:i+1], lo+rank, hi+rank), nil
+		}
 		port, err := strconv.Atoi(ep[i+1:])
 		if i < 0 || err != nil {
 			return "", fmt.Errorf("vllmsim: endpoint %q rank %d: no port to offset", ep, rank)
@@ -93,6 +97,19 @@ func offsetEndpoint(ep string, rank int) (string, error) {
 		return ep[:i+1] + strconv.Itoa(port+rank), nil
 	}
 	return "", fmt.Errorf("vllmsim: endpoint %q rank %d: must contain 'inproc' or 'tcp' (vLLM's rule)", ep, rank)
+}
+
+// czmqRange parses czmq's bind range "*[lo-hi]" (a port of the range; the e2e stack uses
+// "*[N-N]" to bind exactly N on loopback).
+func czmqRange(p string) (lo, hi int, ok bool) {
+	inner, found := strings.CutPrefix(p, "*[")
+	if inner, found = strings.CutSuffix(inner, "]"); !found {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(inner, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	return lo, hi, found && err1 == nil && err2 == nil
 }
 
 // Enabled reports whether events are published over ZeroMQ.
