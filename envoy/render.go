@@ -107,7 +107,7 @@ type Params struct {
 	// MaxRequests is every cluster's circuit-breaker limit; default 10000.
 	MaxRequests int
 	// AccessLogPath, when set, enables a one-line-per-request access log there
-	// (route, upstream host, destination header, response code details).
+	// (route, upstream host, destination and decode-host headers, response code details).
 	AccessLogPath string
 }
 
