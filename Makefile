@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short vet bench bench-e2e chaos fuzz demo conformance clean
+.PHONY: all deps build test test-short vet bench bench-e2e chaos fuzz demo conformance conformance-vllm clean
 
 all: build
 
@@ -59,6 +59,18 @@ conformance: deps
 	python3 tokenizer/testdata/gen_conformance.py --check
 	cd kvevents/testdata && python3 gen_fixtures.py
 	git diff --exit-code -- kvevents/testdata
+
+# Opt-in, not part of `make test` (a real engine takes minutes and ~3.5 GiB): one real vLLM 0.32
+# CPU engine and condisagg serve; every request's predicted cached tokens (Admin Explain) against
+# the engine's usage.prompt_tokens_details.cached_tokens. The venv and the tiny model are built
+# only when missing. Report: docs/conformance.md.
+VLLM_VENV_DIR := .cache/vllm-venv
+TINY_QWEN3    := .cache/models/tiny-qwen3
+conformance-vllm: deps
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	@test -f $(TINY_QWEN3)/model.safetensors || $(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3)
+	$(GO) build -o bin/ ./cmd/condisagg ./cmd/conformance-vllm
+	bin/conformance-vllm $(CONFORMANCE_VLLM_FLAGS)
 
 # Envoy + condisagg + 2 prefill and 2 decode simulated workers with their sidecars on loopback:
 # a multi-turn conversation and fresh prompts, one row per request, then a clean shutdown.

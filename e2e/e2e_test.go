@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/condisagg/condisagg/envoy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
@@ -31,9 +30,9 @@ const (
 func TestEndToEnd(t *testing.T) {
 	s := startStack(t, Config{
 		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, FullDuplexEnvoy: true,
-		// Scenario 3 pauses the prefill worker to saturate it; a hung worker is unhealthy after
-		// 1.4 s by default, which would turn "busy" into "gone".
-		HealthTimeout: 30 * time.Second,
+		// Scenarios 3 and 10 pause the prefill worker to hold it busy; probing would (rightly)
+		// find a hung worker and take it out. TestDeadDecodeWorkerLeavesSelection covers health.
+		NoHealthProbes: true,
 		Workers: []WorkerSpec{
 			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
 			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks},

@@ -78,9 +78,10 @@ type Config struct {
 	MaxBodyBytes int
 	// ScrapeInterval enables the router's vLLM /metrics scrape (worker health); 0 = off.
 	ScrapeInterval time.Duration
-	// HealthTimeout, when set, is the router's /health probe timeout (the interval follows it):
-	// scenarios that pause a worker on purpose set it above the pause; 0 = the defaults.
-	HealthTimeout time.Duration
+	// NoHealthProbes turns the router's /health probing (and the passive upstream signals) off:
+	// for stacks whose scenarios pause workers on purpose, where a paused worker must stay
+	// "busy" rather than become "gone". Default: the router's defaults (on).
+	NoHealthProbes bool
 	// FullDuplexEnvoy also starts a second Envoy in front of the same router with the other
 	// profile: FULL_DUPLEX_STREAMED both ways, fail-closed (Envoy allows no other failure mode).
 	FullDuplexEnvoy bool
@@ -363,9 +364,8 @@ func (s *Stack) writeRouterConfig() (string, error) {
 		fmt.Fprintf(&b, "  queue_threshold: %g\n", s.cfg.QueueThreshold)
 	}
 	fmt.Fprintf(&b, "pool: {booking_ttl: 300s, sweep_interval: 30s, scrape_interval: %s", s.cfg.ScrapeInterval)
-	if s.cfg.HealthTimeout > 0 {
-		t := s.cfg.HealthTimeout
-		fmt.Fprintf(&b, ", health_timeout: %s, health_interval: %s, health_backoff_max: %s", t, t+100*time.Millisecond, 2*t)
+	if s.cfg.NoHealthProbes {
+		b.WriteString(", health_interval: -1s")
 	}
 	b.WriteString("}\n")
 	b.WriteString("workers:\n")

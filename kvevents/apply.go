@@ -42,6 +42,10 @@ type Applier struct {
 	mismatchBlockSize int64
 	mismatchSeen      bool // the gauge shows a mismatch
 
+	// malformed is the first malformed event of the last batch (MalformedEvent), nil if none;
+	// it points into the batch and is read before the next ApplyPayload.
+	malformed *Event
+
 	// Hybrid groups learned from stores that carry kv_cache_spec_kind, one bit per group_idx
 	// below 64, so removes (which carry group_idx but no kind) follow their group's filter.
 	indexedGroups, skippedGroups uint64
@@ -91,7 +95,7 @@ func (a *Applier) ApplyPayload(payload []byte) error {
 			a.worker, a.batch.Rank, a.rank, ErrRankMismatch)
 	}
 	// One write lock per batch, not per event: a batch is one engine step's events.
-	a.storedInBatch = 0
+	a.storedInBatch, a.malformed = 0, nil
 	a.ix.Update(a.applyEvents)
 	a.c.batches.Inc()
 	return nil
@@ -101,6 +105,22 @@ func (a *Applier) ApplyPayload(payload []byte) error {
 // index accepted: the liveness signal of conditional-disagg.md §8.3 (a batch of removals alone
 // says the worker evicts, not that it caches new prompts).
 func (a *Applier) StoredInLastBatch() int { return a.storedInBatch }
+
+// MalformedEvent returns the error to report for the first malformed event of the last batch
+// (skipped and counted as malformed_event), or nil; it names the field and, where the decoder
+// can tell, exactly what is wrong.
+func (a *Applier) MalformedEvent() error {
+	ev := a.malformed
+	if ev == nil {
+		return nil
+	}
+	a.malformed = nil
+	if d := ev.MalformedDetail(); d != "" {
+		return fmt.Errorf("kvevents: worker %s: malformed %s event skipped: %s", a.worker, ev.Kind, d)
+	}
+	return fmt.Errorf("kvevents: worker %s: malformed %s event skipped: field %s has the wrong type or an out-of-range value",
+		a.worker, ev.Kind, ev.MalformedField)
+}
 
 // BlockSizeMismatch returns the error to report when stores of the last batches were refused
 // because the engine's block size differs from the router's --block-size (then nothing the
@@ -128,6 +148,9 @@ func (a *Applier) apply(ev *Event) {
 	switch {
 	case ev.Malformed:
 		a.c.skip(skipMalformed, 1)
+		if a.malformed == nil {
+			a.malformed = ev
+		}
 	case ev.Kind == KindBlockStored:
 		a.applyStored(ev)
 	case ev.Kind == KindBlockRemoved:
@@ -160,7 +183,7 @@ func (a *Applier) applyStored(ev *Event) {
 	}
 	a.store = kvindex.Store{
 		Medium: m, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes, Tokens: ev.Tokens,
-		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, PlainBlocks: ev.PlainBlocks,
+		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, Salt: ev.Salt, PlainBlocks: ev.PlainBlocks,
 	}
 	res := a.tx.Store(a.worker, &a.store)
 	a.store = kvindex.Store{} // drop references into the payload

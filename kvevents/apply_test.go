@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -473,15 +474,23 @@ func TestApplyChainsAndRefcounts(t *testing.T) {
 	if got := e.overlap(toks, 2, "").GPU; got != 3 || e.skipped("parent_not_found") != 2 {
 		t.Fatalf("chain: %d blocks, parent_not_found %v; want 3 and 2", got, e.skipped("parent_not_found"))
 	}
-	// A second store of EH 10 (vLLM recomputing the last block) needs two removes.
-	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10}, tokens: toks[:2], blockSize: 2}))
-	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
+	// A second store of EH 12 with its parent (vLLM recomputing the last block of a
+	// block-aligned prompt: a second physical copy) needs two removes.
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{12}, parent: ptr[uint64](11), tokens: toks[4:6], blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{12}}))
 	if got := e.overlap(toks, 2, "").GPU; got != 3 {
 		t.Errorf("after one of two removes: %d blocks, want 3", got)
 	}
+	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{12}}))
+	if got := e.overlap(toks, 2, "").GPU; got != 2 {
+		t.Errorf("after the second remove: %d blocks, want 2", got)
+	}
+	// A parentless re-store of held blocks (kv_cache_report_mode "full" re-announcing a hit)
+	// is no new copy: one remove per block still evicts them.
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{10, 11}, tokens: toks[:4], blockSize: 2}))
 	e.mustApply(t, payload(0, ev{kind: "BlockRemoved", hashes: []uint64{10}}))
 	if got := e.overlap(toks, 2, "").GPU; got != 0 {
-		t.Errorf("after the second remove: %d blocks, want 0", got)
+		t.Errorf("after evicting block 0 once: %d blocks, want 0", got)
 	}
 }
 
@@ -536,5 +545,60 @@ func TestApplyBlockSizeMismatch(t *testing.T) {
 	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{2}, tokens: []uint32{1, 2}, blockSize: 2}))
 	if g := gauge(); g != 0 || e.app.BlockSizeMismatch() != nil {
 		t.Fatalf("after a matching store: gauge %v", g)
+	}
+}
+
+// TestApplyLateClearWins: vLLM's reset_prefix_cache emits AllBlocksCleared late, after stores
+// of blocks that were cached before the reset. Whatever precedes the clear in the stream goes
+// with it, a later store that continues a pre-clear chain is refused (its parent is gone), and
+// a store after the clear that starts a new chain is indexed: a clear always wins over the
+// stale stores around it.
+func TestApplyLateClearWins(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{1}, tokens: []uint32{1, 2}, blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{2}, parent: ptr[uint64](1), tokens: []uint32{3, 4}, blockSize: 2}))
+	e.mustApply(t, payload(0, ev{kind: "AllBlocksCleared"}))
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{3}, parent: ptr[uint64](2), tokens: []uint32{5, 6}, blockSize: 2}))
+	if got := e.overlap([]uint32{1, 2, 3, 4, 5, 6}, 2, "").GPU; got != 0 {
+		t.Fatalf("after the clear the stale chain still earns %d blocks", got)
+	}
+	if e.skipped("parent_not_found") != 1 {
+		t.Fatalf("the store continuing a cleared chain was not refused: parent_not_found = %v", e.skipped("parent_not_found"))
+	}
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{7}, tokens: []uint32{9, 9}, blockSize: 2}))
+	if got := e.overlap([]uint32{9, 9}, 2, "").GPU; got != 1 {
+		t.Fatalf("a new chain after the clear: %d blocks, want 1", got)
+	}
+}
+
+// TestApplyNegativeTokenError: a BlockStored with a negative token id is skipped and reported
+// with the index and value of the bad id, not only the field.
+func TestApplyNegativeTokenError(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	bad := payload(0, ev{kind: "BlockStored", hashes: []uint64{1}, tokens: []uint32{1, 2}, blockSize: 2})
+	// The encoder writes token 2 as positive fixint 0x02 right after 0x01; make it -7 (0xf9).
+	i := bytes.Index(bad, []byte{0x92, 0x01, 0x02})
+	if i < 0 {
+		t.Fatalf("token list not found in %x", bad)
+	}
+	bad[i+2] = 0xf9
+	e.mustApply(t, bad)
+	err := e.app.MalformedEvent()
+	if err == nil || !strings.Contains(err.Error(), "token_ids[1] = -7: token ids are unsigned 32-bit integers") {
+		t.Fatalf("malformed error: %v", err)
+	}
+	if e.skipped("malformed_event") != 1 || e.blocks(kvindex.GPU) != 0 || e.app.MalformedEvent() != nil {
+		t.Fatalf("skipped %v, blocks %d", e.skipped("malformed_event"), e.blocks(kvindex.GPU))
+	}
+}
+
+// TestApplyParentZeroIsRoot: llm-d's KV-cache simulator publishes parent 0 (array form) for a
+// block with no parent; it starts a chain like vLLM's nil, instead of being refused as an
+// unknown parent.
+func TestApplyParentZeroIsRoot(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{5, 6}, parent: ptr[uint64](0), tokens: []uint32{1, 2, 3, 4}, blockSize: 2}))
+	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, "").GPU; got != 2 || e.skipped("parent_not_found") != 0 {
+		t.Fatalf("parent 0: %d blocks, parent_not_found %v; want 2 and 0", got, e.skipped("parent_not_found"))
 	}
 }

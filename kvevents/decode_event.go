@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
 )
@@ -339,7 +340,9 @@ func (d *decoder) fieldValue(p []byte, ev *Event, f field) ([]byte, error) {
 		p, st, err = d.hashes(p, ev)
 	case fParent:
 		ev.Parent, st, p, err = readHash(p)
-		ev.HasParent = st == valOK
+		// llm-d's KV-cache simulator writes parent 0 for "no parent" (vLLM writes nil); a real
+		// block hash of 0 has probability 2^-64, so 0 means none for both.
+		ev.HasParent = st == valOK && ev.Parent != 0
 	case fTokens:
 		p, st, err = d.tokens(p, ev)
 	case fBlockSize:
@@ -422,9 +425,13 @@ func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
 		return p, valBad, err
 	}
 	ev.tokenOff = len(arena)
+	raw := p
 	arena, p, st, err := appendTokens(arena, p, n)
 	if err != nil {
 		return p, valBad, err
+	}
+	if st == valBad {
+		ev.badTokens, ev.badTokensN = raw, n // described only if reported: decoding stays allocation-free
 	}
 	d.b.tokens, ev.tokenEnd = arena, len(arena)
 	return p, st, nil
@@ -446,14 +453,39 @@ func (d *decoder) finishEvent(ev *Event) {
 	n := ev.hashEnd - ev.hashOff
 	ev.PlainBlocks = n
 	if d.extraKeys != nil {
-		plain, ok := plainExtraKeys(d.extraKeys, n, ev.LoRAName, ev.HasLoRAName)
+		plain, salt, ok := plainExtraKeys(d.extraKeys, n, ev.LoRAName, ev.HasLoRAName, !ev.HasParent)
 		if !ok {
 			ev.bad("extra_keys")
 			return
 		}
-		ev.PlainBlocks = min(ev.PlainBlocks, plain)
+		ev.PlainBlocks, ev.Salt = min(ev.PlainBlocks, plain), salt
 	}
 	if d.mmInfos != nil {
 		ev.PlainBlocks = min(ev.PlainBlocks, leadingNils(d.mmInfos, n))
 	}
+}
+
+// badTokenDetail names the first token id of raw (n entries) that is out of range, for the
+// error a malformed BlockStored is reported with. It runs only for malformed events.
+func badTokenDetail(raw []byte, n uint32) string {
+	p := raw
+	for i := range n {
+		if msgp.NextType(p) == msgp.IntType {
+			v, rest, err := msgp.ReadInt64Bytes(p)
+			if err != nil {
+				break
+			}
+			if v < 0 || v > maxUint32 {
+				return fmt.Sprintf("token_ids[%d] = %d: token ids are unsigned 32-bit integers", i, v)
+			}
+			p = rest
+			continue
+		}
+		rest, err := msgp.Skip(p)
+		if err != nil {
+			break
+		}
+		p = rest
+	}
+	return "token_ids: an entry is neither an unsigned 32-bit integer nor a [token, token] pair"
 }

@@ -44,6 +44,7 @@ type eventWant struct {
 	Window      *int64   `json:"window"`
 	Locality    *string  `json:"locality"`
 	PlainBlocks int      `json:"plain_blocks"`
+	Salt        *string  `json:"salt,omitempty"`
 	UnknownTag  string   `json:"unknown_tag"`
 }
 
@@ -114,6 +115,7 @@ func gotEvent(ev *Event) eventWant {
 		w.BlockSize, w.LoRAID = ev.BlockSize, optInt(ev.LoRAID, ev.HasLoRAID)
 		w.LoRAName, w.SpecKind = optStr(ev.LoRAName), optStr(ev.SpecKind)
 		w.Window, w.PlainBlocks = optInt(ev.SlidingWindow, ev.HasWindow), ev.PlainBlocks
+		w.Salt = optStr(ev.Salt)
 	}
 	return w
 }

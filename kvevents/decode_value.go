@@ -207,12 +207,14 @@ func readTokenInt(p []byte) (uint32, status, []byte, error) {
 
 // plainExtraKeys returns how many of the first n entries of the extra_keys array raw are plain
 // before the first that is not (§4.2 step 5): an entry is plain if it is nil, empty, or exactly
-// [lora_name]. ok is false when an entry before the first non-plain one is neither nil nor an
-// array.
-func plainExtraKeys(raw []byte, n int, lora []byte, hasLoRA bool) (plain int, ok bool) {
+// [lora_name]. When root (the store starts a sequence), entry 0 may also carry vLLM's
+// cache_salt as its last element ([salt] or [lora_name, salt]); it is then plain and the salt
+// is returned (pointing into raw). ok is false when an entry before the first non-plain one is
+// neither nil nor an array.
+func plainExtraKeys(raw []byte, n int, lora []byte, hasLoRA, root bool) (plain int, salt []byte, ok bool) {
 	cnt, p, err := msgp.ReadArrayHeaderBytes(raw)
 	if err != nil {
-		return 0, false
+		return 0, nil, false
 	}
 	for j := range min(int(cnt), n) {
 		switch msgp.NextType(p) {
@@ -221,27 +223,44 @@ func plainExtraKeys(raw []byte, n int, lora []byte, hasLoRA bool) (plain int, ok
 			continue
 		case msgp.ArrayType:
 		default:
-			return j, false
+			return j, salt, false
 		}
 		var m uint32
 		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
-			return j, false
+			return j, salt, false
 		}
 		if m == 0 {
 			continue
 		}
-		if m > 1 || !hasLoRA || msgp.NextType(p) != msgp.StrType {
-			return j, true
+		// Expected shape: [lora_name] with an adapter, and [..., salt] on a root's block 0.
+		want := uint32(0)
+		if hasLoRA {
+			want = 1
 		}
-		var s []byte
-		if s, p, err = msgp.ReadStringZC(p); err != nil {
-			return j, false
+		withSalt := j == 0 && root && m == want+1
+		if m != want && !withSalt {
+			return j, salt, true
 		}
-		if string(s) != string(lora) {
-			return j, true
+		for k := range m {
+			if msgp.NextType(p) != msgp.StrType {
+				return j, salt, true
+			}
+			var s []byte
+			if s, p, err = msgp.ReadStringZC(p); err != nil {
+				return j, salt, false
+			}
+			switch {
+			case k < want && string(s) != string(lora):
+				return j, salt, true
+			case k == want: // the salt
+				if len(s) == 0 {
+					return j, salt, true
+				}
+				salt = s
+			}
 		}
 	}
-	return n, true
+	return n, salt, true
 }
 
 // leadingNils returns how many of the first n entries of the array raw are nil before the

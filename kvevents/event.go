@@ -62,14 +62,17 @@ type Event struct {
 	Locality []byte // "LOCAL" / "REMOTE" or nil
 
 	// BlockStored only.
-	Parent        uint64 // engine hash of the parent block, valid when HasParent
-	HasParent     bool
-	Tokens        []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
-	BlockSize     int64
-	LoRAID        int64
-	HasLoRAID     bool
-	LoRAName      []byte // nil for the base model
-	HasLoRAName   bool
+	Parent      uint64 // engine hash of the parent block, valid when HasParent
+	HasParent   bool
+	Tokens      []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
+	BlockSize   int64
+	LoRAID      int64
+	HasLoRAID   bool
+	LoRAName    []byte // nil for the base model
+	HasLoRAName bool
+	// Salt is the cache_salt vLLM put in block 0's extra keys (a store that starts a
+	// sequence); nil when there is none. It points into the payload.
+	Salt          []byte
 	SpecKind      []byte // kv_cache_spec_kind, nil when absent
 	SlidingWindow int64
 	HasWindow     bool
@@ -87,8 +90,22 @@ type Event struct {
 	// MalformedField names the first offending field ("token_ids", "block_hashes", "tag", ...).
 	Malformed      bool
 	MalformedField string
+	// badTokens is the raw token_ids array (its n entries) of a malformed BlockStored, kept
+	// (without copying) so MalformedDetail can name the bad id when someone asks.
+	badTokens  []byte
+	badTokensN uint32
 
 	// Positions of Hashes and Tokens in the Batch arenas while the batch is being decoded.
 	hashOff, hashEnd   int
 	tokenOff, tokenEnd int
+}
+
+// MalformedDetail says precisely what is wrong with a malformed event when the decoder can tell
+// more than the field ("token_ids[3] = -7: token ids are unsigned 32-bit integers"), else "".
+// It reads the batch payload, so call it before the payload is reused.
+func (ev *Event) MalformedDetail() string {
+	if ev.badTokens == nil {
+		return ""
+	}
+	return badTokenDetail(ev.badTokens, ev.badTokensN)
 }

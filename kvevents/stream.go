@@ -174,6 +174,7 @@ type replayState struct {
 	verify    bool      // reconnect check: the first reply must be last.seq with last's digest
 	discard   bool      // reconnect check failed; ignore the rest of the reply
 	reconnect bool      // a reconnect arrived during this replay; check it afterwards
+	warm      bool      // the warm-up replay of a new stream: an early hole is not lost history
 	run       []heldMsg // contiguous replayed run after the last hole (held, not yet applied)
 	live      []heldMsg // live messages buffered during the replay
 	bytes     int       // payload bytes in run and live
@@ -271,6 +272,21 @@ func (st *Stream) EndReplay(how ReplayEnd) []Action {
 	st.acts = st.acts[:0]
 	if st.rp.active {
 		st.finish(how.cause())
+	}
+	return st.acts
+}
+
+// Warm asks a new stream's publisher for every batch it still retains (a replay from seq 0),
+// so the index holds what the engine already caches before the engine publishes again: the
+// router starts, or restarts, warm. vLLM keeps only its last buffer_steps batches, so the
+// reply may start late; that is not lost history (nothing was applied yet), and a store whose
+// parent fell out of the buffer is skipped by the index. Only a stream with a replay endpoint
+// that has seen nothing yet warms up; otherwise Warm does nothing.
+func (st *Stream) Warm() []Action {
+	st.acts = st.acts[:0]
+	if st.opts.HasReplay && !st.expectSet && !st.hasLast && !st.rp.active {
+		st.startReplay(0)
+		st.rp.warm = true
 	}
 	return st.acts
 }
@@ -381,6 +397,11 @@ func (st *Stream) verifyFailed() {
 // the held run.
 func (st *Stream) replayHole(seq uint64) {
 	rp := &st.rp
+	if rp.warm && rp.next == rp.from {
+		// The retained batches start after seq 0: nothing before them was ever applied.
+		rp.from = seq
+		return
+	}
 	if !rp.lost {
 		rp.lost = true
 		rp.cause = CauseHole

@@ -222,3 +222,40 @@ func formatState(s StreamState) string {
 	return fmt.Sprintf("expect=%s last=%s replaying=%t pending=%d gaps=%d restarts=%d reconnects=%d replays=%d lost=%d history_lost=%d clears=%d",
 		expect, last, s.Replaying, s.Pending, s.Gaps, s.Restarts, s.Reconnects, s.Replays, s.ReplaysLost, s.HistoryLost, s.Clears)
 }
+
+// TestStreamWarm: a new stream with a replay endpoint asks for everything retained; a reply
+// that starts late (vLLM keeps only its last buffer_steps batches) is applied without counting
+// lost history, and live processing continues after it. Warm does nothing once the stream has
+// applied a batch, or without a replay endpoint.
+func TestStreamWarm(t *testing.T) {
+	st := NewStream(StreamOptions{HasReplay: true})
+	acts := st.Warm()
+	if len(acts) != 1 || acts[0].Kind != ActReplay || acts[0].Seq != 0 {
+		t.Fatalf("Warm = %+v, want one replay from 0", acts)
+	}
+	var applied []uint64
+	collect := func(acts []Action) {
+		for _, a := range acts {
+			if a.Kind == ActApply {
+				applied = append(applied, a.Seq)
+			}
+		}
+	}
+	for seq := uint64(3); seq <= 5; seq++ {
+		collect(st.ReplayBatch(seq, []byte{byte(seq)}))
+	}
+	collect(st.Live(6, []byte{6})) // arrives during the replay: held, applied after it
+	collect(st.EndReplay(EndMarker))
+	if s := st.State(); s.HistoryLost != 0 || s.ReplaysLost != 0 {
+		t.Fatalf("warm-up counted loss: %+v", s)
+	}
+	if len(applied) != 4 || applied[0] != 3 || applied[3] != 6 {
+		t.Fatalf("applied %v, want 3 4 5 6", applied)
+	}
+	if acts := st.Warm(); len(acts) != 0 {
+		t.Fatalf("Warm after applying: %+v", acts)
+	}
+	if acts := NewStream(StreamOptions{}).Warm(); len(acts) != 0 {
+		t.Fatalf("Warm without a replay endpoint: %+v", acts)
+	}
+}

@@ -19,6 +19,29 @@ func LoRASeed(lora []byte) uint64 {
 	return Seed + xxh3.HashSeed(lora, 0)
 }
 
+// SaltedSeed returns the seed of the local hash of a sequence's first block for a request with
+// vLLM's cache_salt: vLLM adds the salt to the extra keys of block 0 only, so a salted prompt
+// and an unsalted one share no block. An empty salt is no salt.
+func SaltedSeed(lora, salt []byte) uint64 {
+	seed := LoRASeed(lora)
+	if len(salt) == 0 {
+		return seed
+	}
+	return seed + xxh3.HashSeed(salt, Seed)
+}
+
+// AppendRequestKeys appends the keys of a request's full blocks (from block 0) to dst: the
+// adapter lora seeds every block, the cache_salt salt block 0 only. It is AppendKeys with a
+// parent of 0 when salt is empty.
+func AppendRequestKeys(dst []uint64, tokens []uint32, blockSize int, lora, salt []byte) []uint64 {
+	if len(salt) == 0 || blockSize < 1 || len(tokens) < blockSize {
+		return AppendKeys(dst, 0, tokens, blockSize, lora)
+	}
+	first := localHash(tokens[:blockSize], SaltedSeed(lora, salt))
+	dst = append(dst, first)
+	return AppendKeys(dst, first, tokens[blockSize:], blockSize, lora)
+}
+
 // Keys returns the chained router keys of the full blocks of tokens; a partial tail block is
 // ignored. blockSize < 1 yields no keys.
 func Keys(tokens []uint32, blockSize int, lora []byte) []uint64 {

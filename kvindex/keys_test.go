@@ -132,3 +132,104 @@ func TestKeysEdgeCases(t *testing.T) {
 		t.Errorf("negative block size appended: %v", got)
 	}
 }
+
+// TestSaltedKeys: a cache_salt changes block 0's key and so every key chained after it; the
+// same salt gives the same keys, and a store with that salt in block 0 matches a request with
+// it (and only that request).
+func TestSaltedKeys(t *testing.T) {
+	toks := make([]uint32, 64)
+	for i := range toks {
+		toks[i] = uint32(100 + i)
+	}
+	plain := AppendRequestKeys(nil, toks, 16, nil, nil)
+	a := AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-a"))
+	b := AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-b"))
+	if len(a) != 4 || !slicesEqual(plain, Keys(toks, 16, nil)) {
+		t.Fatalf("keys %v / %v", plain, a)
+	}
+	for i := range a {
+		if a[i] == plain[i] || a[i] == b[i] {
+			t.Fatalf("block %d: salted key equals another salt's or the plain one", i)
+		}
+	}
+	if !slicesEqual(a, AppendRequestKeys(nil, toks, 16, nil, []byte("tenant-a"))) {
+		t.Fatal("the same salt gave other keys")
+	}
+	ix, err := New(Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := []uint64{1, 2, 3, 4}
+	if r := ix.Store("w", &Store{Medium: GPU, Hashes: hashes, Tokens: toks, BlockSize: 16, PlainBlocks: 4, Salt: []byte("tenant-a")}); r.Skip != SkipNone {
+		t.Fatal(r.Skip)
+	}
+	var out Overlaps
+	for _, c := range []struct {
+		keys []uint64
+		want int
+	}{{a, 4}, {b, 0}, {plain, 0}} {
+		ix.Overlap(c.keys, &out)
+		got := 0
+		if len(out.Workers) == 1 {
+			got = out.Workers[0].GPU
+		}
+		if got != c.want {
+			t.Fatalf("overlap %d, want %d", got, c.want)
+		}
+	}
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestReportModeRestoreIsIdempotent: vLLM's kv_cache_report_mode "full" re-announces cache hits
+// as a parentless BlockStored of blocks the worker already holds; those add no reference, so
+// the one BlockRemoved per block the engine sends on eviction removes them. A second physical
+// copy (a recomputed last block, stored with its parent) still counts, as vLLM removes each
+// copy on its own.
+func TestReportModeRestoreIsIdempotent(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6}
+	ix, err := New(Config{BlockSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := func() int {
+		var out Overlaps
+		ix.Overlap(Keys(toks, 2, nil), &out)
+		if len(out.Workers) == 0 {
+			return 0
+		}
+		return out.Workers[0].GPU
+	}
+	chain := &Store{Medium: GPU, Hashes: []uint64{11, 12, 13}, Tokens: toks, BlockSize: 2, PlainBlocks: 3}
+	for range 3 { // stored once, re-reported twice
+		if r := ix.Store("w", chain); r.Skip != SkipNone {
+			t.Fatal(r.Skip)
+		}
+	}
+	ix.Remove("w", GPU, []uint64{13})
+	if got := gpu(); got != 2 {
+		t.Fatalf("after evicting block 2 once: %d blocks credited, want 2", got)
+	}
+	// The last block recomputed and stored again with its parent: a real second copy.
+	copy2 := &Store{Medium: GPU, Hashes: []uint64{13}, Parent: 12, HasParent: true, Tokens: toks[4:], BlockSize: 2, PlainBlocks: 1}
+	ix.Store("w", copy2)
+	ix.Store("w", copy2)
+	ix.Remove("w", GPU, []uint64{13})
+	if got := gpu(); got != 3 {
+		t.Fatalf("one of two copies evicted: %d blocks, want 3", got)
+	}
+	ix.Remove("w", GPU, []uint64{11, 12, 13})
+	if got := gpu(); got != 0 {
+		t.Fatalf("every block evicted once: %d blocks still credited", got)
+	}
+}

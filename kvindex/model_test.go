@@ -104,7 +104,22 @@ func (m *model) store(w WorkerID, s *Store) StoreResult {
 	if mw.entries()+n > m.max {
 		return StoreResult{Skip: SkipCapacity}
 	}
+	// A parentless re-announcement of blocks already held (kv_cache_report_mode "full") adds
+	// nothing.
+	covered := min(n, len(s.Tokens)/m.B)
+	if !s.HasParent && covered > 0 {
+		held := true
+		for _, h := range s.Hashes[:covered] {
+			held = held && mw.eh[med][h] != nil
+		}
+		if held {
+			return res
+		}
+	}
 	keys := AppendKeys(nil, parent, s.Tokens, m.B, s.LoRA)
+	if !s.HasParent {
+		keys = AppendRequestKeys(nil, s.Tokens, m.B, s.LoRA, s.Salt)
+	}
 	for j, h := range s.Hashes {
 		if j >= s.PlainBlocks {
 			m.put(mw, med, h, 0, true)

@@ -9,6 +9,9 @@ type Store struct {
 	Tokens    []uint32
 	BlockSize int
 	LoRA      []byte // lora_name, nil for the base model
+	// Salt is the cache_salt in block 0's extra keys; it seeds that block when the store starts
+	// a sequence (no parent), and is ignored otherwise.
+	Salt []byte
 	// PlainBlocks: blocks [PlainBlocks, len(Hashes)) are non-plain (multimodal, salt,
 	// embeddings) and recorded as an excluded chain (§4.2 step 5).
 	PlainBlocks int
@@ -132,10 +135,20 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	}
 	seed := LoRASeed(s.LoRA)
 	plain := min(max(s.PlainBlocks, 0), covered)
+	if !s.HasParent && ix.allPresent(&wk.eh[m], s.Hashes[:covered]) {
+		// A parentless store of blocks this worker already holds announces cache hits again
+		// (vLLM's kv_cache_report_mode "full"), not new copies: counting it would keep the
+		// entries alive past the removes the engine will send (vllm-kv-events.md §3.6).
+		return res
+	}
 	ix.touchEH(&wk.eh[m], s.Hashes[:plain]) // its misses overlap with hashing
 	keys := ix.keyBuf[:0]
 	for j := range plain {
-		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], seed))
+		sd := seed
+		if j == 0 && !s.HasParent && len(s.Salt) > 0 {
+			sd = SaltedSeed(s.LoRA, s.Salt)
+		}
+		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], sd))
 		keys = append(keys, pk)
 	}
 	ix.keyBuf = keys
@@ -152,6 +165,19 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		ix.addEntry(wk, m, eh, excludedRef)
 	}
 	return res
+}
+
+// allPresent reports whether every hash is already an entry of t (and there is at least one).
+func (ix *Index) allPresent(t *ehTable, hashes []uint64) bool {
+	if len(hashes) == 0 || len(t.meta) == 0 {
+		return false
+	}
+	for _, eh := range hashes {
+		if t.find(eh) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,

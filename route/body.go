@@ -70,6 +70,9 @@ type Body struct {
 	// KVTransferParams: the client sent kv_transfer_params, which only pd-sidecar may set; the
 	// body must be cleaned (StripMember) before it reaches a worker.
 	KVTransferParams bool
+	// CacheSalt is vLLM's cache_salt: it seeds the prompt's first block, so the request shares
+	// cached blocks only with requests of the same salt ("" : none).
+	CacheSalt string
 }
 
 // openAIBody is the typed view of the routing fields of both endpoints.
@@ -78,6 +81,7 @@ type openAIBody struct {
 	Messages      json.RawMessage `json:"messages"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Stream        *bool           `json:"stream"`
+	CacheSalt     *string         `json:"cache_salt"`
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -125,6 +129,9 @@ func decodeBody(ep Endpoint, body []byte) (Body, error) {
 		req.IncludeUsage = *b.StreamOptions.IncludeUsage
 	}
 	req.KVTransferParams = HasMember(body, FieldKVTransferParams)
+	if b.CacheSalt != nil {
+		req.CacheSalt = *b.CacheSalt
+	}
 	return req, nil
 }
 

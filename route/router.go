@@ -76,6 +76,7 @@ type Router struct {
 	scratch sync.Pool // *scratch
 	now     func() time.Time
 	observe func(*Outcome)
+	lora    map[string][]byte // adapter model name -> its key identity
 }
 
 // Options are the Router's collaborators. Index, Pool and Policy are required.
@@ -90,6 +91,10 @@ type Options struct {
 	// request sequence gives the same decisions however requests land on goroutines. 0 seeds
 	// from the clock.
 	Seed uint64
+	// LoRAAdapters are the request `model` names that are LoRA adapters: their blocks are keyed
+	// with the adapter's identity, as vLLM keys them (vllm-kv-events.md §4.1). Other names are
+	// the base model.
+	LoRAAdapters []string
 	// Observe, if set, sees every finished decision (booked or dry-run) before Decide returns,
 	// on the deciding goroutine. Tests and the simulator's report use it.
 	Observe func(*Outcome)
@@ -118,6 +123,12 @@ func New(opts Options) (*Router, error) {
 		r.seed = uint64(time.Now().UnixNano())
 	}
 	r.policy.Store(opts.Policy)
+	if len(opts.LoRAAdapters) > 0 {
+		r.lora = make(map[string][]byte, len(opts.LoRAAdapters))
+		for _, a := range opts.LoRAAdapters {
+			r.lora[a] = []byte(a)
+		}
+	}
 	r.scratch.New = func() any {
 		sc := &scratch{}
 		sc.rng = rand.New(&sc.pcg)
@@ -157,6 +168,7 @@ type scratch struct {
 	prefill []policy.Signal
 	pcg     rand.PCG
 	rng     *rand.Rand
+	salt    []byte
 }
 
 // Decide routes one request: tokenize, keys, overlap, snapshot, policy.Decide and (unless
@@ -192,7 +204,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		return out, err
 	}
 	out.Stages[StageTokenize] = clock.lap()
-	sc.keys = kvindex.AppendKeys(sc.keys[:0], 0, sc.tokens, cfg.BlockSize, nil)
+	sc.keys = kvindex.AppendRequestKeys(sc.keys[:0], sc.tokens, cfg.BlockSize, r.lora[out.Body.Model], saltBytes(sc, out.Body.CacheSalt))
 	r.index.Overlap(sc.keys, &sc.ov)
 	out.Stages[StageOverlap] = clock.lap()
 	r.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: len(sc.tokens)})
@@ -232,6 +244,15 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		r.observe(&out)
 	}
 	return out, nil
+}
+
+// saltBytes is the cache salt as bytes in the scratch's buffer (no allocation when warm).
+func saltBytes(sc *scratch, salt string) []byte {
+	if salt == "" {
+		return nil
+	}
+	sc.salt = append(sc.salt[:0], salt...)
+	return sc.salt
 }
 
 // tokenize fills sc.tokens from the body (or the request's own tokens); tokenizer refusals

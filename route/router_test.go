@@ -3,16 +3,20 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/condisagg/condisagg/internal/repo"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // testRouter is a Router over a real pool (2 prefill, 3 decode workers) and index, deciding on
@@ -125,6 +129,67 @@ func TestRemoteBookingFailureReselects(t *testing.T) {
 		}
 		if out.Route != policy.RoutePrefill || out.Prefill.ID == gone || out.Prefill.ID == "" || out.BookingID == "" {
 			t.Fatalf("%s gone: route %v on prefill %q (booking %q), want the other prefill worker", gone, out.Route, out.Prefill.ID, out.BookingID)
+		}
+	}
+}
+
+// TestSaltAndAdapterKeys: a request's cache_salt and LoRA adapter (its model name, when it is a
+// configured adapter) select the same blocks vLLM's events announce for them: credit only for
+// the same salt and the same adapter (vllm-kv-events.md §4.1; block 0 carries the salt).
+func TestSaltAndAdapterKeys(t *testing.T) {
+	tok, err := tokenizer.Load(repo.TestModel(t, "qwen3"), tokenizer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := testRouter(t, nil)
+	r.tok, r.lora = tok, map[string][]byte{"sql-lora": []byte("sql-lora")}
+	toks := prompt(160) // 10 blocks of 16
+	store := func(worker string, lora, salt string) {
+		hashes := make([]uint64, 10)
+		for i := range hashes {
+			hashes[i] = uint64(len(worker)*1000+len(lora)*100+len(salt)*10) + uint64(i) + 1
+		}
+		s := &kvindex.Store{Medium: kvindex.GPU, Hashes: hashes, Tokens: toks, BlockSize: 16, PlainBlocks: 10}
+		if lora != "" {
+			s.LoRA = []byte(lora)
+		}
+		if salt != "" {
+			s.Salt = []byte(salt)
+		}
+		if res := r.index.Store(kvindex.WorkerID(worker), s); res.Skip != kvindex.SkipNone {
+			t.Fatal(res.Skip)
+		}
+	}
+	store("d0", "", "tenant-a")
+	store("d1", "sql-lora", "")
+	ids := fmt.Sprint(toks)
+	ids = strings.ReplaceAll(strings.Trim(ids, "[]"), " ", ",")
+	for _, c := range []struct {
+		model, salt string
+		want        map[string]int
+	}{
+		{"base", "tenant-a", map[string]int{"d0": 10}},
+		{"base", "", map[string]int{}},
+		{"base", "tenant-b", map[string]int{}},
+		{"sql-lora", "", map[string]int{"d1": 10}},
+		{"sql-lora", "tenant-a", map[string]int{}},
+	} {
+		body := `{"model":"` + c.model + `","prompt":[` + ids + `]`
+		if c.salt != "" {
+			body += `,"cache_salt":"` + c.salt + `"`
+		}
+		out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: []byte(body + "}"), DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, o := range out.Overlaps {
+			if o.GPU > 0 {
+				got[string(o.Worker)] = o.GPU
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("model %s salt %q: overlaps %v, want %v", c.model, c.salt, got, c.want)
 		}
 	}
 }

@@ -49,6 +49,11 @@ func scanBody(ep Endpoint, body []byte) (Body, bool) {
 			}
 		case FieldKVTransferParams:
 			req.KVTransferParams = true
+		case "cache_salt":
+			if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+				return req, false // null, a non-string or escapes: the exact path decides
+			}
+			req.CacheSalt = string(v[1 : len(v)-1])
 		case "stream_options":
 			if bytes.Contains(v, []byte(`"include_usage"`)) {
 				return req, false // rare: let ParseBody read it

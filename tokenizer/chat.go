@@ -3,8 +3,11 @@ package tokenizer
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -12,6 +15,7 @@ import (
 // chatTemplate is a compiled chat template.
 type chatTemplate struct {
 	tmpl *jinja.Template
+	src  string // as loaded, for transformers' continue_final_message field check
 }
 
 // tojsonRef matches a tojson filter application inside a template tag.
@@ -76,7 +80,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 		}
 		tmpl, err := jinja.Compile(s)
 		if err == nil {
-			return &chatTemplate{tmpl: tmpl}, nil
+			return &chatTemplate{tmpl: tmpl, src: src}, nil
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -111,8 +115,10 @@ type ChatOptions struct {
 // the way vLLM does: messages normalised as vLLM's chat_utils does for
 // string-content templates, tools as vLLM dumps them, add_generation_prompt
 // (default true), the tokenizer's special tokens, and chat_template_kwargs
-// passed through as template variables. body must not change during the call;
-// nothing returned refers to it.
+// passed through as template variables. With continue_final_message the
+// prompt ends inside the final message, cut as transformers'
+// apply_chat_template cuts it (continueFinal). body must not change during the
+// call; nothing returned refers to it.
 func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
 	out, _, err := t.renderChat(body, opts)
 	return out, err
@@ -124,7 +130,7 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions) (string, SpecialTo
 	if t.chat == nil {
 		return "", false, fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
 	}
-	vars, special, err := t.chatVars(body, opts)
+	vars, call, err := t.chatVars(body, opts)
 	if err != nil {
 		return "", false, err
 	}
@@ -132,7 +138,12 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions) (string, SpecialTo
 	if err != nil {
 		return "", false, fmt.Errorf("tokenizer: render chat template: %w", err)
 	}
-	return out, special, nil
+	if call.continueFinal {
+		if out, err = continueFinal(out, call.final); err != nil {
+			return "", false, err
+		}
+	}
+	return out, call.special, nil
 }
 
 // EncodeChat renders the chat template for a /v1/chat/completions body and
@@ -146,42 +157,67 @@ func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]u
 	return t.Encode(dst, prompt, special), nil
 }
 
-func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, SpecialTokens, error) {
-	req, err := decodeJSONBorrowed(body) // the values end with this call: the prompt is a new string
+// chatCall is what a chat request asks of rendering besides the template
+// variables.
+type chatCall struct {
+	special       SpecialTokens // add_special_tokens
+	continueFinal bool          // continue_final_message: cut the prompt after the final message
+	final         string        // the final message's content before tagging (continueFinal only; borrows the body)
+}
+
+func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, chatCall, error) {
+	req, err := decodeJSONBorrowed(body) // the values end with renderChat: the prompt is a new string
 	if err != nil {
-		return nil, false, fmt.Errorf("tokenizer: parse chat request: %w", err)
+		return nil, chatCall{}, fmt.Errorf("tokenizer: parse chat request: %w", err)
 	}
 	if !req.IsDict() {
-		return nil, false, fmt.Errorf("tokenizer: parse chat request: body is not a JSON object")
+		return nil, chatCall{}, fmt.Errorf("tokenizer: parse chat request: body is not a JSON object")
 	}
 	r := req.AsDict()
 	msgs, ok := r.Get("messages")
 	if !ok || !msgs.IsList() {
-		return nil, false, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
+		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
 	}
-	for _, k := range []string{"continue_final_message", "chat_template"} {
-		if v, ok := r.Get(k); ok && v.IsTruthy() {
-			return nil, false, fmt.Errorf("tokenizer: chat request: %s: %w", k, ErrUnsupported)
+	if v, ok := r.Get("chat_template"); ok && v.IsTruthy() {
+		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: chat_template: %w", ErrUnsupported)
+	}
+	var call chatCall
+	agp, err := optionalBool(r, "add_generation_prompt", true)
+	if err != nil {
+		return nil, chatCall{}, err
+	}
+	if call.continueFinal, err = optionalBool(r, "continue_final_message", false); err != nil {
+		return nil, chatCall{}, err
+	}
+	if call.continueFinal && agp {
+		// vLLM's request validator refuses the pair when both are sent true;
+		// with add_generation_prompt left at its default, transformers'
+		// apply_chat_template refuses it. Both are 400s.
+		if v, ok := r.Get("add_generation_prompt"); ok && !v.IsNone() {
+			return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: Cannot set both `continue_final_message` and `add_generation_prompt` to True")
 		}
+		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: continue_final_message needs add_generation_prompt false (it defaults to true)")
 	}
 	messages, err := vllmMessages(msgs.AsList())
 	if err != nil {
-		return nil, false, err
+		return nil, chatCall{}, err
+	}
+	if call.continueFinal {
+		if call.final, err = t.tagFinalMessage(messages.AsList()); err != nil {
+			return nil, chatCall{}, err
+		}
 	}
 	tools := jinja.None()
 	if tv, ok := r.Get("tools"); ok && !tv.IsNone() {
 		if tools, err = vllmTools(tv); err != nil {
-			return nil, false, err
+			return nil, chatCall{}, err
 		}
-	}
-	agp, err := optionalBool(r, "add_generation_prompt", true)
-	if err != nil {
-		return nil, false, err
 	}
 	special, err := optionalBool(r, "add_special_tokens", false)
 	if err != nil {
-		return nil, false, err
+		return nil, chatCall{}, err
 	}
+	call.special = SpecialTokens(special)
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -198,9 +234,14 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 	}
 	if err := addRequestVars(vars, r); err != nil {
-		return nil, false, err
+		return nil, chatCall{}, err
 	}
-	return vars, SpecialTokens(special), nil
+	if call.continueFinal {
+		// vLLM 0.32 hands apply_chat_template the request's own flags, which
+		// win over chat_template_kwargs; add_generation_prompt is false here.
+		vars["add_generation_prompt"] = jinja.NewBool(false)
+	}
+	return vars, call, nil
 }
 
 // optionalBool reads a boolean request field; absent or null gives def.
@@ -232,7 +273,9 @@ func addRequestVars(vars map[string]jinja.Value, r *jinja.Dict) error {
 		return fmt.Errorf("tokenizer: chat request: chat_template_kwargs is not an object")
 	}
 	for _, k := range kw.AsDict().Keys {
-		if k == pyTojsonName || k == pyOutputName {
+		if k == pyTojsonName || k == pyOutputName || k == "continue_final_message" {
+			// continue_final_message is an apply_chat_template parameter, never
+			// a template variable, and vLLM 0.32 takes it from the request field.
 			continue
 		}
 		vars[k], _ = kw.AsDict().Get(k)
@@ -431,4 +474,64 @@ func getOrNone(d *jinja.Dict, k string) jinja.Value {
 		return v
 	}
 	return jinja.None()
+}
+
+// continueFinalTag is the marker transformers' render_jinja_template appends to
+// the final message's content for continue_final_message; the prompt is cut
+// where the template printed it.
+const continueFinalTag = "CONTINUE_FINAL_MESSAGE_TAG "
+
+// tagFinalMessage appends continueFinalTag to the final message's content, as
+// transformers (5.19 in vLLM 0.32's image, 5.24 for the fixtures) does before
+// rendering with continue_final_message, and returns the content untagged.
+// Our messages always carry string content (text parts already joined).
+func (t *Tokenizer) tagFinalMessage(msgs *jinja.List) (string, error) {
+	if msgs.Len() == 0 {
+		return "", fmt.Errorf("tokenizer: chat request: continue_final_message is set but the conversation is empty")
+	}
+	if !strings.Contains(t.chat.src, "content") {
+		return "", fmt.Errorf("tokenizer: chat request: continue_final_message is set but the chat template never mentions the \"content\" field")
+	}
+	last := msgs.Items[msgs.Len()-1].AsDict()
+	c, _ := last.Get("content")
+	final := c.AsString()
+	last.Set("content", jinja.NewString(final+continueFinalTag))
+	return final, nil
+}
+
+// continueFinal cuts a prompt rendered with a tagged final message so that it
+// ends where that message's content ends: at the last tag, and when the
+// template trimmed the tag's trailing space, before the whitespace preceding
+// it (Python's rstrip). As transformers, it fails when the template did not
+// print the final message or the tag.
+func continueFinal(rendered, final string) (string, error) {
+	tag := strings.TrimRight(continueFinalTag, " ")
+	if !strings.Contains(rendered, pyStrip(final)) || !strings.Contains(rendered, tag) {
+		return "", fmt.Errorf("tokenizer: chat request: continue_final_message is set but the final message does not appear in the chat after applying the chat template (final message %s)", clipQuote(pyStrip(final), 80))
+	}
+	loc := strings.LastIndex(rendered, tag)
+	if strings.HasPrefix(rendered[loc:], continueFinalTag) {
+		return rendered[:loc], nil
+	}
+	return strings.TrimRightFunc(rendered[:loc], pyIsSpace), nil
+}
+
+// pyIsSpace is Python's str.isspace for one character: Unicode White_Space
+// plus the ASCII separators U+001C..U+001F.
+func pyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+}
+
+// pyStrip is Python's str.strip() with no argument.
+func pyStrip(s string) string { return strings.TrimFunc(s, pyIsSpace) }
+
+// clipQuote quotes s, cut to about n bytes (on a rune boundary) with "..." when longer.
+func clipQuote(s string, n int) string {
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "..."
 }

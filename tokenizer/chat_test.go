@@ -76,7 +76,6 @@ func TestRenderChatErrors(t *testing.T) {
 		{"role_missing", `{"messages":[{"content":"x"}]}`, "role", nil},
 		{"image_part_refused", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "image_url", ErrUnsupported},
 		{"bad_arguments_json", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{"}}]}]}`, "arguments", nil},
-		{"continue_final_message_refused", `{"messages":[{"role":"user","content":"x"}],"continue_final_message":true}`, "continue_final_message", ErrUnsupported},
 		{"raise_exception_surfaces", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, "only one message: 2", nil},
 		{"bad_generation_prompt", `{"messages":[],"add_generation_prompt":"yes"}`, "add_generation_prompt", nil},
 	}

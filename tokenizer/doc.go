@@ -10,8 +10,9 @@
 //     list of several prompts is refused with ErrBatchPrompt.
 //   - EncodeChat (and RenderChat): a /v1/chat/completions body. Messages and
 //     tools are normalised as vLLM's chat_utils does, the chat template is
-//     rendered with github.com/ardanlabs/jinja, and the prompt is encoded with
-//     add_special_tokens=false unless the body says otherwise.
+//     rendered with github.com/ardanlabs/jinja (continue_final_message cuts the
+//     prompt inside the final message as transformers does), and the prompt is
+//     encoded with add_special_tokens=false unless the body says otherwise.
 //   - Encode: plain text, with or without the post-processor's special tokens.
 //
 // LoadModel also accepts "hf:<org>/<model>[@rev]": the files are downloaded once

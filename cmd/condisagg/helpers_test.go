@@ -1,30 +1,16 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/condisagg/condisagg/internal/repo"
 )
 
 // requireModel is the Qwen3 tokenizer directory of the test models.
-func requireModel(t *testing.T) string {
-	t.Helper()
-	dir, err := repo.Model("qwen3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func requireModel(t *testing.T) string { return repo.TestModel(t, "qwen3") }
 
 func writeFile(t *testing.T, dir, name, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return repo.WriteFile(t, dir, name, text)
 }
 
 const workersYAML = `workers:

@@ -45,6 +45,7 @@ type listenAddrs struct {
 // serveHooks let tests observe the server.
 type serveHooks struct {
 	listening func(listenAddrs)
+	extProc   func(*grpc.Server)              // the ext_proc server, once built (tests stop it to see serve fail)
 	reloaded  func(trigger string, err error) // after every reload attempt
 }
 
@@ -134,7 +135,8 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, tok *token
 	if err != nil {
 		return err
 	}
-	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy}
+	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy,
+		LoRAAdapters: cfg.File.Model.LoRAAdapters}
 	if s.streams != nil {
 		ropts.Streams = s.streams
 	}
@@ -190,6 +192,9 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	}
 	g, hs := extproc.NewGRPCServer(s.ext, gopts)
 	s.health = hs
+	if hooks.extProc != nil {
+		hooks.extProc(g)
+	}
 	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
 	for i, addr := range []string{cfg.Listen, cfg.AdminGRPC, cfg.AdminListen} {

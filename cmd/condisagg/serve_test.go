@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -349,5 +350,33 @@ func TestAdminOffLoopbackNeedsAuth(t *testing.T) {
 		if resp.StatusCode != c.want {
 			t.Fatalf("/debug/explain with %q: %d, want %d", c.auth, resp.StatusCode, c.want)
 		}
+	}
+}
+
+// TestServeExitsWhenExtProcDies: an ext_proc server that stops on its own ends serve with exit
+// code 1 (a supervisor then restarts the router) instead of leaving a process without its port.
+func TestServeExitsWhenExtProcDies(t *testing.T) {
+	model := requireModel(t)
+	cfgPath := writeFile(t, t.TempDir(), "c.yaml", strings.Replace(serveYAML, "MODEL", model, 1)+workersYAML)
+	servers := make(chan *grpc.Server, 1)
+	addrs := make(chan listenAddrs, 1)
+	exit := make(chan int, 1)
+	logs := &syncBuffer{}
+	go func() {
+		exit <- runServe(context.Background(), []string{"--config", cfgPath}, logs, serveHooks{
+			extProc:   func(g *grpc.Server) { servers <- g },
+			listening: func(a listenAddrs) { addrs <- a },
+		})
+	}()
+	g := <-servers
+	<-addrs
+	g.Stop()
+	select {
+	case code := <-exit:
+		if code != 1 || !strings.Contains(logs.String(), `"err":"ext_proc gRPC server: `) {
+			t.Fatalf("exit %d after the ext_proc server died:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve kept running without its ext_proc server:\n%s", logs.String())
 	}
 }

@@ -42,6 +42,9 @@ type File struct {
 		Tokenizer     string `yaml:"tokenizer"`
 		BlockSize     int    `yaml:"block_size"`
 		CacheSegments int    `yaml:"cache_segments"`
+		// LoRAAdapters are the request model names that are LoRA adapters (vLLM --lora-modules
+		// names): their prompts are keyed with the adapter, as the engine keys their blocks.
+		LoRAAdapters []string `yaml:"lora_adapters"`
 	} `yaml:"model"`
 	Router struct {
 		Mode                    string           `yaml:"mode"`

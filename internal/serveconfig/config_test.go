@@ -1,7 +1,6 @@
 package serveconfig
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,22 +12,10 @@ import (
 )
 
 // requireModel is the Qwen3 tokenizer directory of the test models.
-func requireModel(t *testing.T) string {
-	t.Helper()
-	dir, err := repo.Model("qwen3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func requireModel(t *testing.T) string { return repo.TestModel(t, "qwen3") }
 
 func writeFile(t *testing.T, dir, name, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return repo.WriteFile(t, dir, name, text)
 }
 
 const workersYAML = `workers:

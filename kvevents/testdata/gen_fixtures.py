@@ -110,10 +110,24 @@ def eh(h):
     return h & U64
 
 
-def plain_blocks(n, extra_keys, lora_name, mm_infos=None):
+def salt_of(extra_keys, lora_name, root):
+    """vLLM puts a request's cache_salt last in block 0's extra keys: [salt] or [lora, salt]."""
+    if not root or not extra_keys or extra_keys[0] is None:
+        return None
+    e = list(extra_keys[0])
+    lead = [] if lora_name is None else [lora_name]
+    if len(e) == len(lead) + 1 and e[:len(lead)] == lead and isinstance(e[-1], str) and e[-1]:
+        return e[-1]
+    return None
+
+
+def plain_blocks(n, extra_keys, lora_name, mm_infos=None, root=False):
+    salt = salt_of(extra_keys, lora_name, root)
     for j in range(n):
         e = extra_keys[j] if extra_keys is not None and j < len(extra_keys) else None
         plain = e is None or len(e) == 0 or (lora_name is not None and list(e) == [lora_name])
+        if j == 0 and salt is not None:
+            plain = True
         if mm_infos is not None and j < len(mm_infos) and mm_infos[j] is not None:
             plain = False
         if not plain:
@@ -140,7 +154,9 @@ def x_stored(hashes, parent, tokens, block_size, lora_id=None, medium=None, lora
         "spec_kind": kind,
         "window": window,
         "locality": locality,
-        "plain_blocks": plain_blocks(len(hashes), extra_keys, lora_name, mm_infos),
+        "plain_blocks": plain_blocks(len(hashes), extra_keys, lora_name, mm_infos, parent is None),
+        **({"salt": salt_of(extra_keys, lora_name, parent is None)}
+           if salt_of(extra_keys, lora_name, parent is None) is not None else {}),
     }
 
 

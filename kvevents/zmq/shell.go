@@ -29,8 +29,12 @@ type streamShell struct {
 	lagOf interface{ Batch() *kvevents.Batch }
 	// storedOf reports whether the last batch stored blocks (optional, as lagOf).
 	storedOf interface{ StoredInLastBatch() int }
-	// sizeOf reports stores refused for a block size unlike the router's (optional).
-	sizeOf interface{ BlockSizeMismatch() error }
+	// sizeOf reports stores refused for a block size unlike the router's, and malformed events
+	// (optional).
+	sizeOf interface {
+		BlockSizeMismatch() error
+		MalformedEvent() error
+	}
 
 	pendingEnd     kvevents.ReplayEnd // a replay failure noticed while executing actions, fed afterwards
 	socketsChanged bool               // a DEALER was created or destroyed: the loop rebuilds its poller
@@ -50,7 +54,10 @@ func newStreamShell(s *Subscriber) *streamShell {
 	})}
 	sh.lagOf, _ = s.applier.(interface{ Batch() *kvevents.Batch })
 	sh.storedOf, _ = s.applier.(interface{ StoredInLastBatch() int })
-	sh.sizeOf, _ = s.applier.(interface{ BlockSizeMismatch() error })
+	sh.sizeOf, _ = s.applier.(interface {
+		BlockSizeMismatch() error
+		MalformedEvent() error
+	})
 	return sh
 }
 
@@ -163,6 +170,9 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 		if sh.sizeOf != nil {
 			if err := sh.sizeOf.BlockSizeMismatch(); err != nil {
 				sh.warn(now, "KV event block size differs from the router's", "err", err)
+			}
+			if err := sh.sizeOf.MalformedEvent(); err != nil {
+				sh.warn(now, "malformed KV event skipped", "err", err)
 			}
 		}
 		if sh.storedOf != nil && sh.storedOf.StoredInLastBatch() > 0 {

@@ -231,5 +231,9 @@ func (s *Subscriber) run(ctx context.Context, ready chan<- error) error {
 		return err
 	}
 	defer l.close()
+	// Start warm: ask the publisher for the batches it still retains before any arrives live.
+	for _, sh := range l.shells {
+		sh.do(sh.st.Warm())
+	}
 	return l.run(ctx)
 }

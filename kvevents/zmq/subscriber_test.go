@@ -492,3 +492,23 @@ func TestSubscriberRefusesHugeFrames(t *testing.T) {
 		t.Fatalf("the huge frame reached the payload check (too_large = %v): libzmq did not refuse it", n)
 	}
 }
+
+// TestSubscriberStartsWarm: a subscriber that starts (or restarts) after its engine has
+// published asks for the batches the publisher still retains, so the index holds the engine's
+// cache without waiting for the engine to publish again.
+func TestSubscriberStartsWarm(t *testing.T) {
+	h := newHarness(t, Config{})
+	p := startPublisher(t, pubOptions{bufferSteps: 100})
+	c := newChain(6, testBlockSize, 1000, 1<<40)
+	publishRange(p, c, 0, 6) // nobody listens: only the replay buffer keeps them
+	start := time.Now()
+	s := h.add("w", p)
+	h.waitFor(s, "warm", settled(5))
+	if got := h.blocks("w", c); got != 6 {
+		t.Fatalf("warm index holds %d blocks, want 6", got)
+	}
+	t.Logf("index warm %v after the subscriber started", time.Since(start).Round(time.Millisecond))
+	if st := s.Status(); st.HistoryLost != 0 || st.Clears != 0 {
+		t.Fatalf("warm-up counted lost history: %+v", st.StreamState)
+	}
+}

