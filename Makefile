@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short vet bench bench-e2e fuzz demo conformance conformance-vllm clean
+.PHONY: all deps build test test-short vet bench bench-e2e chaos fuzz demo conformance conformance-vllm clean
 
 all: build
 
@@ -42,6 +42,12 @@ bench: deps
 bench-e2e: deps
 	$(GO) run ./cmd/bench-e2e
 
+# The chaos suite at full size through the real Envoy (1,000 concurrent streams; kill -9 of
+# workers and of condisagg, hostile clients and KV event publishers) and rewrites the measured
+# table of docs/reliability.md. `make test` runs its short size (about a minute).
+chaos: deps
+	bash scripts/chaos.sh
+
 # Runs every fuzz target briefly (FUZZTIME each); a crasher stays in testdata/fuzz/.
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZTIME)
@@ -72,4 +78,4 @@ demo: deps
 	$(GO) run ./cmd/demo
 
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out chaos.out

@@ -24,7 +24,10 @@ func startStack(t *testing.T, cfg Config) *Stack {
 	if testing.Short() {
 		t.Skip("e2e: starts Envoy, condisagg and simulated workers; not in -short mode")
 	}
-	cfg.Bin, cfg.Dir, cfg.TimeScale = bin, t.TempDir(), timeScale
+	cfg.Bin, cfg.Dir = bin, t.TempDir()
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = timeScale
+	}
 	if os.Getenv("E2E_VERBOSE") != "" {
 		cfg.EnvoyLog = os.Stderr
 	}

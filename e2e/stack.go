@@ -57,7 +57,8 @@ type WorkerSpec struct {
 	NumGPUBlocks int
 	// MaxNumBatchedTokens is told to the router (mnbt, the prefill-busy budget); 0 = unknown.
 	MaxNumBatchedTokens int
-	// Silent workers publish no KV events; the router is still told an events endpoint.
+	// Silent workers publish no KV events; the router is still told an events and a replay
+	// endpoint (Worker.KVEvents, KVReplay), which a test may bind to play the publisher.
 	Silent bool
 }
 
@@ -86,6 +87,10 @@ type Config struct {
 	FullDuplexEnvoy bool
 	// EnvoyLog receives Envoy's output and access log; nil = kept in memory only.
 	EnvoyLog *os.File
+	// AccessLog writes each Envoy's access log to a file of its own, which AccessLog reads
+	// back: which worker every request was sent to, and when (it replaces the access log in
+	// EnvoyLog).
+	AccessLog bool
 }
 
 // Worker is one running simulated worker: vllm-sim plus, for a prefill worker, its pd-sidecar
@@ -113,6 +118,7 @@ type Stack struct {
 	ConfigPath  string
 	Envoy       *envoy.Process // fail-open, BUFFERED (the recommended profile)
 	EnvoyDuplex *envoy.Process // full duplex, fail-closed, when Config.FullDuplexEnvoy
+	accessLogs  map[*envoy.Process]string
 }
 
 // startTimeout bounds the start of every process.
@@ -133,7 +139,8 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	s := &Stack{cfg: cfg, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+	s := &Stack{cfg: cfg, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
+		accessLogs: map[*envoy.Process]string{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -243,11 +250,17 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 		return nil, err
 	}
 	if spec.Silent {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
+		// Nobody publishes or answers replays there, unless a test binds these ports itself
+		// (stable ones, so that it can).
+		var eps [2]string
+		for i := range eps {
+			port, err := StablePort()
+			if err != nil {
+				return nil, err
+			}
+			eps[i] = "tcp://127.0.0.1:" + strconv.Itoa(port)
 		}
-		w.KVEvents = "tcp://127.0.0.1:" + strconv.Itoa(port) // nobody publishes there
+		w.KVEvents, w.KVReplay = eps[0], eps[1]
 	}
 	w.Endpoint = w.SimAddr
 	if spec.Role == Prefill {
@@ -306,6 +319,17 @@ func (s *Stack) RestartSim(ctx context.Context, name string) error {
 	return s.runSim(ctx, w)
 }
 
+// RestartRouter crashes condisagg (SIGKILL) unless it has already exited, and starts a new
+// process on the same config. Its three listeners are pinned in that config, so both Envoys'
+// ext_proc clusters and the admin clients reach the new process at the old addresses. It
+// returns once the new process serves and, as at Start, is ready.
+func (s *Stack) RestartRouter(ctx context.Context) error {
+	s.Condisagg.Kill()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return s.startRouter(ctx)
+}
+
 // fixedZMQ turns tcp://127.0.0.1:N into czmq's one-port range form, which vllm-sim binds
 // (vLLM binds an endpoint containing '*') on exactly that loopback port.
 func fixedZMQ(ep string) string {
@@ -314,8 +338,19 @@ func fixedZMQ(ep string) string {
 }
 
 func (s *Stack) writeRouterConfig() (string, error) {
+	// Stable ports, not :0, so that RestartRouter's new process listens where Envoy's ext_proc
+	// cluster and the admin clients already point.
+	var ports [3]int
+	for i := range ports {
+		p, err := StablePort()
+		if err != nil {
+			return "", err
+		}
+		ports[i] = p
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nadmin_grpc_listen: 127.0.0.1:0\nfailure_mode: open\ndebug_headers: true\n")
+	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nadmin_grpc_listen: 127.0.0.1:%d\nfailure_mode: open\ndebug_headers: true\n",
+		ports[0], ports[1], ports[2])
 	fmt.Fprintf(&b, "drain_timeout: 5s\nunready_delay: 0s\nlog_level: info\n")
 	if s.cfg.MaxBodyBytes > 0 {
 		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
@@ -437,7 +472,10 @@ func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("e2e: envoy dir: %w", err)
 	}
-	if s.cfg.EnvoyLog != nil {
+	switch {
+	case s.cfg.AccessLog:
+		p.AccessLogPath = filepath.Join(dir, "access.log")
+	case s.cfg.EnvoyLog != nil:
 		p.AccessLogPath = "/dev/stdout"
 	}
 	path, err := envoy.WriteBootstrap(dir, p)
@@ -445,10 +483,20 @@ func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params
 		return nil, err
 	}
 	opts := envoy.StartOptions{StopTimeout: 3 * time.Second}
+	if s.cfg.AccessLog {
+		opts.FileFlushInterval = 100 * time.Millisecond // AccessLog's readers poll for their lines
+	}
 	if s.cfg.EnvoyLog != nil {
 		opts.Output = s.cfg.EnvoyLog
 	}
-	return envoy.Start(ctx, bin, path, opts)
+	e, err := envoy.Start(ctx, bin, path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.AccessLog {
+		s.accessLogs[e] = p.AccessLogPath
+	}
+	return e, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -198,6 +198,10 @@ func TestRenderedStructure(t *testing.T) {
 				names[i] = dig(t, f, "name").(string)
 			}
 			wantFilters := "envoy.filters.http.ext_proc,envoy.filters.http.router"
+			if p.FailOpen {
+				// The fail-open guard sits between ext_proc and the router.
+				wantFilters = "envoy.filters.http.ext_proc,envoy.filters.http.lua,envoy.filters.http.router"
+			}
 			if got := strings.Join(names, ","); got != wantFilters {
 				t.Errorf("http_filters = %s; want %s", got, wantFilters)
 			}

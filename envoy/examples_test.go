@@ -257,6 +257,10 @@ func TestIstioExample(t *testing.T) {
 	if got := dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config", "mutations"); !reflect.DeepEqual(got, ref.earlyMutations()) {
 		t.Errorf("Istio early header mutations = %v; want %v", got, ref.earlyMutations())
 	}
+	checkGuardAndPaths(t, hcm, ref)
+	if got := dig(t, hcm, "route_config", "virtual_hosts", 0, "request_body_buffer_limit"); got != DefaultMaxBodyBytes {
+		t.Errorf("Istio request_body_buffer_limit = %v; want %d, condisagg's default max_body_bytes", got, DefaultMaxBodyBytes)
+	}
 	clusters := dig(t, base, "static_resources", "clusters").([]any)
 	for _, name := range []string{"prefill", "decode"} {
 		c := clusters[slices.IndexFunc(clusters, func(c any) bool { return dig(t, c, "name") == "condisagg-"+name })]
@@ -274,6 +278,27 @@ func TestIstioExample(t *testing.T) {
 		t.Errorf("route order after patching = %s; want %s", strings.Join(order, " "), want)
 	}
 	writeAndValidate(t, base)
+}
+
+// checkGuardAndPaths: the patched HCM filters are ext_proc, the reference's Lua fail-open guard
+// (the same script), router; and it reads paths as the reference bootstrap does.
+func checkGuardAndPaths(t *testing.T, hcm map[string]any, ref reference) {
+	t.Helper()
+	var names []string
+	for _, f := range hcm["http_filters"].([]any) {
+		names = append(names, dig(t, f, "name").(string))
+	}
+	if got, want := strings.Join(names, ","), "envoy.filters.http.ext_proc,envoy.filters.http.lua,envoy.filters.http.router"; got != want {
+		t.Fatalf("http_filters = %s; want %s", got, want)
+	}
+	if got, want := dig(t, hcm, "http_filters", 1, "typed_config"), dig(t, ref.hcm(), "http_filters", 1, "typed_config"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Lua guard = %v; want the reference's (envoy/fallback_strip.lua)", got)
+	}
+	for _, k := range []string{"normalize_path", "merge_slashes", "path_with_escaped_slashes_action"} {
+		if hcm[k] != ref.hcm()[k] {
+			t.Errorf("%s = %v; want the reference's %v", k, hcm[k], ref.hcm()[k])
+		}
+	}
 }
 
 // egToExtProc translates an EnvoyExtensionPolicy extProc entry into Envoy's ExternalProcessor
@@ -339,11 +364,45 @@ func TestEnvoyGatewayExample(t *testing.T) {
 		early = append(early, map[string]any{"remove": h})
 	}
 
+	if got := dig(t, ctp, "spec", "connection", "bufferLimit"); got != fmt.Sprintf("%dMi", DefaultMaxBodyBytes>>20) {
+		t.Errorf("ClientTrafficPolicy bufferLimit = %v; want condisagg's default max_body_bytes (%d)", got, DefaultMaxBodyBytes)
+	}
+	// Envoy Gateway's path settings for the reference's normalize_path, merge_slashes and
+	// UNESCAPE_AND_FORWARD (normalize_path is on by default there).
+	if got := dig(t, ctp, "spec", "path", "escapedSlashesAction"); got != "UnescapeAndForward" || ref.hcm()["path_with_escaped_slashes_action"] != "UNESCAPE_AND_FORWARD" {
+		t.Errorf("ClientTrafficPolicy path.escapedSlashesAction = %v; want UnescapeAndForward as the reference", got)
+	}
+	if got := dig(t, ctp, "spec", "path", "disableMergeSlashes"); got != false {
+		t.Errorf("ClientTrafficPolicy path.disableMergeSlashes = %v; want false (merge_slashes)", got)
+	}
+	lua := checkEGGuard(t, objs)
+
 	// What Envoy Gateway generates for these fields, in the reference bootstrap: validated by Envoy.
 	hcm := ref.hcm()
 	hcm["http_filters"].([]any)[0].(map[string]any)["typed_config"] = translated
+	dig(t, hcm, "http_filters", 1, "typed_config", "default_source_code").(map[string]any)["inline_string"] = lua
 	dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config").(map[string]any)["mutations"] = early
 	writeAndValidate(t, ref.doc)
+}
+
+// checkEGGuard checks that the EnvoyExtensionPolicy carries the fail-open guard, the same script
+// as the reference's, ordered after ext_proc by the Gateway's EnvoyProxy; it returns the script.
+func checkEGGuard(t *testing.T, objs []map[string]any) string {
+	t.Helper()
+	eep := object(t, objs, "EnvoyExtensionPolicy", "condisagg")
+	l := dig(t, eep, "spec", "lua", 0)
+	if dig(t, l, "type") != "Inline" || dig(t, l, "inline") != FallbackStripLua {
+		t.Errorf("EnvoyExtensionPolicy lua[0] is not envoy/fallback_strip.lua inline")
+	}
+	ref := dig(t, object(t, objs, "Gateway", "llm"), "spec", "infrastructure", "parametersRef")
+	if dig(t, ref, "kind") != "EnvoyProxy" || dig(t, ref, "group") != "gateway.envoyproxy.io" {
+		t.Fatalf("Gateway parametersRef = %v; want an EnvoyProxy", ref)
+	}
+	order := dig(t, object(t, objs, "EnvoyProxy", dig(t, ref, "name").(string)), "spec", "filterOrder", 0)
+	if dig(t, order, "name") != "envoy.filters.http.lua" || dig(t, order, "after") != "envoy.filters.http.ext_proc" {
+		t.Errorf("EnvoyProxy filterOrder[0] = %v; want lua after ext_proc (Envoy Gateway runs Lua first by default)", order)
+	}
+	return dig(t, l, "inline").(string)
 }
 
 // egTargets checks that policy o targets the named object and that it exists in objs.

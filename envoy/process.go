@@ -29,6 +29,9 @@ type StartOptions struct {
 	// StopTimeout bounds Stop's wait after SIGTERM before it kills Envoy; default
 	// proc.DefaultGrace (5s).
 	StopTimeout time.Duration
+	// FileFlushInterval is how often Envoy writes buffered file access logs out
+	// (--file-flush-interval-msec); default Envoy's own (10 s). A reader of the log sets it low.
+	FileFlushInterval time.Duration
 }
 
 // outputTailBytes is how much of Envoy's output Output and Start's errors keep.
@@ -60,9 +63,13 @@ func Start(ctx context.Context, bin, configPath string, opts StartOptions) (*Pro
 	// Envoy writes the admin address once, at start-up, and Start has read it when it returns.
 	defer os.RemoveAll(dir)
 	addrFile := filepath.Join(dir, "admin-address")
-	pr, err := proc.Start(proc.Config{Name: "envoy", Path: bin, Args: []string{"-c", configPath,
+	args := []string{"-c", configPath,
 		"--disable-hot-restart", "--log-level", opts.LogLevel, "--concurrency", strconv.Itoa(opts.Concurrency),
-		"--admin-address-path", addrFile, "--drain-time-s", "1", "--parent-shutdown-time-s", "2"},
+		"--admin-address-path", addrFile, "--drain-time-s", "1", "--parent-shutdown-time-s", "2"}
+	if opts.FileFlushInterval > 0 {
+		args = append(args, "--file-flush-interval-msec", strconv.FormatInt(max(opts.FileFlushInterval.Milliseconds(), 1), 10))
+	}
+	pr, err := proc.Start(proc.Config{Name: "envoy", Path: bin, Args: args,
 		Output: opts.Output, TailBytes: outputTailBytes, Grace: opts.StopTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: start %s: %w", configPath, err)

@@ -37,6 +37,7 @@ type seenRequest struct {
 	bodySHA       [32]byte
 	contentLength int64
 	header        http.Header
+	body          []byte
 }
 
 func newUpstream(t *testing.T, name string) *upstream {
@@ -49,7 +50,7 @@ func newUpstream(t *testing.T, name string) *upstream {
 		u.hits.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		select {
-		case u.reqs <- seenRequest{r.Method, r.URL.Path, sha256.Sum256(body), r.ContentLength, r.Header.Clone()}:
+		case u.reqs <- seenRequest{r.Method, r.URL.Path, sha256.Sum256(body), r.ContentLength, r.Header.Clone(), body}:
 		default:
 		}
 		// Three flushed chunks, as a streamed completion would arrive.

@@ -8,6 +8,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
@@ -49,9 +50,11 @@ func TestEveryVariantPassesProtoValidation(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := yamlToBootstrap(t, out)
-			// HCM, early header mutation, ext_proc, router, the condisagg cluster's HTTP/2 options.
-			if n := validateDeep(t, b); n != 5 {
-				t.Errorf("validated %d typed configs; want 5", n)
+			// HCM, early header mutation, ext_proc, router, the condisagg cluster's HTTP/2 options,
+			// and with fail-open the Lua guard.
+			want := map[bool]int{true: 6, false: 5}[p.FailOpen]
+			if n := validateDeep(t, b); n != want {
+				t.Errorf("validated %d typed configs; want %d", n, want)
 			}
 			if n := len(b.GetStaticResources().GetClusters()); n != map[bool]int{true: 4, false: 3}[p.FailOpen] {
 				t.Errorf("%d clusters decoded", n)

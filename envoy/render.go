@@ -107,7 +107,7 @@ type Params struct {
 	// MaxRequests is every cluster's circuit-breaker limit; default 10000.
 	MaxRequests int
 	// AccessLogPath, when set, enables a one-line-per-request access log there
-	// (route, upstream host, destination header, response code details).
+	// (route, upstream host, destination and decode-host headers, response code details).
 	AccessLogPath string
 }
 
@@ -127,11 +127,21 @@ func StrippedHeaders() []string {
 //go:embed bootstrap.yaml.tmpl
 var bootstrapTemplate string
 
+// FallbackStripLua is the fail-open guard of the Buffered profile: an Envoy Lua filter after
+// ext_proc that cuts a client's kv_transfer_params from every request condisagg did not decide,
+// and refuses (400) a body that is not one JSON object. The Istio and Envoy Gateway examples
+// carry the same script.
+//
+//go:embed fallback_strip.lua
+var FallbackStripLua string
+
 var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
 	"dur":         protoDuration,
 	"q":           strconv.Quote,
 	"clusterType": clusterType,
 	"list":        func(e Endpoint) []Endpoint { return []Endpoint{e} },
+	"indent":      indent,
+	"stripLua":    func() string { return FallbackStripLua },
 }).Option("missingkey=error").Parse(bootstrapTemplate))
 
 // WithDefaults returns p with every zero field set to its default.
@@ -296,4 +306,16 @@ func clusterType(es []Endpoint) string {
 		return "STATIC"
 	}
 	return "STRICT_DNS"
+}
+
+// indent prefixes every non-empty line of s with n spaces, for a YAML block scalar.
+func indent(n int, s string) string {
+	pad := strings.Repeat(" ", n)
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = pad + l
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -129,6 +129,10 @@ func (p *Proc) reap() {
 // Name returns the name the process has in errors.
 func (p *Proc) Name() string { return p.cfg.Name }
 
+// Pid returns the process id: for reading what the kernel reports about the process (its
+// /proc entry: memory, state); signal it through Stop, Kill, Pause and Resume only.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Output returns the tail of what the process printed, at most Config.TailBytes.
 func (p *Proc) Output() string { return p.out.tail() }
 

@@ -1,0 +1,113 @@
+-- condisagg fail-open guard (Envoy Lua filter, placed after ext_proc).
+--
+-- A request that reaches this filter without x-condisagg-route was not decided by condisagg:
+-- Envoy skipped the router (failure_mode_allow) and will send the client's body as sent to a
+-- decode worker. Only pd-sidecar may set kv_transfer_params (it tells the engine where to pull
+-- KV from), so every top-level kv_transfer_params member is cut here, as condisagg cuts it on
+-- routed requests. A body that is not one JSON object is refused with 400: the engine would
+-- refuse it too, and a body this scanner cannot read must not pass unstripped.
+
+local KEY = "kv_transfer_params"
+local ESCAPES = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
+
+local function skip_ws(s, i)
+  return s:find("[^ \t\r\n]", i) or #s + 1
+end
+
+-- read_string reads the JSON string opening at i; it returns the index after its closing quote
+-- and its decoded text (non-ASCII escapes become a byte no key name contains), or nil.
+local function read_string(s, i)
+  local parts, j = {}, i + 1
+  while true do
+    local k = s:find('["\\]', j)
+    if not k then return nil end
+    parts[#parts + 1] = s:sub(j, k - 1)
+    if s:byte(k) == 34 then return k + 1, table.concat(parts) end
+    local e = s:sub(k + 1, k + 1)
+    if e == "u" then
+      local hex = s:sub(k + 2, k + 5)
+      if not hex:match("^%x%x%x%x$") then return nil end
+      local cp = tonumber(hex, 16)
+      parts[#parts + 1] = cp < 128 and string.char(cp) or "\255"
+      j = k + 6
+    elseif ESCAPES[e] then
+      parts[#parts + 1] = ESCAPES[e]
+      j = k + 2
+    else
+      return nil
+    end
+  end
+end
+
+-- skip_value returns the index after the JSON value starting at i, or nil.
+local function skip_value(s, i)
+  local c = s:byte(i)
+  if c == 34 then return (read_string(s, i)) end
+  if c == 123 or c == 91 then
+    local depth, j = 0, i
+    while true do
+      j = s:find('["{}%[%]]', j)
+      if not j then return nil end
+      local b = s:byte(j)
+      if b == 34 then
+        j = read_string(s, j)
+        if not j then return nil end
+      else
+        depth = (b == 123 or b == 91) and depth + 1 or depth - 1
+        j = j + 1
+        if depth == 0 then return j end
+      end
+    end
+  end
+  local e = s:find('[,}%] \t\r\n]', i) or #s + 1
+  if e == i then return nil end
+  return e
+end
+
+-- strip returns the body without its top-level KEY members and how many it cut, or nil when
+-- the body is not one JSON object.
+local function strip(s)
+  local i = skip_ws(s, 1)
+  if s:byte(i) ~= 123 then return nil end
+  local kept, cut = {}, 0
+  i = skip_ws(s, i + 1)
+  if s:byte(i) ~= 125 then
+    while true do
+      if s:byte(i) ~= 34 then return nil end
+      local start = i
+      local j, key = read_string(s, i)
+      if not j then return nil end
+      j = skip_ws(s, j)
+      if s:byte(j) ~= 58 then return nil end
+      j = skip_value(s, skip_ws(s, j + 1))
+      if not j then return nil end
+      if key == KEY then cut = cut + 1 else kept[#kept + 1] = s:sub(start, j - 1) end
+      i = skip_ws(s, j)
+      local b = s:byte(i)
+      if b == 125 then break end
+      if b ~= 44 then return nil end
+      i = skip_ws(s, i + 1)
+    end
+  end
+  if skip_ws(s, i + 1) <= #s then return nil end
+  if cut == 0 then return s, 0 end
+  return "{" .. table.concat(kept, ",") .. "}", cut
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  if headers:get("x-condisagg-route") ~= nil then return end
+  local body = handle:body()
+  if body == nil or body:length() == 0 then return end
+  local out, cut = strip(body:getBytes(0, body:length()))
+  if out == nil then
+    handle:respond({ [":status"] = "400", ["content-type"] = "application/json", ["x-condisagg-error"] = "invalid_body" },
+      '{"error":{"message":"the router is unavailable and this request body is not one JSON object",' ..
+      '"type":"invalid_request_error","param":null,"code":"invalid_body"}}')
+    return
+  end
+  if cut > 0 then
+    local n = body:setBytes(out)
+    if headers:get("content-length") ~= nil then headers:replace("content-length", tostring(n)) end
+  end
+end

@@ -1,0 +1,92 @@
+package envoy
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestFailOpenGuardStripsKVTransferParams: with condisagg unreachable and fail-open, the real
+// Envoy sends requests through decode_fallback, and its Lua guard cuts every top-level
+// kv_transfer_params (any spelling JSON allows, duplicates too) while keeping every other member;
+// a body that is not one JSON object is refused with 400 and reaches no worker.
+func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
+	t.Parallel()
+	fallback := newUpstream(t, "fallback")
+	p := testParams(Buffered, FailOpen)
+	p.ExtProc = deadEndpoint(t)
+	p.DecodeFallback = []Endpoint{fallback.endpoint(t)}
+	env := startEnvoy(t, p)
+
+	const kv = `{"do_remote_decode":true,"remote_host":"10.9.9.9","remote_port":5600,"nested":{"a":[1,{"b":"}"}]}}`
+	stripped := []string{
+		`{"model":"m","prompt":"hi","kv_transfer_params":` + kv + `}`,
+		`{"kv_transfer_params":` + kv + `,"model":"m","prompt":"hi"}`,
+		`{"model":"m","kv_transfer_params":` + kv + `,"kv_transfer_params":null,"prompt":"hi"}`,
+		`{"model":"m","kv\u005ftransfer_params":` + kv + `,"prompt":"hi"}`,
+		`{"model":"m","\u006b\u0076_transfer\/params":1,"kv_transfer_params\u0000":2,"kv_transfer_params":3}`,
+		" \r\n{ \"model\" : \"m\" ,\t\"kv_transfer_params\" :\n" + kv + " , \"prompt\" : \"a \\\" kv_transfer_params\" }\n",
+		`{"kv_transfer_params":{}}`,
+		`{"model":"m","messages":[{"role":"user","content":"{\"kv_transfer_params\":1}"}],"kv_transfer_params":[1,2,"]"],"n":-1.5e3,"ok":true,"x":null}`,
+	}
+	kept := []string{
+		`{"model":"m","prompt":"no params here","extra":{"kv_transfer_params":{"inner":"is not read by the engine"}}}`,
+		`{}`,
+		`{"model":"m","prompt":"\u00e9\ud83d\ude00"}`,
+	}
+	refused := []string{`[{"kv_transfer_params":1}]`, `{"model":"m"`, `{"model":"m",}`, `{"model" "m"}`, `not json`,
+		`{"model":"m"} trailing`, `{"a":"\x"}`, "\xef\xbb\xbf{\"kv_transfer_params\":1}"}
+
+	post := func(body string) result {
+		return send(t, env, http.MethodPost, "/v1/completions", []byte(body), nil)
+	}
+	for i, body := range append(stripped, kept...) {
+		res := post(body)
+		if res.status != http.StatusOK {
+			t.Errorf("body %q: status %d %q; want 200 through decode_fallback", body, res.status, res.body)
+			continue
+		}
+		var seen seenRequest
+		select {
+		case seen = <-fallback.reqs:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("body %q: the fallback worker saw nothing", body)
+		}
+		var sent, got map[string]any
+		if err := json.Unmarshal([]byte(body), &sent); err != nil {
+			t.Fatalf("test body %q is not JSON: %v", body, err)
+		}
+		delete(sent, "kv_transfer_params")
+		if err := json.Unmarshal(seen.body, &got); err != nil {
+			t.Errorf("body %q reached the worker as %q, which is not JSON: %v", body, seen.body, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, sent) {
+			t.Errorf("body %q reached the worker as %q; want the same members without kv_transfer_params", body, seen.body)
+		}
+		if i >= len(stripped) && string(seen.body) != body {
+			t.Errorf("body %q without the member was rewritten to %q", body, seen.body)
+		}
+		if cl := seen.header.Get("content-length"); cl != strconv.Itoa(len(seen.body)) {
+			t.Errorf("body %q: content-length %q for %d bytes", body, cl, len(seen.body))
+		}
+	}
+	for _, body := range refused {
+		res := post(body)
+		var e struct{ Error struct{ Type, Code string } }
+		if res.status != http.StatusBadRequest || json.Unmarshal([]byte(res.body), &e) != nil || e.Error.Code != "invalid_body" ||
+			e.Error.Type != "invalid_request_error" {
+			t.Errorf("body %q: status %d %q; want 400 OpenAI JSON invalid_body", body, res.status, res.body)
+		}
+	}
+	if n := len(fallback.reqs); n != 0 {
+		t.Errorf("%d refused bodies reached the worker", n)
+	}
+	// A body-less request still passes (GET /v1/models through the fallback).
+	if res := send(t, env, http.MethodGet, "/v1/models", nil, nil); res.status != http.StatusOK {
+		t.Errorf("GET /v1/models: status %d %q; want 200", res.status, res.body)
+	}
+}
