@@ -296,8 +296,12 @@ func (w WorkerConfig) validateEventURLs(bad func(field, value, rule string)) {
 		}
 		eps = append(eps, ep{u.field, u.v, pu.Hostname(), port})
 	}
-	if len(eps) == 2 && n > 1 && strings.EqualFold(eps[0].host, eps[1].host) &&
-		eps[0].port < eps[1].port+n && eps[1].port < eps[0].port+n {
+	switch {
+	case len(eps) < 2 || !strings.EqualFold(eps[0].host, eps[1].host) ||
+		eps[0].port >= eps[1].port+n || eps[1].port >= eps[0].port+n:
+	case n == 1:
+		bad("kv_replay", strconv.Quote(w.KVReplay), "uses the kv_events port: the PUB and the replay ROUTER cannot share a port")
+	default:
 		bad("kv_replay", strconv.Quote(w.KVReplay), fmt.Sprintf(
 			"ports %d-%d overlap kv_events ports %d-%d: vLLM offsets both by the data-parallel rank, so use a replay port >= %d (or <= %d)",
 			eps[1].port, eps[1].port+n-1, eps[0].port, eps[0].port+n-1, eps[0].port+n, eps[0].port-n))

@@ -2,8 +2,12 @@ package pool
 
 import (
 	"context"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -135,4 +139,58 @@ vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="64"} 1
 			t.Errorf("engine %d: %+v, want running %v waiting %v usage %v blocks %d", c.engine, s, c.running, c.waiting, c.usage, c.blocks)
 		}
 	}
+}
+
+// FuzzDataParallelConfig: any worker entry that validates expands into one worker per rank
+// whose event endpoints are valid tcp URLs on the configured ports + rank, with no port shared
+// between two ranks' PUB and ROUTER on one host (vllm-kv-events.md §1.3).
+func FuzzDataParallelConfig(f *testing.F) {
+	f.Add("tcp://10.0.0.1:5557", "tcp://10.0.0.1:5567", 2)
+	f.Add("tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558", 4)
+	f.Add("tcp://[::1]:65534", "", 2)
+	f.Add("tcp://h:1", "tcp://h:0", 0)
+	f.Add("", "tcp://x:7", 1024)
+	f.Fuzz(func(t *testing.T, events, replay string, size int) {
+		cfg := Config{Workers: []WorkerConfig{{Name: "d", Role: RoleDecode, Endpoint: "10.0.0.1:8000",
+			KVEvents: events, KVReplay: replay, DataParallelSize: size}}}
+		if cfg.Validate() != nil {
+			return
+		}
+		p, err := New(cfg, Options{Metrics: NewMetrics(prometheus.NewRegistry())})
+		if err != nil {
+			t.Fatalf("valid config rejected by New: %v", err)
+		}
+		ws := p.Workers()
+		if len(ws) != max(size, 1) {
+			t.Fatalf("%d workers for data_parallel_size %d", len(ws), size)
+		}
+		used := map[string]string{}
+		for r, w := range ws {
+			if w.Rank != r || w.ID != RankID("d", r) || w.Engine != "d" {
+				t.Fatalf("worker %d = %+v", r, w)
+			}
+			for _, c := range []struct{ base, got string }{{events, w.KVEvents}, {replay, w.KVReplay}} {
+				if c.base == "" {
+					if c.got != "" {
+						t.Fatalf("rank %d endpoint %q from an empty one", r, c.got)
+					}
+					continue
+				}
+				bu, _ := url.Parse(c.base)
+				gu, err := url.Parse(c.got)
+				if err != nil || gu.Scheme != "tcp" || gu.Hostname() != bu.Hostname() {
+					t.Fatalf("rank %d endpoint %q from %q", r, c.got, c.base)
+				}
+				bp, _ := strconv.Atoi(bu.Port())
+				if gp, _ := strconv.Atoi(gu.Port()); gp != bp+r {
+					t.Fatalf("rank %d endpoint %q from %q: port %d, want %d", r, c.got, c.base, gp, bp+r)
+				}
+				key := strings.ToLower(gu.Hostname()) + ":" + gu.Port()
+				if prev, dup := used[key]; dup {
+					t.Fatalf("rank %d endpoint %q reuses the port of %s", r, c.got, prev)
+				}
+				used[key] = c.got
+			}
+		}
+	})
 }

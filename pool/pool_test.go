@@ -51,6 +51,7 @@ func TestConfigValidate(t *testing.T) {
 				KVEvents: "tcp://10.0.0.1:5557", KVReplay: "tcp://10.0.0.1:5567"},
 			{Name: "d6", Role: RoleDecode, Endpoint: "10.0.0.1:8006", DataParallelSize: 4,
 				KVEvents: "tcp://10.0.0.1:5557", KVReplay: "tcp://10.0.0.2:5558"},
+			{Name: "d7", Role: RoleDecode, Endpoint: "10.0.0.1:8007", KVEvents: "tcp://h:5557", KVReplay: "tcp://H:5557"},
 		}}, []string{
 			"pool config: workers[0].data_parallel_size: -1 must be in [1, 1024] (vLLM --data-parallel-size; 0 means 1)",
 			"pool config: workers[1].data_parallel_size: 1025 must be in [1, 1024] (vLLM --data-parallel-size; 0 means 1)",
@@ -58,6 +59,7 @@ func TestConfigValidate(t *testing.T) {
 			`pool config: workers[3].kv_events: "tcp://10.0.0.1:65535" port + data_parallel_size-1 = 65536 exceeds 65535 (rank r uses port + r)`,
 			`pool config: workers[3].kv_replay: "tcp://10.0.0.1:0" must be tcp://host:port with a port in [1, 65535]`,
 			`pool config: workers[4].name: "d4/dp1" must not contain '@', '/' or spaces ('/dp<rank>' names data-parallel ranks)`,
+			`pool config: workers[7].kv_replay: "tcp://H:5557" uses the kv_events port: the PUB and the replay ROUTER cannot share a port`,
 		}},
 		{"pool_knobs", Config{BlockSize: -1, BookingTTL: -1, ScrapeInterval: -1, MetricsPath: "metrics"}, []string{
 			"pool config: block_size: -1 must be >= 1",
