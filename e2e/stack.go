@@ -264,12 +264,15 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 		// Nobody publishes or answers replays there, unless a test binds these ports itself
 		// (stable ones, so that it can).
 		var eps [2]string
-		for i := range eps {
+		for i := 0; i < len(eps); i++ {
 			port, err := StablePort()
 			if err != nil {
 				return nil, err
 			}
 			eps[i] = "tcp://127.0.0.1:" + strconv.Itoa(port)
+			if i == 1 && eps[1] == eps[0] {
+				i-- // the router refuses a replay port equal to the events port
+			}
 		}
 		w.KVEvents, w.KVReplay = eps[0], eps[1]
 	}
