@@ -121,9 +121,10 @@ func TestDataParallelRanksLoopback(t *testing.T) {
 		}
 		return m
 	}
-	wait := func(what string, cond func() bool) {
+	// wait re-checks cond whenever rank's stream changes state (it applied a batch).
+	wait := func(rank int64, what string, cond func() bool) {
 		t.Helper()
-		if _, err := g.Subscriber("sim-0", 1).Wait(ctx, func(kvzmq.StreamStatus) bool { return cond() }); err != nil {
+		if _, err := g.Subscriber("sim-0", rank).Wait(ctx, func(kvzmq.StreamStatus) bool { return cond() }); err != nil {
 			t.Fatalf("%s: %v (status %+v)", what, err, g.Status())
 		}
 	}
@@ -136,18 +137,24 @@ func TestDataParallelRanksLoopback(t *testing.T) {
 		t.Fatalf("rank 0 request: %d %s", code, body)
 	}
 	a1 := kvevents.IndexWorkerID("sim-0", 1)
-	wait("A on rank 1 only, B on rank 0 only", func() bool {
-		oa, ob := overlap(a), overlap(b)
-		return oa[a1] == 6 && oa["sim-0"] == 0 && ob["sim-0"] == 2 && ob[a1] == 0
-	})
+	wait(1, "A indexed on rank 1", func() bool { return overlap(a)[a1] == 6 })
+	wait(0, "B indexed on rank 0", func() bool { return overlap(b)["sim-0"] == 2 })
+	if oa, ob := overlap(a), overlap(b); oa["sim-0"] != 0 || ob[a1] != 0 {
+		t.Fatalf("a rank holds the other's prompt: A %v, B %v", oa, ob)
+	}
 	for rank := range int64(2) {
 		if st := g.Subscriber("sim-0", rank).Status(); st.Dropped != 0 || st.MalformedClear != 0 {
 			t.Fatalf("rank %d stream dropped batches (a wrong data_parallel_rank is dropped): %+v", rank, st)
 		}
 	}
-	// Each engine has its own cache: the same prompt again on rank 0 is not a hit there.
-	if s0, s1 := ti.Workers[0].Stats(), ti.Workers[1].Stats(); s0.PrefixHits != 0 || s1.PrefixHits != 0 {
-		t.Fatalf("prefix hits %d/%d before any repeat", s0.PrefixHits, s1.PrefixHits)
+	// Each engine has its own cache: A again on rank 0 misses, A again on rank 1 hits.
+	for _, rank := range []string{"0", "1"} {
+		if code, body := ti.post(t, "/v1/completions", `{"prompt":`+aj+`,"max_tokens":1}`, HeaderDPRank, rank); code != 200 {
+			t.Fatalf("repeat of A on rank %s: %d %s", rank, code, body)
+		}
+	}
+	if s0, s1 := ti.Workers[0].Stats(), ti.Workers[1].Stats(); s0.PrefixHits != 0 || s1.PrefixHits == 0 {
+		t.Fatalf("prefix hit tokens rank 0 %d, rank 1 %d: want a miss on rank 0 and a hit on rank 1", s0.PrefixHits, s1.PrefixHits)
 	}
 
 	code, body := ti.post(t, "/v1/completions", `{"prompt":`+bj+`,"max_tokens":1}`, HeaderDPRank, "2")
