@@ -46,7 +46,7 @@ type File struct {
 	// vLLM's answer) or "passthrough" (routed by load to the first model's decode workers,
 	// counted). A single model without a name takes every name.
 	UnknownModel string `yaml:"unknown_model"`
-	Router struct {
+	Router       struct {
 		Mode                    string           `yaml:"mode"`
 		KVEvents                bool             `yaml:"kv_events"`
 		ConditionalDisagg       bool             `yaml:"conditional_disagg"`
