@@ -60,16 +60,16 @@ type servedModel struct {
 
 // service is one running `condisagg serve`.
 type service struct {
-	flags   *serveconfig.Flags
-	log     *slog.Logger
-	level   *slog.LevelVar
-	cfg     atomic.Pointer[serveconfig.Config]
-	reg     *prometheus.Registry
-	models  []*servedModel // in configuration order
-	router  *route.Router
-	ext     *extproc.Server
-	health  *health.Server
-	ready   atomic.Bool
+	flags  *serveconfig.Flags
+	log    *slog.Logger
+	level  *slog.LevelVar
+	cfg    atomic.Pointer[serveconfig.Config]
+	reg    *prometheus.Registry
+	models []*servedModel // in configuration order
+	router *route.Router
+	ext    *extproc.Server
+	health *health.Server
+	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
 	startBodyBytes int
 	hooks          serveHooks
