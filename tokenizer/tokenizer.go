@@ -31,7 +31,7 @@ type Tokenizer struct {
 	chat       *chatTemplate
 	cache      *segmentCache
 	cfg        modelConfig
-	scratch    *sync.Pool // of *encodeScratch, shared by copies of the Tokenizer
+	scratch    *sync.Pool   // of *encodeScratch, shared by copies of the Tokenizer
 	decoder    *decodeTable // id -> bytes for Decode, built on first use, shared by copies
 }
 
