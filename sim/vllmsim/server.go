@@ -37,7 +37,7 @@ type ServerConfig struct {
 	// name=path); a request whose model is an adapter's name runs with it. They get the
 	// engine ids 1, 2, … in this order, as vLLM numbers adapters it loads at startup.
 	LoRAModules  []LoRAModule
-	MaxModelLen  int      // prompt + output tokens; default 131072
+	MaxModelLen  int // prompt + output tokens; default 131072
 	Tokenizer    *tokenizer.Tokenizer
 	Vocab        *Vocab
 	Worker       *Worker
