@@ -121,6 +121,14 @@ func TestServeModels(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
+	resp, err := http.Post("http://"+a.http+"/debug/explain?path=/v1/chat/completions", "application/json", strings.NewReader(chat("gpt-4o")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/debug/explain for an unknown model: %d, want 404", resp.StatusCode)
+	}
 	if text := get("/readyz"); !strings.Contains(text, "model llama3: l-decode-0 decode healthy") {
 		t.Fatalf("/readyz:\n%s", text)
 	}
