@@ -242,3 +242,16 @@ models:
 		t.Fatalf("model.workers in the single-model form: %v", err)
 	}
 }
+
+// TestModelsExampleConfigLoads keeps condisagg.models.example.yaml valid.
+func TestModelsExampleConfigLoads(t *testing.T) {
+	requireModel(t)
+	repo.TestModel(t, "llama3")
+	c, err := loadArgs(t, "--config", filepath.Join("..", "..", "cmd", "condisagg", "condisagg.models.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Models) != 2 || c.Models[1].Pool.BlockSize != 32 || c.UnknownModel != "reject" || len(c.Models[0].LoRAAdapters) != 1 {
+		t.Fatalf("models example: %+v", c.Models)
+	}
+}
