@@ -21,7 +21,7 @@ admin_listen: 127.0.0.1:0
 admin_grpc_listen: 127.0.0.1:0
 drain_timeout: 5s
 pool: {health_interval: -1s} # the workers below are addresses nobody serves
-router: {mode: kv, kv_events: false, conditional_disagg: false}
+router: {mode: kv, kv_events: true, conditional_disagg: false} # one event group per model (no streams here)
 unknown_model: reject
 models:
   - name: qwen3
