@@ -100,8 +100,9 @@ type model struct {
 // target is what a request `model` name routes to: a model, and the adapter's key identity
 // (nil for the base model).
 type target struct {
-	m    *model
-	lora []byte
+	m        *model
+	lora     []byte
+	loraName string // the adapter's name ("" for the base model)
 }
 
 // buildModels checks the models of opts and indexes their names; a router built from the
@@ -146,7 +147,7 @@ func buildModels(opts *Options) ([]*model, map[string]target, error) {
 				errs = append(errs, fmt.Errorf("route: model %q: empty LoRA adapter name", s.Name))
 				continue
 			}
-			claim(a, target{m: m, lora: []byte(a)}, "an adapter of model "+fmt.Sprintf("%q", s.Name))
+			claim(a, target{m: m, lora: []byte(a), loraName: a}, fmt.Sprintf("an adapter of model %q", s.Name))
 		}
 	}
 	return models, names, errors.Join(errs...)

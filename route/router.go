@@ -210,7 +210,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		t = target{m: r.models[0]}
 	}
 	m = t.m
-	out.Model, out.LoRA = m.name, string(t.lora)
+	out.Model, out.LoRA = m.name, t.loraName
 	cfg := m.policy.Load()
 	sc := r.scratch.Get().(*scratch)
 	defer r.scratch.Put(sc)
