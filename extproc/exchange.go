@@ -252,7 +252,9 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 	x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
 		"failure_mode", string(x.set.FailureMode), "err", err)
 	if x.set.FailureMode == FailOpen {
-		return x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset}, policy.ReasonFailureOpen)
+		// The request's own model when the body got that far; else the first model.
+		return x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset, Model: out.Body.Model},
+			policy.ReasonFailureOpen)
 	}
 	return route.Outcome{}, err
 }
@@ -281,6 +283,9 @@ func (x *exchange) reject(err error) resps {
 	e := toHTTPError(err)
 	x.done = true
 	x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
+	if errors.Is(err, route.ErrUnknownModel) {
+		x.srv.metrics.UnknownModel.WithLabelValues("reject").Inc()
+	}
 	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
 	return x.one(immediateResponse(e))
 }

@@ -31,7 +31,8 @@ func RestartNeeded(old, cur *Config) string {
 	if !reflect.DeepEqual(old.Pool, cur.Pool) {
 		fields = append(fields, "workers/pool")
 	}
-	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments {
+	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments || !reflect.DeepEqual(old.Models, cur.Models) ||
+		old.UnknownModel != cur.UnknownModel {
 		fields = append(fields, "model")
 	}
 	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
