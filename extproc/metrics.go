@@ -33,6 +33,11 @@ type Metrics struct {
 	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
 	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
 	StrippedFields   *prometheus.CounterVec   // field: client-sent body fields cut before routing (kv_transfer_params)
+	BufferedBytes    prometheus.Gauge         // bytes held by open streams (bodies being assembled, SSE tails, JSON copies)
+	IdleTimeouts     prometheus.Counter       // streams ended by stream_idle_timeout
+	DecisionWait     prometheus.Histogram     // seconds waited for a decision slot
+	QueueTimeouts    prometheus.Counter       // decisions that found no slot within decision_queue_timeout
+	ProtocolErrors   *prometheus.CounterVec   // kind: repeated_request_headers
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -87,8 +92,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Workers whose KV event stream is down or silent (conditional-disagg.md §8.3)."}, []string{"pool"}),
 		StrippedFields: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_request_fields_stripped_total",
 			Help: "Client-sent request body fields removed before the request went upstream (only pd-sidecar may set them)."}, []string{"field"}),
+		BufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_extproc_buffered_bytes",
+			Help: "Bytes held by open ext_proc streams: request bodies being assembled, SSE tails, copies of non-streaming answers."}),
+		IdleTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_stream_idle_timeouts_total",
+			Help: "ext_proc streams ended because their request stalled for stream_idle_timeout."}),
+		DecisionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_extproc_decision_wait_seconds",
+			Help:    "Time a decision waited for a decision slot (decision_concurrency).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16)}),
+		QueueTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_decision_queue_timeouts_total",
+			Help: "Requests routed by --failure-mode because no decision slot was free within decision_queue_timeout."}),
+		ProtocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_extproc_protocol_errors_total",
+			Help: "ext_proc messages out of protocol order (ignored), by kind."}, []string{"kind"}),
 	}
-	reg.MustRegister(m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
+	reg.MustRegister(m.BufferedBytes, m.IdleTimeouts, m.DecisionWait, m.QueueTimeouts, m.ProtocolErrors, m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers)
