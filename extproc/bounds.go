@@ -22,12 +22,16 @@ type slots chan struct{}
 
 func newSlots(n int) slots { return make(slots, n) }
 
-// acquire takes a slot, waiting at most wait; it returns how long it waited.
+// acquire takes a slot, waiting at most wait (a free slot is taken even when wait <= 0); it
+// returns how long it waited.
 func (s slots) acquire(ctx context.Context, wait time.Duration) (time.Duration, error) {
 	select {
 	case s <- struct{}{}:
 		return 0, nil
 	default:
+	}
+	if wait <= 0 {
+		return 0, fmt.Errorf("%w: no decision slot free and the queue deadline passed (%d busy)", ErrOverloaded, cap(s))
 	}
 	start := time.Now()
 	t := time.NewTimer(wait)

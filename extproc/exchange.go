@@ -52,6 +52,8 @@ type exchange struct {
 
 	resp respObserver
 	held int // bytes counted in condisagg_extproc_buffered_bytes (account)
+	// answeredHeaders is when the BUFFERED request headers were answered (zero otherwise).
+	answeredHeaders time.Time
 
 	single [1]*extprocv3.ProcessingResponse // backing array of one-response answers
 }
@@ -134,6 +136,9 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 	if x.fullDuplex() {
 		return nil // deferred until the body is complete
 	}
+	// BUFFERED: Envoy sends the body, and starts its message_timeout for it, only once it has
+	// this answer; the decision's queue deadline counts from here.
+	x.answeredHeaders = time.Now()
 	if len(x.strip) == len(stripHeaders) {
 		return x.one(x.srv.fixed.strip) // the client sent no other x-condisagg-* header
 	}
@@ -271,9 +276,20 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 	return route.Outcome{}, err
 }
 
+// queueWait is how long the decision may wait for a slot at now: decision_queue_timeout,
+// counted in BUFFERED mode from the headers answer, since Envoy's message_timeout for the body
+// may have started then (a body that took long to reach us leaves less).
+func (x *exchange) queueWait(now time.Time) time.Duration {
+	d := x.set.queueTimeout()
+	if !x.answeredHeaders.IsZero() {
+		d -= now.Sub(x.answeredHeaders)
+	}
+	return d
+}
+
 // decideInSlot runs the decision pipeline in a decision slot.
 func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
-	wait, err := x.srv.slots.acquire(ctx, x.set.queueTimeout())
+	wait, err := x.srv.slots.acquire(ctx, x.queueWait(time.Now()))
 	x.srv.metrics.DecisionWait.Observe(wait.Seconds())
 	if errors.Is(err, ErrOverloaded) {
 		return route.Outcome{}, err

@@ -114,7 +114,6 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	return s.process(stream)
 }
 
-//
 // A receive goroutine feeds the loop one message at a time (it receives the next only once
 // the loop took the last, so HTTP/2 flow control still holds the sender back), which lets the
 // loop end a stream whose request stalls for stream_idle_timeout.

@@ -38,7 +38,11 @@ type File struct {
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
 	UnreadyDelay    time.Duration `yaml:"unready_delay"`
 	LogLevel        string        `yaml:"log_level"`
-	Model           struct {
+	// Resource bounds of the ext_proc listener (extproc README "Resource bounds").
+	StreamIdleTimeout    time.Duration `yaml:"stream_idle_timeout"`
+	DecisionQueueTimeout time.Duration `yaml:"decision_queue_timeout"`
+	DecisionConcurrency  int           `yaml:"decision_concurrency"` // 0 = GOMAXPROCS; restart to change
+	Model                struct {
 		Tokenizer     string `yaml:"tokenizer"`
 		BlockSize     int    `yaml:"block_size"`
 		CacheSegments int    `yaml:"cache_segments"`
@@ -90,6 +94,8 @@ type Config struct {
 	KVEvents      bool
 	Settings      *extproc.Settings
 	Pool          pool.Config
+	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
+	DecisionConcurrency int
 }
 
 // Flags are the command-line flags of serve; names follow Dynamo's router flags.
@@ -149,12 +155,16 @@ func NewFlags() *Flags {
 	return f
 }
 
+// MaxDecisionConcurrency bounds decision_concurrency: decisions beyond the cores only share them.
+const MaxDecisionConcurrency = 1024
+
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
 	var fc File
 	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9003"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
+	fc.StreamIdleTimeout, fc.DecisionQueueTimeout = extproc.DefaultStreamIdleTimeout, extproc.DefaultDecisionQueueTimeout
 	fc.Model.BlockSize, fc.Model.CacheSegments = policy.DefaultBlockSize, 65536
 	fc.Router.Mode = "kv"
 	fc.Router.Selection = policy.DefaultSelection()
@@ -247,7 +257,7 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
 		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
 		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, Tokenizer: fc.Model.Tokenizer,
-		CacheSegments: fc.Model.CacheSegments, KVEvents: fc.Router.KVEvents}
+		CacheSegments: fc.Model.CacheSegments, KVEvents: fc.Router.KVEvents, DecisionConcurrency: fc.DecisionConcurrency}
 	if fc.Listen == "" {
 		bad("listen", `""`, "must be host:port")
 	}
@@ -272,13 +282,23 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
 		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
 	}
+	if fc.StreamIdleTimeout == 0 {
+		bad("stream_idle_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinStreamIdleTimeout, extproc.MaxStreamIdleTimeout))
+	}
+	if fc.DecisionQueueTimeout == 0 {
+		bad("decision_queue_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinDecisionQueueTimeout, extproc.MaxDecisionQueueTimeout))
+	}
+	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
+		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))
+	}
 	if fc.Model.CacheSegments < 0 {
 		bad("model.cache_segments", fc.Model.CacheSegments, "must be >= 0")
 	}
 	pc, err := policyConfig(fc, disaggJSON)
 	errs = append(errs, err)
 	c.Settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
-		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
+		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
+		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
 	errs = append(errs, c.Settings.Validate())
 	c.Pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
 		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval,

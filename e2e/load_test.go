@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestExtProcLoad is a measurement, not part of make test: E2E_LOAD=N sends N concurrent
+// streaming chat requests (E2E_LOAD_WORDS words of fresh prompt each, default 1500) in one
+// burst through the BUFFERED Envoy and reports the answers' statuses, Envoy's ext_proc
+// counters and condisagg's decision latency. Run:
+//
+//	E2E_LOAD=500 go test ./e2e -run TestExtProcLoad -v -count=1
+func TestExtProcLoad(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("E2E_LOAD"))
+	if n <= 0 {
+		t.Skip("set E2E_LOAD=N to run the ext_proc load measurement")
+	}
+	words, tokens := envInt("E2E_LOAD_WORDS", 1500), envInt("E2E_LOAD_TOKENS", 16)
+	s := startStack(t, Config{Workers: []WorkerSpec{
+		{Name: "prefill-0", Role: Prefill, NumGPUBlocks: 1 << 20, MaxNumBatchedTokens: 8192},
+		{Name: "decode-0", Role: Decode, NumGPUBlocks: 1 << 20},
+		{Name: "decode-1", Role: Decode, NumGPUBlocks: 1 << 20},
+	}, MaxBodyBytes: 1 << 20})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	bodies := make([][]byte, n)
+	for i := range n {
+		bodies[i] = ChatBody([]Message{{Role: "user", Content: Words(uint64(1000+i), words)}}, tokens)
+	}
+	var (
+		mu       sync.Mutex
+		statuses = map[string]int{}
+		ttfb     []time.Duration
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			t0 := time.Now()
+			r, err := s.Chat(ctx, bodies[i], nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				statuses["error"]++
+				return
+			}
+			statuses[strconv.Itoa(r.Status)+"/"+r.Decision.Reason]++
+			ttfb = append(ttfb, r.TTFT)
+			_ = t0
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	slices.Sort(ttfb)
+	t.Logf("%d requests, %d words, %d output tokens each, wall %v", n, words, tokens, wall.Round(time.Millisecond))
+	t.Logf("answers: %v", statuses)
+	if len(ttfb) > 0 {
+		t.Logf("client TTFT p50 %v p99 %v max %v", ttfb[len(ttfb)/2].Round(time.Millisecond),
+			ttfb[len(ttfb)*99/100].Round(time.Millisecond), ttfb[len(ttfb)-1].Round(time.Millisecond))
+	}
+	for _, name := range []string{"http.llm.ext_proc.message_timeouts", "http.llm.ext_proc.failure_mode_allowed",
+		"http.llm.ext_proc.streams_failed", "http.llm.ext_proc.streams_started", "cluster.condisagg.upstream_rq_pending_overflow",
+		"cluster.condisagg.upstream_cx_total", "cluster.condisagg.upstream_rq_total"} {
+		v, err := s.Envoy.Counter(ctx, name)
+		t.Logf("envoy %s = %d %v", name, v, errString(err))
+	}
+	for _, q := range []string{"condisagg_decision_seconds_count", "condisagg_decision_seconds_sum"} {
+		v, err := s.RouterMetric(ctx, q, `stage="total"`)
+		t.Logf("condisagg %s{total} = %g %v", q, v, errString(err))
+	}
+	for _, stage := range []string{"tokenize", "total"} {
+		t.Logf("condisagg decision %s: %s", stage, histQuantiles(t, ctx, s, stage))
+	}
+	for _, q := range []string{"condisagg_extproc_stream_errors_total", "condisagg_requests_rejected_total",
+		"condisagg_extproc_decisions_queued_total", "condisagg_extproc_decision_queue_timeouts_total"} {
+		v, err := s.RouterMetric(ctx, q)
+		t.Logf("condisagg %s = %g %v", q, v, errString(err))
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "(" + err.Error() + ")"
+}
+
+// histQuantiles reads condisagg_decision_seconds{stage} buckets and interpolates p50 and p99.
+func histQuantiles(t *testing.T, ctx context.Context, s *Stack, stage string) string {
+	_, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for line := range strings.SplitSeq(string(body), "\n") {
+		series, val, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(series, "condisagg_decision_seconds_bucket{") || !strings.Contains(series, `stage="`+stage+`"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(series, `le="`)
+		leS, _, _ := strings.Cut(rest, `"`)
+		le := math.Inf(1)
+		if leS != "+Inf" {
+			le, _ = strconv.ParseFloat(leS, 64)
+		}
+		n, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		bs = append(bs, bucket{le, n})
+	}
+	if len(bs) == 0 {
+		return "no samples"
+	}
+	total := bs[len(bs)-1].n
+	q := func(p float64) string {
+		want := p * total
+		prevLe, prevN := 0.0, 0.0
+		for _, b := range bs {
+			if b.n >= want {
+				if math.IsInf(b.le, 1) {
+					return fmt.Sprintf(">%gs", prevLe)
+				}
+				frac := (want - prevN) / max(b.n-prevN, 1)
+				return time.Duration((prevLe + frac*(b.le-prevLe)) * float64(time.Second)).Round(10 * time.Microsecond).String()
+			}
+			prevLe, prevN = b.le, b.n
+		}
+		return "?"
+	}
+	return fmt.Sprintf("n=%g p50 %s p99 %s", total, q(0.5), q(0.99))
+}
