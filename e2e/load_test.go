@@ -78,10 +78,11 @@ func TestExtProcLoad(t *testing.T) {
 		t.Logf("condisagg %s{total} = %g %v", q, v, errString(err))
 	}
 	for _, stage := range []string{"tokenize", "total"} {
-		t.Logf("condisagg decision %s: %s", stage, histQuantiles(t, ctx, s, stage))
+		t.Logf("condisagg decision %s: %s", stage, histQuantiles(ctx, s, "condisagg_decision_seconds", `stage="`+stage+`"`))
 	}
+	t.Logf("condisagg decision slot wait: %s", histQuantiles(ctx, s, "condisagg_extproc_decision_wait_seconds", ""))
 	for _, q := range []string{"condisagg_extproc_stream_errors_total", "condisagg_requests_rejected_total",
-		"condisagg_extproc_decisions_queued_total", "condisagg_extproc_decision_queue_timeouts_total"} {
+		"condisagg_extproc_decision_queue_timeouts_total", `condisagg_decisions_total`} {
 		v, err := s.RouterMetric(ctx, q)
 		t.Logf("condisagg %s = %g %v", q, v, errString(err))
 	}
@@ -101,8 +102,9 @@ func errString(err error) string {
 	return "(" + err.Error() + ")"
 }
 
-// histQuantiles reads condisagg_decision_seconds{stage} buckets and interpolates p50 and p99.
-func histQuantiles(t *testing.T, ctx context.Context, s *Stack, stage string) string {
+// histQuantiles reads the buckets of histogram name (series containing label) and
+// interpolates p50 and p99.
+func histQuantiles(ctx context.Context, s *Stack, name, label string) string {
 	_, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/metrics")
 	if err != nil {
 		return err.Error()
@@ -111,7 +113,7 @@ func histQuantiles(t *testing.T, ctx context.Context, s *Stack, stage string) st
 	var bs []bucket
 	for line := range strings.SplitSeq(string(body), "\n") {
 		series, val, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(series, "condisagg_decision_seconds_bucket{") || !strings.Contains(series, `stage="`+stage+`"`) {
+		if !ok || !strings.HasPrefix(series, name+"_bucket{") || !strings.Contains(series, label) {
 			continue
 		}
 		_, rest, _ := strings.Cut(series, `le="`)

@@ -48,6 +48,19 @@ func (s slots) acquire(ctx context.Context, wait time.Duration) (time.Duration, 
 
 func (s slots) release() { <-s }
 
+// appendBounded appends src to dst like append, but grows dst's capacity to at most limit
+// (len(dst)+len(src) <= limit is the caller's check), so an assembled body never holds more
+// than max_body_bytes.
+func appendBounded(dst, src []byte, limit int) []byte {
+	n := len(dst) + len(src)
+	if n <= cap(dst) {
+		return append(dst, src...)
+	}
+	grown := make([]byte, len(dst), min(max(2*cap(dst), n), max(limit, n)))
+	copy(grown, dst)
+	return append(grown, src...)
+}
+
 // awaitingRequest reports whether the stream waits for more of its request, the only time the
 // idle timer runs: no headers yet, a body not complete, or an immediate response sent and no
 // end of stream yet. Once the request is complete the stream waits for the upstream, which

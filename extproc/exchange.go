@@ -195,7 +195,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 	if x.body == nil {
 		x.body = b.GetBody() // received messages are not reused: the first chunk needs no copy
 	} else {
-		x.body = append(x.body, b.GetBody()...)
+		x.body = appendBounded(x.body, b.GetBody(), x.set.MaxBodyBytes)
 	}
 	if x.fullDuplex() && !b.GetEndOfStream() {
 		return nil

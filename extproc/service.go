@@ -139,6 +139,8 @@ func (s *Server) process(stream ProcessStream) error {
 		var r received
 		select {
 		case r = <-in:
+		case <-ctx.Done(): // the client went away (the receive goroutine may not pass that on)
+			r.err = ctx.Err()
 		case <-timer.C:
 			return x.idleExpired(stream, idle)
 		}
