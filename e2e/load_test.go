@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -11,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/envoy"
 )
 
 // TestExtProcLoad is a measurement, not part of make test: E2E_LOAD=N sends N concurrent
@@ -145,4 +149,68 @@ func histQuantiles(ctx context.Context, s *Stack, name, label string) string {
 		return "?"
 	}
 	return fmt.Sprintf("n=%g p50 %s p99 %s", total, q(0.5), q(0.99))
+}
+
+// TestStalledUploadThroughEnvoy is opt-in (E2E_STALL=1): a client that sends request headers
+// and part of its body, then nothing, through both Envoy profiles (BUFFERED fail-open, full
+// duplex fail-closed) gets condisagg's 408 stream_idle_timeout (stream_idle_timeout: 1s set by
+// a configuration reload), with no ext_proc error counted by Envoy.
+func TestStalledUploadThroughEnvoy(t *testing.T) {
+	if os.Getenv("E2E_STALL") == "" {
+		t.Skip("set E2E_STALL=1 to run the stalled-upload check")
+	}
+	s := startStack(t, Config{Workers: []WorkerSpec{
+		{Name: "prefill-0", Role: Prefill, NumGPUBlocks: 4000, MaxNumBatchedTokens: 8192},
+		{Name: "decode-0", Role: Decode, NumGPUBlocks: 4000},
+	}, FullDuplexEnvoy: true})
+	ctx := scenarioCtx(t)
+	b, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.ConfigPath, append(b, "stream_idle_timeout: 1s\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Condisagg.WaitLog(ctx, "configuration reloaded"); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []struct {
+		name string
+		addr string
+	}{{"buffered", s.Envoy.ListenerAddr("llm")}, {"full_duplex", s.EnvoyDuplex.ListenerAddr("llm")}} {
+		c, err := net.Dial("tcp", env.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			"Content-Length: 1000\r\n\r\n{\"model\":\"qwen3\",\"messages\":[")
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		r := bufio.NewReader(c)
+		status, _ := r.ReadString('\n')
+		var body string
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil || l == "\r\n" {
+				body, _ = r.ReadString('}')
+				break
+			}
+		}
+		c.Close()
+		t.Logf("%s: %q after %v: %s", env.name, strings.TrimSpace(status), time.Since(start).Round(time.Millisecond), body)
+		if !strings.HasPrefix(status, "HTTP/1.1 408") || !strings.Contains(body, "stream_idle_timeout") {
+			t.Errorf("%s: got %q %s, want 408 stream_idle_timeout", env.name, status, body)
+		}
+	}
+	for _, name := range []string{"http.llm.ext_proc.spurious_msgs_received", "http.llm.ext_proc.streams_failed",
+		"http.llm.ext_proc.message_timeouts", "http.llm.ext_proc.failure_mode_allowed"} {
+		for _, env := range []*envoy.Process{s.Envoy, s.EnvoyDuplex} {
+			if n, err := env.Counter(ctx, name); err == nil && n != 0 {
+				t.Errorf("envoy %s = %d", name, n)
+			}
+		}
+	}
+	if v, err := s.RouterMetric(ctx, "condisagg_extproc_stream_idle_timeouts_total"); err != nil || v != 2 {
+		t.Errorf("condisagg_extproc_stream_idle_timeouts_total = %v %v, want 2", v, err)
+	}
 }
