@@ -22,8 +22,8 @@ import (
 // TestBodyBytesBounded: a full-duplex client that sends body chunks without end (32 MiB
 // against a 256 KiB max_body_bytes) gets a 413 once over the limit; the stream never holds
 // more than the limit (the held-bytes count after every message), the chunks after the 413
-// are drained, not kept, and the process heap does not grow with the bytes sent (the heap
-// after 8 MiB and after 32 MiB differ by less than one limit).
+// are drained, not kept, and the process heap does not grow with the bytes sent (the live heap
+// after 32 MiB is within 2 MiB of the heap after 8 MiB; 24 MiB more were sent in between).
 func TestBodyBytesBounded(t *testing.T) {
 	const limit, chunk, total = 256 << 10, 64 << 10, 32 << 20
 	e := newEnv(t, envOptions{settings: func(s *Settings) { s.MaxBodyBytes = limit }})
@@ -62,8 +62,8 @@ func TestBodyBytesBounded(t *testing.T) {
 	}
 	at32 := heap(1 + total/chunk)
 	t.Logf("live heap after 8 MiB %d, after 32 MiB %d; peak held %d", at8, at32, peak.Load())
-	if at32 > at8+limit {
-		t.Errorf("heap grew from %d to %d bytes between 8 and 32 MiB streamed into a %d-byte limit", at8, at32, limit)
+	if at32 > at8+2<<20 {
+		t.Errorf("live heap grew from %d to %d bytes between 8 and 32 MiB streamed into a %d-byte limit", at8, at32, limit)
 	}
 	if p := peak.Load(); p > limit+4096 {
 		t.Errorf("stream held %d bytes, limit %d", p, limit)
