@@ -3,8 +3,11 @@ package extproc
 import (
 	"context"
 	"errors"
-	"github.com/condisagg/condisagg/route"
+	"fmt"
 	"io"
+	"time"
+
+	"github.com/condisagg/condisagg/route"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,6 +44,8 @@ func toHTTPError(err error) *httpError {
 		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "subset_no_match", Message: err.Error()}
 	case errors.Is(err, route.ErrNoEligibleWorker):
 		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "no_eligible_worker", Message: err.Error()}
+	case errors.Is(err, ErrOverloaded):
+		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "overloaded", Message: err.Error()}
 	default:
 		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "internal", Message: "internal routing failure"}
 	}
@@ -70,6 +75,18 @@ func streamEnd(op string, err error) (error, string) {
 		return err, op
 	}
 	return status.Errorf(codes.Unavailable, "extproc: %s: %v", op, err), op
+}
+
+// idleError is the immediate response of a stream that waited longer than
+// stream_idle_timeout for the rest of its request.
+func idleError(idle time.Duration) *httpError {
+	return &httpError{Status: 408, Type: "invalid_request_error", Reason: "stream_idle_timeout",
+		Message: fmt.Sprintf("the request was not received completely: nothing arrived for %s (stream_idle_timeout)", idle)}
+}
+
+// idleStatus is the gRPC result of a stream ended by stream_idle_timeout.
+func idleStatus(idle time.Duration) error {
+	return status.Errorf(codes.DeadlineExceeded, "extproc: stream idle for %s awaiting the request (stream_idle_timeout)", idle)
 }
 
 // errNoReload: the Admin service was built without a reload hook.

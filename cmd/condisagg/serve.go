@@ -153,7 +153,7 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 		return err
 	}
 	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,
-		Metrics: extproc.NewMetrics(s.reg), Logger: s.log})
+		Metrics: extproc.NewMetrics(s.reg), Logger: s.log, DecisionConcurrency: cfg.DecisionConcurrency})
 	if err != nil {
 		return err
 	}
@@ -299,6 +299,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	_ = hsrv.Shutdown(shutdownCtx)
 	cancel()
 	wg.Wait()
+	s.ext.Wait() // every ext_proc stream's receive goroutine (the gRPC server has stopped)
 	close(errs)
 	var all []error
 	for err := range errs {

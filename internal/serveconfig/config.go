@@ -38,6 +38,10 @@ type File struct {
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
 	UnreadyDelay    time.Duration `yaml:"unready_delay"`
 	LogLevel        string        `yaml:"log_level"`
+	// Resource bounds of the ext_proc listener (extproc README "Resource bounds").
+	StreamIdleTimeout    time.Duration `yaml:"stream_idle_timeout"`
+	DecisionQueueTimeout time.Duration `yaml:"decision_queue_timeout"`
+	DecisionConcurrency  int           `yaml:"decision_concurrency"` // 0 = GOMAXPROCS; restart to change
 	// Model is the single-model form: one model served by the top-level workers. Models is
 	// the several-model form (each entry with its own name and workers); they are exclusive.
 	Model  ModelFile   `yaml:"model"`
@@ -93,6 +97,8 @@ type Config struct {
 	// Models are the served models in configuration order (one for the single-model form).
 	Models       []Model
 	UnknownModel string // reject or passthrough
+	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
+	DecisionConcurrency int
 }
 
 // Flags are the command-line flags of serve; names follow Dynamo's router flags.
@@ -154,12 +160,16 @@ func NewFlags() *Flags {
 	return f
 }
 
+// MaxDecisionConcurrency bounds decision_concurrency: decisions beyond the cores only share them.
+const MaxDecisionConcurrency = 1024
+
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
 	var fc File
 	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9003"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel, fc.UnknownModel = 15*time.Minute, "info", "reject"
+	fc.StreamIdleTimeout, fc.DecisionQueueTimeout = extproc.DefaultStreamIdleTimeout, extproc.DefaultDecisionQueueTimeout
 	fc.Router.Mode = "kv"
 	fc.Router.Selection = policy.DefaultSelection()
 	fc.Router.Silence = policy.Silence{After: policy.DefaultKVEventsSilence, MinRequests: policy.DefaultKVEventsMinRequests}
@@ -266,7 +276,7 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
 		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
 		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, KVEvents: fc.Router.KVEvents,
-		UnknownModel: fc.UnknownModel}
+		UnknownModel: fc.UnknownModel, DecisionConcurrency: fc.DecisionConcurrency}
 	if fc.Listen == "" {
 		bad("listen", `""`, "must be host:port")
 	}
@@ -289,13 +299,23 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
 		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
 	}
+	if fc.StreamIdleTimeout == 0 {
+		bad("stream_idle_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinStreamIdleTimeout, extproc.MaxStreamIdleTimeout))
+	}
+	if fc.DecisionQueueTimeout == 0 {
+		bad("decision_queue_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinDecisionQueueTimeout, extproc.MaxDecisionQueueTimeout))
+	}
+	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
+		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))
+	}
 	mfs, prefixes, err := modelsOf(fc)
 	errs = append(errs, err)
 	mfs = withModelDefaults(mfs)
 	pc, err := policyConfig(fc, mfs, disaggJSON)
 	errs = append(errs, err)
 	c.Settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
-		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
+		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
+		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, &errs)
 	if len(c.Models) > 0 {

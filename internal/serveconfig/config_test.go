@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/condisagg/condisagg/internal/repo"
 
@@ -40,6 +41,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 listen: 127.0.0.1:0
 failure_mode: closed
 max_body_bytes: 2048
+stream_idle_timeout: 45s
+decision_queue_timeout: 500ms
+decision_concurrency: 3
 model: {tokenizer: `+model+`, block_size: 16}
 router:
   mode: kv
@@ -55,8 +59,9 @@ router:
 		t.Fatal(err)
 	}
 	s := c.Settings
-	if s.FailureMode != extproc.FailOpen || !s.DebugHeaders || s.MaxBodyBytes != 2048 {
-		t.Fatalf("settings %+v", s)
+	if s.FailureMode != extproc.FailOpen || !s.DebugHeaders || s.MaxBodyBytes != 2048 ||
+		s.StreamIdleTimeout != 45*time.Second || s.DecisionQueueTimeout != 500*time.Millisecond || c.DecisionConcurrency != 3 {
+		t.Fatalf("settings %+v, decision_concurrency %d", s, c.DecisionConcurrency)
 	}
 	p := s.Policy
 	if !p.Enabled || p.Disagg.Policy != policy.ISLOrLoad || p.Disagg.EffISLThreshold != 1024 ||
@@ -72,6 +77,12 @@ router:
 	if err != nil || c.Settings.Policy.Disagg.Policy != policy.PrefillLoad {
 		t.Fatalf("flag JSON: %v %v", c, err)
 	}
+	// The resource bounds' defaults.
+	c, err = loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "w.yaml", workersYAML))
+	if err != nil || c.Settings.StreamIdleTimeout != extproc.DefaultStreamIdleTimeout ||
+		c.Settings.DecisionQueueTimeout != extproc.DefaultDecisionQueueTimeout || c.DecisionConcurrency != 0 {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
 }
 
 // TestConfigValidation: every problem is reported at once in field/value/rule form.
@@ -80,6 +91,9 @@ func TestConfigValidation(t *testing.T) {
 	path := writeFile(t, dir, "bad.yaml", `
 failure_mode: sometimes
 max_body_bytes: 0
+stream_idle_timeout: 2h
+decision_queue_timeout: 0s
+decision_concurrency: -1
 log_level: loud
 model: {tokenizer: /nonexistent/model}
 router:
@@ -96,6 +110,9 @@ workers:
 	for _, want := range []string{
 		`failure_mode: "sometimes" must be one of open, closed`,
 		"max_body_bytes: 0 is outside [1, 1073741824]",
+		"stream_idle_timeout: 2h0m0s is outside [1s, 1h0m0s]",
+		"decision_queue_timeout: 0s is outside [1ms, 1m0s]",
+		"decision_concurrency: -1 is outside [0, 1024] (0 = GOMAXPROCS)",
 		"log_level: loud must be one of",
 		"model.tokenizer: /nonexistent/model must be an existing model directory",
 		"tls_cert/tls_key: cert.pem/ must be given together",

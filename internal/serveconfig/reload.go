@@ -40,6 +40,9 @@ func RestartNeeded(old, cur *Config) string {
 		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
 		fields = append(fields, "listeners/tls")
 	}
+	if old.DecisionConcurrency != cur.DecisionConcurrency {
+		fields = append(fields, "decision_concurrency")
+	}
 	if old.KVEvents != cur.KVEvents {
 		fields = append(fields, "router.kv_events")
 	}
