@@ -51,6 +51,7 @@ type instOpts struct {
 	numBlocks  int
 	timeScale  float64
 	details    bool
+	lora       []LoRAModule
 	// dp is --data-parallel-size; pub and replay override the ephemeral event endpoints
 	// (ports must be concrete to be offset per rank).
 	dp          int
@@ -77,7 +78,8 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 		Engine:    sim.Config{NumGPUBlocks: o.numBlocks, Seed: 11},
 		TimeScale: o.timeScale,
 		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay, DataParallelSize: o.dp,
-		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960},
+		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960,
+			LoRAModules: o.lora},
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 50
