@@ -57,6 +57,10 @@ type WorkerSpec struct {
 	NumGPUBlocks int
 	// MaxNumBatchedTokens is told to the router (mnbt, the prefill-busy budget); 0 = unknown.
 	MaxNumBatchedTokens int
+	// DataParallelSize is vllm-sim --data-parallel-size and the router's data_parallel_size:
+	// that many engine ranks behind the one HTTP port, rank r publishing on the event and replay
+	// ports + r. 0 or 1 = one engine.
+	DataParallelSize int
 	// Silent workers publish no KV events; the router is still told an events and a replay
 	// endpoint (Worker.KVEvents, KVReplay), which a test may bind to play the publisher.
 	Silent bool
@@ -225,6 +229,9 @@ func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []stri
 	if spec.NumGPUBlocks > 0 {
 		args = append(args, "--num-gpu-blocks", strconv.Itoa(spec.NumGPUBlocks))
 	}
+	if spec.DataParallelSize > 1 {
+		args = append(args, "--data-parallel-size", strconv.Itoa(spec.DataParallelSize))
+	}
 	if !spec.Silent {
 		ev, _ := json.Marshal(map[string]any{"enable_kv_cache_events": true, "publisher": "zmq",
 			"endpoint": events, "replay_endpoint": replay})
@@ -241,7 +248,11 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 	// free port of its range, which is exactly the one just freed).
 	var ports [3]int
 	for i := range ports {
-		p, err := StablePort()
+		n := 1
+		if i > 0 { // the event and replay ports: one per data-parallel rank
+			n = max(spec.DataParallelSize, 1)
+		}
+		p, err := stablePortRun(n)
 		if err != nil {
 			return nil, err
 		}
@@ -256,12 +267,15 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 		// Nobody publishes or answers replays there, unless a test binds these ports itself
 		// (stable ones, so that it can).
 		var eps [2]string
-		for i := range eps {
+		for i := 0; i < len(eps); i++ {
 			port, err := StablePort()
 			if err != nil {
 				return nil, err
 			}
 			eps[i] = "tcp://127.0.0.1:" + strconv.Itoa(port)
+			if i == 1 && eps[1] == eps[0] {
+				i-- // the router refuses a replay port equal to the events port
+			}
 		}
 		w.KVEvents, w.KVReplay = eps[0], eps[1]
 	}
@@ -386,6 +400,9 @@ func (s *Stack) writeRouterConfig() (string, error) {
 		}
 		if w.Spec.MaxNumBatchedTokens > 0 {
 			fmt.Fprintf(&b, ", max_num_batched_tokens: %d", w.Spec.MaxNumBatchedTokens)
+		}
+		if w.Spec.DataParallelSize > 1 {
+			fmt.Fprintf(&b, ", data_parallel_size: %d", w.Spec.DataParallelSize)
 		}
 		b.WriteString("}\n")
 	}
@@ -538,6 +555,28 @@ func StablePort() (int, error) {
 		return port, nil
 	}
 	return 0, fmt.Errorf("e2e: stable port: no free port in [%d, %d): %w", stablePortLow, stablePortHigh, last)
+}
+
+// stablePortRun is StablePort for n consecutive ports (a data-parallel server's ranks use the
+// event and replay ports + rank); it returns the first.
+func stablePortRun(n int) (int, error) {
+	if n <= 1 {
+		return StablePort()
+	}
+	for range 64 {
+		base := stablePortLow + rand.IntN(stablePortHigh-stablePortLow-n)
+		free := true
+		for p := base; p < base+n && free; p++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if free = err == nil; free {
+				ln.Close()
+			}
+		}
+		if free {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("e2e: stable ports: no %d consecutive free ports in [%d, %d)", n, stablePortLow, stablePortHigh)
 }
 
 // pollInterval is the period of Poll.

@@ -120,6 +120,7 @@ func StrippedHeaders() []string {
 		"x-prefiller-host-port",
 		"x-bypass-remote-prefill",
 		"x-prefill-continue",
+		"x-data-parallel-rank", // vLLM's data-parallel rank pin: only condisagg chooses a rank
 	}
 }
 

@@ -21,7 +21,16 @@ const (
 	HeaderPrefillHost  = "x-condisagg-prefill-host"
 	HeaderPrefillerLLD = "x-prefiller-host-port"
 	HeaderDecision     = "x-condisagg-decision"
-	HeaderError        = "x-condisagg-error"
+	// HeaderDPRank is the header vLLM's OpenAI server reads to pin a request to one
+	// data-parallel engine (X-data-parallel-rank; header names are case-insensitive). Set on
+	// the decode route when the decode worker is a rank of a data-parallel server.
+	HeaderDPRank = "x-data-parallel-rank"
+	// HeaderDecodeRank and HeaderPrefillRank name the chosen workers' data-parallel ranks for
+	// pd-sidecar, which sends each leg its own X-data-parallel-rank (only when the worker's
+	// server runs more than one rank).
+	HeaderDecodeRank  = "x-condisagg-decode-rank"
+	HeaderPrefillRank = "x-condisagg-prefill-rank"
+	HeaderError       = "x-condisagg-error"
 	// MetadataNamespace carries the destination as dynamic metadata (GIE endpoint picker).
 	MetadataNamespace = "envoy.lb"
 	// SubsetNamespace and SubsetKey carry the gateway's subset hint.
@@ -36,7 +45,8 @@ const (
 // stripHeaders is conditional-disagg.md §3 step 0: every router-owned header a client may
 // send. Any other x-condisagg-* header the client sent is stripped too.
 var stripHeaders = [...]string{HeaderRoute, HeaderDecodeHost, HeaderPrefillHost, HeaderDecision,
-	HeaderDestination, HeaderPrefillerLLD, "x-bypass-remote-prefill", "x-prefill-continue"}
+	HeaderDestination, HeaderPrefillerLLD, "x-bypass-remote-prefill", "x-prefill-continue",
+	HeaderDPRank, HeaderDecodeRank, HeaderPrefillRank}
 
 // phase is the ext_proc message a response answers.
 type phase uint8
@@ -107,13 +117,23 @@ func stripResponse(strip []string) *extprocv3.ProcessingResponse {
 // the buffered body here.
 func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string, body []byte, fullDuplex bool) *extprocv3.ProcessingResponse {
 	dest := out.Destination().Endpoint
-	hs := make([]*corev3.HeaderValueOption, 0, 7)
+	hs := make([]*corev3.HeaderValueOption, 0, 10)
 	hs = append(hs,
 		header(HeaderRoute, out.Route.String()),
 		header(HeaderDestination, dest),
 		header(HeaderDecodeHost, out.Decode.Endpoint))
+	if out.Decode.Ranked() {
+		rank := strconv.Itoa(out.Decode.DPRank)
+		hs = append(hs, header(HeaderDecodeRank, rank))
+		if out.Route != policy.RoutePrefill {
+			hs = append(hs, header(HeaderDPRank, rank))
+		}
+	}
 	if out.Route == policy.RoutePrefill {
 		hs = append(hs, header(HeaderPrefillHost, out.Prefill.Endpoint))
+		if out.Prefill.Ranked() {
+			hs = append(hs, header(HeaderPrefillRank, strconv.Itoa(out.Prefill.DPRank)))
+		}
 		if set.LLMDCompat {
 			hs = append(hs, header(HeaderPrefillerLLD, out.Prefill.Endpoint))
 		}

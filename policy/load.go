@@ -26,6 +26,10 @@ type Snapshot struct {
 type WorkerLoad struct {
 	ID       string
 	Endpoint string // resolved ip:port
+	// DPRank and DPSize place the worker among the data-parallel ranks of the server at
+	// Endpoint (vLLM --data-parallel-size); DPSize <= 1 means no data parallelism, and then
+	// the request carries no rank header.
+	DPRank, DPSize int
 	// MaxBatchedTokens is mnbt; 0 = unknown.
 	MaxBatchedTokens int64
 	// KVCapacityBlocks is kvcap; <= 0 = unknown (-1 never learned, 0 vLLM's Ray-DP sentinel).

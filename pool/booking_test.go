@@ -265,7 +265,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	var s policy.Snapshot
 	f.p.Snapshot(&s, Request{Keys: keys(1, 8), ISL: 130})
-	want := policy.WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
+	want := policy.WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", DPSize: 1, KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
 		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1}
 	if len(s.Decode) != 1 || s.Decode[0] != want {
 		t.Fatalf("decode = %+v, want %+v", s.Decode, want)
@@ -273,7 +273,7 @@ func TestSnapshot(t *testing.T) {
 	if got := s.Decode[0].ProjectedDecodeBlocks(); got != 10 {
 		t.Fatalf("pdb = %d, want 10", got)
 	}
-	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", MaxBatchedTokens: 8192, KVCapacityBlocks: -1}
+	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: -1}
 	if len(s.Prefill) != 1 || s.Prefill[0] != wantP {
 		t.Fatalf("prefill = %+v, want %+v", s.Prefill, wantP)
 	}

@@ -60,7 +60,22 @@ type WorkerConfig struct {
 	NumGPUBlocks int64 `yaml:"num_gpu_blocks"`
 	// MaxNumBatchedTokens is mnbt. 0 = learn it by scraping; unknown counts as 10,000,000.
 	MaxNumBatchedTokens int64 `yaml:"max_num_batched_tokens"`
+	// DataParallelSize is vLLM's --data-parallel-size of the server at Endpoint: one HTTP
+	// server in front of that many engines (ranks). Each rank is its own worker (README
+	// "Data-parallel ranks"): id "<id>/dp<rank>" for ranks > 0, its own KV event stream at
+	// KVEvents and KVReplay with the port + rank (vLLM's offset_endpoint_port), its own load
+	// and capacity (num_gpu_blocks and max_num_batched_tokens are per rank, as vLLM reports
+	// them per engine), and requests are pinned to it with X-data-parallel-rank. 0 or 1 = no
+	// data parallelism: one worker, no rank header.
+	DataParallelSize int `yaml:"data_parallel_size"`
 }
+
+// MaxDataParallelSize bounds DataParallelSize (vLLM's ports and the per-worker metric label
+// sets grow with it).
+const MaxDataParallelSize = 1024
+
+// ranks is the number of workers the entry registers per address.
+func (w WorkerConfig) ranks() int { return max(w.DataParallelSize, 1) }
 
 // Config is the pool's validated configuration. Zero durations take the defaults above.
 type Config struct {
@@ -225,8 +240,8 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	switch {
 	case w.Name == "":
 		bad("name", `""`, "must not be empty")
-	case strings.ContainsAny(w.Name, "@ \t\n"):
-		bad("name", strconv.Quote(w.Name), "must not contain '@' or spaces")
+	case strings.ContainsAny(w.Name, "@/ \t\n"):
+		bad("name", strconv.Quote(w.Name), "must not contain '@', '/' or spaces ('/dp<rank>' names data-parallel ranks)")
 	case names[w.Name]:
 		bad("name", strconv.Quote(w.Name), "is a duplicate")
 	}
@@ -237,14 +252,11 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	if host, port, err := net.SplitHostPort(w.Endpoint); err != nil || host == "" || !validPort(port) {
 		bad("endpoint", strconv.Quote(w.Endpoint), "must be host:port")
 	}
-	for _, u := range []struct{ field, v string }{{"kv_events", w.KVEvents}, {"kv_replay", w.KVReplay}} {
-		if u.v == "" {
-			continue
-		}
-		if pu, err := url.Parse(u.v); err != nil || pu.Scheme != "tcp" || pu.Host == "" {
-			bad(u.field, strconv.Quote(u.v), "must be tcp://host:port")
-		}
+	if w.DataParallelSize < 0 || w.DataParallelSize > MaxDataParallelSize {
+		bad("data_parallel_size", strconv.Itoa(w.DataParallelSize),
+			"must be in [1, "+strconv.Itoa(MaxDataParallelSize)+"] (vLLM --data-parallel-size; 0 means 1)")
 	}
+	w.validateEventURLs(bad)
 	if w.NumGPUBlocks < 0 {
 		bad("num_gpu_blocks", strconv.FormatInt(w.NumGPUBlocks, 10), "must be >= 0")
 	}
@@ -252,6 +264,62 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 		bad("max_num_batched_tokens", strconv.FormatInt(w.MaxNumBatchedTokens, 10), "must be >= 0")
 	}
 	return errs
+}
+
+// validateEventURLs checks kv_events and kv_replay, and that the port ranges vLLM derives from
+// them for the data-parallel ranks (port .. port+size-1 each) fit and do not collide
+// (vllm-kv-events.md §1.3).
+func (w WorkerConfig) validateEventURLs(bad func(field, value, rule string)) {
+	n := w.ranks()
+	type ep struct {
+		field, v, host string
+		port           int
+	}
+	var eps []ep
+	for _, u := range []struct{ field, v string }{{"kv_events", w.KVEvents}, {"kv_replay", w.KVReplay}} {
+		if u.v == "" {
+			continue
+		}
+		pu, err := url.Parse(u.v)
+		if err != nil || pu.Scheme != "tcp" || pu.Host == "" {
+			bad(u.field, strconv.Quote(u.v), "must be tcp://host:port")
+			continue
+		}
+		port, err := strconv.Atoi(pu.Port())
+		if err != nil || port < 1 || port > 65535 {
+			bad(u.field, strconv.Quote(u.v), "must be tcp://host:port with a port in [1, 65535]")
+			continue
+		}
+		if port+n-1 > 65535 {
+			bad(u.field, strconv.Quote(u.v), fmt.Sprintf("port + data_parallel_size-1 = %d exceeds 65535 (rank r uses port + r)", port+n-1))
+			continue
+		}
+		eps = append(eps, ep{u.field, u.v, pu.Hostname(), port})
+	}
+	switch {
+	case len(eps) < 2 || !strings.EqualFold(eps[0].host, eps[1].host) ||
+		eps[0].port >= eps[1].port+n || eps[1].port >= eps[0].port+n:
+	case n == 1:
+		bad("kv_replay", strconv.Quote(w.KVReplay), "uses the kv_events port: the PUB and the replay ROUTER cannot share a port")
+	default:
+		bad("kv_replay", strconv.Quote(w.KVReplay), fmt.Sprintf(
+			"ports %d-%d overlap kv_events ports %d-%d: vLLM offsets both by the data-parallel rank, so use a replay port >= %d (or <= %d)",
+			eps[1].port, eps[1].port+n-1, eps[0].port, eps[0].port+n-1, eps[0].port+n, eps[0].port-n))
+	}
+}
+
+// offsetPort is vLLM's offset_endpoint_port for a validated tcp://host:port URL: rank 0
+// unchanged, else the port (the text after the last ':') + rank. "" stays "".
+func offsetPort(raw string, rank int) string {
+	if raw == "" || rank == 0 {
+		return raw
+	}
+	i := strings.LastIndexByte(raw, ':')
+	port, err := strconv.Atoi(raw[i+1:])
+	if i < 0 || err != nil {
+		return raw // not reached for a validated URL
+	}
+	return raw[:i+1] + strconv.Itoa(port+rank)
 }
 
 func validPort(p string) bool {

@@ -3,7 +3,10 @@
 //
 // The registry comes from the static worker list of the config; endpoints named by DNS are
 // re-resolved on an interval (one worker per address, "name@ip:port"), so a Kubernetes headless
-// Service works. Each worker has a role, an endpoint, a capacity (num_gpu_blocks and
+// Service works. A config entry with data_parallel_size N (a vLLM server with
+// --data-parallel-size N) registers one worker per engine rank and address, "<id>/dp<r>" for
+// r > 0 (RankID), each with its own event endpoints (ports + r), load, capacity and scrape of
+// its engine="r" series (README "Data-parallel ranks"). Each worker has a role, an endpoint, a capacity (num_gpu_blocks and
 // max_num_batched_tokens from the config, else scraped from vLLM's /metrics
 // vllm:cache_config_info) and a health verdict. Snapshot copies every eligible worker's load for
 // policy.Decide; Book, ReleasePrefill, Release and Sweep implement conditional-disagg.md §5.

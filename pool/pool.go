@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -75,6 +77,8 @@ type Pool struct {
 // by Pool.mu.
 type worker struct {
 	id, name           string
+	engine             string // id of the server (rank 0's id); == id without data parallelism
+	rank, dpSize       int    // data-parallel rank and size (1 without data parallelism)
 	role               Role
 	endpoint           string // resolved ip:port
 	kvEvents, kvReplay string
@@ -135,7 +139,7 @@ func New(cfg Config, opts Options) (*Pool, error) {
 	for _, wc := range p.cfg.Workers {
 		host, port, _ := net.SplitHostPort(wc.Endpoint)
 		if _, err := netip.ParseAddr(host); err == nil {
-			want = append(want, newSpec(wc, wc.Name, host, port, ""))
+			want = append(want, newSpecs(wc, wc.Name, host, port, "")...)
 		}
 	}
 	p.hp = p.cfg.healthParams()
@@ -143,18 +147,51 @@ func New(cfg Config, opts Options) (*Pool, error) {
 	return p, nil
 }
 
-// spec is one worker that discovery wants present.
+// spec is one worker that discovery wants present: one data-parallel rank of one address.
 type spec struct {
-	id string
-	wc WorkerConfig
-	ep string
-	ev string
-	rp string
+	id     string
+	engine string // the id of the address (rank 0's id)
+	rank   int
+	wc     WorkerConfig
+	ep     string
+	ev     string
+	rp     string
 }
 
-func newSpec(wc WorkerConfig, id, ip, port, dnsHost string) spec {
-	return spec{id: id, wc: wc, ep: net.JoinHostPort(ip, port),
-		ev: rewriteHost(wc.KVEvents, dnsHost, ip), rp: rewriteHost(wc.KVReplay, dnsHost, ip)}
+// newSpecs returns the workers of one address of wc: one per data-parallel rank, rank r > 0
+// named RankID(id, r), with the event endpoints offset by r as vLLM offsets them.
+func newSpecs(wc WorkerConfig, id, ip, port, dnsHost string) []spec {
+	ev, rp := rewriteHost(wc.KVEvents, dnsHost, ip), rewriteHost(wc.KVReplay, dnsHost, ip)
+	out := make([]spec, wc.ranks())
+	for r := range out {
+		out[r] = spec{id: RankID(id, r), engine: id, rank: r, wc: wc, ep: net.JoinHostPort(ip, port),
+			ev: offsetPort(ev, r), rp: offsetPort(rp, r)}
+	}
+	return out
+}
+
+// SplitRankID is the inverse of RankID: the server's id and the rank of worker id. Worker
+// names cannot contain '/', so the split is unambiguous.
+func SplitRankID(id string) (engine string, rank int) {
+	i := strings.LastIndex(id, "/dp")
+	if i < 0 {
+		return id, 0
+	}
+	r, err := strconv.Atoi(id[i+3:])
+	if err != nil || r <= 0 || strconv.Itoa(r) != id[i+3:] {
+		return id, 0
+	}
+	return id[:i], r
+}
+
+// RankID is the worker id of data-parallel rank rank of the server whose worker id is id:
+// id itself for rank 0, "<id>/dp<rank>" otherwise. It equals kvevents.IndexWorkerID, so a
+// rank's event stream indexes under its worker id.
+func RankID(id string, rank int) string {
+	if rank == 0 {
+		return id
+	}
+	return id + "/dp" + strconv.Itoa(rank)
 }
 
 // rewriteHost replaces the host of a tcp:// URL by ip when it equals dnsHost.
@@ -180,7 +217,7 @@ func (p *Pool) Resolve(ctx context.Context) error {
 	for _, wc := range p.cfg.Workers {
 		host, port, _ := net.SplitHostPort(wc.Endpoint)
 		if _, err := netip.ParseAddr(host); err == nil {
-			want = append(want, newSpec(wc, wc.Name, host, port, ""))
+			want = append(want, newSpecs(wc, wc.Name, host, port, "")...)
 			continue
 		}
 		addrs, err := p.res.LookupHost(ctx, host)
@@ -198,7 +235,7 @@ func (p *Pool) Resolve(ctx context.Context) error {
 			if _, err := netip.ParseAddr(a); err != nil {
 				continue
 			}
-			want = append(want, newSpec(wc, wc.Name+"@"+net.JoinHostPort(a, port), a, port, host))
+			want = append(want, newSpecs(wc, wc.Name+"@"+net.JoinHostPort(a, port), a, port, host)...)
 		}
 	}
 	p.apply(want, failed)
@@ -215,7 +252,8 @@ func (p *Pool) apply(want []spec, keep []string) {
 		if _, ok := p.byID[s.id]; ok {
 			continue
 		}
-		w := &worker{id: s.id, name: s.wc.Name, role: s.wc.Role, endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
+		w := &worker{id: s.id, engine: s.engine, rank: s.rank, dpSize: s.wc.ranks(), name: s.wc.Name, role: s.wc.Role,
+			endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
 			cfgKVCap: s.wc.NumGPUBlocks, cfgMNBT: s.wc.MaxNumBatchedTokens, extHealthy: true,
 			eligible: true, reason: ReasonDiscovered, since: p.clock.Now(), active: make(map[uint64]int32)}
 		w.scrape.NumGPUBlocks, w.scrape.MaxNumBatchedTokens, w.scrape.BlockSize = -1, -1, -1
@@ -304,7 +342,12 @@ func (w *worker) decodeBlocks() int64 { return int64(len(w.active)) + w.unique }
 
 // WorkerInfo describes one discovered worker for ListWorkers, discovery callbacks and logs.
 type WorkerInfo struct {
-	ID, Name            string
+	ID, Name string
+	// Engine is the id of the worker's server (its rank 0); Rank and DataParallelSize place
+	// the worker among that server's data-parallel ranks (0 and 1 without data parallelism).
+	Engine              string
+	Rank                int
+	DataParallelSize    int
 	Role                Role
 	Endpoint            string // resolved ip:port
 	KVEvents, KVReplay  string
@@ -320,7 +363,7 @@ type WorkerInfo struct {
 }
 
 func (p *Pool) infoLocked(w *worker) WorkerInfo {
-	return WorkerInfo{ID: w.id, Name: w.name, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
+	return WorkerInfo{ID: w.id, Name: w.name, Engine: w.engine, Rank: w.rank, DataParallelSize: w.dpSize, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
 		KVReplay: w.kvReplay, Healthy: w.eligible, HealthReason: w.reason, HealthSince: w.since, KVCapacityBlocks: w.kvCap(), MaxBatchedTokens: w.mnbt(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: w.requests, Scrape: w.scrape}
 }

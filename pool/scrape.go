@@ -43,8 +43,18 @@ type Scrape struct {
 var ErrMetricsFormat = errors.New("malformed metrics text")
 
 // ParseMetrics reads a Prometheus text exposition page (bounded to 8 MiB, lines to 1 MiB) and
-// extracts the vLLM values the router uses. Unknown metrics are ignored.
-func ParseMetrics(r io.Reader) (Scrape, error) {
+// extracts the vLLM values the router uses, summed or maximised over every engine. Unknown
+// metrics are ignored.
+func ParseMetrics(r io.Reader) (Scrape, error) { return ParseEngineMetrics(r, -1) }
+
+// ParseEngineMetrics is ParseMetrics restricted to the samples of one vLLM engine (data-parallel
+// rank): those whose `engine` label is the rank in decimal, plus those without an `engine`
+// label (they cannot be attributed). engine < 0 keeps every sample.
+func ParseEngineMetrics(r io.Reader, engine int) (Scrape, error) {
+	want := ""
+	if engine >= 0 {
+		want = strconv.Itoa(engine)
+	}
 	s := Scrape{KVUsage: -1, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}
 	lr := &io.LimitedReader{R: r, N: maxScrapeBytes + 1}
 	sc := bufio.NewScanner(lr)
@@ -58,6 +68,9 @@ func ParseMetrics(r io.Reader) (Scrape, error) {
 		name, labels, value, err := parseSample(line)
 		if err != nil {
 			return Scrape{}, fmt.Errorf("pool: parse metrics line %d: %w", n, err)
+		}
+		if want != "" && !engineIs(labels, want) {
+			continue
 		}
 		switch name {
 		case "vllm:num_requests_running":
@@ -96,6 +109,17 @@ func ParseMetrics(r io.Reader) (Scrape, error) {
 		s.NumGPUBlocks = -1 // one engine without a number makes the worker's total unknown
 	}
 	return s, nil
+}
+
+// engineIs reports whether a sample belongs to engine want: its engine label equals want, or
+// it has none.
+func engineIs(labels []label, want string) bool {
+	for _, l := range labels {
+		if l.name == "engine" {
+			return l.value == want
+		}
+	}
+	return true
 }
 
 func finite(v float64) float64 {
@@ -241,7 +265,11 @@ func (p *Pool) scrapeOne(ctx context.Context, w *worker) (Scrape, string, error)
 	if resp.StatusCode != http.StatusOK {
 		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: status %d", w.id, url, resp.StatusCode)
 	}
-	s, err := ParseMetrics(resp.Body)
+	engine := -1 // without data parallelism every engine of the server is this worker's
+	if w.dpSize > 1 {
+		engine = w.rank
+	}
+	s, err := ParseEngineMetrics(resp.Body, engine)
 	if err != nil {
 		return Scrape{}, "parse_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
 	}

@@ -200,5 +200,13 @@ func FuzzParseMetrics(f *testing.F) {
 		if !s.HasRequests && (s.Running != 0 || s.Waiting != 0) {
 			t.Fatalf("request counts without a request metric: %+v", s)
 		}
+		// One engine's view parses whenever the whole page does, and sees no more requests.
+		e, err := ParseEngineMetrics(strings.NewReader(string(data)), 1)
+		if err != nil {
+			t.Fatalf("ParseEngineMetrics(engine 1) failed on a page ParseMetrics accepts: %v", err)
+		}
+		if e.HasRequests && !s.HasRequests {
+			t.Fatalf("engine 1 has request metrics the whole page lacks: %+v vs %+v", e, s)
+		}
 	})
 }

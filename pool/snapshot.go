@@ -46,7 +46,7 @@ func (p *Pool) loadLocked(w *worker, freshAfter int64) policy.WorkerLoad {
 	if freshAfter != 0 && w.scrape.At.UnixNano() >= freshAfter && w.scrape.HasRequests {
 		reqs = max(reqs, int64(w.scrape.Running+w.scrape.Waiting))
 	}
-	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
+	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, DPRank: w.rank, DPSize: w.dpSize, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs}
 }
 

@@ -11,7 +11,15 @@ import (
 type Worker struct {
 	ID       string
 	Endpoint string // resolved ip:port
+	// DPRank and DPSize: the worker is data-parallel rank DPRank of the DPSize ranks behind
+	// Endpoint (pool.WorkerConfig.DataParallelSize); DPSize <= 1 = no data parallelism.
+	DPRank, DPSize int
 }
+
+// Ranked reports whether requests to w must name its data-parallel rank (X-data-parallel-rank):
+// true whenever the server runs more than one rank, rank 0 included, since vLLM would
+// otherwise balance the request over its ranks itself.
+func (w Worker) Ranked() bool { return w.DPSize > 1 }
 
 // Outcome is one routing decision: what extproc turns into headers, what Explain prints and
 // what the simulator schedules.

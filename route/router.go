@@ -409,10 +409,12 @@ func (r *Router) Release(bookingID string) bool {
 func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
 	out.Decision, out.Route, out.Reason = *dec, dec.Route, dec.Reason.String()
 	if dec.Decode >= 0 && dec.Decode < len(snap.Decode) {
-		out.Decode = Worker{ID: dec.DecodeID, Endpoint: snap.Decode[dec.Decode].Endpoint}
+		d := &snap.Decode[dec.Decode]
+		out.Decode = Worker{ID: dec.DecodeID, Endpoint: d.Endpoint, DPRank: d.DPRank, DPSize: d.DPSize}
 	}
 	if dec.Route == policy.RoutePrefill && dec.Prefill >= 0 && dec.Prefill < len(snap.Prefill) {
-		out.Prefill = Worker{ID: dec.PrefillID, Endpoint: snap.Prefill[dec.Prefill].Endpoint}
+		p := &snap.Prefill[dec.Prefill]
+		out.Prefill = Worker{ID: dec.PrefillID, Endpoint: p.Endpoint, DPRank: p.DPRank, DPSize: p.DPSize}
 	}
 }
 

@@ -33,6 +33,11 @@ func errNoDecodeHost() *apiError {
 		HeaderDecodeHost + " is missing and no default decode host is configured"}
 }
 
+func errInvalidRank(header, value string) *apiError {
+	return &apiError{http.StatusBadRequest, typeInvalidRequest, "invalid_rank",
+		header + " " + strconv.Quote(truncate(value, 80)) + " must be one data-parallel rank, a decimal integer in [0, 65535]"}
+}
+
 func errBodyTooLarge(limit int64) *apiError {
 	return &apiError{http.StatusRequestEntityTooLarge, typeInvalidRequest, "body_too_large",
 		"request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}

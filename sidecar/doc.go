@@ -22,6 +22,11 @@
 // end-to-end headers (Authorization included); hop-by-hop headers and the routing contract
 // (x-condisagg-*, x-gateway-destination-endpoint, x-prefiller-host-port) are never forwarded.
 //
+// Data-parallel ranks: x-condisagg-prefill-rank and x-condisagg-decode-rank (one decimal
+// integer in [0, 65535], else 400 invalid_rank) become X-Data-Parallel-Rank on the prefill leg
+// and on the decode leg respectively (vLLM pins the request to that engine); a received
+// X-Data-Parallel-Rank is never forwarded.
+//
 // Config.DialOverrides maps an allowed host:port to the address actually dialled, for a sidecar
 // that listens on the endpoint its prefill worker advertises to the router.
 //

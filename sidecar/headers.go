@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -16,7 +17,19 @@ const (
 	HeaderDestination       = "X-Gateway-Destination-Endpoint"
 	HeaderRequestID         = "X-Request-Id"
 	HeaderError             = "X-Condisagg-Error"
+	// HeaderPrefillRank and HeaderDecodeRank carry the data-parallel rank of P and D (set by
+	// condisagg only when the worker's server runs more than one rank). The sidecar sends each
+	// leg its own HeaderDPRank from them.
+	HeaderPrefillRank = "X-Condisagg-Prefill-Rank"
+	HeaderDecodeRank  = "X-Condisagg-Decode-Rank"
+	// HeaderDPRank is the header vLLM reads to pin a request to one data-parallel engine
+	// (vLLM spells it X-data-parallel-rank; header names are case-insensitive). A received
+	// one is never forwarded: each leg gets the rank of its own worker, or none.
+	HeaderDPRank = "X-Data-Parallel-Rank"
 )
+
+// maxRank bounds a rank header's value (vLLM --data-parallel-size is far smaller).
+const maxRank = 65535
 
 // maxRequestIDLen bounds a client-supplied X-Request-Id; a longer or non-printable one is
 // replaced by a fresh UUID4.
@@ -38,7 +51,7 @@ func isHopByHop(name string) bool {
 func isRoutingHeader(name string) bool {
 	n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
 	return strings.HasPrefix(n, "x-condisagg-") || n == "x-gateway-destination-endpoint" ||
-		n == "x-prefiller-host-port" || n == "x-prefiller-url"
+		n == "x-prefiller-host-port" || n == "x-prefiller-url" || n == "x-data-parallel-rank"
 }
 
 // dropped reports whether a header is hop-by-hop, named by the Connection header,
@@ -88,11 +101,37 @@ func outboundHeader(r *http.Request, requestID string) http.Header {
 	return h
 }
 
-// prefillHeader is outboundHeader for P: its JSON answer is parsed, so ask for no encoding.
-func prefillHeader(h http.Header) http.Header {
+// prefillHeader is outboundHeader for P: its JSON answer is parsed, so ask for no encoding;
+// the data-parallel rank is P's (rank "" = none), not D's.
+func prefillHeader(h http.Header, rank string) http.Header {
 	p := h.Clone()
 	p["Accept-Encoding"] = []string{"identity"}
+	delete(p, HeaderDPRank)
+	if rank != "" {
+		p[HeaderDPRank] = []string{rank}
+	}
 	return p
+}
+
+// parseRank reads one data-parallel rank header: absent is "" (no rank); present, it must be
+// one decimal integer in [0, maxRank], returned in canonical form.
+func parseRank(h http.Header, name string) (string, *apiError) {
+	vs := h.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		v := strings.TrimSpace(vs[0])
+		if v == "" || len(v) > 5 || strings.Trim(v, "0123456789") != "" {
+			return "", errInvalidRank(name, vs[0])
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n > maxRank {
+			return "", errInvalidRank(name, vs[0])
+		}
+		return strconv.Itoa(n), nil
+	}
+	return "", errInvalidRank(name, strings.Join(vs, ","))
 }
 
 // copyResponseHeader copies an upstream response's end-to-end headers to the client.

@@ -119,6 +119,9 @@ type exchange struct {
 	body    []byte
 	prefill string // canonical host:port, "" = passthrough
 	decode  string // canonical host:port
+	// prefillRank and decodeRank are the workers' data-parallel ranks ("" = none), sent to
+	// each leg as X-Data-Parallel-Rank.
+	prefillRank, decodeRank string
 }
 
 // ServeHTTP serves /healthz itself and proxies everything else (see the package doc).
@@ -141,6 +144,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ex.body = body
 	ex.hdr = outboundHeader(r, ex.id)
+	if ex.decodeRank != "" {
+		ex.hdr[HeaderDPRank] = []string{ex.decodeRank}
+	}
 	ctx := r.Context()
 	if ex.prefill == "" || r.Method != http.MethodPost || !isRemotePath(r.URL.Path) {
 		p.passthrough(ctx, ex)
@@ -185,7 +191,12 @@ func (p *Proxy) route(ex *exchange) *apiError {
 	default:
 		return errHostNotAllowed(HeaderDecodeHost, fmt.Sprint(dv))
 	}
-	return nil
+	var e *apiError
+	if ex.prefillRank, e = parseRank(h, HeaderPrefillRank); e != nil {
+		return e
+	}
+	ex.decodeRank, e = parseRank(h, HeaderDecodeRank)
+	return e
 }
 
 // dialAddr is the address dialled for an allowed host:port (DialOverrides, else itself).

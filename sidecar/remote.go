@@ -68,7 +68,7 @@ func (p *Proxy) prefill(ctx context.Context, ex *exchange, req object) prefillOu
 	start := time.Now()
 	defer func() { p.m.PrefillSeconds.Observe(time.Since(start).Seconds()) }()
 
-	up, fail := p.call(pctx, legPrefill, ex.prefill, ex.r, prefillBody(req, ex.r.URL.Path), prefillHeader(ex.hdr), 0)
+	up, fail := p.call(pctx, legPrefill, ex.prefill, ex.r, prefillBody(req, ex.r.URL.Path), prefillHeader(ex.hdr, ex.prefillRank), 0)
 	if fail != nil {
 		return failedPrefill(fail.reason)
 	}

@@ -192,7 +192,7 @@ func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc se
 // membership starts and stops model m's event streams as its workers join and leave.
 func (s *service) membership(ctx context.Context, m *servedModel, added, removed []pool.WorkerInfo) {
 	for _, w := range removed {
-		if err := m.group.Remove(ctx, w.ID, 0); err != nil {
+		if err := m.group.Remove(ctx, w.Engine, int64(w.Rank)); err != nil {
 			s.log.Warn("stop event stream", "worker", w.ID, "err", err)
 		}
 		m.index.RemoveWorker(kvindex.WorkerID(w.ID))
@@ -204,7 +204,9 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 		if w.KVEvents == "" {
 			continue
 		}
-		sc := kvzmq.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
+		// One stream per data-parallel rank: the pool already offset the endpoints by the rank,
+		// and the stream indexes under kvevents.IndexWorkerID(engine, rank) == w.ID.
+		sc := kvzmq.StreamConfig{Worker: w.Engine, Rank: int64(w.Rank), Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
 		if err := m.group.Add(ctx, sc); err != nil {
 			s.log.Warn("start event stream", "worker", w.ID, "endpoint", w.KVEvents, "err", err)
 		}

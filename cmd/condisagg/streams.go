@@ -7,10 +7,11 @@ import (
 	"github.com/condisagg/condisagg/extproc"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
 )
 
-// eventStreams adapts the kvzmq group to extproc's EventStreams and StreamReporter:
-// rank-0 streams keyed by pool worker id.
+// eventStreams adapts the kvzmq group to extproc's EventStreams and StreamReporter: streams
+// keyed by pool worker id, which names the data-parallel rank ("<engine>/dp<rank>").
 type eventStreams struct {
 	group *kvzmq.Group
 	mu    sync.Mutex        // guards routed and seen
@@ -28,7 +29,8 @@ func newEventStreams(g *kvzmq.Group) *eventStreams {
 }
 
 func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
-	sub := s.group.Subscriber(worker, 0)
+	engine, rank := pool.SplitRankID(worker)
+	sub := s.group.Subscriber(engine, int64(rank))
 	if sub == nil {
 		return kvzmq.StreamStatus{}, false
 	}

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/condisagg/condisagg/pool"
 )
 
 // words make the text prompts: plain English so that the byte-level BPE merges real words.
@@ -269,8 +271,10 @@ func (d *driver) corpus(ctx context.Context) error {
 	if err := d.sync(ctx); err != nil {
 		return fmt.Errorf("after restart: %w", err)
 	}
-	if w, err := d.stream(ctx); err == nil {
-		fmt.Printf("condisagg restarted: %d blocks indexed, last_seq %d, replays %d\n", w.IndexedGpuBlocks, w.Events.GetLastSeq(), w.Events.GetReplays())
+	for r := range d.subs {
+		if w, err := d.stream(ctx, pool.RankID(workerName, r)); err == nil {
+			fmt.Printf("condisagg restarted: %s: %d blocks indexed, last_seq %d, replays %d\n", w.Id, w.IndexedGpuBlocks, w.Events.GetLastSeq(), w.Events.GetReplays())
+		}
 	}
 	for k := 0; k < 2; k++ {
 		for _, it := range kept {

@@ -30,11 +30,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/goczmq/v4"
-
 	"github.com/condisagg/condisagg/internal/adminclient"
 	"github.com/condisagg/condisagg/internal/repo"
-	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/pool"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 	"github.com/condisagg/condisagg/tokenizer"
 )
@@ -56,6 +54,7 @@ type config struct {
 	root, model, condisagg, workdir     string
 	port, kvPort, replayPort, blocks    int
 	maxLen, listen, adminGRPC, adminWeb int
+	dp                                  int // --data-parallel-size of the engine
 	engineStartTimeout                  time.Duration
 	verbose                             bool
 }
@@ -75,6 +74,7 @@ func main() {
 	flag.IntVar(&c.adminWeb, "admin-http", 19490, "condisagg admin HTTP port")
 	flag.DurationVar(&c.engineStartTimeout, "engine-start-timeout", 6*time.Minute, "how long the engine may take to answer /health")
 	flag.BoolVar(&c.verbose, "v", false, "one line per request")
+	flag.IntVar(&c.dp, "data-parallel-size", 1, "engine --data-parallel-size: rank r publishes on kv-port+r and replay-port+r, condisagg routes to ranks with X-data-parallel-rank (keep replay-port >= kv-port + size)")
 	flag.Parse()
 	root, err := repo.Root()
 	if err != nil {
@@ -115,13 +115,12 @@ func run(ctx context.Context, c *config) int {
 		return 2
 	}
 	fmt.Printf("engine up after %s\n", time.Since(start).Round(time.Second))
-	sub, err := newWatcher(fmt.Sprintf("tcp://127.0.0.1:%d", c.kvPort))
-	if err != nil {
+	d := &driver{c: c, eng: eng, http: &http.Client{Timeout: 120 * time.Second}, rows: map[string]*row{}, perRank: map[int]int{}}
+	defer d.closeWatchers()
+	if err := d.watch(); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
 		return 2
 	}
-	defer sub.close()
-	d := &driver{c: c, eng: eng, sub: sub, http: &http.Client{Timeout: 120 * time.Second}, rows: map[string]*row{}}
 	defer d.stopRouter()
 	if err := d.startRouter(ctx, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
@@ -267,6 +266,9 @@ func startEngine(ctx context.Context, c *config) (*proc, error) {
 	args := []string{"bash", filepath.Join(c.root, "scripts/vllm-engine.sh"), "--model", c.model, "--name", modelName,
 		"--port", strconv.Itoa(c.port), "--kv-port", strconv.Itoa(c.kvPort), "--replay-port", strconv.Itoa(c.replayPort),
 		"--blocks", strconv.Itoa(c.blocks), "--max-model-len", strconv.Itoa(c.maxLen)}
+	if c.dp > 1 {
+		args = append(args, "--", "--data-parallel-size", strconv.Itoa(c.dp))
+	}
 	logPath := filepath.Join(c.workdir, "engine.log")
 	p, err := startProc("engine", logPath, args, []string{"VLLM_SERVER_DEV_MODE=1"})
 	if err != nil {
@@ -297,154 +299,6 @@ func tail(path string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// ---- the driver's own view of the engine's events ----
-
-// watcher subscribes to the engine's PUB socket: the last sequence number published tells when
-// condisagg has caught up, and the decoded events explain a mismatch.
-type watcher struct {
-	sock *goczmq.Sock
-	mu   sync.Mutex
-	last int64 // -1: nothing yet
-	at   time.Time
-	log  []string // batches since the last take
-	st   eventStats
-	quit chan struct{}
-	done chan struct{}
-}
-
-func newWatcher(endpoint string) (*watcher, error) {
-	// A receive timeout lets the loop notice close.
-	s := goczmq.NewSock(goczmq.Sub, goczmq.SockSetRcvtimeo(200), goczmq.SockSetSubscribe(""), goczmq.SockSetLinger(0))
-	if err := s.Connect(endpoint); err != nil {
-		s.Destroy()
-		return nil, fmt.Errorf("subscribe %s: %w", endpoint, err)
-	}
-	w := &watcher{sock: s, last: -1, quit: make(chan struct{}), done: make(chan struct{})}
-	go w.loop()
-	return w, nil
-}
-
-func (w *watcher) loop() {
-	defer close(w.done)
-	var b kvevents.Batch
-	for {
-		select {
-		case <-w.quit:
-			return
-		default:
-		}
-		frames, err := w.sock.RecvMessage()
-		if err != nil || len(frames) != 3 || len(frames[1]) != 8 {
-			continue
-		}
-		var seq int64
-		for _, x := range frames[1] {
-			seq = seq<<8 | int64(x)
-		}
-		b.Reset()
-		desc := fmt.Sprintf("seq %d: ", seq)
-		if err := kvevents.DecodeBatch(frames[2], &b); err != nil {
-			desc += "undecodable: " + err.Error()
-		} else {
-			desc += describe(&b)
-		}
-		w.mu.Lock()
-		w.last, w.at = seq, time.Now()
-		w.log = append(w.log, desc)
-		w.count(&b)
-		w.mu.Unlock()
-	}
-}
-
-type eventStats struct{ batches, stored, storedBlocks, removed, cleared int }
-
-func (w *watcher) stats() eventStats { w.mu.Lock(); defer w.mu.Unlock(); return w.st }
-
-func (w *watcher) count(b *kvevents.Batch) {
-	w.st.batches++
-	for i := range b.Events {
-		switch e := &b.Events[i]; e.Kind {
-		case kvevents.KindBlockStored:
-			w.st.stored++
-			w.st.storedBlocks += len(e.Hashes)
-		case kvevents.KindBlockRemoved:
-			w.st.removed++
-		case kvevents.KindAllBlocksCleared:
-			w.st.cleared++
-		}
-	}
-}
-
-func describe(b *kvevents.Batch) string {
-	var parts []string
-	for i := range b.Events {
-		e := &b.Events[i]
-		switch e.Kind {
-		case kvevents.KindBlockStored:
-			s := fmt.Sprintf("Stored(%d blocks", len(e.Hashes))
-			if e.HasParent {
-				s += fmt.Sprintf(", parent %x", e.Parent)
-			} else {
-				s += ", no parent"
-			}
-			if e.Salt != nil {
-				s += ", salt " + string(e.Salt)
-			}
-			parts = append(parts, s+fmt.Sprintf(", %d tokens, first hash %x)", len(e.Tokens), e.Hashes[0]))
-		case kvevents.KindBlockRemoved:
-			parts = append(parts, fmt.Sprintf("Removed(%x)", e.Hashes))
-		case kvevents.KindAllBlocksCleared:
-			parts = append(parts, "AllBlocksCleared")
-		default:
-			parts = append(parts, fmt.Sprintf("kind %d", e.Kind))
-		}
-	}
-	return strings.Join(parts, " ")
-}
-
-// quiet waits until no batch arrived for settleQuiet and returns the last seq (-1: none yet).
-func (w *watcher) quiet() int64 {
-	for {
-		w.mu.Lock()
-		last, at := w.last, w.at
-		w.mu.Unlock()
-		if since := time.Since(at); at.IsZero() || since >= settleQuiet {
-			if at.IsZero() {
-				time.Sleep(settleQuiet)
-				w.mu.Lock()
-				changed := !w.at.IsZero()
-				w.mu.Unlock()
-				if changed {
-					continue
-				}
-			}
-			return last
-		} else {
-			time.Sleep(settleQuiet - since)
-		}
-	}
-}
-
-func (w *watcher) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l := w.log
-	w.log = nil
-	return l
-}
-
-func (w *watcher) peek() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.log)
-}
-
-func (w *watcher) close() {
-	close(w.quit)
-	<-w.done
-	w.sock.Destroy()
-}
-
 // ---- condisagg ----
 
 func (d *driver) routerConfig() string {
@@ -462,9 +316,9 @@ router:
   conditional_disagg: false # aggregated: no prefill pool, every request prefills on the engine
 pool: {scrape_interval: 0s}
 workers:
-  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
+  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d, data_parallel_size: %d}
 `, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize,
-		workerName, c.port, c.kvPort, c.replayPort, c.blocks)
+		workerName, c.port, c.kvPort, c.replayPort, c.blocks, c.dp)
 }
 
 // startRouter starts condisagg serve and waits until its index has every batch the engine
@@ -490,7 +344,7 @@ func (d *driver) startRouter(ctx context.Context, n int) error {
 		if p.exited() {
 			return fmt.Errorf("condisagg exited; log %s:\n%s", logPath, tail(logPath, 20))
 		}
-		if _, err := d.stream(ctx); err == nil {
+		if _, err := d.stream(ctx, workerName); err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -511,8 +365,8 @@ func (d *driver) stopRouter() {
 	}
 }
 
-// stream returns the engine worker's event stream as condisagg sees it.
-func (d *driver) stream(ctx context.Context) (*condisaggv1.Worker, error) {
+// stream returns the worker id (one engine rank) with its event stream as condisagg sees it.
+func (d *driver) stream(ctx context.Context, id string) (*condisaggv1.Worker, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r, err := d.admin.ListWorkers(cctx, &condisaggv1.ListWorkersRequest{})
@@ -520,24 +374,33 @@ func (d *driver) stream(ctx context.Context) (*condisaggv1.Worker, error) {
 		return nil, err
 	}
 	for _, w := range r.Workers {
-		if w.Name == workerName {
+		if w.Id == id {
 			return w, nil
 		}
 	}
-	return nil, errors.New("worker missing from ListWorkers")
+	return nil, fmt.Errorf("worker %s missing from ListWorkers", id)
 }
 
 // sync waits until condisagg has applied every batch the engine published: the driver's own
 // subscriber says which seq was last (after a quiet period), ListWorkers says what condisagg
 // applied.
 func (d *driver) sync(ctx context.Context) error {
-	want := d.sub.quiet()
+	for r, sub := range d.subs {
+		if err := d.syncRank(ctx, r, sub.quiet()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncRank waits until condisagg has applied engine rank r's batches up to seq want.
+func (d *driver) syncRank(ctx context.Context, r int, want int64) error {
 	if want < 0 {
 		return nil
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		w, err := d.stream(ctx)
+		w, err := d.stream(ctx, pool.RankID(workerName, r))
 		if err == nil && w.Events != nil && w.Events.HasLastSeq && int64(w.Events.LastSeq) >= want {
 			return nil
 		}
@@ -546,7 +409,7 @@ func (d *driver) sync(ctx context.Context) error {
 			if w != nil && w.Events != nil && w.Events.HasLastSeq {
 				got = strconv.FormatUint(w.Events.LastSeq, 10)
 			}
-			return fmt.Errorf("condisagg did not reach engine seq %d within 20s (at %s, err %v)", want, got, err)
+			return fmt.Errorf("condisagg did not reach engine rank %d seq %d within 20s (at %s, err %v)", r, want, got, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -570,7 +433,8 @@ type mismatch struct {
 type driver struct {
 	c          *config
 	eng        *proc
-	sub        *watcher
+	subs       []*watcher  // one per engine rank
+	perRank    map[int]int // requests condisagg routed to each rank
 	http       *http.Client
 	tok        *tokenizer.Tokenizer
 	router     *proc
@@ -605,7 +469,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	if err := d.sync(ctx); err != nil {
 		return result{}, err
 	}
-	events := d.sub.take()
+	events := d.take()
 	body["model"] = modelName
 	body["max_tokens"] = 4
 	body["temperature"] = 0
@@ -616,9 +480,11 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	if err != nil {
 		return result{}, fmt.Errorf("explain: %w", err)
 	}
-	if ex.DecodeWorker != workerName || ex.Inputs == nil {
+	engine, rank := pool.SplitRankID(ex.DecodeWorker)
+	if engine != workerName || rank >= max(d.c.dp, 1) || ex.Inputs == nil {
 		return result{}, fmt.Errorf("explain chose %q (route %s, reason %s)", ex.DecodeWorker, ex.Route, ex.Reason)
 	}
+	d.perRank[rank]++
 	predicted := ex.Inputs.CachedTokens
 
 	goIDs, engineIDs, err := d.ids(ctx, path, body, raw)
@@ -640,7 +506,8 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	if err := d.post(ctx, path, raw, &resp); err != nil {
+	// Sent as Envoy would forward condisagg's decision: pinned to the rank it credited.
+	if err := d.postRank(ctx, path, raw, rank, &resp); err != nil {
 		return result{}, err
 	}
 	if resp.Usage.PromptTokensDetails == nil {
@@ -681,14 +548,14 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		for _, o := range ex.Overlaps {
 			ov = append(ov, fmt.Sprintf("%s gpu=%d", o.Worker, o.GpuBlocks))
 		}
-		d.sub.quiet()
-		d.bad = append(d.bad, mismatch{after: d.sub.peek(), cat: cat, path: path, body: string(raw), predicted: predicted, actual: actual,
+		d.quiet()
+		d.bad = append(d.bad, mismatch{after: d.peek(), cat: cat, path: path, body: string(raw), predicted: predicted, actual: actual,
 			explainTok: ex.Tokens, usedTok: resp.Usage.PromptTokens, overlaps: strings.Join(ov, " "), events: events,
 			kind: strings.Join(kinds, "+")})
 	}
 	if d.c.verbose || len(kinds) > 0 {
-		fmt.Printf("%4d %-20s %-22s isl=%-4d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, resp.Usage.PromptTokens,
-			predicted, actual, strings.Join(kinds, " "))
+		fmt.Printf("%4d %-20s %-22s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, resp.Usage.PromptTokens,
+			rank, predicted, actual, strings.Join(kinds, " "))
 	}
 	return out, nil
 }
@@ -728,8 +595,17 @@ func (d *driver) ids(ctx context.Context, path string, body map[string]any, raw 
 }
 
 func (d *driver) post(ctx context.Context, path string, body []byte, out any) error {
+	return d.postRank(ctx, path, body, -1, out)
+}
+
+// postRank is post pinned to engine rank rank with X-data-parallel-rank (rank < 0, or an engine
+// without data parallelism: no header).
+func (d *driver) postRank(ctx context.Context, path string, body []byte, rank int, out any) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", d.c.port, path), bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if rank >= 0 && d.c.dp > 1 {
+		req.Header.Set("X-data-parallel-rank", strconv.Itoa(rank))
+	}
 	resp, err := d.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", path, err)
@@ -762,9 +638,11 @@ func (d *driver) report(wall time.Duration) {
 		sum.n, sum.match, sum.mismatch, sum.tokOK, sum.tokBad = sum.n+r.n, sum.match+r.match, sum.mismatch+r.mismatch, sum.tokOK+r.tokOK, sum.tokBad+r.tokBad
 	}
 	line("total", sum)
-	st := d.sub.stats()
-	fmt.Printf("\nengine events seen by the driver: %d batches, %d BlockStored (%d blocks), %d BlockRemoved, %d AllBlocksCleared\n",
-		st.batches, st.stored, st.storedBlocks, st.removed, st.cleared)
+	for r, sub := range d.subs {
+		st := sub.stats()
+		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
+			r, st.batches, st.stored, st.storedBlocks, st.removed, st.cleared, d.perRank[r])
+	}
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
 	}

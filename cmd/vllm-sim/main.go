@@ -33,7 +33,7 @@ type options struct {
 	host, model, tokenizer, perfModel string
 	kvEventsConfig, kvEventsFormat    string
 	kvEventsHashes, kvTransferConfig  string
-	port                              int
+	port, dataParallelSize            int
 	served, loraFlags                 names
 	lora                              []vllmsim.LoRAModule
 	enableLoRA                        bool
@@ -59,6 +59,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.cfg.MaxNumBatchedTokens, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "token budget per step")
 	fs.IntVar(&o.cfg.MaxNumSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "max running sequences")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 131072, "max prompt + output tokens")
+	fs.IntVar(&o.dataParallelSize, "data-parallel-size", 1, "data-parallel engines behind the one HTTP server; rank r publishes KV events on the PUB and replay ports + r")
 	var seed uint64
 	fs.Uint64Var(&seed, "seed", 0, "seed of block hashes (0 = random per process, like vLLM)")
 	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulated time runs this many times faster than real time")
@@ -73,6 +74,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.tokenizer == "" {
 		return nil, errors.New("vllm-sim: --tokenizer is required")
+	}
+	if o.dataParallelSize < 1 || o.dataParallelSize > 1024 {
+		return nil, fmt.Errorf("vllm-sim: --data-parallel-size %d: must be in [1, 1024]", o.dataParallelSize)
 	}
 	if seed == 0 {
 		var b [8]byte
@@ -168,6 +172,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
 		Engine: o.cfg, TimeScale: o.timeScale, KVEvents: kv, Format: format, Hashes: hashes, OldReplayLayout: o.oldReplay,
+		DataParallelSize: o.dataParallelSize,
 		Server: vllmsim.ServerConfig{ModelNames: o.served, MaxModelLen: o.maxModelLen, Tokenizer: tok, Vocab: vocab,
 			KVTransfer: kt, PromptTokens: o.promptDetails, Logger: log, LoRAModules: o.lora},
 	})
@@ -183,14 +188,26 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	done := make(chan error, 1)
 	go func() { done <- in.Run(ctx, ln) }()
 	attrs := []any{"endpoint", ln.Addr().String(), "num_gpu_blocks", in.Worker.Config().NumGPUBlocks}
-	if in.Publisher != nil {
-		pub, replay, err := in.Publisher.Ready(ctx)
+	if o.dataParallelSize > 1 {
+		attrs = append(attrs, "data_parallel_size", o.dataParallelSize)
+	}
+	// kv_events/kv_replay are rank 0's; with data parallelism kv_events_ranks and
+	// kv_replay_ranks list every rank's, comma-separated, in rank order.
+	var pubs, replays []string
+	for _, p := range in.Publishers {
+		pub, replay, err := p.Ready(ctx)
 		if err != nil {
 			cancel()
 			<-done
 			return err
 		}
-		attrs = append(attrs, "kv_events", pub, "kv_replay", replay)
+		pubs, replays = append(pubs, pub), append(replays, replay)
+	}
+	if len(pubs) > 0 {
+		attrs = append(attrs, "kv_events", pubs[0], "kv_replay", replays[0])
+	}
+	if len(pubs) > 1 {
+		attrs = append(attrs, "kv_events_ranks", strings.Join(pubs, ","), "kv_replay_ranks", strings.Join(replays, ","))
 	}
 	log.Info("vllm-sim listening", attrs...)
 	return <-done

@@ -81,6 +81,8 @@ func TestFlagErrors(t *testing.T) {
 		{"--tokenizer", "x", "--kv-events-hashes", "str"},
 		{"--tokenizer", "x", "--kv-events-config", `{"publisher":"kafka"}`},
 		{"--tokenizer", "x", "--kv-transfer-config", `{`},
+		{"--tokenizer", "x", "--data-parallel-size", "0"},
+		{"--tokenizer", "x", "--data-parallel-size", "1025"},
 		{"--tokenizer", "x", "--lora-modules", "no-path"},
 		{"--tokenizer", filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3"), "--time-scale", "-1"},
 	} {

@@ -272,3 +272,52 @@ func TestModelsExampleConfigLoads(t *testing.T) {
 		t.Fatalf("models example: %+v", c.Models)
 	}
 }
+
+// TestDataParallelWorkers: data_parallel_size reaches the pool, and its mistakes are reported
+// with the field, the value and the fix (pool README "Data-parallel ranks").
+func TestDataParallelWorkers(t *testing.T) {
+	model := requireModel(t)
+	dir := t.TempDir()
+	good := writeFile(t, dir, "dp.yaml", `
+model: {tokenizer: `+model+`}
+workers:
+  - {name: prefill-0, role: prefill, endpoint: 127.0.0.1:8100}
+  - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, data_parallel_size: 2,
+     kv_events: "tcp://127.0.0.1:5557", kv_replay: "tcp://127.0.0.1:5567"}
+`)
+	c, err := loadArgs(t, "--config", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pool.Workers[1].DataParallelSize != 2 || c.Pool.Workers[0].DataParallelSize != 0 {
+		t.Fatalf("workers %+v", c.Pool.Workers)
+	}
+	bad := writeFile(t, dir, "dp-bad.yaml", `
+model: {tokenizer: `+model+`}
+workers:
+  - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, data_parallel_size: 4,
+     kv_events: "tcp://127.0.0.1:5557", kv_replay: "tcp://127.0.0.1:5558"}
+  - {name: decode-1, role: decode, endpoint: 127.0.0.1:8300, data_parallel_size: -1}
+  - {name: decode/2, role: decode, endpoint: 127.0.0.1:8400}
+`)
+	_, err = loadArgs(t, "--config", bad)
+	if err == nil {
+		t.Fatal("bad data-parallel config accepted")
+	}
+	for _, want := range []string{
+		`workers[0].kv_replay: "tcp://127.0.0.1:5558" ports 5558-5561 overlap kv_events ports 5557-5560: vLLM offsets both by the data-parallel rank, so use a replay port >= 5561`,
+		"workers[1].data_parallel_size: -1 must be in [1, 1024]",
+		`workers[2].name: "decode/2" must not contain '@', '/' or spaces`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := loadArgs(t, "--config", writeFile(t, dir, "dp-type.yaml", `
+model: {tokenizer: `+model+`}
+workers:
+  - {name: d, role: decode, endpoint: 127.0.0.1:8200, data_parallel_size: two}
+`)); err == nil || !strings.Contains(err.Error(), "data_parallel_size") && !strings.Contains(err.Error(), "two") {
+		t.Fatalf("non-integer data_parallel_size: %v", err)
+	}
+}

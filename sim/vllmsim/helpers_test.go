@@ -52,6 +52,10 @@ type instOpts struct {
 	timeScale  float64
 	details    bool
 	lora       []LoRAModule
+	// dp is --data-parallel-size; pub and replay override the ephemeral event endpoints
+	// (ports must be concrete to be offset per rank).
+	dp          int
+	pub, replay string
 }
 
 type testInstance struct {
@@ -73,7 +77,7 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 	cfg := InstanceConfig{
 		Engine:    sim.Config{NumGPUBlocks: o.numBlocks, Seed: 11},
 		TimeScale: o.timeScale,
-		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay,
+		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay, DataParallelSize: o.dp,
 		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960,
 			LoRAModules: o.lora},
 	}
@@ -81,8 +85,11 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 		cfg.TimeScale = 50
 	}
 	if o.events {
-		replay := "tcp://127.0.0.1:*"
-		cfg.KVEvents = KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: "tcp://127.0.0.1:*",
+		pub, replay := "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+		if o.pub != "" {
+			pub, replay = o.pub, o.replay
+		}
+		cfg.KVEvents = KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: pub,
 			ReplayEndpoint: &replay, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000}
 	}
 	if o.kvTransfer {

@@ -21,34 +21,55 @@ type InstanceConfig struct {
 	Hashes    HashEncoding
 	// OldReplayLayout answers replays in the layout of vLLM < 0.26.
 	OldReplayLayout bool
+	// DataParallelSize is vLLM's --data-parallel-size: that many engines (ranks) behind the
+	// one HTTP server, each with its own KV cache and its own publisher on the PUB and replay
+	// ports + rank (vLLM's offset_endpoint_port), its batches carrying data_parallel_rank.
+	// 0 or 1 = one engine.
+	DataParallelSize int
 	// Server is the HTTP surface; its Worker and Registry are filled in by NewInstance.
 	Server ServerConfig
 }
 
-// Instance is one vllm-sim process: a Worker, its event Publisher and the HTTP Server.
+// Instance is one vllm-sim process: one Worker and event Publisher per data-parallel rank and
+// the HTTP Server in front of them.
 type Instance struct {
-	Worker    *Worker
-	Publisher *Publisher // nil when events are off
-	Server    *Server
-	Registry  *prometheus.Registry
+	Worker     *Worker    // rank 0
+	Publisher  *Publisher // rank 0's; nil when events are off
+	Workers    []*Worker  // by data-parallel rank
+	Publishers []*Publisher
+	Server     *Server
+	Registry   *prometheus.Registry
 }
 
-// NewInstance wires a worker, publisher and server; nothing runs until Run.
+// NewInstance wires the workers, publishers and server; nothing runs until Run.
 func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	in := &Instance{Registry: prometheus.NewRegistry()}
-	wc := WorkerConfig{Engine: cfg.Engine, TimeScale: cfg.TimeScale,
-		Encoder: Encoder{Format: cfg.Format, Hashes: cfg.Hashes, BlockSize: cfg.Engine.WithDefaults().BlockSize}}
-	if cfg.KVEvents.Enabled() {
-		in.Publisher = NewPublisher(PublisherConfig{KVEventsConfig: cfg.KVEvents, OldReplayLayout: cfg.OldReplayLayout})
-		wc.Events = in.Publisher.Publish
+	n := max(cfg.DataParallelSize, 1)
+	for rank := range n {
+		wc := WorkerConfig{Engine: cfg.Engine, TimeScale: cfg.TimeScale,
+			Encoder: Encoder{Format: cfg.Format, Hashes: cfg.Hashes, BlockSize: cfg.Engine.WithDefaults().BlockSize, Rank: int64(rank)}}
+		if cfg.KVEvents.Enabled() {
+			kv, err := cfg.KVEvents.ForRank(rank)
+			if err != nil {
+				return nil, err
+			}
+			p := NewPublisher(PublisherConfig{KVEventsConfig: kv, OldReplayLayout: cfg.OldReplayLayout})
+			in.Publishers = append(in.Publishers, p)
+			wc.Events = p.Publish
+		}
+		w, err := NewWorker(wc)
+		if err != nil {
+			return nil, err
+		}
+		in.Workers = append(in.Workers, w)
 	}
-	w, err := NewWorker(wc)
-	if err != nil {
-		return nil, err
+	in.Worker = in.Workers[0]
+	if len(in.Publishers) > 0 {
+		in.Publisher = in.Publishers[0]
 	}
-	in.Worker = w
 	sc := cfg.Server
-	sc.Worker, sc.Registry = w, in.Registry
+	sc.Worker, sc.Workers, sc.Registry = in.Worker, in.Workers, in.Registry
+	var err error
 	if in.Server, err = NewServer(sc); err != nil {
 		return nil, err
 	}
@@ -61,28 +82,33 @@ func (in *Instance) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	if in.Publisher != nil {
+	n := len(in.Workers)
+	errs := make([]error, 2*n+1) // publishers, workers, HTTP
+	// One publisher at a time: czmq initialises itself on the first socket of the process,
+	// and two goroutines creating first sockets at once trip its zsys_init assertion.
+	for i, p := range in.Publishers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[0] = in.Publisher.Run(ctx); errs[0] != nil {
+			if errs[i] = p.Run(ctx); errs[i] != nil {
 				cancel()
 			}
 		}()
-		if _, _, err := in.Publisher.Ready(ctx); err != nil {
+		if _, _, err := p.Ready(ctx); err != nil {
 			cancel()
 			wg.Wait()
 			return err
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if errs[1] = in.Worker.Run(ctx); errs[1] != nil {
-			cancel()
-		}
-	}()
+	for i, w := range in.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[n+i] = w.Run(ctx); errs[n+i] != nil {
+				cancel()
+			}
+		}()
+	}
 	srv := &http.Server{Handler: in.Server, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	wg.Add(1)
@@ -96,7 +122,7 @@ func (in *Instance) Run(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		errs[2] = err
+		errs[2*n] = err
 		cancel()
 	}
 	wg.Wait()

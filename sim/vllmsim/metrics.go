@@ -11,12 +11,25 @@ import (
 // serverMetrics are the vLLM metrics vllm-sim exposes under vLLM's own names
 // (vllm-kv-events.md §6.1), so routers scrape it as they scrape vLLM. Latencies are in
 // simulated seconds (wall seconds × time scale).
+// Every series carries engine="<data-parallel rank>", one set per rank, as vLLM labels them.
 type serverMetrics struct {
-	ttft, itl, e2e prometheus.Observer
+	ttft, itl, e2e []prometheus.Observer // by rank
 }
 
-func newServerMetrics(reg prometheus.Registerer, model string, w *Worker) (*serverMetrics, error) {
-	labels := prometheus.Labels{"model_name": model, "engine": "0"}
+func newServerMetrics(reg prometheus.Registerer, model string, ws []*Worker) (*serverMetrics, error) {
+	m := &serverMetrics{}
+	for rank, w := range ws {
+		if err := m.addEngine(reg, model, rank, w); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// addEngine registers the series of one engine (data-parallel rank).
+func (m *serverMetrics) addEngine(reg prometheus.Registerer, model string, rank int, w *Worker) error {
+	engine := strconv.Itoa(rank)
+	labels := prometheus.Labels{"model_name": model, "engine": engine}
 	stat := func(f func(sim.Stats) float64) func() float64 { return func() float64 { return f(w.Stats()) } }
 	cfg := w.Config()
 	buckets := []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
@@ -41,23 +54,24 @@ func newServerMetrics(reg prometheus.Registerer, model string, w *Worker) (*serv
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:generation_tokens_total", Help: "Number of generation tokens processed.", ConstLabels: labels},
 			stat(func(s sim.Stats) float64 { return float64(s.GenerationTokens) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
-			ConstLabels: prometheus.Labels{"engine": "0", "block_size": strconv.Itoa(cfg.BlockSize), "num_gpu_blocks": strconv.Itoa(cfg.NumGPUBlocks),
+			ConstLabels: prometheus.Labels{"engine": engine, "block_size": strconv.Itoa(cfg.BlockSize), "num_gpu_blocks": strconv.Itoa(cfg.NumGPUBlocks),
 				"enable_prefix_caching": "True", "prefix_caching_hash_algo": "xxhash", "cache_dtype": "auto", "gpu_memory_utilization": "0.9"}},
 			func() float64 { return 1 }),
 		ttft, itl, e2e,
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return &serverMetrics{ttft: ttft, itl: itl, e2e: e2e}, nil
+	m.ttft, m.itl, m.e2e = append(m.ttft, ttft), append(m.itl, itl), append(m.e2e, e2e)
+	return nil
 }
 
 func (m *serverMetrics) observeEnd(out *outputs, arrival time.Time, scale float64) {
 	if out.first.IsZero() {
 		return
 	}
-	m.ttft.Observe(out.first.Sub(arrival).Seconds() * scale)
-	m.e2e.Observe(out.last.Sub(arrival).Seconds() * scale)
+	m.ttft[out.rank].Observe(out.first.Sub(arrival).Seconds() * scale)
+	m.e2e[out.rank].Observe(out.last.Sub(arrival).Seconds() * scale)
 }

@@ -55,6 +55,63 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 	return c, nil
 }
 
+// ForRank is the configuration of data-parallel rank rank's publisher: the endpoint and the
+// replay endpoint offset as vLLM's ZmqEventPublisher.offset_endpoint_port does (rank 0
+// unchanged; tcp: port + rank; inproc: suffix "_dp<rank>"; anything else is an error).
+// Departures: a tcp port 0 (ephemeral) stays 0 for every rank instead of becoming port rank,
+// and czmq's range form "*[lo-hi]" (which vLLM cannot offset) shifts to "*[lo+rank-hi+rank]".
+func (c KVEventsConfig) ForRank(rank int) (KVEventsConfig, error) {
+	var err error
+	if c.Endpoint, err = offsetEndpoint(c.Endpoint, rank); err != nil {
+		return c, err
+	}
+	if c.ReplayEndpoint != nil {
+		r, err := offsetEndpoint(*c.ReplayEndpoint, rank)
+		if err != nil {
+			return c, err
+		}
+		c.ReplayEndpoint = &r
+	}
+	return c, nil
+}
+
+// offsetEndpoint is vLLM's offset_endpoint_port for one endpoint.
+func offsetEndpoint(ep string, rank int) (string, error) {
+	switch {
+	case ep == "" || rank == 0:
+		return ep, nil
+	case strings.Contains(ep, "inproc"):
+		return ep + "_dp" + strconv.Itoa(rank), nil
+	case strings.Contains(ep, "tcp"):
+		i := strings.LastIndexByte(ep, ':')
+		if lo, hi, ok := czmqRange(ep[i+1:]); ok { // vllm-sim only: czmq's "*[lo-hi]" shifts whole
+			return fmt.Sprintf("%s*[%d-%d]", ep[:i+1], lo+rank, hi+rank), nil
+		}
+		port, err := strconv.Atoi(ep[i+1:])
+		if i < 0 || err != nil {
+			return "", fmt.Errorf("vllmsim: endpoint %q rank %d: no port to offset", ep, rank)
+		}
+		if port == 0 {
+			return ep, nil
+		}
+		return ep[:i+1] + strconv.Itoa(port+rank), nil
+	}
+	return "", fmt.Errorf("vllmsim: endpoint %q rank %d: must contain 'inproc' or 'tcp' (vLLM's rule)", ep, rank)
+}
+
+// czmqRange parses czmq's bind range "*[lo-hi]" (a port of the range; the e2e stack uses
+// "*[N-N]" to bind exactly N on loopback).
+func czmqRange(p string) (lo, hi int, ok bool) {
+	inner, found := strings.CutPrefix(p, "*[")
+	if inner, found = strings.CutSuffix(inner, "]"); !found {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(inner, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	return lo, hi, found && err1 == nil && err2 == nil
+}
+
 // Enabled reports whether events are published over ZeroMQ.
 func (c KVEventsConfig) Enabled() bool { return c.EnableKVCacheEvents && c.Publisher == "zmq" }
 

@@ -36,11 +36,15 @@ type ServerConfig struct {
 	// LoRAModules are the LoRA adapters served besides the base model (vLLM --lora-modules
 	// name=path); a request whose model is an adapter's name runs with it. They get the
 	// engine ids 1, 2, … in this order, as vLLM numbers adapters it loads at startup.
-	LoRAModules  []LoRAModule
-	MaxModelLen  int // prompt + output tokens; default 131072
-	Tokenizer    *tokenizer.Tokenizer
-	Vocab        *Vocab
-	Worker       *Worker
+	LoRAModules []LoRAModule
+	MaxModelLen int // prompt + output tokens; default 131072
+	Tokenizer   *tokenizer.Tokenizer
+	Vocab       *Vocab
+	Worker      *Worker
+	// Workers are the data-parallel ranks (vLLM --data-parallel-size), rank r at index r;
+	// nil means Worker alone. A request picks its rank by X-data-parallel-rank, else the
+	// least loaded one.
+	Workers      []*Worker
 	KVTransfer   *KVTransfer
 	PromptTokens bool // usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)
 	MaxBodyBytes int64
@@ -66,10 +70,11 @@ func ParseLoRAModule(s string) (LoRAModule, error) {
 // Server is the vllm-sim HTTP handler: /v1/completions, /v1/chat/completions, /tokenize,
 // /detokenize, /health, /v1/models, /reset_prefix_cache and /metrics.
 type Server struct {
-	cfg  ServerConfig
-	m    *serverMetrics
-	mux  *http.ServeMux
-	lora map[string]sim.Adapter // adapter name -> engine adapter
+	cfg   ServerConfig
+	m     *serverMetrics
+	mux   *http.ServeMux
+	ranks *ranks
+	lora  map[string]sim.Adapter // adapter name -> engine adapter
 }
 
 // NewServer builds the handler and registers the vllm: metrics on cfg.Registry.
@@ -86,14 +91,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), lora: map[string]sim.Adapter{}}
+	if len(cfg.Workers) == 0 {
+		cfg.Workers = []*Worker{cfg.Worker}
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), ranks: newRanks(cfg.Workers), lora: map[string]sim.Adapter{}}
 	for i, l := range cfg.LoRAModules {
 		if _, dup := s.lora[l.Name]; dup || s.baseModel(l.Name) {
 			return nil, fmt.Errorf("vllmsim: server config: lora module %q: name already served", l.Name)
 		}
 		s.lora[l.Name] = sim.Adapter{ID: int64(i + 1), Name: l.Name, Path: l.Path}
 	}
-	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Worker)
+	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -309,8 +317,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !ok {
 		return
 	}
+	rank, err := s.ranks.pick(r.Header)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	defer s.ranks.done(rank)
+	worker := s.ranks.workers[rank]
 	arrival := time.Now()
-	st, err := s.cfg.Worker.Submit(r.Context(), p.req)
+	st, err := worker.Submit(r.Context(), p.req)
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, sim.ErrTooLong) {
@@ -320,7 +335,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	ctx := r.Context()
-	var out outputs
+	out := outputs{rank: rank}
 	if p.body.Stream {
 		err = s.stream(ctx, w, p, st, &out)
 	} else {
@@ -332,7 +347,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err != nil {
 		abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = s.cfg.Worker.Abort(abortCtx, st.ID)
+		_ = worker.Abort(abortCtx, st.ID)
 		return
 	}
 	s.m.observeEnd(&out, arrival, s.cfg.Worker.cfg.TimeScale)
@@ -340,6 +355,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 
 // outputs accumulates one request's tokens and timings.
 type outputs struct {
+	rank  int // data-parallel rank serving the request
 	toks  []uint32
 	fin   *sim.Finished
 	first time.Time
@@ -356,7 +372,7 @@ func (s *Server) next(ctx context.Context, st *Stream, out *outputs) ([]uint32, 
 		if out.first.IsZero() {
 			out.first = now
 		} else {
-			s.m.itl.Observe(now.Sub(out.last).Seconds() * s.cfg.Worker.cfg.TimeScale)
+			s.m.itl[out.rank].Observe(now.Sub(out.last).Seconds() * s.cfg.Worker.cfg.TimeScale)
 		}
 		out.last = now
 	}
@@ -438,13 +454,15 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Worker.ResetPrefixCache(r.Context()); err != nil {
-		code := http.StatusServiceUnavailable
-		if errors.Is(err, sim.ErrBlocksInUse) {
-			code = http.StatusBadRequest
+	for _, wk := range s.cfg.Workers { // every engine, as vLLM resets all of them
+		if err := wk.ResetPrefixCache(r.Context()); err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, sim.ErrBlocksInUse) {
+				code = http.StatusBadRequest
+			}
+			apiError(w, code, "reset prefix cache: "+err.Error())
+			return
 		}
-		apiError(w, code, "reset prefix cache: "+err.Error())
-		return
 	}
 	w.WriteHeader(http.StatusOK)
 }

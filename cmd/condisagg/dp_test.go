@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/sim/vllmsim"
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+// freePortRun returns a base port p such that p .. p+n-1 are free on 127.0.0.1 right now.
+func freePortRun(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		var lns []net.Listener
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		base := ln.Addr().(*net.TCPAddr).Port
+		ok := base+n-1 <= 65535
+		for i := 1; i < n && ok; i++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			ok = err == nil
+			if ok {
+				lns = append(lns, l)
+			}
+		}
+		for _, l := range lns {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// startDPSim runs an in-process vllm-sim with --data-parallel-size 2, its publishers bound on
+// pub..pub+1 and replay..replay+1, and returns its HTTP address.
+func startDPSim(t *testing.T, model string, pub, replay int) string {
+	t.Helper()
+	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab, err := vllmsim.NewVocab(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := fmt.Sprintf("tcp://*:%d", replay)
+	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
+		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100, DataParallelSize: 2,
+		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", pub),
+			ReplayEndpoint: &rep, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
+		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("vllm-sim: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// decideHeaders plays Envoy for one BUFFERED chat request and returns the headers set.
+func decideHeaders(t *testing.T, conn *grpc.ClientConn, body string) map[string]string {
+	t.Helper()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.CloseSend()
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	set := map[string]string{}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+		}
+	}
+	return set
+}
+
+// TestServeDataParallelRanks runs serve against a vllm-sim with two data-parallel ranks: each
+// rank is its own worker with its own event stream (ports + rank), the ext_proc answer pins
+// the request to a rank with x-data-parallel-rank, the engine that the header selects indexes
+// the prompt under that rank only, and Explain then credits and names that rank.
+func TestServeDataParallelRanks(t *testing.T) {
+	model := requireModel(t)
+	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
+	simAddr := startDPSim(t, model, pub, rep)
+	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
+	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + fmt.Sprintf(`workers:
+  - {name: decode-0, role: decode, endpoint: %s, num_gpu_blocks: 1000, data_parallel_size: 2,
+     kv_events: "tcp://127.0.0.1:%d", kv_replay: "tcp://127.0.0.1:%d"}
+`, simAddr, pub, rep)
+	a := startServe(t, cfg)
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	aconn, err := grpc.NewClient(a.adminGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aconn.Close()
+	admin := condisaggv1.NewAdminClient(aconn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	workers := func() map[string]*condisaggv1.Worker {
+		lw, err := admin.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]*condisaggv1.Worker{}
+		for _, w := range lw.Workers {
+			m[w.Id] = w
+		}
+		return m
+	}
+	// Polling the Admin state with a deadline: the streams connect on their own goroutines.
+	waitFor := func(what string, cond func(map[string]*condisaggv1.Worker) bool) map[string]*condisaggv1.Worker {
+		t.Helper()
+		for {
+			ws := workers()
+			if cond(ws) {
+				return ws
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: not reached; workers %v", what, ws)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	waitFor("both rank streams connected", func(ws map[string]*condisaggv1.Worker) bool {
+		return len(ws) == 2 && ws["decode-0"].GetEvents().GetConnected() && ws["decode-0/dp1"].GetEvents().GetConnected()
+	})
+
+	body := `{"model":"qwen3","max_tokens":1,"messages":[{"role":"user","content":"` +
+		strings.Repeat("Data parallel ranks each keep their own prefix cache. ", 12) + `"}]}`
+	h := decideHeaders(t, conn, body)
+	rank := h["x-data-parallel-rank"]
+	if (rank != "0" && rank != "1") || h["x-condisagg-decode-rank"] != rank || h["x-condisagg-decode-host"] != simAddr {
+		t.Fatalf("decision headers %v: want a rank of %s", h, simAddr)
+	}
+	chosen, other := "decode-0", "decode-0/dp1"
+	if rank == "1" {
+		chosen, other = other, chosen
+	}
+	// Envoy forwards the request with the router's headers; vLLM (here vllm-sim) reads the rank.
+	req, err := http.NewRequest(http.MethodPost, "http://"+simAddr+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-data-parallel-rank", rank)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("vllm-sim answered %d", resp.StatusCode)
+	}
+	ws := waitFor("the prompt indexed under the chosen rank", func(ws map[string]*condisaggv1.Worker) bool {
+		return ws[chosen].GetIndexedGpuBlocks() > 0
+	})
+	if n := ws[other].GetIndexedGpuBlocks(); n != 0 {
+		t.Fatalf("rank %s holds %d blocks of a request rank %s served", other, n, chosen)
+	}
+	er, err := admin.Explain(ctx, &condisaggv1.ExplainRequest{Path: "/v1/chat/completions", Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(er.Overlaps) != 1 || er.Overlaps[0].Worker != chosen || er.Overlaps[0].GpuBlocks == 0 {
+		t.Fatalf("explain overlaps %v: want only %s", er.Overlaps, chosen)
+	}
+	if er.DecodeWorker != chosen {
+		t.Fatalf("explain chose %s, want the rank holding the prefix, %s", er.DecodeWorker, chosen)
+	}
+}
