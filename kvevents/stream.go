@@ -37,6 +37,7 @@ const (
 	ClearRestart           ClearReason = "restart"             // seq went back (§1.6 rule 5)
 	ClearHistoryLost       ClearReason = "history_lost"        // a gap could not be replayed
 	ClearReconnectMismatch ClearReason = "reconnect_mismatch"  // reconnect check: digest differs or absent
+	ClearGapMismatch       ClearReason = "gap_mismatch"        // gap check: the batch before the gap differs or is absent
 	ClearReconnectNoReplay ClearReason = "reconnect_no_replay" // reconnect with no replay endpoint
 	ClearMalformedBatch    ClearReason = "malformed_batch"     // batch-level decode failure (§2.4 rule 6); set by the shell
 	ClearRemoved           ClearReason = "removed"             // the stream left discovery; set by the shell
@@ -48,7 +49,7 @@ type ReplayOutcome string
 const (
 	ReplaySuccess  ReplayOutcome = "success"
 	ReplayLost     ReplayOutcome = "lost"
-	ReplayMismatch ReplayOutcome = "mismatch" // reconnect check failed: the publisher restarted
+	ReplayMismatch ReplayOutcome = "mismatch" // reconnect or gap check failed: the publisher restarted
 )
 
 // LostCause says why a replay was lost (for logs).
@@ -171,7 +172,8 @@ type replayState struct {
 	next      uint64 // next seq that keeps the replay contiguous
 	lost      bool   // a hole was seen; the clear has been emitted
 	cause     LostCause
-	verify    bool      // reconnect check: the first reply must be last.seq with last's digest
+	verify    bool      // reconnect or gap check: the first reply must be last.seq with last's digest
+	checkFail ClearReason // the clear reason if that check fails
 	discard   bool      // reconnect check failed; ignore the rest of the reply
 	reconnect bool      // a reconnect arrived during this replay; check it afterwards
 	warm      bool      // the warm-up replay of a new stream: an early hole is not lost history
@@ -309,8 +311,7 @@ func (st *Stream) reconnect() {
 	case st.rp.active:
 		st.rp.reconnect = true
 	case st.hasLast:
-		st.startReplay(st.lastSeq)
-		st.rp.verify = true
+		st.startCheckedReplay(ClearReconnectMismatch)
 	}
 }
 
@@ -352,8 +353,22 @@ func (st *Stream) recover(seq uint64, payload []byte, from uint64) {
 		st.apply(seq, payload)
 		return
 	}
-	st.startReplay(from)
+	if st.hasLast {
+		// A publisher that restarted on the same connection (no reconnect, its seq back at 0 and
+		// already past ours) answers a replay from `from` with another history: the batch we
+		// applied last must come first, unchanged, or everything we hold from it is stale.
+		st.startCheckedReplay(ClearGapMismatch)
+	} else {
+		st.startReplay(from)
+	}
 	st.bufferLive(seq, payload, false)
+}
+
+// startCheckedReplay replays from the last applied batch, which the first reply must repeat
+// with the same digest; otherwise the stream is cleared with reason fail and bootstraps.
+func (st *Stream) startCheckedReplay(fail ClearReason) {
+	st.startReplay(st.lastSeq)
+	st.rp.verify, st.rp.checkFail = true, fail
 }
 
 func (st *Stream) startReplay(from uint64) {
@@ -374,7 +389,7 @@ func (st *Stream) overBudget() bool {
 	return len(st.rp.live)+len(st.rp.run) > st.opts.PendingMessages || st.rp.bytes > st.opts.PendingBytes
 }
 
-// verifyFirst checks the first reply of a reconnect check against the last applied batch.
+// verifyFirst checks the first reply of a reconnect or gap check against the last applied batch.
 func (st *Stream) verifyFirst(seq uint64, payload []byte) {
 	st.rp.verify = false
 	if seq == st.lastSeq && xxh3.Hash(payload) == st.lastHash {
@@ -389,7 +404,7 @@ func (st *Stream) verifyFailed() {
 	st.rp.verify = false
 	st.rp.discard = true
 	st.counters.Restarts++
-	st.clear(ClearReconnectMismatch, CauseDigest)
+	st.clear(st.rp.checkFail, CauseDigest)
 	st.unset()
 }
 
@@ -428,8 +443,14 @@ func (st *Stream) replayHole(seq uint64) {
 func (st *Stream) finish(cause LostCause) {
 	rp := &st.rp
 	rp.active = false
-	if rp.verify { // the reply ended before the checked batch: absent
-		st.verifyFailed()
+	if rp.verify {
+		if rp.checkFail == ClearGapMismatch && cause != "" {
+			// A gap replay that failed before the checked batch arrived (timeout, malformed
+			// reply, overflow) proves no restart: the history is lost, as for any replay.
+			rp.verify = false
+		} else { // the reply ended before the checked batch: absent
+			st.verifyFailed()
+		}
 	}
 	switch {
 	case rp.discard:
