@@ -165,3 +165,16 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 		})
 	}
 }
+
+// TestChartLints: `helm lint --strict` passes with each gateway's example values.
+func TestChartLints(t *testing.T) {
+	for _, gw := range []string{"plain-envoy.yaml", "istio.yaml", "envoy-gateway.yaml"} {
+		t.Run(gw, func(t *testing.T) {
+			t.Parallel()
+			if _, err := helmRun(t, "lint", chartDir, "--strict", "--namespace", namespace,
+				"-f", "examples/common.yaml", "-f", "examples/"+gw); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
