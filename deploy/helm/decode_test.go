@@ -28,6 +28,7 @@ var apiTypes = map[string]func() any{
 	"apps/v1/Deployment":            func() any { return new(appsv1.Deployment) },
 	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
 	"monitoring.coreos.com/v1/ServiceMonitor":             func() any { return new(monitoringv1.ServiceMonitor) },
+	"monitoring.coreos.com/v1/PrometheusRule":             func() any { return new(monitoringv1.PrometheusRule) },
 	"networking.istio.io/v1/Gateway":                      func() any { return new(istiov1.Gateway) },
 	"networking.istio.io/v1/VirtualService":               func() any { return new(istiov1.VirtualService) },
 	"networking.istio.io/v1alpha3/EnvoyFilter":            func() any { return new(istiov1alpha3.EnvoyFilter) },
@@ -95,7 +96,8 @@ func joinErrors(errs []error) error { return strictErrors(errs) }
 // Go API type.
 func TestChartObjectsDecodeStrictly(t *testing.T) {
 	want := map[string][]string{
-		"no_gateway":              {"ConfigMap/condisagg", "Deployment/condisagg", "PodDisruptionBudget/condisagg", "Secret/condisagg-admin-token", "Service/condisagg", "ServiceMonitor/condisagg"},
+		"no_gateway": {"ConfigMap/condisagg", "Deployment/condisagg", "PodDisruptionBudget/condisagg", "Secret/condisagg-admin-token", "Service/condisagg", "ServiceMonitor/condisagg",
+			"PrometheusRule/condisagg", "ConfigMap/condisagg-dashboard"},
 		"plain_envoy":             {"ConfigMap/condisagg-envoy", "Deployment/condisagg-envoy", "Service/condisagg-envoy"},
 		"plain_envoy_full_duplex": {"ConfigMap/condisagg-envoy", "Deployment/condisagg-envoy", "Service/condisagg-envoy"},
 		"istio":                   {"EnvoyFilter/condisagg", "Gateway/llm", "VirtualService/llm"},
@@ -143,6 +145,7 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 	}{
 		"deployment_replicas_typo": {"Deployment", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["replica"] = 1 }},
 		"service_port_case":        {"Service", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["Type"] = "ClusterIP" }},
+		"prometheusrule_unknown":   {"PrometheusRule", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["group"] = []any{} }},
 		"servicemonitor_unknown":   {"ServiceMonitor", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["endpoint"] = []any{} }},
 		"envoyfilter_spec_unknown": {"EnvoyFilter", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["configPatch"] = []any{} }},
 	}
