@@ -93,19 +93,24 @@ func TestChartExistingTokenSecret(t *testing.T) {
 	}
 }
 
-// TestChartRefusesBadValues: values the chart cannot deploy correctly fail at render time.
+// TestChartRefusesBadValues: values the chart cannot deploy correctly, or does not know
+// (values.schema.json forbids unknown keys), fail at render time.
 func TestChartRefusesBadValues(t *testing.T) {
 	cases := map[string]struct {
 		set  []string
 		want string
 	}{
-		"replicas":           {[]string{"replicaCount=2"}, "one router only"},
-		"listen_in_config":   {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
-		"token_in_config":    {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},
-		"tokenizer":          {[]string{"config.model.tokenizer=/x"}, "config.model.tokenizer: the chart sets it"},
-		"no_workers":         {[]string{"config.workers=null"}, "config.workers: list at least one"},
-		"no_model_volume":    {[]string{"model.volume=null"}, "model.volume"},
-		"unknown_envoy_mode": {[]string{"gateway.type=envoy", "gateway.envoy.mode=streamed"}, "gateway.envoy.mode"},
+		// values.schema.json
+		"replicas":           {[]string{"replicaCount=2"}, "at '/replicaCount': value must be 1"},
+		"misspelt_key":       {[]string{"gateway.istio.hostt=x"}, "additional properties 'hostt' not allowed"},
+		"unknown_envoy_mode": {[]string{"gateway.type=envoy", "gateway.envoy.mode=streamed"}, "/gateway/envoy/mode"},
+		"unknown_gateway":    {[]string{"gateway.type=kgateway"}, "/gateway/type"},
+		// the templates' own checks
+		"listen_in_config": {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
+		"token_in_config":  {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},
+		"tokenizer":        {[]string{"config.model.tokenizer=/x"}, "config.model.tokenizer: the chart sets it"},
+		"no_workers":       {[]string{"config.workers=null"}, "config.workers: list at least one"},
+		"no_model_volume":  {[]string{"model.volume=null"}, "model.volume: give the volume"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
