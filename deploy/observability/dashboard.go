@@ -132,18 +132,13 @@ type row struct {
 
 func f(v float64) *float64 { return &v }
 
-// quantiles returns p50/p90/p99 series of a histogram grouped by the given labels.
-func quantiles(bucket, by, legendPrefix string, matchers ...string) []series {
+// quantiles returns p50/p90/p99 series of a histogram.
+func quantiles(bucket string, matchers ...string) []series {
 	var out []series
-	names := map[string]string{"0.5": "p50", "0.9": "p90", "0.99": "p99"}
-	for _, p := range []string{"0.5", "0.9", "0.99"} {
-		group := "le"
-		if by != "" {
-			group = by + ", le"
-		}
+	for _, p := range []struct{ q, name string }{{"0.5", "p50"}, {"0.9", "p90"}, {"0.99", "p99"}} {
 		out = append(out, series{
-			expr:   fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s[$__rate_interval])))", p, group, q(bucket, matchers...)),
-			legend: legendPrefix + names[p],
+			expr:   fmt.Sprintf("histogram_quantile(%s, sum by (le) (rate(%s[$__rate_interval])))", p.q, q(bucket, matchers...)),
+			legend: p.name,
 		})
 	}
 	return out
@@ -151,124 +146,153 @@ func quantiles(bucket, by, legendPrefix string, matchers ...string) []series {
 
 // rows is the dashboard's content, top to bottom.
 func rows() []row {
-	rate := func(metric string, matchers ...string) string {
-		return fmt.Sprintf("rate(%s[$__rate_interval])", q(metric, matchers...))
-	}
-	bypass := fmt.Sprintf("sum(%s) / sum(%s)", rate("condisagg_decisions_total", `route="decode"`, decided), rate("condisagg_decisions_total", decided))
-	return []row{
-		{"Decisions", []spec{
-			{title: "Decisions by reason", kind: "timeseries", unit: "reqps", stack: true,
-				description: "Routing decisions per second by route and the policy's reason (conditional-disagg.md §8.1).",
-				series:      []series{{fmt.Sprintf("sum by (route, reason) (%s)", rate("condisagg_decisions_total")), "{{route}}: {{reason}}"}}},
-			{title: "Placement: decisions by route", kind: "timeseries", unit: "reqps", stack: true,
-				description: "prefill = remote prefill then KV transfer; decode = one decode worker prefills locally (bypass). Rejected requests by reason below them.",
-				series: []series{
-					{fmt.Sprintf("sum by (route) (%s)", rate("condisagg_decisions_total")), "{{route}}"},
-					{fmt.Sprintf("sum by (reason) (%s)", rate("condisagg_requests_rejected_total")), "rejected: {{reason}}"},
-				}},
-			{title: "Bypass ratio", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
-				description: "Share of policy decisions (not passthrough or failure_open) routed to local prefill on a decode worker.",
-				series:      []series{{bypass, "bypass ratio"}}},
-			{title: "Fallback and failure decisions", kind: "timeseries", unit: "reqps",
-				description: "Requests not decided by the policy: passthrough (no prompt), failure_open (pipeline failure under --failure-mode open), and internal errors.",
-				series: []series{
-					{fmt.Sprintf("sum by (reason) (%s)", rate("condisagg_decisions_total", `reason=~"passthrough|failure_open"`)), "{{reason}}"},
-					{fmt.Sprintf("sum(%s)", rate("condisagg_internal_errors_total")), "internal errors"},
-				}},
-		}},
-		{"Cache credit", []spec{
-			{title: "Credited cache: effective ISL ratio", kind: "heatmap", heatmap: true,
-				description: "Distribution of effective ISL / ISL of policy decisions on the previewed decode worker: 0 = fully cached prompt, 1 = nothing credited.",
-				series:      []series{{fmt.Sprintf("sum by (le) (increase(%s[$__rate_interval]))", q("condisagg_effective_isl_ratio_bucket")), "{{le}}"}}},
-			{title: "Effective ISL (uncached prompt tokens)", kind: "timeseries", unit: "short",
-				description: "Quantiles of the prompt tokens not cached on the previewed decode worker.",
-				series:      quantiles("condisagg_effective_isl_tokens_bucket", "", "")},
-			{title: "Cached tokens reported by the engines", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
-				description: "usage cached tokens / usage prompt tokens of answered requests, by route.",
-				series: []series{{fmt.Sprintf("sum by (route) (%s) / sum by (route) (%s)",
-					rate("condisagg_usage_tokens_total", `kind="cached"`), rate("condisagg_usage_tokens_total", `kind="prompt"`)), "{{route}}"}}},
-			{title: "Credit error on bypass requests", kind: "timeseries", unit: "short",
-				description: "Quantiles of the engine's cached_tokens minus the router's credited cache on local-prefill requests: near 0 when the index tracks the engines.",
-				series:      quantiles("condisagg_cached_tokens_error_bucket", "", "")},
-		}},
-		{"Booked load per worker", []spec{
-			{title: "Booked prefill tokens", kind: "timeseries", unit: "short",
-				description: "Uncached prompt tokens booked by the router whose prefill has not finished.",
-				series:      []series{{fmt.Sprintf("sum by (worker) (%s)", q("condisagg_active_prefill_tokens")), "{{worker}}"}}},
-			{title: "Booked decode KV blocks / capacity", kind: "timeseries", unit: "percentunit", min: f(0),
-				description: "Router-booked decode blocks over the worker's KV capacity (workers of unknown capacity are left out).",
-				series: []series{{fmt.Sprintf("sum by (worker) (%s) / sum by (worker) (%s > 0)",
-					q("condisagg_active_decode_blocks"), q("condisagg_kv_capacity_blocks")), "{{worker}}"}}},
-			{title: "Open bookings", kind: "timeseries", unit: "short", stack: true,
-				description: "Requests booked on each worker and not yet released.",
-				series:      []series{{fmt.Sprintf("sum by (worker) (%s)", q("condisagg_active_requests")), "{{worker}}"}}},
-			{title: "Bookings expired and guard denials", kind: "timeseries", unit: "ops",
-				description: "Bookings released by the TTL sweep (their response was never observed) and bypass commits denied by the decode-busy guard.",
-				series: []series{
-					{fmt.Sprintf("sum(%s)", rate("condisagg_accounting_expired_total")), "expired"},
-					{fmt.Sprintf("sum(%s)", rate("condisagg_guard_commit_denied_total")), "guard denied"},
-				}},
-		}},
-		{"KV event streams", []spec{
-			{title: "Time since last applied batch", kind: "timeseries", unit: "s",
-				description: "Per worker. An idle engine publishes nothing, so this grows without load; with load it should stay small.",
-				series:      []series{{fmt.Sprintf("time() - max by (worker) (%s)", q("condisagg_kv_last_event_timestamp_seconds")), "{{worker}}"}}},
-			{title: "Event lag", kind: "timeseries", unit: "s",
-				description: "Receive time minus the batch's engine timestamp.",
-				series:      quantiles("condisagg_kv_event_lag_seconds_bucket", "", "")},
-			{title: "Stream faults", kind: "timeseries", unit: "ops",
-				description: "Sequence gaps, replays by outcome, reconnects, publisher restarts, history lost and dropped messages, per worker.",
-				series: []series{
-					{fmt.Sprintf("sum by (worker) (%s)", rate("condisagg_kv_gaps_total")), "gap {{worker}}"},
-					{fmt.Sprintf("sum by (worker, outcome) (%s)", rate("condisagg_kv_replays_total")), "replay {{outcome}} {{worker}}"},
-					{fmt.Sprintf("sum by (worker) (%s)", rate("condisagg_kv_reconnects_total")), "reconnect {{worker}}"},
-					{fmt.Sprintf("sum by (worker) (%s)", rate("condisagg_kv_publisher_restarts_total")), "restart {{worker}}"},
-					{fmt.Sprintf("sum by (worker) (%s)", rate("condisagg_kv_history_lost_total")), "history lost {{worker}}"},
-					{fmt.Sprintf("sum by (worker, reason) (%s)", rate("condisagg_kv_messages_dropped_total")), "dropped {{reason}} {{worker}}"},
-				}},
-			{title: "Silent streams and events applied", kind: "timeseries", unit: "short",
-				description: "Workers whose stream the router considers silent (by pool), and KV events applied per second.",
-				series: []series{
-					{fmt.Sprintf("max by (pool) (%s)", q("condisagg_kv_events_silent_workers")), "silent {{pool}}"},
-					{fmt.Sprintf("sum(%s)", rate("condisagg_kv_events_total")), "events/s"},
-				}},
-		}},
-		{"Prefix index", []spec{
-			{title: "Indexed blocks per worker and medium", kind: "timeseries", unit: "short", stack: true,
-				description: "Prefix-index entries (KV blocks the router believes each worker holds).",
-				series:      []series{{fmt.Sprintf("sum by (worker, medium) (%s)", q("condisagg_indexed_blocks")), "{{worker}} {{medium}}"}}},
-			{title: "Index size", kind: "stat", unit: "short",
-				description: "All indexed blocks.",
-				series:      []series{{fmt.Sprintf("sum(%s)", q("condisagg_indexed_blocks")), "blocks"}}},
-		}},
-		{"Decision latency", []spec{
-			{title: "Decision latency p99 by stage", kind: "timeseries", unit: "s",
-				description: "tokenize, overlap, decide, book and their total.",
-				series: []series{{fmt.Sprintf("histogram_quantile(0.99, sum by (stage, le) (rate(%s[$__rate_interval])))",
-					q("condisagg_decision_seconds_bucket")), "{{stage}}"}}},
-			{title: "Decision latency (total)", kind: "timeseries", unit: "s",
-				series: quantiles("condisagg_decision_seconds_bucket", "", "", `stage="total"`)},
-		}},
-		{"Workers", []spec{
-			{title: "Worker health", kind: "state-timeline", min: f(0), max: f(1),
-				description: "1 = eligible for selection, 0 = excluded (failed probes or upstream failures).",
-				series:      []series{{fmt.Sprintf("max by (worker, role) (%s)", q("condisagg_worker_healthy")), "{{role}} {{worker}}"}}},
-			{title: "Healthy workers by role", kind: "timeseries", unit: "short",
-				description: "Eligible workers against discovered workers.",
-				series: []series{
-					{fmt.Sprintf("sum by (role) (%s)", q("condisagg_worker_healthy")), "healthy {{role}}"},
-					{fmt.Sprintf("sum by (role) (%s)", q("condisagg_pool_workers")), "discovered {{role}}"},
-				}},
-			{title: "Health transitions", kind: "timeseries", unit: "ops",
-				series: []series{{fmt.Sprintf("sum by (worker, reason) (%s)", rate("condisagg_worker_health_transitions_total")), "{{worker}} {{reason}}"}}},
-			{title: "ext_proc streams", kind: "timeseries", unit: "short",
-				description: "Open ext_proc streams (requests in flight through Envoy) and stream errors per second.",
-				series: []series{
-					{fmt.Sprintf("sum(%s)", q("condisagg_extproc_active_streams")), "open streams"},
-					{fmt.Sprintf("sum by (reason) (%s)", rate("condisagg_extproc_stream_errors_total")), "errors {{reason}}"},
-				}},
-		}},
-	}
+	return []row{decisionsRow(), cacheCreditRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow()}
+}
+
+// rateOf is the per-second rate of a counter over Grafana's rate interval, filtered.
+func rateOf(metric string, matchers ...string) string {
+	return fmt.Sprintf("rate(%s[$__rate_interval])", q(metric, matchers...))
+}
+
+// decisionsRow shows the decision counts by reason and route, the bypass ratio and fallbacks.
+func decisionsRow() row {
+	bypass := fmt.Sprintf("sum(%s) / sum(%s)", rateOf("condisagg_decisions_total", `route="decode"`, decided), rateOf("condisagg_decisions_total", decided))
+	return row{"Decisions", []spec{
+		{title: "Decisions by reason", kind: "timeseries", unit: "reqps", stack: true,
+			description: "Routing decisions per second by route and the policy's reason (conditional-disagg.md §8.1).",
+			series:      []series{{fmt.Sprintf("sum by (route, reason) (%s)", rateOf("condisagg_decisions_total")), "{{route}}: {{reason}}"}}},
+		{title: "Placement: decisions by route", kind: "timeseries", unit: "reqps", stack: true,
+			description: "prefill = remote prefill then KV transfer; decode = one decode worker prefills locally (bypass). Rejected requests by reason below them.",
+			series: []series{
+				{fmt.Sprintf("sum by (route) (%s)", rateOf("condisagg_decisions_total")), "{{route}}"},
+				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_requests_rejected_total")), "rejected: {{reason}}"},
+			}},
+		{title: "Bypass ratio", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
+			description: "Share of policy decisions (not passthrough or failure_open) routed to local prefill on a decode worker.",
+			series:      []series{{bypass, "bypass ratio"}}},
+		{title: "Fallback and failure decisions", kind: "timeseries", unit: "reqps",
+			description: "Requests not decided by the policy: passthrough (no prompt), failure_open (pipeline failure under --failure-mode open), and internal errors.",
+			series: []series{
+				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_decisions_total", `reason=~"passthrough|failure_open"`)), "{{reason}}"},
+				{fmt.Sprintf("sum(%s)", rateOf("condisagg_internal_errors_total")), "internal errors"},
+			}},
+	}}
+}
+
+// cacheCreditRow shows how much of each prompt the router credits as cached, and how right it is.
+func cacheCreditRow() row {
+	return row{"Cache credit", []spec{
+		{title: "Credited cache: effective ISL ratio", kind: "heatmap", heatmap: true,
+			description: "Distribution of effective ISL / ISL of policy decisions on the previewed decode worker: 0 = fully cached prompt, 1 = nothing credited.",
+			series:      []series{{fmt.Sprintf("sum by (le) (increase(%s[$__rate_interval]))", q("condisagg_effective_isl_ratio_bucket")), "{{le}}"}}},
+		{title: "Effective ISL (uncached prompt tokens)", kind: "timeseries", unit: "short",
+			description: "Quantiles of the prompt tokens not cached on the previewed decode worker.",
+			series:      quantiles("condisagg_effective_isl_tokens_bucket")},
+		{title: "Cached tokens reported by the engines", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
+			description: "usage cached tokens / usage prompt tokens of answered requests, by route.",
+			series: []series{{fmt.Sprintf("sum by (route) (%s) / sum by (route) (%s)",
+				rateOf("condisagg_usage_tokens_total", `kind="cached"`), rateOf("condisagg_usage_tokens_total", `kind="prompt"`)), "{{route}}"}}},
+		{title: "Credit error on bypass requests", kind: "timeseries", unit: "short",
+			description: "Quantiles of the engine's cached_tokens minus the router's credited cache on local-prefill requests: near 0 when the index tracks the engines.",
+			series:      quantiles("condisagg_cached_tokens_error_bucket")},
+	}}
+}
+
+// bookedLoadRow shows the load the router books on each worker.
+func bookedLoadRow() row {
+	return row{"Booked load per worker", []spec{
+		{title: "Booked prefill tokens", kind: "timeseries", unit: "short",
+			description: "Uncached prompt tokens booked by the router whose prefill has not finished.",
+			series:      []series{{fmt.Sprintf("sum by (worker) (%s)", q("condisagg_active_prefill_tokens")), "{{worker}}"}}},
+		{title: "Booked decode KV blocks / capacity", kind: "timeseries", unit: "percentunit", min: f(0),
+			description: "Router-booked decode blocks over the worker's KV capacity (workers of unknown capacity are left out).",
+			series: []series{{fmt.Sprintf("sum by (worker) (%s) / sum by (worker) (%s > 0)",
+				q("condisagg_active_decode_blocks"), q("condisagg_kv_capacity_blocks")), "{{worker}}"}}},
+		{title: "Open bookings", kind: "timeseries", unit: "short", stack: true,
+			description: "Requests booked on each worker and not yet released.",
+			series:      []series{{fmt.Sprintf("sum by (worker) (%s)", q("condisagg_active_requests")), "{{worker}}"}}},
+		{title: "Bookings expired and guard denials", kind: "timeseries", unit: "ops",
+			description: "Bookings released by the TTL sweep (their response was never observed) and bypass commits denied by the decode-busy guard.",
+			series: []series{
+				{fmt.Sprintf("sum(%s)", rateOf("condisagg_accounting_expired_total")), "expired"},
+				{fmt.Sprintf("sum(%s)", rateOf("condisagg_guard_commit_denied_total")), "guard denied"},
+			}},
+	}}
+}
+
+// eventStreamsRow shows the health, freshness and faults of the KV event streams.
+func eventStreamsRow() row {
+	return row{"KV event streams", []spec{
+		{title: "Time since last applied batch", kind: "timeseries", unit: "s",
+			description: "Per worker. An idle engine publishes nothing, so this grows without load; with load it should stay small.",
+			series:      []series{{fmt.Sprintf("time() - max by (worker) (%s)", q("condisagg_kv_last_event_timestamp_seconds")), "{{worker}}"}}},
+		{title: "Event lag", kind: "timeseries", unit: "s",
+			description: "Receive time minus the batch's engine timestamp.",
+			series:      quantiles("condisagg_kv_event_lag_seconds_bucket")},
+		{title: "Stream faults", kind: "timeseries", unit: "ops",
+			description: "Sequence gaps, replays by outcome, reconnects, publisher restarts, history lost and dropped messages, per worker.",
+			series: []series{
+				{fmt.Sprintf("sum by (worker) (%s)", rateOf("condisagg_kv_gaps_total")), "gap {{worker}}"},
+				{fmt.Sprintf("sum by (worker, outcome) (%s)", rateOf("condisagg_kv_replays_total")), "replay {{outcome}} {{worker}}"},
+				{fmt.Sprintf("sum by (worker) (%s)", rateOf("condisagg_kv_reconnects_total")), "reconnect {{worker}}"},
+				{fmt.Sprintf("sum by (worker) (%s)", rateOf("condisagg_kv_publisher_restarts_total")), "restart {{worker}}"},
+				{fmt.Sprintf("sum by (worker) (%s)", rateOf("condisagg_kv_history_lost_total")), "history lost {{worker}}"},
+				{fmt.Sprintf("sum by (worker, reason) (%s)", rateOf("condisagg_kv_messages_dropped_total")), "dropped {{reason}} {{worker}}"},
+			}},
+		{title: "Silent streams and events applied", kind: "timeseries", unit: "short",
+			description: "Workers whose stream the router considers silent (by pool), and KV events applied per second.",
+			series: []series{
+				{fmt.Sprintf("max by (pool) (%s)", q("condisagg_kv_events_silent_workers")), "silent {{pool}}"},
+				{fmt.Sprintf("sum(%s)", rateOf("condisagg_kv_events_total")), "events/s"},
+			}},
+	}}
+}
+
+// indexRow shows the prefix index.
+func indexRow() row {
+	return row{"Prefix index", []spec{
+		{title: "Indexed blocks per worker and medium", kind: "timeseries", unit: "short", stack: true,
+			description: "Prefix-index entries (KV blocks the router believes each worker holds).",
+			series:      []series{{fmt.Sprintf("sum by (worker, medium) (%s)", q("condisagg_indexed_blocks")), "{{worker}} {{medium}}"}}},
+		{title: "Index size", kind: "stat", unit: "short",
+			description: "All indexed blocks.",
+			series:      []series{{fmt.Sprintf("sum(%s)", q("condisagg_indexed_blocks")), "blocks"}}},
+	}}
+}
+
+// latencyRow shows decision latency.
+func latencyRow() row {
+	return row{"Decision latency", []spec{
+		{title: "Decision latency p99 by stage", kind: "timeseries", unit: "s",
+			description: "tokenize, overlap, decide, book and their total.",
+			series: []series{{fmt.Sprintf("histogram_quantile(0.99, sum by (stage, le) (rate(%s[$__rate_interval])))",
+				q("condisagg_decision_seconds_bucket")), "{{stage}}"}}},
+		{title: "Decision latency (total)", kind: "timeseries", unit: "s",
+			series: quantiles("condisagg_decision_seconds_bucket", `stage="total"`)},
+	}}
+}
+
+// workersRow shows worker health and ext_proc streams.
+func workersRow() row {
+	return row{"Workers", []spec{
+		{title: "Worker health", kind: "state-timeline", min: f(0), max: f(1),
+			description: "1 = eligible for selection, 0 = excluded (failed probes or upstream failures).",
+			series:      []series{{fmt.Sprintf("max by (worker, role) (%s)", q("condisagg_worker_healthy")), "{{role}} {{worker}}"}}},
+		{title: "Healthy workers by role", kind: "timeseries", unit: "short",
+			description: "Eligible workers against discovered workers.",
+			series: []series{
+				{fmt.Sprintf("sum by (role) (%s)", q("condisagg_worker_healthy")), "healthy {{role}}"},
+				{fmt.Sprintf("sum by (role) (%s)", q("condisagg_pool_workers")), "discovered {{role}}"},
+			}},
+		{title: "Health transitions", kind: "timeseries", unit: "ops",
+			series: []series{{fmt.Sprintf("sum by (worker, reason) (%s)", rateOf("condisagg_worker_health_transitions_total")), "{{worker}} {{reason}}"}}},
+		{title: "ext_proc streams", kind: "timeseries", unit: "short",
+			description: "Open ext_proc streams (requests in flight through Envoy) and stream errors per second.",
+			series: []series{
+				{fmt.Sprintf("sum(%s)", q("condisagg_extproc_active_streams")), "open streams"},
+				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_extproc_stream_errors_total")), "errors {{reason}}"},
+			}},
+	}}
 }
 
 // variables are the dashboard's template variables: data source, job and instance.
