@@ -29,7 +29,7 @@ const (
 // workers, all vllm-sim. Scenarios run in order; "condisagg down" is last.
 func TestEndToEnd(t *testing.T) {
 	s := startStack(t, Config{
-		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, FullDuplexEnvoy: true,
+		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, FullDuplexEnvoy: true, ModelName: "qwen3",
 		// Scenarios 3 and 10 pause the prefill worker to hold it busy; probing would (rightly)
 		// find a hung worker and take it out. TestDeadDecodeWorkerLeavesSelection covers health.
 		NoHealthProbes: true,
@@ -48,6 +48,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("7_forged_headers_ignored", func(t *testing.T) { testForgedHeaders(t, s) })
 	t.Run("11_client_kv_transfer_params_and_encoded_paths", func(t *testing.T) { testHostileBodiesAndPaths(t, s) })
 	t.Run("9_errors_through_envoy", func(t *testing.T) { testErrors(t, s) })
+	t.Run("12_unknown_model_404", func(t *testing.T) { testUnknownModel(t, s) })
 	t.Run("passthrough_get_models", func(t *testing.T) { testPassthrough(t, s) })
 	t.Run("10_booked_load_returns_to_zero", func(t *testing.T) { testLoadReturnsToZero(t, s) })
 	t.Run("8_condisagg_down_failure_mode", func(t *testing.T) { testRouterDown(t, s) })

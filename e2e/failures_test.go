@@ -353,3 +353,33 @@ func TestDeadDecodeWorkerLeavesSelection(t *testing.T) {
 	waitWorker(t, ctx, s, "decode-1", "healthy again", func(w *condisaggv1.Worker) bool { return w.Healthy })
 	t.Logf("decode-1 back %v after its restart", time.Since(restarted).Round(10*time.Millisecond))
 }
+
+// testUnknownModel: a request for a model the router does not serve (unknown_model reject)
+// gets vLLM's own 404 JSON through both Envoys, with x-condisagg-error unknown_model, and
+// reaches no worker.
+func testUnknownModel(t *testing.T, s *Stack) {
+	ctx := scenarioCtx(t)
+	before, err := s.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "{\"error\":{\"message\":\"The model `gpt-4o` does not exist.\",\"type\":\"NotFoundError\",\"param\":\"model\",\"code\":404}}"
+	for _, env := range []*envoy.Process{s.Envoy, s.EnvoyDuplex} {
+		r, err := s.ChatVia(ctx, env, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != http.StatusNotFound || string(r.Body) != want || r.Header.Get("X-Condisagg-Error") != "unknown_model" ||
+			!strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			t.Fatalf("unknown model: %d %q %q %s; want 404 %s", r.Status, r.Header.Get("Content-Type"),
+				r.Header.Get("X-Condisagg-Error"), r.Body, want)
+		}
+	}
+	after, err := s.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(before, after) {
+		t.Fatalf("an unknown model's request reached workers: %v -> %v", before, after)
+	}
+}

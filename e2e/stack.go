@@ -67,6 +67,9 @@ type Config struct {
 	Bin       Binaries
 	Dir       string // scratch directory for configs
 	Tokenizer string // model directory (tokenizer.json); default tokenizer/testdata/models/qwen3
+	// ModelName names the router's model (model.name, unknown_model reject): other request
+	// model names get 404. "": the unnamed model takes every name.
+	ModelName string
 	Workers   []WorkerSpec
 	// Disagg is --router-conditional-disagg-config (JSON).
 	Disagg string
@@ -355,7 +358,11 @@ func (s *Stack) writeRouterConfig() (string, error) {
 	if s.cfg.MaxBodyBytes > 0 {
 		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
 	}
-	fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16}\n", s.cfg.Tokenizer)
+	if s.cfg.ModelName != "" {
+		fmt.Fprintf(&b, "unknown_model: reject\nmodel: {name: %q, tokenizer: %q, block_size: 16}\n", s.cfg.ModelName, s.cfg.Tokenizer)
+	} else {
+		fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16}\n", s.cfg.Tokenizer)
+	}
 	fmt.Fprintf(&b, "router:\n  mode: kv\n  kv_events: true\n  conditional_disagg: true\n")
 	if s.cfg.Disagg != "" {
 		fmt.Fprintf(&b, "  conditional_disagg_config: %q\n", s.cfg.Disagg)

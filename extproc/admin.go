@@ -82,6 +82,7 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 		DecodeWorker: out.Decode.ID, DecodeEndpoint: out.Decode.Endpoint,
 		PrefillWorker: out.Prefill.ID, PrefillEndpoint: out.Prefill.Endpoint,
 		Destination: out.Destination().Endpoint,
+		Model:       out.Model, LoraAdapter: out.LoRA, UnknownModel: out.UnknownModel,
 		Inputs: &condisaggv1.PolicyInputs{
 			SnapshotVersion: in.SnapshotVersion, PreviewDecode: in.PreviewDecode,
 			OverlapBlocks: int64(in.Overlap), HostBlocks: int64(in.HostBlocks), DiskBlocks: int64(in.DiskBlocks),
@@ -104,17 +105,24 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 	return resp, nil
 }
 
-// ListWorkers reports every discovered worker.
+// ListWorkers reports every discovered worker of every served model, in model order.
 func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*condisaggv1.ListWorkersResponse, error) {
-	r := a.opts.Router
-	now := a.opts.Now()
 	resp := &condisaggv1.ListWorkersResponse{}
-	for _, w := range r.Pool().Workers() {
-		pw := &condisaggv1.Worker{Id: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint,
+	for _, m := range a.opts.Router.Models() {
+		resp.Workers = a.appendWorkers(resp.Workers, &m)
+	}
+	return resp, nil
+}
+
+// appendWorkers appends the workers of model m.
+func (a *Admin) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*condisaggv1.Worker {
+	now := a.opts.Now()
+	for _, w := range m.Pool.Workers() {
+		pw := &condisaggv1.Worker{Id: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, Model: m.Name,
 			Healthy: w.Healthy, KvCapacityBlocks: w.KVCapacityBlocks, MaxBatchedTokens: w.MaxBatchedTokens,
 			ActivePrefillTokens: w.ActivePrefillTokens, ActiveDecodeBlocks: w.ActiveDecodeBlocks,
 			ActiveRequests: w.ActiveRequests}
-		if st, ok := r.Index().Stats(kvindex.WorkerID(w.ID)); ok {
+		if st, ok := m.Index.Stats(kvindex.WorkerID(w.ID)); ok {
 			pw.IndexedGpuBlocks = int64(st.Blocks[kvindex.GPU])
 			pw.IndexedCpuBlocks = int64(st.Blocks[kvindex.CPU])
 			pw.IndexedDiskBlocks = int64(st.Blocks[kvindex.Disk])
@@ -130,9 +138,9 @@ func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*
 					LastEventAgeSeconds: age}
 			}
 		}
-		resp.Workers = append(resp.Workers, pw)
+		dst = append(dst, pw)
 	}
-	return resp, nil
+	return dst
 }
 
 // ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.

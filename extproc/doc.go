@@ -3,9 +3,11 @@
 // response to release the decision's load bookings.
 //
 // One HTTP request is one ext_proc Process stream. Server.Process is the only loop: it
-// receives a ProcessingRequest, hands it to the per-stream state machine (exchange.Step), and
-// sends what the machine returns. Per-stream state is local to that call, never a field of
-// the Server. The machine supports the three request body modes Envoy uses (BUFFERED,
+// takes a ProcessingRequest from the stream's receive goroutine, hands it to the per-stream
+// state machine (exchange.Step), and sends what the machine returns. Per-stream state is local
+// to that call, never a field of the Server. Each stream holds at most one booking and at most
+// max_body_bytes of request body, and ends after stream_idle_timeout without the rest of its
+// request; decisions run in a bounded number of slots (README "Resource bounds"). The machine supports the three request body modes Envoy uses (BUFFERED,
 // STREAMED, FULL_DUPLEX_STREAMED; envoy-extproc.md §1), assembles the body across chunks up to
 // a hard limit, tolerates a duplicate end of stream, and never changes the body.
 //

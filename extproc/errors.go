@@ -3,8 +3,11 @@ package extproc
 import (
 	"context"
 	"errors"
-	"github.com/condisagg/condisagg/route"
+	"fmt"
 	"io"
+	"time"
+
+	"github.com/condisagg/condisagg/route"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,23 +22,42 @@ type httpError struct {
 	Type    string
 	Reason  string
 	Message string
+	// Param and VLLMCode: the error is one a vLLM engine would give itself, so the body is
+	// vLLM's (param named, code the HTTP status as a number) instead of condisagg's reason.
+	Param    string
+	VLLMCode bool
 }
 
 // toHTTPError maps a routing error to its immediate response. It is the only place that
 // decides status codes; internal errors reach it only under --failure-mode closed.
 func toHTTPError(err error) *httpError {
 	switch {
+	case errors.Is(err, route.ErrUnknownModel):
+		// vLLM's answer for a model it does not serve (OpenAIServing._check_model).
+		return &httpError{Status: 404, Type: "NotFoundError", Reason: "unknown_model", Message: unknownModelText(err),
+			Param: "model", VLLMCode: true}
 	case errors.Is(err, route.ErrInvalidBody):
-		return &httpError{400, "invalid_request_error", "invalid_body", err.Error()}
+		return &httpError{Status: 400, Type: "invalid_request_error", Reason: "invalid_body", Message: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
-		return &httpError{413, "invalid_request_error", "body_too_large", err.Error()}
+		return &httpError{Status: 413, Type: "invalid_request_error", Reason: "body_too_large", Message: err.Error()}
 	case errors.Is(err, route.ErrSubsetNoMatch):
-		return &httpError{503, "service_unavailable_error", "subset_no_match", err.Error()}
+		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "subset_no_match", Message: err.Error()}
 	case errors.Is(err, route.ErrNoEligibleWorker):
-		return &httpError{503, "service_unavailable_error", "no_eligible_worker", err.Error()}
+		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "no_eligible_worker", Message: err.Error()}
+	case errors.Is(err, ErrOverloaded):
+		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "overloaded", Message: err.Error()}
 	default:
-		return &httpError{503, "service_unavailable_error", "internal", "internal routing failure"}
+		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "internal", Message: "internal routing failure"}
 	}
+}
+
+// unknownModelText is the refusal's text without wrapping.
+func unknownModelText(err error) string {
+	var ue *route.UnknownModelError
+	if errors.As(err, &ue) {
+		return ue.Error()
+	}
+	return err.Error()
 }
 
 // streamEnd maps how a Process stream ended to its gRPC result and the stream-error label
@@ -55,6 +77,18 @@ func streamEnd(op string, err error) (error, string) {
 	return status.Errorf(codes.Unavailable, "extproc: %s: %v", op, err), op
 }
 
+// idleError is the immediate response of a stream that waited longer than
+// stream_idle_timeout for the rest of its request.
+func idleError(idle time.Duration) *httpError {
+	return &httpError{Status: 408, Type: "invalid_request_error", Reason: "stream_idle_timeout",
+		Message: fmt.Sprintf("the request was not received completely: nothing arrived for %s (stream_idle_timeout)", idle)}
+}
+
+// idleStatus is the gRPC result of a stream ended by stream_idle_timeout.
+func idleStatus(idle time.Duration) error {
+	return status.Errorf(codes.DeadlineExceeded, "extproc: stream idle for %s awaiting the request (stream_idle_timeout)", idle)
+}
+
 // errNoReload: the Admin service was built without a reload hook.
 var errNoReload = errors.New("extproc: reload: no configuration file to reload")
 
@@ -65,6 +99,8 @@ func adminStatus(err error) error {
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, route.ErrInvalidBody):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, route.ErrUnknownModel):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, route.ErrNoEligibleWorker), errors.Is(err, route.ErrSubsetNoMatch):
 		return status.Error(codes.Unavailable, err.Error())
 	default:

@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
@@ -41,7 +43,11 @@ func expectImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, 
 		t.Fatalf("status %v details %q, want %d condisagg_%s", ir.GetStatus().GetCode(), ir.GetDetails(), status, reason)
 	}
 	var body errorBody
-	if err := json.Unmarshal(ir.GetBody(), &body); err != nil || body.Error.Code != reason || body.Error.Message == "" {
+	wantCode := strconv.Quote(reason)
+	if reason == "unknown_model" { // vLLM's own answer: the status as a number
+		wantCode = strconv.Itoa(status)
+	}
+	if err := json.Unmarshal(ir.GetBody(), &body); err != nil || string(body.Error.Code) != wantCode || body.Error.Message == "" {
 		t.Fatalf("body %s: %v", ir.GetBody(), err)
 	}
 	h := map[string]string{}
@@ -196,5 +202,72 @@ func TestFailureMode(t *testing.T) {
 				t.Fatalf("internal errors = %v", got)
 			}
 		})
+	}
+}
+
+// TestUnknownModel404: a request whose model names no served model or adapter gets vLLM's own
+// answer (404 NotFoundError, param model, numeric code) as an immediate response under
+// unknown_model reject, in both body modes, is counted and books nothing; a served name routes.
+func TestUnknownModel404(t *testing.T) {
+	e := newEnv(t, envOptions{model: "qwen3", unknown: route.UnknownReject})
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+	want := "{\"error\":{\"message\":\"The model `gpt-4o` does not exist.\",\"type\":\"NotFoundError\",\"param\":\"model\",\"code\":404}}"
+	for _, mode := range []filterv3.ProcessingMode_BodySendMode{buffered, fullDuplex} {
+		v := e.open(mode, streamed)
+		v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+		if mode == buffered {
+			v.recv()
+		}
+		v.requestBody(body, true)
+		r := v.recv()
+		expectImmediate(t, r, 404, "unknown_model")
+		if got := string(r.GetImmediateResponse().GetBody()); got != want {
+			t.Fatalf("%v: body %s, want %s", mode, got, want)
+		}
+		v.closeAndDrain()
+	}
+	if got := testutil.ToFloat64(e.metrics.UnknownModel.WithLabelValues("reject")); got != 2 {
+		t.Fatalf("unknown_model{reject} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Rejected.WithLabelValues("unknown_model")); got != 2 {
+		t.Fatalf("rejected{unknown_model} = %v, want 2", got)
+	}
+	if e.totalRequests() != 0 {
+		t.Fatal("a refused request was booked")
+	}
+	v := e.open(buffered, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	v.recv()
+	v.requestBody(chatBody("hi", false), true) // model qwen3
+	if h := setHeaders(v.recv().GetRequestBody().GetResponse()); h[HeaderRoute] == "" {
+		t.Fatalf("served model not routed: %v", h)
+	}
+	v.closeAndDrain()
+}
+
+// TestUnknownModelPassthrough: under unknown_model passthrough the request is routed to a
+// decode worker by load (reason passthrough, no cache credit), counted, and released with its
+// response.
+func TestUnknownModelPassthrough(t *testing.T) {
+	e := newEnv(t, envOptions{model: "qwen3", unknown: route.UnknownPassthrough})
+	v := e.open(buffered, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	v.recv()
+	v.requestBody([]byte(`{"model":"new-adapter","messages":[{"role":"user","content":"hi"}]}`), true)
+	h := setHeaders(v.recv().GetRequestBody().GetResponse())
+	if h[HeaderRoute] != "decode" || !strings.Contains(h[HeaderDecision], "reason=passthrough") || h[HeaderDecodeHost] == "" {
+		t.Fatalf("passthrough headers %v", h)
+	}
+	if got := testutil.ToFloat64(e.metrics.UnknownModel.WithLabelValues("passthrough")); got != 1 {
+		t.Fatalf("unknown_model{passthrough} = %v, want 1", got)
+	}
+	if e.totalRequests() != 1 {
+		t.Fatalf("open bookings %d, want 1", e.totalRequests())
+	}
+	v.responseHeaders(true, ":status", "404")
+	v.recv()
+	v.closeAndDrain()
+	if e.totalRequests() != 0 {
+		t.Fatal("passthrough booking not released")
 	}
 }

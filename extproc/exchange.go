@@ -51,6 +51,9 @@ type exchange struct {
 	decidedAt time.Time
 
 	resp respObserver
+	held int // bytes counted in condisagg_extproc_buffered_bytes (account)
+	// answeredHeaders is when the BUFFERED request headers were answered (zero otherwise).
+	answeredHeaders time.Time
 
 	single [1]*extprocv3.ProcessingResponse // backing array of one-response answers
 }
@@ -101,6 +104,9 @@ func (x *exchange) fullDuplex() bool {
 // passthrough paths, STREAMED) or waits for the body.
 func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
 	if x.state != reqHeaders {
+		// One stream carries one request: a second request_headers gets no answer and never
+		// a second decision, so a stream holds at most one booking.
+		x.srv.metrics.ProtocolErrors.WithLabelValues("repeated_request_headers").Inc()
 		return nil
 	}
 	method := x.readHeaders(h.GetHeaders())
@@ -130,6 +136,9 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 	if x.fullDuplex() {
 		return nil // deferred until the body is complete
 	}
+	// BUFFERED: Envoy sends the body, and starts its message_timeout for it, only once it has
+	// this answer; the decision's queue deadline counts from here.
+	x.answeredHeaders = time.Now()
 	if len(x.strip) == len(stripHeaders) {
 		return x.one(x.srv.fixed.strip) // the client sent no other x-condisagg-* header
 	}
@@ -179,12 +188,14 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 	}
 	if len(x.body)+len(b.GetBody()) > x.set.MaxBodyBytes {
 		x.state = reqComplete
-		return x.reject(bodyTooLarge(len(x.body)+len(b.GetBody()), x.set.MaxBodyBytes))
+		n := len(x.body) + len(b.GetBody())
+		x.body = nil
+		return x.reject(bodyTooLarge(n, x.set.MaxBodyBytes))
 	}
 	if x.body == nil {
 		x.body = b.GetBody() // received messages are not reused: the first chunk needs no copy
 	} else {
-		x.body = append(x.body, b.GetBody()...)
+		x.body = appendBounded(x.body, b.GetBody(), x.set.MaxBodyBytes)
 	}
 	if x.fullDuplex() && !b.GetEndOfStream() {
 		return nil
@@ -212,6 +223,7 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 
 // decide routes the assembled body and returns the decision in the shape of the body mode.
 func (x *exchange) decide(ctx context.Context, eos bool) resps {
+	defer func() { x.body = nil }() // the answers keep what they send; the stream holds nothing more
 	out, err := x.decideBody(ctx)
 	if err != nil {
 		return x.reject(err)
@@ -242,24 +254,61 @@ func (x *exchange) cleanBody(out *route.Outcome) ([]byte, bool) {
 	return body, n > 0
 }
 
-// route parses and decides; internal failures follow --failure-mode.
+// decideBody routes the body; internal failures and a decision that found no free slot in
+// time follow --failure-mode.
 func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
-	out, err := x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
-	if err == nil || !errors.Is(err, route.ErrInternal) {
+	out, err := x.decideInSlot(ctx)
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, ErrOverloaded):
+		x.srv.metrics.QueueTimeouts.Inc()
+	case errors.Is(err, route.ErrInternal):
+		x.srv.metrics.InternalErrors.Inc()
+		x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
+			"failure_mode", string(x.set.FailureMode), "err", err)
+	default:
 		return out, err
 	}
-	x.srv.metrics.InternalErrors.Inc()
-	x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
-		"failure_mode", string(x.set.FailureMode), "err", err)
 	if x.set.FailureMode == FailOpen {
-		return x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset}, policy.ReasonFailureOpen)
+		// The request's own model when the body got that far; else the first model.
+		return x.srv.router.Fallback(ctx, &route.Request{Subset: x.subset, HasSubset: x.hasSubset, Model: out.Body.Model},
+			policy.ReasonFailureOpen)
 	}
 	return route.Outcome{}, err
+}
+
+// queueWait is how long the decision may wait for a slot at now: decision_queue_timeout,
+// counted in BUFFERED mode from the headers answer, since Envoy's message_timeout for the body
+// may have started then (a body that took long to reach us leaves less).
+func (x *exchange) queueWait(now time.Time) time.Duration {
+	d := x.set.queueTimeout()
+	if !x.answeredHeaders.IsZero() {
+		d -= now.Sub(x.answeredHeaders)
+	}
+	return d
+}
+
+// decideInSlot runs the decision pipeline in a decision slot.
+func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
+	wait, err := x.srv.slots.acquire(ctx, x.queueWait(time.Now()))
+	x.srv.metrics.DecisionWait.Observe(wait.Seconds())
+	if errors.Is(err, ErrOverloaded) {
+		return route.Outcome{}, err
+	}
+	if err != nil {
+		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrInternal, err) // the stream went away
+	}
+	defer x.srv.slots.release()
+	return x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
 }
 
 // routedResponse records a routing outcome and builds its response; body, when not nil, is
 // the request body as it goes upstream (full duplex, or a cleaned BUFFERED body).
 func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *extprocv3.ProcessingResponse {
+	if x.routed {
+		x.resp.finish(x) // unreachable (one request per stream); never let a booking go untracked
+	}
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
@@ -281,6 +330,9 @@ func (x *exchange) reject(err error) resps {
 	e := toHTTPError(err)
 	x.done = true
 	x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
+	if errors.Is(err, route.ErrUnknownModel) {
+		x.srv.metrics.UnknownModel.WithLabelValues("reject").Inc()
+	}
 	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
 	return x.one(immediateResponse(e))
 }

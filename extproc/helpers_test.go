@@ -70,6 +70,10 @@ type envOptions struct {
 	disagg    func(*policy.Config)
 	streams   route.EventStreams // nil: every stream live
 	now       func() time.Time   // nil: time.Now
+	// model names the one model (route.Model.Name) and turns on unknown-model handling;
+	// "": the unnamed catch-all model that takes every name.
+	model   string
+	unknown route.UnknownModel
 }
 
 // env is a real router (tokenizer, kvindex, pool, policy) behind a real gRPC server on
@@ -115,7 +119,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.settings(set)
 	}
 	m := NewMetrics(reg)
-	r, err := route.New(route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now})
+	ropts := route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now}
+	if o.model != "" {
+		ropts = route.Options{Models: []route.Model{{Name: o.model, Tokenizer: o.tokenizer, Index: ix, Pool: p, Streams: o.streams}},
+			UnknownModel: o.unknown, Policy: set.Policy, Now: o.now}
+	}
+	r, err := route.New(ropts)
 	if err != nil {
 		t.Fatal(err)
 	}

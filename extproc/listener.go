@@ -41,6 +41,19 @@ type GRPCOptions struct {
 // DefaultMaxConcurrentStreams is the default stream bound per connection.
 const DefaultMaxConcurrentStreams = 4096
 
+// HTTP/2 flow-control windows of the ext_proc server (README "Resource bounds"). gRPC-Go's
+// default starts both at 64 KiB and grows them by measuring the bandwidth-delay product, which
+// on a loopback or same-node link stays small: hundreds of streams then share a 64 KiB
+// connection window, and each BUFFERED body waits in Envoy's HTTP/2 codec for window updates
+// while its message_timeout runs (the cause of the timeouts at 500 concurrent streams).
+// The connection window only paces the sender (gRPC-Go returns it on receipt, before the
+// handler reads), so it is large; the stream window bounds what one stream can have in flight
+// beyond the message being read.
+const (
+	ConnWindowBytes   = 64 << 20
+	StreamWindowBytes = 1 << 20
+)
+
 // NewGRPCServer builds the ext_proc server: ext_proc and the health service, with message
 // limits above the body limit and keepalive settings that accept Envoy's HTTP/2 pings.
 // The health server starts with liveness SERVING and readiness NOT_SERVING.
@@ -52,6 +65,8 @@ func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server)
 	}
 	gopts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(streams),
+		grpc.StaticConnWindowSize(ConnWindowBytes),
+		grpc.StaticStreamWindowSize(StreamWindowBytes),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -33,6 +33,12 @@ type Metrics struct {
 	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
 	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
 	StrippedFields   *prometheus.CounterVec   // field: client-sent body fields cut before routing (kv_transfer_params)
+	UnknownModel     *prometheus.CounterVec   // action: reject, passthrough (requests for a model no model serves)
+	BufferedBytes    prometheus.Gauge         // bytes held by open streams (bodies being assembled, SSE tails, JSON copies)
+	IdleTimeouts     prometheus.Counter       // streams ended by stream_idle_timeout
+	DecisionWait     prometheus.Histogram     // seconds waited for a decision slot
+	QueueTimeouts    prometheus.Counter       // decisions that found no slot within decision_queue_timeout
+	ProtocolErrors   *prometheus.CounterVec   // kind: repeated_request_headers
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -87,11 +93,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Workers whose KV event stream is down or silent (conditional-disagg.md §8.3)."}, []string{"pool"}),
 		StrippedFields: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_request_fields_stripped_total",
 			Help: "Client-sent request body fields removed before the request went upstream (only pd-sidecar may set them)."}, []string{"field"}),
+		UnknownModel: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_unknown_model_requests_total",
+			Help: "Requests whose model names no served model or adapter, by what unknown_model did with them (reject: 404, passthrough: routed by load)."},
+			[]string{"action"}),
+		BufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_extproc_buffered_bytes",
+			Help: "Bytes held by open ext_proc streams: request bodies being assembled, SSE tails, copies of non-streaming answers."}),
+		IdleTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_stream_idle_timeouts_total",
+			Help: "ext_proc streams ended because their request stalled for stream_idle_timeout."}),
+		DecisionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_extproc_decision_wait_seconds",
+			Help:    "Time a decision waited for a decision slot (decision_concurrency).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16)}),
+		QueueTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_decision_queue_timeouts_total",
+			Help: "Requests routed by --failure-mode because no decision slot was free within decision_queue_timeout."}),
+		ProtocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_extproc_protocol_errors_total",
+			Help: "ext_proc messages out of protocol order (ignored), by kind."}, []string{"kind"}),
 	}
-	reg.MustRegister(m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
+	reg.MustRegister(m.BufferedBytes, m.IdleTimeouts, m.DecisionWait, m.QueueTimeouts, m.ProtocolErrors, m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
-		m.ServedMismatch, m.SilentWorkers)
+		m.ServedMismatch, m.SilentWorkers, m.UnknownModel)
 	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
 	}
@@ -103,6 +123,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) decided(pol policy.Kind, out *route.Outcome) {
 	rt := out.Route.String()
 	m.Decisions.WithLabelValues(string(pol), rt, out.Reason).Inc()
+	if out.UnknownModel {
+		m.UnknownModel.WithLabelValues("passthrough").Inc()
+	}
 	if out.IsFallback() {
 		return
 	}

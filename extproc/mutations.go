@@ -167,18 +167,26 @@ func streamedBody(p phase, body []byte, eos bool) []*extprocv3.ProcessingRespons
 // errorBody is the OpenAI error object.
 type errorBody struct {
 	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    string  `json:"code"`
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Param   *string         `json:"param"`
+		Code    json.RawMessage `json:"code"` // condisagg's reason string, or vLLM's numeric status
 	} `json:"error"`
 }
 
 // immediateResponse answers the client directly with an OpenAI-style JSON error.
 func immediateResponse(e *httpError) *extprocv3.ProcessingResponse {
 	var b errorBody
-	b.Error.Message, b.Error.Type, b.Error.Code = e.Message, e.Type, e.Reason
-	body, _ := json.Marshal(&b) // cannot fail: strings only
+	b.Error.Message, b.Error.Type = e.Message, e.Type
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.VLLMCode {
+		b.Error.Code = strconv.AppendInt(nil, int64(e.Status), 10)
+	} else {
+		b.Error.Code, _ = json.Marshal(e.Reason) // cannot fail: a string
+	}
+	body, _ := json.Marshal(&b) // cannot fail: strings and a number
 	hs := []*corev3.HeaderValueOption{header("content-type", "application/json"), header(HeaderError, e.Reason)}
 	if e.Status == 429 || e.Status == 503 {
 		hs = append(hs, header("retry-after", "1"))

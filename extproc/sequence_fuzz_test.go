@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -13,6 +14,9 @@ import (
 // order, repeated, with or without end_of_stream, with whole, truncated or junk bodies.
 func sequenceMessage(b byte, body []byte) *extprocv3.ProcessingRequest {
 	eos := b&0x10 != 0
+	// Each message owns its bytes, as one unmarshalled from the wire does.
+	half := bytes.Clone(body[:len(body)/2])
+	body = bytes.Clone(body)
 	switch b & 0x0f {
 	case 0:
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
@@ -23,7 +27,7 @@ func sequenceMessage(b byte, body []byte) *extprocv3.ProcessingRequest {
 	case 2:
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: eos}}}
 	case 3:
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[:len(body)/2], EndOfStream: eos}}}
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: half, EndOfStream: eos}}}
 	case 4:
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
 	case 5:
@@ -53,7 +57,8 @@ func sequenceMessage(b byte, body []byte) *extprocv3.ProcessingRequest {
 
 // FuzzExchangeSequence drives the stream machine with arbitrary message sequences in every
 // body mode (random orders, duplicate phases, truncated or junk bodies) and then ends the
-// stream as Process does: nothing panics, and no booking outlives the stream.
+// stream as Process does: nothing panics, a stream never holds more than one booking nor more
+// bytes than its bounds, and no booking outlives the stream.
 func FuzzExchangeSequence(f *testing.F) {
 	f.Add([]byte{0, 0x12, 5, 7, 0x18}, []byte(`{"model":"m","messages":[{"role":"user","content":"hi there"}]}`), uint8(0))
 	f.Add([]byte{0, 2, 2, 0x12, 0x12, 4, 5, 6, 9, 10}, []byte(`{"model":"m","prompt":"x"}`), uint8(2))
@@ -76,6 +81,12 @@ func FuzzExchangeSequence(f *testing.F) {
 				first = false
 			}
 			x.Step(context.Background(), req)
+			if n := e.totalRequests(); n > 1 {
+				t.Fatalf("ops %x mode %v: %d bookings on one stream, at most 1", ops, m, n)
+			}
+			if held := x.heldBytes(); held > x.set.MaxBodyBytes+2*(MaxSSETail+MaxJSONResponse) {
+				t.Fatalf("ops %x mode %v: stream holds %d bytes", ops, m, held)
+			}
 		}
 		x.end()
 		if n := e.totalRequests(); n != 0 {

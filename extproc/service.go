@@ -5,6 +5,8 @@ import (
 	"errors"
 	"github.com/condisagg/condisagg/route"
 	"log/slog"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +31,9 @@ type Server struct {
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 	fixed       fixedResponses
+	slots       slots          // decision slots (ServerOptions.DecisionConcurrency)
+	receivers   sync.WaitGroup // one receive goroutine per open stream
+	onHeld      func(int)      // tests: each stream's held bytes after each message
 }
 
 // policyErrorEvery rate-limits the remote_policy_error warning.
@@ -51,6 +56,9 @@ type ServerOptions struct {
 	Settings *Settings     // validated here; Settings.Policy is handed to the router
 	Metrics  *Metrics
 	Logger   *slog.Logger // nil discards
+	// DecisionConcurrency bounds the decisions that run at once (ext_proc messages that are
+	// not decisions are never limited); 0 = GOMAXPROCS.
+	DecisionConcurrency int
 }
 
 // NewServer returns the ext_proc service over opts.Router.
@@ -61,7 +69,14 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses()}
+	if opts.DecisionConcurrency < 0 {
+		return nil, errors.New("extproc: server: DecisionConcurrency must be >= 0")
+	}
+	if opts.DecisionConcurrency == 0 {
+		opts.DecisionConcurrency = runtime.GOMAXPROCS(0)
+	}
+	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
+		slots: newSlots(opts.DecisionConcurrency)}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
 	}
@@ -99,29 +114,80 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	return s.process(stream)
 }
 
+// A receive goroutine feeds the loop one message at a time (it receives the next only once
+// the loop took the last, so HTTP/2 flow control still holds the sender back), which lets the
+// loop end a stream whose request stalls for stream_idle_timeout.
 func (s *Server) process(stream ProcessStream) error {
 	ctx := stream.Context()
 	s.metrics.ActiveStreams.Inc()
 	x := newExchange(s)
 	defer func() {
 		x.end()
+		x.unaccount()
 		s.metrics.ActiveStreams.Dec()
 		if s.afterStream != nil {
 			s.afterStream()
 		}
 	}()
+	in := make(chan received)
+	s.receivers.Add(1)
+	go s.receive(ctx, stream, in)
+	idle := x.set.idleTimeout()
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
 	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return s.ended("recv", err)
+		var r received
+		select {
+		case r = <-in:
+		case <-ctx.Done(): // the client went away (the receive goroutine may not pass that on)
+			r.err = ctx.Err()
+		case <-timer.C:
+			return x.idleExpired(stream, idle)
 		}
-		for _, resp := range x.Step(ctx, req) {
+		if r.err != nil {
+			return s.ended("recv", r.err)
+		}
+		for _, resp := range x.Step(ctx, r.req) {
 			if err := stream.Send(resp); err != nil {
 				return s.ended("send", err)
 			}
 		}
+		x.account()
+		if x.awaitingRequest() {
+			timer.Reset(idle)
+		} else {
+			timer.Stop()
+		}
 	}
 }
+
+// received is one Recv result.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// receive passes stream's messages to process until Recv fails. Its owner is process; it stops
+// when the stream ends (gRPC cancels the stream context once Process returns, which fails the
+// pending Recv) and Wait waits for it.
+func (s *Server) receive(ctx context.Context, stream ProcessStream, out chan<- received) {
+	defer s.receivers.Done()
+	for {
+		req, err := stream.Recv()
+		select {
+		case out <- received{req, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Wait returns once the receive goroutine of every stream has exited; call it after the gRPC
+// server stopped (Serve returned).
+func (s *Server) Wait() { s.receivers.Wait() }
 
 // ended turns a Recv/Send failure into the stream's result, counting real errors.
 func (s *Server) ended(op string, err error) error {

@@ -3,6 +3,7 @@ package extproc
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -24,6 +25,24 @@ const DefaultMaxBodyBytes = 10 << 20
 // a body is held in memory whole.
 const MaxMaxBodyBytes = 1 << 30
 
+// DefaultStreamIdleTimeout is how long a stream may wait for the rest of its request (the next
+// message from Envoy before the request body is complete) by default: Envoy's request_timeout
+// of the reference bootstrap, so behind it condisagg never cuts an upload Envoy would accept.
+const DefaultStreamIdleTimeout = 60 * time.Second
+
+// DefaultDecisionQueueTimeout is how long a decision waits for a free decision slot by default:
+// half of the reference bootstrap's 2 s ext_proc message_timeout, so a burst is answered (by
+// --failure-mode) before Envoy gives up on the message.
+const DefaultDecisionQueueTimeout = time.Second
+
+// Bounds of the duration settings.
+const (
+	MinStreamIdleTimeout    = time.Second
+	MaxStreamIdleTimeout    = time.Hour
+	MinDecisionQueueTimeout = time.Millisecond
+	MaxDecisionQueueTimeout = time.Minute
+)
+
 // Settings are the reloadable knobs of the ext_proc path. A validated Settings is never
 // modified; a reload validates a new one and swaps it in.
 type Settings struct {
@@ -32,6 +51,31 @@ type Settings struct {
 	FailureMode  FailureMode
 	DebugHeaders bool // x-condisagg-decision on the request and the response
 	LLMDCompat   bool // x-prefiller-host-port on the remote path
+	// StreamIdleTimeout ends a stream whose request is incomplete (no headers yet, body not
+	// complete, or an immediate response sent and no end of stream) and that received nothing
+	// for this long; 0 = DefaultStreamIdleTimeout. The response phase has no such timer (a
+	// non-streamed generation is silent until done).
+	StreamIdleTimeout time.Duration
+	// DecisionQueueTimeout bounds the wait for a decision slot (ServerOptions.
+	// DecisionConcurrency); past it the request is routed by --failure-mode without a decision.
+	// 0 = DefaultDecisionQueueTimeout.
+	DecisionQueueTimeout time.Duration
+}
+
+// idleTimeout is StreamIdleTimeout with its default.
+func (s *Settings) idleTimeout() time.Duration {
+	if s.StreamIdleTimeout == 0 {
+		return DefaultStreamIdleTimeout
+	}
+	return s.StreamIdleTimeout
+}
+
+// queueTimeout is DecisionQueueTimeout with its default.
+func (s *Settings) queueTimeout() time.Duration {
+	if s.DecisionQueueTimeout == 0 {
+		return DefaultDecisionQueueTimeout
+	}
+	return s.DecisionQueueTimeout
 }
 
 // Validate returns every problem of s in the field/value/rule form.
@@ -45,6 +89,12 @@ func (s *Settings) Validate() error {
 	}
 	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
 		errs = append(errs, fmt.Errorf("failure_mode: %q must be one of open, closed", s.FailureMode))
+	}
+	if d := s.StreamIdleTimeout; d != 0 && (d < MinStreamIdleTimeout || d > MaxStreamIdleTimeout) {
+		errs = append(errs, fmt.Errorf("stream_idle_timeout: %s is outside [%s, %s]", d, MinStreamIdleTimeout, MaxStreamIdleTimeout))
+	}
+	if d := s.DecisionQueueTimeout; d != 0 && (d < MinDecisionQueueTimeout || d > MaxDecisionQueueTimeout) {
+		errs = append(errs, fmt.Errorf("decision_queue_timeout: %s is outside [%s, %s]", d, MinDecisionQueueTimeout, MaxDecisionQueueTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -21,13 +21,15 @@ func (r *Router) IndexCollector() prometheus.Collector { return indexCollector{r
 func (c indexCollector) Describe(ch chan<- *prometheus.Desc) { ch <- indexedBlocksDesc }
 
 func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, w := range c.r.pool.Workers() {
-		st, ok := c.r.index.Stats(kvindex.WorkerID(w.ID))
-		if !ok {
-			continue
-		}
-		for m := kvindex.Medium(0); m < kvindex.NumMedia; m++ {
-			ch <- prometheus.MustNewConstMetric(indexedBlocksDesc, prometheus.GaugeValue, float64(st.Blocks[m]), w.ID, m.String())
+	for _, mod := range c.r.models { // worker ids are unique across models
+		for _, w := range mod.pool.Workers() {
+			st, ok := mod.index.Stats(kvindex.WorkerID(w.ID))
+			if !ok {
+				continue
+			}
+			for m := kvindex.Medium(0); m < kvindex.NumMedia; m++ {
+				ch <- prometheus.MustNewConstMetric(indexedBlocksDesc, prometheus.GaugeValue, float64(st.Blocks[m]), w.ID, m.String())
+			}
 		}
 	}
 }

@@ -14,6 +14,11 @@
 // simulator, the prompt's token ids. Tie-breaks draw from PCG(Seed, n) for the n-th decision,
 // so a request sequence decides the same way on any goroutine.
 //
+// A Router serves one or more models (Options.Models), each with its own tokenizer, block
+// size, index, pool and event streams; the request's `model` field (or an adapter name of a
+// model) selects the model, and a name no model serves is refused (ErrUnknownModel) or passed
+// through by load, per Options.UnknownModel. Every model runs the same Decide.
+//
 // Concurrency: a Router is safe for concurrent use; the policy config is swapped atomically.
 // Imports: tokenizer, kvindex, policy, pool (and prometheus for the index collector); never
 // extproc, cluster, kvevents or cmd.

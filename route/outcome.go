@@ -20,13 +20,20 @@ type Outcome struct {
 	Route     policy.Route
 	Reason    string // Decision.Reason's text
 	Body      Body   // the body's routing fields (zero for token-only requests)
-	Decode    Worker
-	Prefill   Worker // remote route only
-	Decision  policy.Decision
-	Tokens    int // ISL
-	Keys      int // full-block keys
-	Overlaps  []kvindex.WorkerOverlap
-	Stages    [NumStages]time.Duration
+	// Model is the name of the model that routed the request ("" for the catch-all model of a
+	// one-model router); LoRA is the adapter the request named ("" for the base model).
+	Model string
+	LoRA  string
+	// UnknownModel: Body.Model names no served model and the request was passed through
+	// (route.UnknownPassthrough) to Model's decode workers without cache credit.
+	UnknownModel bool
+	Decode       Worker
+	Prefill      Worker // remote route only
+	Decision     policy.Decision
+	Tokens       int // ISL
+	Keys         int // full-block keys
+	Overlaps     []kvindex.WorkerOverlap
+	Stages       [NumStages]time.Duration
 }
 
 // IsFallback reports whether the outcome came from Fallback (no policy decision).

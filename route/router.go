@@ -59,6 +59,9 @@ type Request struct {
 	HasSubset bool
 	// DryRun decides without booking (Explain) and records the per-worker overlaps.
 	DryRun bool
+	// Model names the model of a request without a Body (the simulator) and the model a
+	// Fallback routes to; "" is the first model. A Body's own `model` field wins.
+	Model string
 }
 
 // Router runs the decision pipeline of conditional-disagg.md §3 on the live pools: it is the
@@ -66,20 +69,19 @@ type Request struct {
 // and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
 // atomically by SetPolicy.
 type Router struct {
-	tok     Tokenizer // nil: token-only requests (the simulator)
-	index   *kvindex.Index
-	pool    *pool.Pool
-	streams EventStreams
-	policy  atomic.Pointer[policy.Config]
+	models  []*model          // in configuration order; models[0] takes unnamed fallbacks
+	names   map[string]target // request model name -> model and adapter
+	unknown UnknownModel
+	policy  atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
 	seq     atomic.Uint64
 	seed    uint64
 	scratch sync.Pool // *scratch
 	now     func() time.Time
 	observe func(*Outcome)
-	lora    map[string][]byte // adapter model name -> its key identity
 }
 
-// Options are the Router's collaborators. Index, Pool and Policy are required.
+// Options are the Router's collaborators. Policy is required, and either Models or the
+// single-model fields (Index and Pool required).
 type Options struct {
 	Tokenizer Tokenizer      // nil: only requests that carry Tokens can be routed
 	Index     *kvindex.Index // the prefix index the event path fills
@@ -95,6 +97,14 @@ type Options struct {
 	// with the adapter's identity, as vLLM keys them (vllm-kv-events.md §4.1). Other names are
 	// the base model.
 	LoRAAdapters []string
+	// Models are the served models, each with its own tokenizer, index, pool and streams;
+	// a request's `model` field selects one (a LoRA adapter name selects its base model plus
+	// the adapter's key identity). Exclusive with the single-model fields above, which make
+	// one catch-all model.
+	Models []Model
+	// UnknownModel is what happens to a request for a name no model serves (never with the
+	// single-model fields, whose model takes every name).
+	UnknownModel UnknownModel
 	// Observe, if set, sees every finished decision (booked or dry-run) before Decide returns,
 	// on the deciding goroutine. Tests and the simulator's report use it.
 	Observe func(*Outcome)
@@ -103,9 +113,8 @@ type Options struct {
 // New checks opts and returns a Router.
 func New(opts Options) (*Router, error) {
 	var errs []error
-	if opts.Index == nil || opts.Pool == nil {
-		errs = append(errs, errors.New("route: Index and Pool are required"))
-	}
+	models, names, err := buildModels(&opts)
+	errs = append(errs, err)
 	if opts.Policy == nil {
 		errs = append(errs, errors.New("route: Policy is required"))
 	} else if err := opts.Policy.Validate(); err != nil {
@@ -114,7 +123,7 @@ func New(opts Options) (*Router, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	r := &Router{tok: opts.Tokenizer, index: opts.Index, pool: opts.Pool, streams: opts.Streams,
+	r := &Router{models: models, names: names, unknown: opts.UnknownModel,
 		now: opts.Now, seed: opts.Seed, observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
@@ -123,12 +132,7 @@ func New(opts Options) (*Router, error) {
 		r.seed = uint64(time.Now().UnixNano())
 	}
 	r.policy.Store(opts.Policy)
-	if len(opts.LoRAAdapters) > 0 {
-		r.lora = make(map[string][]byte, len(opts.LoRAAdapters))
-		for _, a := range opts.LoRAAdapters {
-			r.lora[a] = []byte(a)
-		}
-	}
+	r.setModelPolicies(opts.Policy)
 	r.scratch.New = func() any {
 		sc := &scratch{}
 		sc.rng = rand.New(&sc.pcg)
@@ -149,14 +153,15 @@ func (r *Router) SetPolicy(c *policy.Config) error {
 		return err
 	}
 	r.policy.Store(c)
+	r.setModelPolicies(c)
 	return nil
 }
 
-// Pool returns the worker pool (ListWorkers).
-func (r *Router) Pool() *pool.Pool { return r.pool }
+// Pool returns the first model's worker pool (the only one of a one-model router).
+func (r *Router) Pool() *pool.Pool { return r.models[0].pool }
 
-// Index returns the prefix index (ListWorkers).
-func (r *Router) Index() *kvindex.Index { return r.index }
+// Index returns the first model's prefix index (the only one of a one-model router).
+func (r *Router) Index() *kvindex.Index { return r.models[0].index }
 
 // scratch is one decision's reusable buffers.
 type scratch struct {
@@ -176,10 +181,11 @@ type scratch struct {
 // ErrInternal.
 func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err error) {
 	booked := ""
+	var m *model
 	defer func() {
 		if p := recover(); p != nil {
-			if booked != "" {
-				r.pool.Release(booked) // the booking must not outlive a failed decision
+			if booked != "" && m != nil {
+				m.pool.Release(booked) // the booking must not outlive a failed decision
 			}
 			out = Outcome{}
 			err = fmt.Errorf("%w: decide %s: recovered panic: %v", ErrInternal, req.Endpoint, p)
@@ -188,33 +194,43 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	if err := ctx.Err(); err != nil {
 		return out, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
 	}
-	cfg := r.policy.Load()
-	sc := r.scratch.Get().(*scratch)
-	defer r.scratch.Put(sc)
-	n := r.seq.Add(1)
-	sc.pcg.Seed(r.seed, n)
 	clock := newStageClock(r.now)
+	name := req.Model
 	if req.Body != nil {
 		// The one check of the body's routing fields; the tokenizer reads the prompt next.
 		if out.Body, err = ParseBody(req.Endpoint, req.Body); err != nil {
 			return out, err
 		}
+		name = out.Body.Model
 	}
-	if err := r.tokenize(sc, req); err != nil {
+	t, known := r.resolve(name)
+	if !known && (req.Body != nil || name != "") {
+		return r.unknownModel(ctx, req, out.Body, name)
+	} else if !known {
+		t = target{m: r.models[0]}
+	}
+	m = t.m
+	out.Model, out.LoRA = m.name, t.loraName
+	cfg := m.policy.Load()
+	sc := r.scratch.Get().(*scratch)
+	defer r.scratch.Put(sc)
+	n := r.seq.Add(1)
+	sc.pcg.Seed(r.seed, n)
+	if err := r.tokenize(m, sc, req); err != nil {
 		return out, err
 	}
 	out.Stages[StageTokenize] = clock.lap()
-	sc.keys = kvindex.AppendRequestKeys(sc.keys[:0], sc.tokens, cfg.BlockSize, r.lora[out.Body.Model], saltBytes(sc, out.Body.CacheSalt))
-	r.index.Overlap(sc.keys, &sc.ov)
+	sc.keys = kvindex.AppendRequestKeys(sc.keys[:0], sc.tokens, cfg.BlockSize, t.lora, saltBytes(sc, out.Body.CacheSalt))
+	m.index.Overlap(sc.keys, &sc.ov)
 	out.Stages[StageOverlap] = clock.lap()
-	r.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: len(sc.tokens)})
+	m.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: len(sc.tokens)})
 	if req.HasSubset && !filterSubset(&sc.snap, req.Subset) {
 		return out, fmt.Errorf("%w: subset %v", ErrSubsetNoMatch, req.Subset)
 	}
 	now := clock.last
 	in := policy.Input{Now: now, ISL: len(sc.tokens)}
-	sc.decode = r.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, now)
-	sc.prefill = r.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, now)
+	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, now)
+	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill
 	dec := policy.Decide(cfg, &in, &sc.snap, sc.rng)
 	out.Stages[StageDecide] = clock.lap()
@@ -233,7 +249,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		if req.HasSubset {
 			subset = req.Subset
 		}
-		if err := r.commit(cfg, sc, &in, &dec, id, subset); err != nil {
+		if err := m.commit(cfg, sc, &in, &dec, id, subset); err != nil {
 			return out, err
 		}
 		out.BookingID, booked = id, id
@@ -257,7 +273,7 @@ func saltBytes(sc *scratch, salt string) []byte {
 
 // tokenize fills sc.tokens from the body (or the request's own tokens); tokenizer refusals
 // are 400s.
-func (r *Router) tokenize(sc *scratch, req *Request) error {
+func (r *Router) tokenize(m *model, sc *scratch, req *Request) error {
 	if req.Body == nil {
 		if len(req.Tokens) == 0 {
 			return fmt.Errorf("%w: decide %s: request has neither a body nor tokens", ErrInternal, req.Endpoint)
@@ -265,15 +281,15 @@ func (r *Router) tokenize(sc *scratch, req *Request) error {
 		sc.tokens = append(sc.tokens[:0], req.Tokens...)
 		return nil
 	}
-	if r.tok == nil {
-		return fmt.Errorf("%w: decide %s: router has no tokenizer", ErrInternal, req.Endpoint)
+	if m.tok == nil {
+		return fmt.Errorf("%w: decide %s: model %q has no tokenizer", ErrInternal, req.Endpoint, m.name)
 	}
 	var err error
 	switch req.Endpoint {
 	case EndpointChat:
-		sc.tokens, err = r.tok.EncodeChat(sc.tokens[:0], req.Body, tokenizer.ChatOptions{Now: r.now()})
+		sc.tokens, err = m.tok.EncodeChat(sc.tokens[:0], req.Body, tokenizer.ChatOptions{Now: r.now()})
 	case EndpointCompletions:
-		sc.tokens, err = r.tok.EncodeCompletion(sc.tokens[:0], req.Body)
+		sc.tokens, err = m.tok.EncodeCompletion(sc.tokens[:0], req.Body)
 	default:
 		return fmt.Errorf("%w: decide: endpoint %s has no prompt", ErrInternal, req.Endpoint)
 	}
@@ -288,7 +304,7 @@ func (r *Router) tokenize(sc *scratch, req *Request) error {
 }
 
 // signals describes loads (in snapshot order) from the index overlaps.
-func (r *Router) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kvindex.WorkerOverlap, now time.Time) []policy.Signal {
+func (m *model) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kvindex.WorkerOverlap, now time.Time) []policy.Signal {
 	for i := range loads {
 		s := policy.Signal{Worker: loads[i].ID, Stream: policy.Stream{Connected: true, LastStored: now}}
 		for j := range ov {
@@ -297,8 +313,8 @@ func (r *Router) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kv
 				break
 			}
 		}
-		if r.streams != nil {
-			s.Stream = r.streams.Stream(loads[i].ID, now)
+		if m.streams != nil {
+			s.Stream = m.streams.Stream(loads[i].ID, now)
 		}
 		dst = append(dst, s)
 	}
@@ -307,40 +323,40 @@ func (r *Router) signals(dst []policy.Signal, loads []policy.WorkerLoad, ov []kv
 
 // commit books dec (conditional-disagg.md §3 step 9), demoting a denied bypass to the remote
 // path once.
-func (r *Router) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *policy.Decision, id string, reqSubset []string) error {
+func (m *model) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *policy.Decision, id string, reqSubset []string) error {
 	if !dec.Routable() {
 		return fmt.Errorf("%w: reason %s", ErrNoEligibleWorker, dec.Reason)
 	}
-	err := r.pool.Book(Booking(dec, id, sc.keys))
+	err := m.pool.Book(Booking(dec, id, sc.keys))
 	if err != nil && dec.Route == policy.RouteDecode {
 		reason := policy.DemoteReason(err)
 		policy.Demote(cfg, in, &sc.snap, sc.rng, dec, reason)
 		if !dec.Routable() {
 			return fmt.Errorf("%w: commit demoted to %s: %w", ErrNoEligibleWorker, reason, err)
 		}
-		err = r.pool.Book(Booking(dec, id, sc.keys))
+		err = m.pool.Book(Booking(dec, id, sc.keys))
 	}
 	if err != nil && errors.Is(err, pool.ErrUnknownWorker) {
 		// A chosen worker left or turned unhealthy since the snapshot: decide again on a fresh
 		// one (once), so the request is re-selected on its route instead of failing open.
-		r.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: in.ISL})
+		m.pool.Snapshot(&sc.snap, pool.Request{Keys: sc.keys, ISL: in.ISL})
 		if reqSubset != nil && !filterSubset(&sc.snap, reqSubset) {
 			return fmt.Errorf("%w: subset %v after the chosen worker left", ErrSubsetNoMatch, reqSubset)
 		}
-		sc.decode = r.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, in.Now)
-		sc.prefill = r.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, in.Now)
+		sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, in.Now)
+		sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, in.Now)
 		in.Decode, in.Prefill = sc.decode, sc.prefill
 		*dec = policy.Decide(cfg, in, &sc.snap, sc.rng)
 		if !dec.Routable() {
 			return fmt.Errorf("%w: re-selection after %w: reason %s", ErrNoEligibleWorker, err, dec.Reason)
 		}
-		err = r.pool.Book(Booking(dec, id, sc.keys))
+		err = m.pool.Book(Booking(dec, id, sc.keys))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: book %s on decode=%s prefill=%s: %w", ErrInternal, id, dec.DecodeID, dec.PrefillID, err)
 	}
-	if r.streams != nil {
-		r.streams.Routed(dec.DecodeID)
+	if m.streams != nil {
+		m.streams.Routed(dec.DecodeID)
 	}
 	return nil
 }
@@ -358,17 +374,36 @@ func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking
 }
 
 // ReleasePrefill ends the prefill entry of a booking (the first token arrived).
-func (r *Router) ReleasePrefill(bookingID string) bool { return r.pool.ReleasePrefill(bookingID) }
+func (r *Router) ReleasePrefill(bookingID string) bool {
+	for _, m := range r.models { // booking ids are unique across models
+		if m.pool.ReleasePrefill(bookingID) {
+			return true
+		}
+	}
+	return false
+}
 
 // ReportUpstream passes what the response phase saw of a worker to its health (pool): a
 // status (5xx counts against the worker, anything else clears its failure streak) or a
 // connection that could not be made.
 func (r *Router) ReportUpstream(workerID string, status int, connectFailure bool) {
-	_ = r.pool.ReportUpstream(workerID, pool.Upstream{Status: status, ConnectFailure: connectFailure}) // a worker that left is no news
+	for _, m := range r.models { // worker ids are unique across models
+		err := m.pool.ReportUpstream(workerID, pool.Upstream{Status: status, ConnectFailure: connectFailure})
+		if !errors.Is(err, pool.ErrUnknownWorker) {
+			return // a worker that left every pool is no news
+		}
+	}
 }
 
 // Release ends a booking (the response ended, failed or was cancelled).
-func (r *Router) Release(bookingID string) bool { return r.pool.Release(bookingID) }
+func (r *Router) Release(bookingID string) bool {
+	for _, m := range r.models {
+		if m.pool.Release(bookingID) {
+			return true
+		}
+	}
+	return false
+}
 
 // fill copies the decision's workers into out.
 func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
@@ -390,21 +425,30 @@ func (r *Router) Fallback(ctx context.Context, req *Request, reason policy.Reaso
 	if req == nil {
 		req = &Request{}
 	}
+	t, ok := r.resolve(req.Model)
+	if !ok {
+		t = target{m: r.models[0]}
+	}
+	return r.fallback(t.m, req, reason)
+}
+
+// fallback is Fallback on model m.
+func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Outcome, err error) {
 	booked := ""
 	defer func() {
 		if p := recover(); p != nil {
 			if booked != "" {
-				r.pool.Release(booked)
+				m.pool.Release(booked)
 			}
 			out, err = Outcome{}, fmt.Errorf("%w: %s: recovered panic: %v", ErrNoEligibleWorker, reason, p)
 		}
 	}()
-	cfg := r.policy.Load()
+	cfg := m.policy.Load()
 	sc := r.scratch.Get().(*scratch)
 	defer r.scratch.Put(sc)
 	n := r.seq.Add(1)
 	sc.pcg.Seed(r.seed, n)
-	r.pool.Snapshot(&sc.snap, pool.Request{})
+	m.pool.Snapshot(&sc.snap, pool.Request{})
 	if req.HasSubset && !filterSubset(&sc.snap, req.Subset) {
 		return out, fmt.Errorf("%w: %s: subset %v", ErrSubsetNoMatch, reason, req.Subset)
 	}
@@ -414,17 +458,37 @@ func (r *Router) Fallback(ctx context.Context, req *Request, reason policy.Reaso
 		return out, fmt.Errorf("%w: %s: no eligible decode worker", ErrNoEligibleWorker, reason)
 	}
 	id := "cd-" + strconv.FormatUint(n, 36)
-	if err := r.pool.Book(Booking(&dec, id, nil)); err != nil {
+	if err := m.pool.Book(Booking(&dec, id, nil)); err != nil {
 		// The worker left between snapshot and booking; route there unbooked rather than fail
 		// a request that asked for no decision.
 		id = ""
 	}
 	out.BookingID, booked = id, id
+	out.Model = m.name
 	fill(&out, &dec, &sc.snap)
 	if r.observe != nil {
 		r.observe(&out)
 	}
 	return out, nil
+}
+
+// unknownModel answers a request for a model name no model serves: refused, or routed as a
+// passthrough to the first model's decode workers (Options.UnknownModel).
+func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name string) (Outcome, error) {
+	if r.unknown != UnknownPassthrough {
+		return Outcome{Body: body}, &UnknownModelError{Model: name}
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{Body: body}, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
+	}
+	m := r.models[0]
+	out, err := r.fallback(m, req, policy.ReasonPassthrough)
+	if req.DryRun && out.BookingID != "" {
+		m.pool.Release(out.BookingID) // Explain books nothing
+		out.BookingID = ""
+	}
+	out.Body, out.UnknownModel = body, true
+	return out, err
 }
 
 // filterSubset keeps the decode workers whose IP is in subset; false if none is left.

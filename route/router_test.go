@@ -141,8 +141,12 @@ func TestSaltAndAdapterKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := testRouter(t, nil)
-	r.tok, r.lora = tok, map[string][]byte{"sql-lora": []byte("sql-lora")}
+	base, _ := testRouter(t, nil)
+	r, err := New(Options{Tokenizer: tok, Index: base.Index(), Pool: base.Pool(), Policy: base.Policy(),
+		LoRAAdapters: []string{"sql-lora"}, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
 	toks := prompt(160) // 10 blocks of 16
 	store := func(worker string, lora, salt string) {
 		hashes := make([]uint64, 10)
@@ -156,7 +160,7 @@ func TestSaltAndAdapterKeys(t *testing.T) {
 		if salt != "" {
 			s.Salt = []byte(salt)
 		}
-		if res := r.index.Store(kvindex.WorkerID(worker), s); res.Skip != kvindex.SkipNone {
+		if res := r.Index().Store(kvindex.WorkerID(worker), s); res.Skip != kvindex.SkipNone {
 			t.Fatal(res.Skip)
 		}
 	}

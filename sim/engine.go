@@ -89,6 +89,18 @@ type Request struct {
 	// the local prefix cache by a simulated transfer (CostModel.TransferTime), then computes only
 	// the last prompt token.
 	RemotePrefill bool
+	// LoRA is the adapter the request runs with (the zero Adapter: the base model). Its
+	// blocks hash apart from the base model's and other adapters' (vLLM adds the adapter to
+	// every block's extra keys), and its BlockStored events name it.
+	LoRA Adapter
+}
+
+// Adapter is a LoRA adapter as vLLM identifies it: the integer id the engine gave it when it
+// loaded, its name and its path (part of vLLM's block hash, never published).
+type Adapter struct {
+	ID   int64
+	Name string
+	Path string
 }
 
 // FinishReason says why a request ended (OpenAI finish_reason).
@@ -148,6 +160,8 @@ type request struct {
 	prefill   bool // PrefillOnly
 	remote    bool // RemotePrefill, KV not yet received
 	readyAt   time.Duration
+	lora      Adapter
+	loraKey   uint64 // mixed into every block hash; 0 for the base model
 }
 
 // Stats is a snapshot of the engine's gauges and counters.
@@ -229,7 +243,10 @@ func (e *Engine) Add(req Request) (RequestID, error) {
 	r := &request{
 		id: e.nextID, tokens: req.Prompt, promptLen: len(req.Prompt), maxTokens: maxTok,
 		out: req.Output, stop: req.StopReason, state: stWaiting,
-		prefill: req.PrefillOnly, remote: req.RemotePrefill,
+		prefill: req.PrefillOnly, remote: req.RemotePrefill, lora: req.LoRA,
+	}
+	if req.LoRA.Name != "" {
+		r.loraKey = loraKey(req.LoRA)
 	}
 	if r.stop == FinishAbort {
 		r.stop = FinishLength

@@ -470,3 +470,39 @@ func TestEventsTrackCache(t *testing.T) {
 		}
 	}
 }
+
+// TestLoRAPrefixCache: an adapter's blocks hash apart from the base model's and from another
+// adapter's (vLLM puts the adapter in every block's extra keys), so a prefix hit needs the same
+// adapter; its BlockStored events name the adapter (docs/vllm-facts.md §d).
+func TestLoRAPrefixCache(t *testing.T) {
+	const bs = 16
+	e := newEngine(t, Config{NumGPUBlocks: 1000})
+	prompt := seqTokens(4*bs+1, 100)
+	sql := Adapter{ID: 1, Name: "sql-lora", Path: "/adapters/sql"}
+	run := func(lora Adapter) (Finished, []Event) {
+		tr := newTrace()
+		var evs []Event
+		id := mustAdd(t, e, Request{Prompt: prompt, MaxTokens: 1, LoRA: lora})
+		for !e.Idle() {
+			res := e.Step(tr.now)
+			tr.record(res)
+			evs = append(evs, res.Events...)
+			tr.now += res.Duration
+		}
+		return tr.finished[id], evs
+	}
+	base, baseEv := run(Adapter{})
+	first, loraEv := run(sql)
+	again, _ := run(sql)
+	other, _ := run(Adapter{ID: 2, Name: "other-lora", Path: "/adapters/other"})
+	if base.CachedTokens != 0 || first.CachedTokens != 0 || again.CachedTokens != 4*bs || other.CachedTokens != 0 {
+		t.Fatalf("cached base=%d lora=%d lora again=%d other adapter=%d, want 0 0 %d 0",
+			base.CachedTokens, first.CachedTokens, again.CachedTokens, other.CachedTokens, 4*bs)
+	}
+	if len(loraEv) != 1 || loraEv[0].LoRA != sql || len(baseEv) != 1 || baseEv[0].LoRA != (Adapter{}) {
+		t.Fatalf("stored events: base %+v lora %+v", baseEv, loraEv)
+	}
+	if loraEv[0].Hashes[0] == baseEv[0].Hashes[0] {
+		t.Fatal("the adapter's block 0 hashes like the base model's")
+	}
+}

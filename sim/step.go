@@ -24,6 +24,7 @@ type Event struct {
 	Parent    uint64   // BlockStored: hash of the block before Hashes[0], valid when HasParent
 	HasParent bool     // false iff Hashes[0] is block 0 of its sequence
 	Tokens    []uint32 // BlockStored: the tokens of the stored blocks
+	LoRA      Adapter  // BlockStored: the adapter of the request that stored them (zero: base)
 }
 
 // Token is one output token produced by a step.
@@ -324,7 +325,7 @@ func (e *Engine) cacheFull(r *request) {
 	}
 	if e.cfg.Events {
 		ev := Event{Kind: EventBlockStored, Hashes: r.hashes[r.numCached:full:full],
-			Tokens: r.tokens[r.numCached*e.cfg.BlockSize : full*e.cfg.BlockSize : full*e.cfg.BlockSize]}
+			Tokens: r.tokens[r.numCached*e.cfg.BlockSize : full*e.cfg.BlockSize : full*e.cfg.BlockSize], LoRA: r.lora}
 		if r.numCached > 0 {
 			ev.Parent, ev.HasParent = r.hashes[r.numCached-1], true
 		}
@@ -335,7 +336,8 @@ func (e *Engine) cacheFull(r *request) {
 
 // hashBlocks extends r.hashes to the first n full blocks: XXH3-64 of the parent hash and the
 // block's tokens (little-endian), seeded with Config.Seed; block 0's parent is a seed-derived
-// constant.
+// constant. An adapter's key (name and path, as in vLLM's extra keys) is mixed into the
+// parent of every block.
 func (e *Engine) hashBlocks(r *request, n int) {
 	bs := e.cfg.BlockSize
 	for j := len(r.hashes); j < n; j++ {
@@ -343,8 +345,13 @@ func (e *Engine) hashBlocks(r *request, n int) {
 		if j > 0 {
 			parent = r.hashes[j-1]
 		}
-		r.hashes = append(r.hashes, e.blockHash(parent, r.tokens[j*bs:(j+1)*bs]))
+		r.hashes = append(r.hashes, e.blockHash(parent^r.loraKey, r.tokens[j*bs:(j+1)*bs]))
 	}
+}
+
+// loraKey is an adapter's contribution to its blocks' hashes (never 0).
+func loraKey(a Adapter) uint64 {
+	return xxh3.HashString(a.Name+"\x00"+a.Path) | 1
 }
 
 func (e *Engine) blockHash(parent uint64, tokens []uint32) uint64 {

@@ -22,6 +22,9 @@ type Options struct {
 	// CacheBytes bounds the text held by the segment cache; 0 means 64 MiB when
 	// CacheSegments > 0.
 	CacheBytes int
+	// ChatTemplateFile, when set, is a Jinja file Load uses instead of the directory's chat
+	// template (vLLM --chat-template).
+	ChatTemplateFile string
 }
 
 // Validate reports every invalid field of o at once.
@@ -38,7 +41,8 @@ func (o Options) Validate() error {
 
 // Load reads a model directory the way Hugging Face does: tokenizer.json, plus
 // tokenizer_config.json (chat_template, bos_token, eos_token) and a separate
-// chat_template.jinja when present (it takes precedence).
+// chat_template.jinja when present (it takes precedence; Options.ChatTemplateFile takes
+// precedence over both).
 func Load(dir string, opts Options) (*Tokenizer, error) {
 	tj, err := readLimited(filepath.Join(dir, "tokenizer.json"), maxTokenizerJSONBytes)
 	if err != nil {
@@ -48,8 +52,12 @@ func Load(dir string, opts Options) (*Tokenizer, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	tmpl, err := readLimited(filepath.Join(dir, "chat_template.jinja"), maxConfigBytes)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	var tmpl []byte
+	if opts.ChatTemplateFile != "" {
+		if tmpl, err = readLimited(opts.ChatTemplateFile, maxConfigBytes); err != nil {
+			return nil, err
+		}
+	} else if tmpl, err = readLimited(filepath.Join(dir, "chat_template.jinja"), maxConfigBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	return New(tj, cfg, string(tmpl), opts)

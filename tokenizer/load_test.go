@@ -159,3 +159,37 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("New with bad options: %v", err)
 	}
 }
+
+// TestLoadChatTemplateFile: Options.ChatTemplateFile replaces the model directory's chat
+// template (vLLM --chat-template); a missing file fails the load.
+func TestLoadChatTemplateFile(t *testing.T) {
+	dir := filepath.Join("testdata", "models", "qwen3")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatalf("model qwen3 missing (%v): run tokenizer/testdata/fetch_models.sh", err)
+	}
+	tmpl := filepath.Join(t.TempDir(), "plain.jinja")
+	if err := os.WriteFile(tmpl, []byte("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(dir, Options{ChatTemplateFile: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"Hello world"}]}`)
+	got, err := tk.EncodeChat(nil, body, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tk.Encode(nil, "user: Hello world\n", WithoutSpecialTokens)
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("rendered with the file's template: %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("rendered with the file's template: %v, want %v", got, want)
+		}
+	}
+	if _, err := Load(dir, Options{ChatTemplateFile: filepath.Join(t.TempDir(), "missing.jinja")}); err == nil {
+		t.Fatal("missing chat template file accepted")
+	}
+}

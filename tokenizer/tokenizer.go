@@ -31,7 +31,8 @@ type Tokenizer struct {
 	chat       *chatTemplate
 	cache      *segmentCache
 	cfg        modelConfig
-	scratch    *sync.Pool // of *encodeScratch, shared by copies of the Tokenizer
+	scratch    *sync.Pool   // of *encodeScratch, shared by copies of the Tokenizer
+	decoder    *decodeTable // id -> bytes for Decode, built on first use, shared by copies
 }
 
 // modelConfig is what tokenizer_config.json contributes.
@@ -50,6 +51,7 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 	t := &Tokenizer{
 		special: make(map[string]uint32),
 		scratch: &sync.Pool{New: func() any { return new(encodeScratch) }},
+		decoder: &decodeTable{},
 	}
 	if t.normalizer, err = newNormalizer(spec.Normalizer); err != nil {
 		return nil, err

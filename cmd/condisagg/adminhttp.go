@@ -50,8 +50,11 @@ func (s *service) httpHandler(admin *extproc.Admin, token string) http.Handler {
 		resp, err := admin.ExplainHTTP(r.Context(), path, body)
 		if err != nil {
 			code := http.StatusServiceUnavailable
-			if errors.Is(err, route.ErrInvalidBody) {
+			switch {
+			case errors.Is(err, route.ErrInvalidBody):
 				code = http.StatusBadRequest
+			case errors.Is(err, route.ErrUnknownModel):
+				code = http.StatusNotFound
 			}
 			http.Error(w, err.Error(), code)
 			return

@@ -49,21 +49,27 @@ type serveHooks struct {
 	reloaded  func(trigger string, err error) // after every reload attempt
 }
 
-// service is one running `condisagg serve`.
-type service struct {
-	flags   *serveconfig.Flags
-	log     *slog.Logger
-	level   *slog.LevelVar
-	cfg     atomic.Pointer[serveconfig.Config]
-	reg     *prometheus.Registry
+// servedModel is one model's index, workers and event streams.
+type servedModel struct {
+	name    string
 	pool    *pool.Pool
 	index   *kvindex.Index
-	router  *route.Router
-	ext     *extproc.Server
 	streams *eventStreams // nil without --router-kv-events
 	group   *kvzmq.Group
-	health  *health.Server
-	ready   atomic.Bool
+}
+
+// service is one running `condisagg serve`.
+type service struct {
+	flags  *serveconfig.Flags
+	log    *slog.Logger
+	level  *slog.LevelVar
+	cfg    atomic.Pointer[serveconfig.Config]
+	reg    *prometheus.Registry
+	models []*servedModel // in configuration order
+	router *route.Router
+	ext    *extproc.Server
+	health *health.Server
+	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
 	startBodyBytes int
 	hooks          serveHooks
@@ -100,74 +106,106 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 	for _, w := range cfg.Settings.Policy.Warnings() {
 		s.log.Warn("configuration warning", "err", w)
 	}
-	tok, err := tokenizer.Load(cfg.Tokenizer, tokenizer.Options{CacheSegments: cfg.CacheSegments})
-	if err != nil {
-		return fmt.Errorf("load tokenizer %s: %w", cfg.Tokenizer, err)
+	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
+	for i, m := range cfg.Models {
+		var err error
+		toks[i], err = tokenizer.Load(m.Tokenizer, tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
+		if err != nil {
+			return fmt.Errorf("load tokenizer %s of model %q: %w", m.Tokenizer, m.Name, err)
+		}
 	}
-	if err := s.build(ctx, cfg, tok); err != nil {
+	defer func() {
+		for _, m := range s.models {
+			if m.group != nil {
+				m.group.Close()
+			}
+		}
+	}()
+	if err := s.build(ctx, cfg, toks); err != nil {
 		return err
-	}
-	if s.group != nil {
-		defer s.group.Close()
 	}
 	return s.serve(ctx, cfg, hooks)
 }
 
-// build creates the registry, index, pool, event group and router.
-func (s *service) build(ctx context.Context, cfg *serveconfig.Config, tok *tokenizer.Tokenizer) error {
+// build creates the registry and, per model, the index, pool and event group, then the router.
+func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var err error
-	if s.index, err = kvindex.New(kvindex.Config{BlockSize: cfg.Pool.BlockSize}); err != nil {
-		return err
+	ropts := route.Options{Policy: cfg.Settings.Policy}
+	if cfg.UnknownModel == "passthrough" {
+		ropts.UnknownModel = route.UnknownPassthrough
 	}
-	var onChange func(added, removed []pool.WorkerInfo)
-	if cfg.KVEvents {
-		if s.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(s.reg), Logger: s.log}, s.index, kvevents.Limits{}); err != nil {
+	for i, mc := range cfg.Models {
+		m, err := s.buildModel(ctx, cfg, mc)
+		if err != nil {
 			return err
 		}
-		s.streams = newEventStreams(s.group)
-		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, added, removed) }
+		s.models = append(s.models, m)
+		rm := route.Model{Name: mc.Name, LoRAAdapters: mc.LoRAAdapters, Tokenizer: toks[i], Index: m.index,
+			Pool: m.pool, BlockSize: mc.Pool.BlockSize}
+		if m.streams != nil {
+			rm.Streams = m.streams
+		}
+		ropts.Models = append(ropts.Models, rm)
 	}
-	// pool.New reports the workers it starts with through OnChange, so their event streams
-	// start here; DNS-named workers follow when Run resolves them.
-	s.pool, err = pool.New(cfg.Pool, pool.Options{Metrics: pool.NewMetrics(s.reg), Logger: s.log, OnChange: onChange})
-	if err != nil {
-		return err
-	}
-	ropts := route.Options{Tokenizer: tok, Index: s.index, Pool: s.pool, Policy: cfg.Settings.Policy,
-		LoRAAdapters: cfg.File.Model.LoRAAdapters}
-	if s.streams != nil {
-		ropts.Streams = s.streams
-	}
+	var err error
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
 	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,
-		Metrics: extproc.NewMetrics(s.reg), Logger: s.log})
+		Metrics: extproc.NewMetrics(s.reg), Logger: s.log, DecisionConcurrency: cfg.DecisionConcurrency})
 	if err != nil {
 		return err
 	}
 	return s.reg.Register(s.router.IndexCollector())
 }
 
-// membership starts and stops event streams as workers join and leave.
-func (s *service) membership(ctx context.Context, added, removed []pool.WorkerInfo) {
+// buildModel creates one model's index, event group and pool. With several models each
+// model's pool and event-stream metrics carry a constant label model=<name>.
+func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc serveconfig.Model) (*servedModel, error) {
+	reg := prometheus.Registerer(s.reg)
+	if len(cfg.Models) > 1 {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"model": mc.Name}, s.reg)
+	}
+	m := &servedModel{name: mc.Name}
+	var err error
+	if m.index, err = kvindex.New(kvindex.Config{BlockSize: mc.Pool.BlockSize}); err != nil {
+		return nil, err
+	}
+	var onChange func(added, removed []pool.WorkerInfo)
+	if cfg.KVEvents {
+		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log}, m.index, kvevents.Limits{}); err != nil {
+			return nil, err
+		}
+		m.streams = newEventStreams(m.group)
+		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, m, added, removed) }
+	}
+	// pool.New reports the workers it starts with through OnChange, so their event streams
+	// start here; DNS-named workers follow when Run resolves them.
+	m.pool, err = pool.New(mc.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Logger: s.log, OnChange: onChange})
+	if err != nil {
+		return nil, fmt.Errorf("model %q: %w", mc.Name, err)
+	}
+	return m, nil
+}
+
+// membership starts and stops model m's event streams as its workers join and leave.
+func (s *service) membership(ctx context.Context, m *servedModel, added, removed []pool.WorkerInfo) {
 	for _, w := range removed {
-		if err := s.group.Remove(ctx, w.ID, 0); err != nil {
+		if err := m.group.Remove(ctx, w.ID, 0); err != nil {
 			s.log.Warn("stop event stream", "worker", w.ID, "err", err)
 		}
-		s.index.RemoveWorker(kvindex.WorkerID(w.ID))
+		m.index.RemoveWorker(kvindex.WorkerID(w.ID))
 	}
 	for _, w := range added {
 		if w.KVCapacityBlocks > 0 {
-			s.index.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks))
+			m.index.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks))
 		}
 		if w.KVEvents == "" {
 			continue
 		}
 		sc := kvzmq.StreamConfig{Worker: w.ID, Endpoint: w.KVEvents, ReplayEndpoint: w.KVReplay}
-		if err := s.group.Add(ctx, sc); err != nil {
+		if err := m.group.Add(ctx, sc); err != nil {
 			s.log.Warn("start event stream", "worker", w.ID, "endpoint", w.KVEvents, "err", err)
 		}
 	}
@@ -231,7 +269,9 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 			stop()
 		}
 	}
-	wg.Go(func() { s.pool.Run(ctx) })
+	for _, m := range s.models {
+		wg.Go(func() { m.pool.Run(ctx) })
+	}
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.watchConfig(ctx, hup) })
 	wg.Go(func() {
@@ -259,6 +299,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	_ = hsrv.Shutdown(shutdownCtx)
 	cancel()
 	wg.Wait()
+	s.ext.Wait() // every ext_proc stream's receive goroutine (the gRPC server has stopped)
 	close(errs)
 	var all []error
 	for err := range errs {
@@ -269,10 +310,16 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 
 // reporter is the admin's stream reporter (nil without event streams).
 func (s *service) reporter() extproc.StreamReporter {
-	if s.streams == nil {
+	var all modelStreams
+	for _, m := range s.models {
+		if m.streams != nil {
+			all = append(all, m.streams)
+		}
+	}
+	if len(all) == 0 {
 		return nil
 	}
-	return s.streams
+	return all
 }
 
 // readyEvery is how often readiness and stream silence are re-evaluated.
@@ -307,20 +354,32 @@ func (s *service) updateReady() {
 
 // readiness reports whether the router can route (a healthy decode worker exists) and one line
 // per worker for /readyz: role, health, and whether its KV event stream has been seen.
+// With several models, each line starts with the model's name, and a model without a healthy
+// decode worker is named (its requests get 503) while the others keep the router ready.
 func (s *service) readiness() (bool, []string) {
 	var lines []string
 	ready := false
-	for _, w := range s.pool.Workers() {
-		state := "healthy"
-		if !w.Healthy {
-			state = fmt.Sprintf("unhealthy (%s for %s)", w.HealthReason, time.Since(w.HealthSince).Round(time.Second))
+	for _, m := range s.models {
+		prefix, modelReady := "", false
+		if len(s.models) > 1 {
+			prefix = "model " + m.name + ": "
 		}
-		ready = ready || (w.Role == pool.RoleDecode && w.Healthy)
-		line := fmt.Sprintf("%s %s %s", w.ID, w.Role, state)
-		if s.streams != nil && w.KVEvents != "" && !s.streams.Seen(w.ID) {
-			line += " (no KV event yet: no cache credit)"
+		for _, w := range m.pool.Workers() {
+			state := "healthy"
+			if !w.Healthy {
+				state = fmt.Sprintf("unhealthy (%s for %s)", w.HealthReason, time.Since(w.HealthSince).Round(time.Second))
+			}
+			modelReady = modelReady || (w.Role == pool.RoleDecode && w.Healthy)
+			line := fmt.Sprintf("%s%s %s %s", prefix, w.ID, w.Role, state)
+			if m.streams != nil && w.KVEvents != "" && !m.streams.Seen(w.ID) {
+				line += " (no KV event yet: no cache credit)"
+			}
+			lines = append(lines, line)
 		}
-		lines = append(lines, line)
+		if !modelReady && len(s.models) > 1 {
+			lines = append(lines, prefix+"no healthy decode worker")
+		}
+		ready = ready || modelReady
 	}
 	if !ready {
 		lines = append(lines, "no healthy decode worker")
@@ -365,10 +424,12 @@ func (s *service) reload(trigger string) (err error) {
 		return err
 	}
 	old := s.cfg.Load()
-	if old.Pool.BlockSize != cfg.Pool.BlockSize {
-		err = fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead",
-			cfg.Pool.BlockSize, old.Pool.BlockSize)
-	} else if ceiling := extproc.BodyCeiling(s.startBodyBytes); cfg.Settings.MaxBodyBytes > ceiling {
+	ceiling := extproc.BodyCeiling(s.startBodyBytes)
+	if err = blockSizeChange(old, cfg); err != nil {
+		s.log.Warn("configuration reload rejected; keeping the old configuration", "reason", trigger, "err", err)
+		return err
+	}
+	if cfg.Settings.MaxBodyBytes > ceiling {
 		// A body the gRPC message limit cannot carry would skip routing instead of getting 413.
 		err = fmt.Errorf("config: max_body_bytes: %d is above %d, the most the ext_proc gRPC message limit set at "+
 			"startup carries; restart to raise it", cfg.Settings.MaxBodyBytes, ceiling)
@@ -386,5 +447,25 @@ func (s *service) reload(trigger string) (err error) {
 		return nil
 	}
 	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.Settings.Policy.Disagg.Policy))
+	return nil
+}
+
+// blockSizeChange refuses a reload that changes a model's block size (the running index and
+// pool keep theirs); a changed model list only warns through RestartNeeded.
+func blockSizeChange(old, cur *serveconfig.Config) error {
+	if len(old.Models) == 1 && len(cur.Models) == 1 {
+		if o, c := old.Models[0].Pool.BlockSize, cur.Models[0].Pool.BlockSize; o != c {
+			return fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead", c, o)
+		}
+		return nil
+	}
+	for i, om := range old.Models {
+		for _, cm := range cur.Models {
+			if cm.Name == om.Name && cm.Pool.BlockSize != om.Pool.BlockSize {
+				return fmt.Errorf("config: models[%d].block_size: %d cannot change on reload (running with %d); restart instead",
+					i, cm.Pool.BlockSize, om.Pool.BlockSize)
+			}
+		}
+	}
 	return nil
 }

@@ -90,3 +90,17 @@ func (s *eventStreams) Seen(worker string) bool {
 	}
 	return s.seen[worker]
 }
+
+// modelStreams reports the streams of every model to ListWorkers (worker ids are unique
+// across models).
+type modelStreams []*eventStreams
+
+// StreamInfo reports the worker's stream from the model that has it.
+func (ms modelStreams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
+	for _, s := range ms {
+		if si, ok := s.StreamInfo(worker); ok {
+			return si, true
+		}
+	}
+	return extproc.StreamInfo{}, false
+}

@@ -34,7 +34,9 @@ type options struct {
 	kvEventsConfig, kvEventsFormat    string
 	kvEventsHashes, kvTransferConfig  string
 	port                              int
-	served                            names
+	served, loraFlags                 names
+	lora                              []vllmsim.LoRAModule
+	enableLoRA                        bool
 	cfg                               sim.Config
 	maxModelLen                       int
 	timeScale                         float64
@@ -48,6 +50,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.port, "port", 8000, "HTTP listen port (0 = ephemeral)")
 	fs.StringVar(&o.model, "model", "qwen3", "model name (also the default served model name)")
 	fs.Var(&o.served, "served-model-name", "served model name (repeatable)")
+	fs.Var(&o.loraFlags, "lora-modules", "LoRA adapters served besides the base model, name=path (repeatable; one value may hold several separated by spaces)")
+	fs.BoolVar(&o.enableLoRA, "enable-lora", false, "accepted for vLLM command lines; adapters are served when --lora-modules is given")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer directory or hf:<org>/<model> (required)")
 	fs.StringVar(&o.perfModel, "perf-model", sim.DefaultPerfModel, "cost model: "+strings.Join(sim.PerfModelNames(), ", "))
 	fs.IntVar(&o.cfg.BlockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block")
@@ -78,6 +82,15 @@ func parseFlags(args []string) (*options, error) {
 	o.cfg.Seed = seed
 	if len(o.served) == 0 {
 		o.served = names{o.model}
+	}
+	for _, v := range o.loraFlags {
+		for _, f := range strings.Fields(v) {
+			m, err := vllmsim.ParseLoRAModule(f)
+			if err != nil {
+				return nil, err
+			}
+			o.lora = append(o.lora, m)
+		}
 	}
 	m, err := sim.PerfModel(o.perfModel)
 	if err != nil {
@@ -156,7 +169,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
 		Engine: o.cfg, TimeScale: o.timeScale, KVEvents: kv, Format: format, Hashes: hashes, OldReplayLayout: o.oldReplay,
 		Server: vllmsim.ServerConfig{ModelNames: o.served, MaxModelLen: o.maxModelLen, Tokenizer: tok, Vocab: vocab,
-			KVTransfer: kt, PromptTokens: o.promptDetails, Logger: log},
+			KVTransfer: kt, PromptTokens: o.promptDetails, Logger: log, LoRAModules: o.lora},
 	})
 	if err != nil {
 		return err

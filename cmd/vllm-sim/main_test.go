@@ -32,7 +32,8 @@ func TestRunServes(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--port", "0", "--tokenizer", model, "--time-scale", "100", "--num-gpu-blocks", "500",
 			"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*"}`,
-			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}, log)
+			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`,
+			"--enable-lora", "--lora-modules", "sql-lora=/adapters/sql other=/adapters/other"}, log)
 	}()
 	defer func() {
 		cancel()
@@ -61,6 +62,15 @@ func TestRunServes(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"completion_tokens":2`) {
 		t.Fatalf("completion: %d %s", resp.StatusCode, b)
 	}
+	resp, err = http.Get("http://" + m[1] + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"id":"sql-lora"`) || !strings.Contains(string(b), `"id":"other"`) {
+		t.Fatalf("--lora-modules: /v1/models %s", b)
+	}
 }
 
 func TestFlagErrors(t *testing.T) {
@@ -71,6 +81,7 @@ func TestFlagErrors(t *testing.T) {
 		{"--tokenizer", "x", "--kv-events-hashes", "str"},
 		{"--tokenizer", "x", "--kv-events-config", `{"publisher":"kafka"}`},
 		{"--tokenizer", "x", "--kv-transfer-config", `{`},
+		{"--tokenizer", "x", "--lora-modules", "no-path"},
 		{"--tokenizer", filepath.Join("..", "..", "tokenizer", "testdata", "models", "qwen3"), "--time-scale", "-1"},
 	} {
 		if err := run(context.Background(), args, slog.New(slog.DiscardHandler)); err == nil {

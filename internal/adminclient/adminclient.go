@@ -101,6 +101,7 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 	in := r.GetInputs()
 	rows := [][2]string{
 		{"route", r.Route}, {"reason", r.Reason}, {"gate", r.Gate}, {"policy", r.Policy},
+		{"model", modelText(r)},
 		{"destination", r.Destination},
 		{"decode", r.DecodeWorker + " " + r.DecodeEndpoint}, {"prefill", r.PrefillWorker + " " + r.PrefillEndpoint},
 		{"tokens (ISL)", itoa(r.Tokens)}, {"block keys", itoa(r.BlockKeys)},
@@ -131,9 +132,33 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 	}
 }
 
-// PrintWorkers writes a ListWorkers answer as a table.
+// modelText is the Explain answer's model: the served model, the adapter, and whether the
+// request's model was unknown ("-" for the one unnamed model).
+func modelText(r *condisaggv1.ExplainResponse) string {
+	s := r.Model
+	if s == "" {
+		s = "-"
+	}
+	if r.LoraAdapter != "" {
+		s += " (adapter " + r.LoraAdapter + ")"
+	}
+	if r.UnknownModel {
+		s += " (request's model unknown: passthrough)"
+	}
+	return s
+}
+
+// PrintWorkers writes a ListWorkers answer as a table; a MODEL column when the router serves
+// named models.
 func PrintWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	models := false
+	for _, x := range r.Workers {
+		models = models || x.Model != ""
+	}
+	if models {
+		fmt.Fprint(tw, "MODEL\t")
+	}
 	fmt.Fprintln(tw, "ID\tROLE\tENDPOINT\tHEALTHY\tKVCAP\tMNBT\tREQS\tPREFILL_TOK\tDECODE_BLK\tINDEXED(G/C/D)\tEVENTS\tLAST_SEQ\tGAPS\tREPLAYS\tLAST_EVENT_AGE")
 	for _, x := range r.Workers {
 		events, seq, gaps, replays, age := "-", "-", "-", "-", "-"
@@ -149,6 +174,9 @@ func PrintWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
 			if e.LastEventAgeSeconds >= 0 {
 				age = strconv.FormatFloat(e.LastEventAgeSeconds, 'f', 1, 64) + "s"
 			}
+		}
+		if models {
+			fmt.Fprintf(tw, "%s\t", x.Model)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%d\t%d\t%d\t%d/%d/%d\t%s\t%s\t%s\t%s\t%s\n",
 			x.Id, x.Role, x.Endpoint, x.Healthy, x.KvCapacityBlocks, x.MaxBatchedTokens, x.ActiveRequests,

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,15 +38,19 @@ type File struct {
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
 	UnreadyDelay    time.Duration `yaml:"unready_delay"`
 	LogLevel        string        `yaml:"log_level"`
-	Model           struct {
-		Tokenizer     string `yaml:"tokenizer"`
-		BlockSize     int    `yaml:"block_size"`
-		CacheSegments int    `yaml:"cache_segments"`
-		// LoRAAdapters are the request model names that are LoRA adapters (vLLM --lora-modules
-		// names): their prompts are keyed with the adapter, as the engine keys their blocks.
-		LoRAAdapters []string `yaml:"lora_adapters"`
-	} `yaml:"model"`
-	Router struct {
+	// Resource bounds of the ext_proc listener (extproc README "Resource bounds").
+	StreamIdleTimeout    time.Duration `yaml:"stream_idle_timeout"`
+	DecisionQueueTimeout time.Duration `yaml:"decision_queue_timeout"`
+	DecisionConcurrency  int           `yaml:"decision_concurrency"` // 0 = GOMAXPROCS; restart to change
+	// Model is the single-model form: one model served by the top-level workers. Models is
+	// the several-model form (each entry with its own name and workers); they are exclusive.
+	Model  ModelFile   `yaml:"model"`
+	Models []ModelFile `yaml:"models"`
+	// UnknownModel is what a request for a model name no model serves gets: "reject" (404,
+	// vLLM's answer) or "passthrough" (routed by load to the first model's decode workers,
+	// counted). A single model without a name takes every name.
+	UnknownModel string `yaml:"unknown_model"`
+	Router       struct {
 		Mode                    string           `yaml:"mode"`
 		KVEvents                bool             `yaml:"kv_events"`
 		ConditionalDisagg       bool             `yaml:"conditional_disagg"`
@@ -85,11 +89,16 @@ type Config struct {
 	DrainTimeout  time.Duration
 	UnreadyDelay  time.Duration
 	LogLevel      slog.Level
-	Tokenizer     string // model directory
+	Tokenizer     string // the first model's directory
 	CacheSegments int
 	KVEvents      bool
 	Settings      *extproc.Settings
-	Pool          pool.Config
+	Pool          pool.Config // the first model's pool
+	// Models are the served models in configuration order (one for the single-model form).
+	Models       []Model
+	UnknownModel string // reject or passthrough
+	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
+	DecisionConcurrency int
 }
 
 // Flags are the command-line flags of serve; names follow Dynamo's router flags.
@@ -118,6 +127,7 @@ type Flags struct {
 	tlsKey           string
 	drainTimeout     time.Duration
 	logLevel         string
+	unknownModel     string
 }
 
 func NewFlags() *Flags {
@@ -146,16 +156,20 @@ func NewFlags() *Flags {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key for the gRPC port")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Minute, "bound of the graceful drain on SIGTERM")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.unknownModel, "unknown-model", "reject", "a request for a model no model serves: reject (404) or passthrough (routed by load, counted)")
 	return f
 }
+
+// MaxDecisionConcurrency bounds decision_concurrency: decisions beyond the cores only share them.
+const MaxDecisionConcurrency = 1024
 
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
 	var fc File
 	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9003"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
-	fc.DrainTimeout, fc.LogLevel = 15*time.Minute, "info"
-	fc.Model.BlockSize, fc.Model.CacheSegments = policy.DefaultBlockSize, 65536
+	fc.DrainTimeout, fc.LogLevel, fc.UnknownModel = 15*time.Minute, "info", "reject"
+	fc.StreamIdleTimeout, fc.DecisionQueueTimeout = extproc.DefaultStreamIdleTimeout, extproc.DefaultDecisionQueueTimeout
 	fc.Router.Mode = "kv"
 	fc.Router.Selection = policy.DefaultSelection()
 	fc.Router.Silence = policy.Silence{After: policy.DefaultKVEventsSilence, MinRequests: policy.DefaultKVEventsMinRequests}
@@ -177,8 +191,9 @@ func (f *Flags) Load() (*Config, error) {
 			return nil, fmt.Errorf("config: parse %s: %w", f.ConfigPath, err)
 		}
 		// A relative model path in the file is relative to the file.
-		if t := fc.Model.Tokenizer; t != "" && !filepath.IsAbs(t) {
-			fc.Model.Tokenizer = filepath.Join(filepath.Dir(f.ConfigPath), t)
+		fc.Model.relativeTo(f.ConfigPath)
+		for i := range fc.Models {
+			fc.Models[i].relativeTo(f.ConfigPath)
 		}
 	}
 	disaggJSON, err := disaggFromFile(&fc.Router.ConditionalDisaggConfig)
@@ -214,7 +229,21 @@ func (f *Flags) Load() (*Config, error) {
 	over("tls-key", func() { fc.TLSKey = f.tlsKey })
 	over("drain-timeout", func() { fc.DrainTimeout = f.drainTimeout })
 	over("log-level", func() { fc.LogLevel = f.logLevel })
-	return validate(fc, disaggJSON)
+	over("unknown-model", func() { fc.UnknownModel = f.unknownModel })
+	var flagErrs []error
+	if len(fc.Models) > 0 {
+		for _, name := range []string{"tokenizer", "block-size"} {
+			if set[name] {
+				flagErrs = append(flagErrs, fmt.Errorf("config: --%s: %s applies to the single-model form only; set it per model in models[]",
+					name, f.FS.Lookup(name).Value))
+			}
+		}
+	}
+	c, err := validate(fc, disaggJSON)
+	if len(flagErrs) > 0 {
+		return nil, errors.Join(append(flagErrs, err)...)
+	}
+	return c, err
 }
 
 // disaggFromFile turns router.conditional_disagg_config (a mapping or a JSON string) into
@@ -246,15 +275,13 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	}
 	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
 		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
-		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, Tokenizer: fc.Model.Tokenizer,
-		CacheSegments: fc.Model.CacheSegments, KVEvents: fc.Router.KVEvents}
+		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, KVEvents: fc.Router.KVEvents,
+		UnknownModel: fc.UnknownModel, DecisionConcurrency: fc.DecisionConcurrency}
 	if fc.Listen == "" {
 		bad("listen", `""`, "must be host:port")
 	}
-	if fc.Model.Tokenizer == "" {
-		bad("model.tokenizer", `""`, "must name a model directory (--tokenizer)")
-	} else if st, err := os.Stat(fc.Model.Tokenizer); err != nil || !st.IsDir() {
-		bad("model.tokenizer", fc.Model.Tokenizer, "must be an existing model directory")
+	if fc.UnknownModel != "reject" && fc.UnknownModel != "passthrough" {
+		bad("unknown_model", strconv.Quote(fc.UnknownModel), "must be reject or passthrough")
 	}
 	var err error
 	if c.Admin, err = loadAdminAccess(fc); err != nil {
@@ -272,35 +299,57 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
 		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
 	}
-	if fc.Model.CacheSegments < 0 {
-		bad("model.cache_segments", fc.Model.CacheSegments, "must be >= 0")
+	if fc.StreamIdleTimeout == 0 {
+		bad("stream_idle_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinStreamIdleTimeout, extproc.MaxStreamIdleTimeout))
 	}
-	pc, err := policyConfig(fc, disaggJSON)
+	if fc.DecisionQueueTimeout == 0 {
+		bad("decision_queue_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinDecisionQueueTimeout, extproc.MaxDecisionQueueTimeout))
+	}
+	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
+		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))
+	}
+	mfs, prefixes, err := modelsOf(fc)
+	errs = append(errs, err)
+	mfs = withModelDefaults(mfs)
+	pc, err := policyConfig(fc, mfs, disaggJSON)
 	errs = append(errs, err)
 	c.Settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
-		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat}
+		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
+		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
 	errs = append(errs, c.Settings.Validate())
-	c.Pool = pool.Config{Workers: fc.Workers, BlockSize: fc.Model.BlockSize, BookingTTL: fc.Pool.BookingTTL,
-		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval,
-		HealthInterval: fc.Pool.HealthInterval, HealthTimeout: fc.Pool.HealthTimeout, HealthPath: fc.Pool.HealthPath,
-		HealthFailures: fc.Pool.HealthFailures, HealthSuccesses: fc.Pool.HealthSuccesses,
-		HealthBackoffMax: fc.Pool.HealthBackoffMax, UpstreamFailures: fc.Pool.UpstreamFailures}
-	if len(fc.Workers) == 0 {
-		bad("workers", "[]", "must list at least one decode worker")
+	c.Models = buildModels(fc, mfs, prefixes, &errs)
+	if len(c.Models) > 0 {
+		c.Tokenizer, c.CacheSegments, c.Pool = c.Models[0].Tokenizer, c.Models[0].CacheSegments, c.Models[0].Pool
 	}
-	errs = append(errs, c.Pool.Validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// policyConfig builds and validates the policy configuration.
-func policyConfig(fc File, disaggJSON *string) (policy.Config, error) {
+// poolConfig is the pool section with one model's workers and block size.
+func poolConfig(fc *File, workers []pool.WorkerConfig, blockSize int) pool.Config {
+	return pool.Config{Workers: workers, BlockSize: blockSize, BookingTTL: fc.Pool.BookingTTL,
+		SweepInterval: fc.Pool.SweepInterval, ResolveInterval: fc.Pool.ResolveInterval, ScrapeInterval: fc.Pool.ScrapeInterval,
+		HealthInterval: fc.Pool.HealthInterval, HealthTimeout: fc.Pool.HealthTimeout, HealthPath: fc.Pool.HealthPath,
+		HealthFailures: fc.Pool.HealthFailures, HealthSuccesses: fc.Pool.HealthSuccesses,
+		HealthBackoffMax: fc.Pool.HealthBackoffMax, UpstreamFailures: fc.Pool.UpstreamFailures}
+}
+
+// policyConfig builds and validates the policy configuration; its block size is the first
+// model's (route gives each model a copy with its own).
+func policyConfig(fc File, models []ModelFile, disaggJSON *string) (policy.Config, error) {
 	pc := policy.DefaultConfig()
 	pc.Enabled, pc.RouterMode, pc.KVEvents = fc.Router.ConditionalDisagg, fc.Router.Mode, fc.Router.KVEvents
-	pc.BlockSize, pc.Selection, pc.Silence = fc.Model.BlockSize, fc.Router.Selection, fc.Router.Silence
-	pc.DistinctPools = distinctPools(fc.Workers)
+	pc.Selection, pc.Silence = fc.Router.Selection, fc.Router.Silence
+	var all []pool.WorkerConfig
+	for i, m := range models {
+		if i == 0 {
+			pc.BlockSize = m.BlockSize
+		}
+		all = append(all, m.Workers...)
+	}
+	pc.DistinctPools = distinctPools(all)
 	if fc.Router.QueueThreshold != nil {
 		pc.QueueThreshold = policy.Set(*fc.Router.QueueThreshold)
 	}

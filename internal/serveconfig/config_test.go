@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/condisagg/condisagg/internal/repo"
 
@@ -40,6 +41,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 listen: 127.0.0.1:0
 failure_mode: closed
 max_body_bytes: 2048
+stream_idle_timeout: 45s
+decision_queue_timeout: 500ms
+decision_concurrency: 3
 model: {tokenizer: `+model+`, block_size: 16}
 router:
   mode: kv
@@ -55,8 +59,9 @@ router:
 		t.Fatal(err)
 	}
 	s := c.Settings
-	if s.FailureMode != extproc.FailOpen || !s.DebugHeaders || s.MaxBodyBytes != 2048 {
-		t.Fatalf("settings %+v", s)
+	if s.FailureMode != extproc.FailOpen || !s.DebugHeaders || s.MaxBodyBytes != 2048 ||
+		s.StreamIdleTimeout != 45*time.Second || s.DecisionQueueTimeout != 500*time.Millisecond || c.DecisionConcurrency != 3 {
+		t.Fatalf("settings %+v, decision_concurrency %d", s, c.DecisionConcurrency)
 	}
 	p := s.Policy
 	if !p.Enabled || p.Disagg.Policy != policy.ISLOrLoad || p.Disagg.EffISLThreshold != 1024 ||
@@ -72,6 +77,12 @@ router:
 	if err != nil || c.Settings.Policy.Disagg.Policy != policy.PrefillLoad {
 		t.Fatalf("flag JSON: %v %v", c, err)
 	}
+	// The resource bounds' defaults.
+	c, err = loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "w.yaml", workersYAML))
+	if err != nil || c.Settings.StreamIdleTimeout != extproc.DefaultStreamIdleTimeout ||
+		c.Settings.DecisionQueueTimeout != extproc.DefaultDecisionQueueTimeout || c.DecisionConcurrency != 0 {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
 }
 
 // TestConfigValidation: every problem is reported at once in field/value/rule form.
@@ -80,6 +91,9 @@ func TestConfigValidation(t *testing.T) {
 	path := writeFile(t, dir, "bad.yaml", `
 failure_mode: sometimes
 max_body_bytes: 0
+stream_idle_timeout: 2h
+decision_queue_timeout: 0s
+decision_concurrency: -1
 log_level: loud
 model: {tokenizer: /nonexistent/model}
 router:
@@ -96,6 +110,9 @@ workers:
 	for _, want := range []string{
 		`failure_mode: "sometimes" must be one of open, closed`,
 		"max_body_bytes: 0 is outside [1, 1073741824]",
+		"stream_idle_timeout: 2h0m0s is outside [1s, 1h0m0s]",
+		"decision_queue_timeout: 0s is outside [1ms, 1m0s]",
+		"decision_concurrency: -1 is outside [0, 1024] (0 = GOMAXPROCS)",
 		"log_level: loud must be one of",
 		"model.tokenizer: /nonexistent/model must be an existing model directory",
 		"tls_cert/tls_key: cert.pem/ must be given together",
@@ -128,5 +145,130 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if c.Settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.Pool.Workers) != 2 || !c.KVEvents {
 		t.Fatalf("example config: %+v", c.Settings.Policy)
+	}
+}
+
+const modelsYAML = `
+unknown_model: passthrough
+models:
+  - name: qwen3
+    tokenizer: QWEN
+    block_size: 16
+    lora_adapters: [sql-lora]
+    workers:
+      - {name: q-prefill-0, role: prefill, endpoint: 127.0.0.1:8100}
+      - {name: q-decode-0, role: decode, endpoint: 127.0.0.1:8200}
+  - name: llama3
+    tokenizer: LLAMA
+    chat_template: tmpl.jinja
+    block_size: 32
+    cache_segments: 0
+    workers:
+      - {name: l-decode-0, role: decode, endpoint: 127.0.0.1:8300}
+`
+
+// TestConfigModels: the several-model form gives each model its own tokenizer, chat template
+// (relative to the file), block size, adapters and workers; unknown_model is read; the
+// single-model form still yields one unnamed model.
+func TestConfigModels(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "tmpl.jinja", "{{ messages[0].content }}")
+	text := strings.NewReplacer("QWEN", requireModel(t), "LLAMA", repo.TestModel(t, "llama3")).Replace(modelsYAML)
+	c, err := loadArgs(t, "--config", writeFile(t, dir, "m.yaml", text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Models) != 2 || c.UnknownModel != "passthrough" {
+		t.Fatalf("models %+v unknown %q", c.Models, c.UnknownModel)
+	}
+	q, l := c.Models[0], c.Models[1]
+	if q.Name != "qwen3" || q.Pool.BlockSize != 16 || len(q.Pool.Workers) != 2 || q.CacheSegments != 65536 ||
+		len(q.LoRAAdapters) != 1 || q.ChatTemplate != "" {
+		t.Fatalf("qwen3 %+v", q)
+	}
+	if l.Name != "llama3" || l.Pool.BlockSize != 32 || len(l.Pool.Workers) != 1 || l.CacheSegments != 0 ||
+		l.ChatTemplate != filepath.Join(dir, "tmpl.jinja") {
+		t.Fatalf("llama3 %+v", l)
+	}
+	if c.Pool.BlockSize != 16 || c.Settings.Policy.BlockSize != 16 || !c.Settings.Policy.DistinctPools {
+		t.Fatalf("first model's pool/policy %+v", c.Pool)
+	}
+	// The single-model form: one unnamed model over the top-level workers.
+	c, err = loadArgs(t, "--tokenizer", requireModel(t), "--block-size", "32", "--config", writeFile(t, dir, "w.yaml", workersYAML))
+	if err != nil || len(c.Models) != 1 || c.Models[0].Name != "" || c.Models[0].Pool.BlockSize != 32 || len(c.Models[0].Pool.Workers) != 2 {
+		t.Fatalf("single-model form %+v %v", c, err)
+	}
+}
+
+// TestConfigModelsValidation: every several-model rule names its field and the fix, all at
+// once.
+func TestConfigModelsValidation(t *testing.T) {
+	dir := t.TempDir()
+	model := requireModel(t)
+	path := writeFile(t, dir, "bad.yaml", `
+unknown_model: forward
+model: {tokenizer: `+model+`}
+workers:
+  - {name: d, role: decode, endpoint: 127.0.0.1:8000}
+models:
+  - name: qwen3
+    tokenizer: `+model+`
+    lora_adapters: [llama3, ""]
+    workers:
+      - {name: d0, role: decode, endpoint: 127.0.0.1:8200}
+  - tokenizer: `+model+`
+    chat_template: missing.jinja
+    block_size: -1
+    workers:
+      - {name: d0, role: decode, endpoint: 127.0.0.1:8300}
+  - name: llama3
+    tokenizer: `+model+`
+    workers:
+      - {name: d9, role: decode, endpoint: 127.0.0.1:8200}
+  - name: qwen3
+    tokenizer: /nonexistent
+    workers: []
+`)
+	_, err := loadArgs(t, "--config", path, "--block-size", "32")
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	for _, want := range []string{
+		`unknown_model: "forward" must be reject or passthrough`,
+		"workers: 1 workers cannot be combined with models; move each worker into its model's models[i].workers",
+		"model: the single-model form cannot be combined with models; move it into a models[] entry",
+		"--block-size: 32 applies to the single-model form only; set it per model in models[]",
+		`models[0].lora_adapters[1]: "" must be an adapter name`,
+		`models[1].name: "" must be the model name requests use`,
+		"models[1].chat_template: " + filepath.Join(dir, "missing.jinja") + " must be an existing Jinja template file",
+		"models[1].block_size: -1 must be >= 1",
+		`models[1].workers[0].name: "d0" is already a worker of models[0]; worker names must be unique across models`,
+		`models[2].name: "llama3" is already models[0].lora_adapters[0]; model and adapter names must be unique`,
+		"models[2].workers[0].endpoint: 127.0.0.1:8200 is already a worker of models[0]",
+		`models[3].name: "qwen3" is already models[0].name`,
+		"models[3].tokenizer: /nonexistent must be an existing model directory",
+		"models[3].workers: [] must list at least one decode worker",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "mw.yaml",
+		"model: {workers: [{name: x, role: decode, endpoint: 127.0.0.1:1}]}\n"+workersYAML)); err == nil ||
+		!strings.Contains(err.Error(), "model.workers: 1 workers is only for models[] entries") {
+		t.Fatalf("model.workers in the single-model form: %v", err)
+	}
+}
+
+// TestModelsExampleConfigLoads keeps condisagg.models.example.yaml valid.
+func TestModelsExampleConfigLoads(t *testing.T) {
+	requireModel(t)
+	repo.TestModel(t, "llama3")
+	c, err := loadArgs(t, "--config", filepath.Join("..", "..", "cmd", "condisagg", "condisagg.models.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Models) != 2 || c.Models[1].Pool.BlockSize != 32 || c.UnknownModel != "reject" || len(c.Models[0].LoRAAdapters) != 1 {
+		t.Fatalf("models example: %+v", c.Models)
 	}
 }

@@ -31,13 +31,17 @@ func RestartNeeded(old, cur *Config) string {
 	if !reflect.DeepEqual(old.Pool, cur.Pool) {
 		fields = append(fields, "workers/pool")
 	}
-	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments {
+	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments || !reflect.DeepEqual(old.Models, cur.Models) ||
+		old.UnknownModel != cur.UnknownModel {
 		fields = append(fields, "model")
 	}
 	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
 		old.TLSCert != cur.TLSCert || old.TLSKey != cur.TLSKey || !reflect.DeepEqual(old.File.AdminTokenFile, cur.File.AdminTokenFile) ||
 		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
 		fields = append(fields, "listeners/tls")
+	}
+	if old.DecisionConcurrency != cur.DecisionConcurrency {
+		fields = append(fields, "decision_concurrency")
 	}
 	if old.KVEvents != cur.KVEvents {
 		fields = append(fields, "router.kv_events")

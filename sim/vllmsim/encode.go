@@ -78,11 +78,18 @@ func (enc Encoder) appendEvent(dst []byte, ev *sim.Event) []byte {
 // appendStored writes BlockStored: block_hashes, parent_block_hash, token_ids, block_size,
 // lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
 // kv_cache_spec_sliding_window (§2.3; the array has 12 elements with the tag, the map omits
-// extra_keys and the sliding window, which are at their default nil).
+// the sliding window, and extra_keys when no block has one). An adapter's blocks carry its
+// lora_id and lora_name and, as in vLLM 0.32, extra_keys [[name], ...] (one entry per block;
+// the adapter path is in the engine's hash but never published, docs/vllm-facts.md §d).
 func (enc Encoder) appendStored(dst []byte, ev *sim.Event) []byte {
 	m := enc.Format == FormatMap
+	lora := ev.LoRA.Name != ""
 	if m {
-		dst = msgp.AppendMapHeader(dst, 10)
+		n := uint32(10)
+		if lora {
+			n++
+		}
+		dst = msgp.AppendMapHeader(dst, n)
 		dst = msgp.AppendString(dst, "type")
 	} else {
 		dst = msgp.AppendArrayHeader(dst, 12)
@@ -102,11 +109,23 @@ func (enc Encoder) appendStored(dst []byte, ev *sim.Event) []byte {
 		dst = msgp.AppendUint32(dst, t)
 	}
 	dst = msgp.AppendInt(enc.key(dst, m, "block_size"), enc.BlockSize)
-	dst = msgp.AppendNil(enc.key(dst, m, "lora_id"))
+	if lora {
+		dst = msgp.AppendInt64(enc.key(dst, m, "lora_id"), ev.LoRA.ID)
+	} else {
+		dst = msgp.AppendNil(enc.key(dst, m, "lora_id"))
+	}
 	dst = msgp.AppendString(enc.key(dst, m, "medium"), "GPU")
-	dst = msgp.AppendNil(enc.key(dst, m, "lora_name"))
-	if !m {
-		dst = msgp.AppendNil(dst) // extra_keys
+	switch {
+	case lora:
+		dst = msgp.AppendString(enc.key(dst, m, "lora_name"), ev.LoRA.Name)
+		dst = msgp.AppendArrayHeader(enc.key(dst, m, "extra_keys"), uint32(len(ev.Hashes)))
+		for range ev.Hashes {
+			dst = msgp.AppendString(msgp.AppendArrayHeader(dst, 1), ev.LoRA.Name)
+		}
+	case m:
+		dst = msgp.AppendNil(enc.key(dst, m, "lora_name"))
+	default:
+		dst = msgp.AppendNil(msgp.AppendNil(dst)) // lora_name, extra_keys
 	}
 	dst = msgp.AppendInt(enc.key(dst, m, "group_idx"), 0)
 	dst = msgp.AppendString(enc.key(dst, m, "kv_cache_spec_kind"), "full_attention")

@@ -51,6 +51,7 @@ type instOpts struct {
 	numBlocks  int
 	timeScale  float64
 	details    bool
+	lora       []LoRAModule
 }
 
 type testInstance struct {
@@ -73,7 +74,8 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 		Engine:    sim.Config{NumGPUBlocks: o.numBlocks, Seed: 11},
 		TimeScale: o.timeScale,
 		Format:    o.format, Hashes: o.hashes, OldReplayLayout: o.oldReplay,
-		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960},
+		Server: ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, PromptTokens: o.details, MaxModelLen: 40960,
+			LoRAModules: o.lora},
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 50

@@ -32,8 +32,12 @@ type KVTransfer struct {
 
 // ServerConfig configures the OpenAI HTTP surface of a Worker.
 type ServerConfig struct {
-	ModelNames   []string // served model names; the first is reported
-	MaxModelLen  int      // prompt + output tokens; default 131072
+	ModelNames []string // served model names; the first is reported
+	// LoRAModules are the LoRA adapters served besides the base model (vLLM --lora-modules
+	// name=path); a request whose model is an adapter's name runs with it. They get the
+	// engine ids 1, 2, … in this order, as vLLM numbers adapters it loads at startup.
+	LoRAModules  []LoRAModule
+	MaxModelLen  int // prompt + output tokens; default 131072
 	Tokenizer    *tokenizer.Tokenizer
 	Vocab        *Vocab
 	Worker       *Worker
@@ -44,12 +48,28 @@ type ServerConfig struct {
 	Logger       *slog.Logger
 }
 
+// LoRAModule is one served LoRA adapter: the request model name and the adapter's path.
+type LoRAModule struct {
+	Name string
+	Path string
+}
+
+// ParseLoRAModule parses vLLM's --lora-modules form name=path.
+func ParseLoRAModule(s string) (LoRAModule, error) {
+	name, path, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(name) == "" || path == "" {
+		return LoRAModule{}, fmt.Errorf("vllmsim: lora module %q: want name=path", s)
+	}
+	return LoRAModule{Name: name, Path: path}, nil
+}
+
 // Server is the vllm-sim HTTP handler: /v1/completions, /v1/chat/completions, /tokenize,
-// /health, /v1/models, /reset_prefix_cache and /metrics.
+// /detokenize, /health, /v1/models, /reset_prefix_cache and /metrics.
 type Server struct {
-	cfg ServerConfig
-	m   *serverMetrics
-	mux *http.ServeMux
+	cfg  ServerConfig
+	m    *serverMetrics
+	mux  *http.ServeMux
+	lora map[string]sim.Adapter // adapter name -> engine adapter
 }
 
 // NewServer builds the handler and registers the vllm: metrics on cfg.Registry.
@@ -66,7 +86,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), lora: map[string]sim.Adapter{}}
+	for i, l := range cfg.LoRAModules {
+		if _, dup := s.lora[l.Name]; dup || s.baseModel(l.Name) {
+			return nil, fmt.Errorf("vllmsim: server config: lora module %q: name already served", l.Name)
+		}
+		s.lora[l.Name] = sim.Adapter{ID: int64(i + 1), Name: l.Name, Path: l.Path}
+	}
 	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Worker)
 	if err != nil {
 		return nil, err
@@ -75,6 +101,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
 	s.mux.HandleFunc("POST /tokenize", s.tokenize)
+	s.mux.HandleFunc("POST /detokenize", s.detokenize)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
@@ -106,14 +133,23 @@ type kvTransferParams struct {
 }
 
 // apiError writes vLLM's OpenAI error body.
-func apiError(w http.ResponseWriter, code int, msg string) {
+func apiError(w http.ResponseWriter, code int, msg string) { apiErrorParam(w, code, msg, nil) }
+
+// apiErrorParam is apiError naming the offending request field (nil: none).
+func apiErrorParam(w http.ResponseWriter, code int, msg string, param *string) {
 	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError", 503: "ServiceUnavailableError"}[code]
 	if typ == "" {
 		typ = "InternalServerError"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": param, "code": code}})
+}
+
+// unknownModel writes vLLM's answer for a model it does not serve (404, param "model").
+func unknownModel(w http.ResponseWriter, name string) {
+	param := "model"
+	apiErrorParam(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", name), &param)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -135,10 +171,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return body, true
 }
 
-func (s *Server) servedModel(name string) bool {
-	if name == "" {
-		return true
+// servedModel resolves a request's model: "" or a served name is the base model (the zero
+// Adapter), an adapter's name that adapter; ok is false for any other name.
+func (s *Server) servedModel(name string) (sim.Adapter, bool) {
+	if name == "" || s.baseModel(name) {
+		return sim.Adapter{}, true
 	}
+	a, ok := s.lora[name]
+	return a, ok
+}
+
+func (s *Server) baseModel(name string) bool {
 	for _, n := range s.cfg.ModelNames {
 		if n == name {
 			return true
@@ -176,8 +219,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, chat bool) (*pr
 		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return nil, false
 	}
-	if !s.servedModel(p.body.Model) {
-		apiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", p.body.Model))
+	adapter, ok := s.servedModel(p.body.Model)
+	if !ok {
+		unknownModel(w, p.body.Model)
 		return nil, false
 	}
 	if p.body.N != nil && *p.body.N != 1 {
@@ -197,6 +241,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, chat bool) (*pr
 	if !s.fillRequest(w, p) {
 		return nil, false
 	}
+	p.req.LoRA = adapter
 	p.id = requestID(r, map[bool]string{true: "chatcmpl-", false: "cmpl-"}[chat])
 	p.includeUs = p.body.StreamOptions != nil && p.body.StreamOptions.IncludeUsage
 	return p, true
@@ -346,8 +391,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
-	if !s.servedModel(probe.Model) {
-		apiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", probe.Model))
+	if _, ok := s.servedModel(probe.Model); !ok {
+		unknownModel(w, probe.Model)
 		return
 	}
 	var toks []uint32
@@ -379,11 +424,15 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		OwnedBy     string  `json:"owned_by"`
 		Root        string  `json:"root"`
 		Parent      *string `json:"parent"`
-		MaxModelLen int     `json:"max_model_len"`
+		MaxModelLen *int    `json:"max_model_len"`
 	}
-	data := make([]model, 0, len(s.cfg.ModelNames))
+	data := make([]model, 0, len(s.cfg.ModelNames)+len(s.cfg.LoRAModules))
+	now := time.Now().Unix()
 	for _, n := range s.cfg.ModelNames {
-		data = append(data, model{ID: n, Object: "model", Created: time.Now().Unix(), OwnedBy: "vllm", Root: s.cfg.ModelNames[0], MaxModelLen: s.cfg.MaxModelLen})
+		data = append(data, model{ID: n, Object: "model", Created: now, OwnedBy: "vllm", Root: s.cfg.ModelNames[0], MaxModelLen: &s.cfg.MaxModelLen})
+	}
+	for _, l := range s.cfg.LoRAModules { // as vLLM lists an adapter: root its path, parent the base model
+		data = append(data, model{ID: l.Name, Object: "model", Created: now, OwnedBy: "vllm", Root: l.Path, Parent: &s.cfg.ModelNames[0]})
 	}
 	writeJSON(w, map[string]any{"object": "list", "data": data})
 }
@@ -398,4 +447,35 @@ func (s *Server) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// detokenize is vLLM's POST /detokenize: {"model", "tokens"} -> {"prompt"}.
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
+	raw, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Model  string    `json:"model"`
+		Tokens *[]uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if _, ok := s.servedModel(req.Model); !ok {
+		unknownModel(w, req.Model)
+		return
+	}
+	if req.Tokens == nil {
+		param := "tokens"
+		apiErrorParam(w, http.StatusBadRequest, "tokens: field required", &param)
+		return
+	}
+	text, err := s.cfg.Tokenizer.Decode(*req.Tokens)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "detokenize: "+err.Error())
+		return
+	}
+	writeJSON(w, map[string]any{"prompt": text})
 }

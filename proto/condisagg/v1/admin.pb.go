@@ -4,7 +4,8 @@
 // 	protoc        v3.21.12
 // source: condisagg/v1/admin.proto
 
-// Admin API of the condisagg router, served on the ext_proc gRPC port (ARCHITECTURE §5).
+// Admin API of the condisagg router, served on its own listener (serve --admin-grpc-listen,
+// loopback by default; a bearer token or mTLS off loopback), apart from ext_proc.
 
 package condisaggv1
 
@@ -160,6 +161,9 @@ type ExplainResponse struct {
 	PrefillEndpoint string                 `protobuf:"bytes,11,opt,name=prefill_endpoint,json=prefillEndpoint,proto3" json:"prefill_endpoint,omitempty"`
 	Destination     string                 `protobuf:"bytes,12,opt,name=destination,proto3" json:"destination,omitempty"`
 	Inputs          *PolicyInputs          `protobuf:"bytes,13,opt,name=inputs,proto3" json:"inputs,omitempty"`
+	Model           string                 `protobuf:"bytes,14,opt,name=model,proto3" json:"model,omitempty"`                                    // the served model that routed it ("" : the one unnamed model)
+	LoraAdapter     string                 `protobuf:"bytes,15,opt,name=lora_adapter,json=loraAdapter,proto3" json:"lora_adapter,omitempty"`     // the LoRA adapter the request named ("" : the base model)
+	UnknownModel    bool                   `protobuf:"varint,16,opt,name=unknown_model,json=unknownModel,proto3" json:"unknown_model,omitempty"` // the request's model is not served; passed through by load
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -283,6 +287,27 @@ func (x *ExplainResponse) GetInputs() *PolicyInputs {
 		return x.Inputs
 	}
 	return nil
+}
+
+func (x *ExplainResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetLoraAdapter() string {
+	if x != nil {
+		return x.LoraAdapter
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetUnknownModel() bool {
+	if x != nil {
+		return x.UnknownModel
+	}
+	return false
 }
 
 // PolicyInputs are every value the decision used.
@@ -642,6 +667,7 @@ type Worker struct {
 	IndexedCpuBlocks    int64                  `protobuf:"varint,12,opt,name=indexed_cpu_blocks,json=indexedCpuBlocks,proto3" json:"indexed_cpu_blocks,omitempty"`
 	IndexedDiskBlocks   int64                  `protobuf:"varint,13,opt,name=indexed_disk_blocks,json=indexedDiskBlocks,proto3" json:"indexed_disk_blocks,omitempty"`
 	Events              *EventStream           `protobuf:"bytes,14,opt,name=events,proto3" json:"events,omitempty"` // unset when the worker has no event stream
+	Model               string                 `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`   // the served model of the worker ("" : the one unnamed model)
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -772,6 +798,13 @@ func (x *Worker) GetEvents() *EventStream {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *Worker) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 type ListWorkersResponse struct {
@@ -921,7 +954,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"cpu_blocks\x18\x03 \x01(\x03R\tcpuBlocks\x12\x1f\n" +
 	"\vdisk_blocks\x18\x04 \x01(\x03R\n" +
-	"diskBlocks\"\xd1\x03\n" +
+	"diskBlocks\"\xaf\x04\n" +
 	"\x0fExplainResponse\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -937,7 +970,10 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	" \x01(\tR\rprefillWorker\x12)\n" +
 	"\x10prefill_endpoint\x18\v \x01(\tR\x0fprefillEndpoint\x12 \n" +
 	"\vdestination\x18\f \x01(\tR\vdestination\x122\n" +
-	"\x06inputs\x18\r \x01(\v2\x1a.condisagg.v1.PolicyInputsR\x06inputs\"\xf5\x06\n" +
+	"\x06inputs\x18\r \x01(\v2\x1a.condisagg.v1.PolicyInputsR\x06inputs\x12\x14\n" +
+	"\x05model\x18\x0e \x01(\tR\x05model\x12!\n" +
+	"\flora_adapter\x18\x0f \x01(\tR\vloraAdapter\x12#\n" +
+	"\runknown_model\x18\x10 \x01(\bR\funknownModel\"\xf5\x06\n" +
 	"\fPolicyInputs\x12)\n" +
 	"\x10snapshot_version\x18\x01 \x01(\x04R\x0fsnapshotVersion\x12%\n" +
 	"\x0epreview_decode\x18\x02 \x01(\tR\rpreviewDecode\x12%\n" +
@@ -973,7 +1009,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x04gaps\x18\x04 \x01(\x04R\x04gaps\x12\x18\n" +
 	"\areplays\x18\x05 \x01(\x04R\areplays\x12!\n" +
 	"\freplays_lost\x18\x06 \x01(\x04R\vreplaysLost\x123\n" +
-	"\x16last_event_age_seconds\x18\a \x01(\x01R\x13lastEventAgeSeconds\"\xa0\x04\n" +
+	"\x16last_event_age_seconds\x18\a \x01(\x01R\x13lastEventAgeSeconds\"\xb6\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -989,7 +1025,8 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x12indexed_gpu_blocks\x18\v \x01(\x03R\x10indexedGpuBlocks\x12,\n" +
 	"\x12indexed_cpu_blocks\x18\f \x01(\x03R\x10indexedCpuBlocks\x12.\n" +
 	"\x13indexed_disk_blocks\x18\r \x01(\x03R\x11indexedDiskBlocks\x121\n" +
-	"\x06events\x18\x0e \x01(\v2\x19.condisagg.v1.EventStreamR\x06events\"E\n" +
+	"\x06events\x18\x0e \x01(\v2\x19.condisagg.v1.EventStreamR\x06events\x12\x14\n" +
+	"\x05model\x18\x0f \x01(\tR\x05model\"E\n" +
 	"\x13ListWorkersResponse\x12.\n" +
 	"\aworkers\x18\x01 \x03(\v2\x14.condisagg.v1.WorkerR\aworkers\"\x15\n" +
 	"\x13ReloadConfigRequest\"J\n" +

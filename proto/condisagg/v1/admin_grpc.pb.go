@@ -4,7 +4,8 @@
 // - protoc             v3.21.12
 // source: condisagg/v1/admin.proto
 
-// Admin API of the condisagg router, served on the ext_proc gRPC port (ARCHITECTURE §5).
+// Admin API of the condisagg router, served on its own listener (serve --admin-grpc-listen,
+// loopback by default; a bearer token or mTLS off loopback), apart from ext_proc.
 
 package condisaggv1
 

@@ -1,0 +1,194 @@
+package serveconfig
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+)
+
+// defaultCacheSegments is a model's tokenizer segment cache when cache_segments is not given.
+const defaultCacheSegments = 65536
+
+// ModelFile is one model in the file: the single-model `model` (its workers are the
+// top-level `workers`) or an entry of `models` (with its own `workers`).
+type ModelFile struct {
+	// Name is the request `model` value of the base model (vLLM --served-model-name).
+	// Required in `models`; in the single-model form "" routes every name to the model.
+	Name      string `yaml:"name"`
+	Tokenizer string `yaml:"tokenizer"`
+	// ChatTemplate is a Jinja file that replaces the model directory's template (vLLM
+	// --chat-template); "" keeps the directory's.
+	ChatTemplate  string `yaml:"chat_template"`
+	BlockSize     int    `yaml:"block_size"`
+	CacheSegments *int   `yaml:"cache_segments"`
+	// LoRAAdapters are the request model names that are LoRA adapters of this model (vLLM
+	// --lora-modules names): their prompts are keyed with the adapter, as the engine keys
+	// their blocks.
+	LoRAAdapters []string            `yaml:"lora_adapters"`
+	Workers      []pool.WorkerConfig `yaml:"workers"`
+}
+
+// relativeTo makes the model's relative paths relative to the config file's directory.
+func (m *ModelFile) relativeTo(configPath string) {
+	for _, p := range []*string{&m.Tokenizer, &m.ChatTemplate} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(configPath), *p)
+		}
+	}
+}
+
+// Model is one validated model of `serve`.
+type Model struct {
+	Name          string // "" : the single unnamed model, which takes every request name
+	Tokenizer     string // model directory
+	ChatTemplate  string // template file overriding the directory's ("" none)
+	CacheSegments int
+	LoRAAdapters  []string
+	Pool          pool.Config // the model's workers; Pool.BlockSize is the model's block size
+}
+
+// modelsOf returns the file's models (the single-model form as one model) with their field
+// prefixes ("model" or "models[i]") and the name of their workers field.
+func modelsOf(fc File) ([]ModelFile, []string, error) {
+	var errs []string
+	if len(fc.Models) == 0 {
+		m := fc.Model
+		if len(m.Workers) > 0 {
+			errs = append(errs, fmt.Sprintf("config: model.workers: %d workers is only for models[] entries; list them under the top-level workers",
+				len(m.Workers)))
+		}
+		m.Workers = fc.Workers
+		return []ModelFile{m}, []string{"model"}, joinText(errs)
+	}
+	if len(fc.Workers) > 0 {
+		errs = append(errs, fmt.Sprintf("config: workers: %d workers cannot be combined with models; move each worker into its model's models[i].workers",
+			len(fc.Workers)))
+	}
+	if m := fc.Model; m.Name != "" || m.Tokenizer != "" || m.ChatTemplate != "" || len(m.LoRAAdapters) > 0 || len(m.Workers) > 0 {
+		errs = append(errs, "config: model: the single-model form cannot be combined with models; move it into a models[] entry")
+	}
+	prefixes := make([]string, len(fc.Models))
+	for i := range fc.Models {
+		prefixes[i] = "models[" + strconv.Itoa(i) + "]"
+	}
+	return fc.Models, prefixes, joinText(errs)
+}
+
+func joinText(msgs []string) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(msgs, "\n"))
+}
+
+// withModelDefaults fills block_size (16) and cache_segments (65536) where they are unset.
+func withModelDefaults(ms []ModelFile) []ModelFile {
+	out := make([]ModelFile, len(ms))
+	for i, m := range ms {
+		if m.BlockSize == 0 {
+			m.BlockSize = policy.DefaultBlockSize
+		}
+		if m.CacheSegments == nil {
+			n := defaultCacheSegments
+			m.CacheSegments = &n
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// buildModels validates every model (field/value/rule errors appended to errs, prefixed by
+// the model's field) and returns them. Names, adapter names, worker names and worker
+// endpoints are unique across models.
+func buildModels(fc File, ms []ModelFile, prefixes []string, errs *[]error) []Model {
+	bad := func(field string, value any, rule string) {
+		*errs = append(*errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
+	}
+	named := len(fc.Models) > 0
+	names := map[string]string{}     // request model name -> field that claims it
+	workers := map[string]string{}   // worker name -> model field
+	endpoints := map[string]string{} // worker endpoint -> model field
+	var out []Model
+	for i, m := range ms {
+		f := prefixes[i]
+		if named && m.Name == "" {
+			bad(f+".name", `""`, "must be the model name requests use (vLLM --served-model-name)")
+		}
+		claim := func(field, name string) {
+			if prev, ok := names[name]; ok {
+				bad(field, strconv.Quote(name), "is already "+prev+"; model and adapter names must be unique")
+				return
+			}
+			names[name] = field
+		}
+		if m.Name != "" {
+			claim(f+".name", m.Name)
+		}
+		for j, a := range m.LoRAAdapters {
+			if strings.TrimSpace(a) == "" {
+				bad(f+".lora_adapters["+strconv.Itoa(j)+"]", `""`, "must be an adapter name (vLLM --lora-modules NAME=PATH)")
+				continue
+			}
+			claim(f+".lora_adapters["+strconv.Itoa(j)+"]", a)
+		}
+		checkModelFiles(f, m, named, bad)
+		if m.BlockSize < 1 {
+			bad(f+".block_size", m.BlockSize, "must be >= 1 (the workers' vLLM --block-size)")
+		}
+		if *m.CacheSegments < 0 {
+			bad(f+".cache_segments", *m.CacheSegments, "must be >= 0")
+		}
+		wf := "workers"
+		if named {
+			wf = f + ".workers"
+		}
+		if len(m.Workers) == 0 {
+			bad(wf, "[]", "must list at least one decode worker")
+		}
+		for j, w := range m.Workers {
+			wfj := wf + "[" + strconv.Itoa(j) + "]"
+			if prev, ok := workers[w.Name]; ok && named && w.Name != "" && prev != f {
+				bad(wfj+".name", strconv.Quote(w.Name), "is already a worker of "+prev+"; worker names must be unique across models")
+			}
+			workers[w.Name] = f
+			ep := strings.ToLower(w.Endpoint)
+			if prev, ok := endpoints[ep]; ok && named && ep != "" && prev != f {
+				bad(wfj+".endpoint", w.Endpoint, "is already a worker of "+prev+"; an engine serves one model, so endpoints must be unique across models")
+			}
+			endpoints[ep] = f
+		}
+		pc := poolConfig(&fc, m.Workers, m.BlockSize)
+		if err := pc.Validate(); err != nil {
+			if named {
+				err = fmt.Errorf("config: %s: %w", f, err)
+			}
+			*errs = append(*errs, err)
+		}
+		out = append(out, Model{Name: m.Name, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
+			CacheSegments: *m.CacheSegments, LoRAAdapters: m.LoRAAdapters, Pool: pc})
+	}
+	return out
+}
+
+// checkModelFiles checks the model's tokenizer directory and chat template file.
+func checkModelFiles(f string, m ModelFile, named bool, bad func(string, any, string)) {
+	if m.Tokenizer == "" {
+		rule := "must name a model directory (--tokenizer)"
+		if named {
+			rule = "must name the model's tokenizer directory"
+		}
+		bad(f+".tokenizer", `""`, rule)
+	} else if st, err := os.Stat(m.Tokenizer); err != nil || !st.IsDir() {
+		bad(f+".tokenizer", m.Tokenizer, "must be an existing model directory")
+	}
+	if m.ChatTemplate != "" {
+		if st, err := os.Stat(m.ChatTemplate); err != nil || st.IsDir() {
+			bad(f+".chat_template", m.ChatTemplate, "must be an existing Jinja template file")
+		}
+	}
+}
