@@ -45,17 +45,23 @@ router: {kv_events: true}
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.Load(cfg.Tokenizer, tokenizer.Options{CacheSegments: cfg.CacheSegments})
-	if err != nil {
-		t.Fatal(err)
+	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
+	for i, m := range cfg.Models {
+		if toks[i], err = tokenizer.Load(m.Tokenizer, tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &service{flags: f, log: slog.New(slog.DiscardHandler)}
 	s.cfg.Store(cfg)
-	if err := s.build(context.Background(), cfg, tok); err != nil {
+	t.Cleanup(func() {
+		for _, m := range s.models {
+			if m.group != nil {
+				m.group.Close()
+			}
+		}
+	})
+	if err := s.build(context.Background(), cfg, toks); err != nil {
 		t.Fatal(err)
-	}
-	if s.group != nil {
-		t.Cleanup(s.group.Close)
 	}
 	names := registeredNames(t, s.reg)
 	types := map[string]dto.MetricType{}
