@@ -110,6 +110,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"token_in_config":  {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},
 		"tokenizer":        {[]string{"config.model.tokenizer=/x"}, "config.model.tokenizer: the chart sets it"},
 		"no_workers":       {[]string{"config.workers=null"}, "config.workers: list at least one"},
+		"several_models":   {[]string{"config.models[0].name=a"}, "config.models: the chart serves one model"},
 		"no_model_volume":  {[]string{"model.volume=null"}, "model.volume: give the volume"},
 	}
 	for name, c := range cases {

@@ -73,6 +73,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $grpcHost := ternary "0.0.0.0" "127.0.0.1" .Values.admin.grpc.expose -}}
 {{- $_ := set $c "admin_grpc_listen" (printf "%s:%d" $grpcHost (int .Values.ports.adminGRPC)) -}}
 {{- $_ := set $c "admin_token_file" (printf "%s/%s" (include "condisagg.tokenDir" .) .Values.admin.token.secretKey) -}}
+{{- if hasKey $c "models" -}}
+{{- fail "config.models: the chart serves one model (model.tokenizerPath); the several-model form is not supported by the chart yet" -}}
+{{- end -}}
 {{- $model := deepCopy (default dict $c.model) -}}
 {{- if hasKey $model "tokenizer" -}}
 {{- fail "config.model.tokenizer: the chart sets it from model.tokenizerPath; remove it from config" -}}
