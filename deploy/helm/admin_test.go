@@ -1,0 +1,125 @@
+package helm
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/condisagg/condisagg/internal/serveconfig"
+)
+
+func itoa32(n int32) string { return strconv.Itoa(int(n)) }
+
+// servicePorts returns the condisagg Service's ports by name.
+func servicePorts(t *testing.T, objs []object) map[string]corev1.ServicePort {
+	t.Helper()
+	v, err := decodeStrict(find(t, objs, "Service", release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]corev1.ServicePort{}
+	for _, p := range v.(*corev1.Service).Spec.Ports {
+		ports[p.Name] = p
+	}
+	return ports
+}
+
+// TestChartAdminGRPCExposure: by default the Admin gRPC service binds loopback and is in neither
+// the container's ports nor the Service; admin.grpc.expose binds it off loopback, publishes it, and
+// the token Secret is wired (serveconfig refuses that address without a token, checked below).
+func TestChartAdminGRPCExposure(t *testing.T) {
+	for _, expose := range []bool{false, true} {
+		t.Run("expose="+strconv.FormatBool(expose), func(t *testing.T) {
+			t.Parallel()
+			v := variant{name: "admin", values: []string{"common.yaml"}, set: []string{"admin.grpc.expose=" + strconv.FormatBool(expose)}}
+			objs := render(t, v)
+			cfg, doc := loadServeConfig(t, objs)
+			_, c := routerPod(t, objs)
+			var inPod bool
+			for _, p := range c.Ports {
+				inPod = inPod || p.Name == "grpc-admin"
+			}
+			_, inService := servicePorts(t, objs)["grpc-admin"]
+			loopback := strings.HasPrefix(cfg.AdminGRPC, "127.0.0.1:")
+			if loopback == expose || inPod != expose || inService != expose {
+				t.Errorf("admin_grpc_listen %s, container port %v, Service port %v; want off loopback and published = %v",
+					cfg.AdminGRPC, inPod, inService, expose)
+			}
+			if cfg.Admin.Token == "" {
+				t.Error("no admin token wired")
+			}
+			// Without the token the same config must be refused: the Secret is what makes it valid.
+			delete(doc, "admin_token_file")
+			if err := loadDoc(t, doc); err == nil || !strings.Contains(err.Error(), "admin_listen") {
+				t.Errorf("config without admin_token_file: err = %v; want admin_listen refused off loopback", err)
+			}
+		})
+	}
+}
+
+// loadDoc loads a serve config document through internal/serveconfig.
+func loadDoc(t *testing.T, doc map[string]any) error {
+	t.Helper()
+	out, err := yamlMarshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serveconfig.NewFlags()
+	if err := f.FS.Parse([]string{"--config", writeFile(t, t.TempDir(), "condisagg.yaml", string(out))}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Load()
+	return err
+}
+
+// TestChartExistingTokenSecret: admin.token.existingSecret is mounted instead of a generated one.
+func TestChartExistingTokenSecret(t *testing.T) {
+	objs := render(t, variant{values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=ops-token", "admin.token.secretKey=bearer"}})
+	pod, c := routerPod(t, objs)
+	text, _ := serveConfigText(t, objs, c)
+	if !strings.Contains(text, "admin_token_file: /etc/condisagg-admin/bearer\n") {
+		t.Errorf("serve config does not read the token from key bearer:\n%s", text)
+	}
+	vol := volumeAt(t, pod, c, "/etc/condisagg-admin/bearer")
+	if vol.Secret == nil || vol.Secret.SecretName != "ops-token" {
+		t.Errorf("token volume = %+v; want Secret ops-token", vol.VolumeSource)
+	}
+	for _, o := range objs {
+		if o.Kind == "Secret" {
+			t.Errorf("rendered Secret %s although admin.token.existingSecret is set", o.Name)
+		}
+	}
+}
+
+// TestChartRefusesBadValues: values the chart cannot deploy correctly, or does not know
+// (values.schema.json forbids unknown keys), fail at render time.
+func TestChartRefusesBadValues(t *testing.T) {
+	cases := map[string]struct {
+		set  []string
+		want string
+	}{
+		// values.schema.json
+		"replicas":           {[]string{"replicaCount=2"}, "at '/replicaCount': value must be 1"},
+		"misspelt_key":       {[]string{"gateway.istio.hostt=x"}, "additional properties 'hostt' not allowed"},
+		"unknown_envoy_mode": {[]string{"gateway.type=envoy", "gateway.envoy.mode=streamed"}, "/gateway/envoy/mode"},
+		"unknown_gateway":    {[]string{"gateway.type=kgateway"}, "/gateway/type"},
+		// the templates' own checks
+		"listen_in_config": {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
+		"token_in_config":  {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},
+		"tokenizer":        {[]string{"config.model.tokenizer=/x"}, "config.model.tokenizer: the chart sets it"},
+		"no_workers":       {[]string{"config.workers=null"}, "config.workers: list at least one"},
+		"several_models":   {[]string{"config.models[0].name=a"}, "config.models: the chart serves one model"},
+		"no_model_volume":  {[]string{"model.volume=null"}, "model.volume: give the volume"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := helmRun(t, variant{values: []string{"common.yaml"}, set: c.set}.args()...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v; want one containing %q", err, c.want)
+			}
+		})
+	}
+}

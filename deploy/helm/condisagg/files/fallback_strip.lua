@@ -1,0 +1,1 @@
+../../../../envoy/fallback_strip.lua
