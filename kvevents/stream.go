@@ -172,14 +172,14 @@ type replayState struct {
 	next      uint64 // next seq that keeps the replay contiguous
 	lost      bool   // a hole was seen; the clear has been emitted
 	cause     LostCause
-	verify    bool      // reconnect or gap check: the first reply must be last.seq with last's digest
+	verify    bool        // reconnect or gap check: the first reply must be last.seq with last's digest
 	checkFail ClearReason // the clear reason if that check fails
-	discard   bool      // reconnect check failed; ignore the rest of the reply
-	reconnect bool      // a reconnect arrived during this replay; check it afterwards
-	warm      bool      // the warm-up replay of a new stream: an early hole is not lost history
-	run       []heldMsg // contiguous replayed run after the last hole (held, not yet applied)
-	live      []heldMsg // live messages buffered during the replay
-	bytes     int       // payload bytes in run and live
+	discard   bool        // reconnect check failed; ignore the rest of the reply
+	reconnect bool        // a reconnect arrived during this replay; check it afterwards
+	warm      bool        // the warm-up replay of a new stream: an early hole is not lost history
+	run       []heldMsg   // contiguous replayed run after the last hole (held, not yet applied)
+	live      []heldMsg   // live messages buffered during the replay
+	bytes     int         // payload bytes in run and live
 }
 
 // Stream is the sequence machine of one (worker, dp_rank) stream. It is not safe for concurrent
