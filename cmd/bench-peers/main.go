@@ -43,6 +43,7 @@ type options struct {
 	dynamo   string
 	indexes  string
 	out      string
+	cpuProf  string
 }
 
 func main() {
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&o.dynamo, "dynamo", "bench/peers/target/release/dynamo-peers", "the Rust harness binary (empty: condisagg alone)")
 	flag.StringVar(&o.indexes, "indexes", "radix,crtc,positional", "Dynamo indexes to run")
 	flag.StringVar(&o.out, "out", "", "also append every run's JSON line to this file")
+	flag.StringVar(&o.cpuProf, "cpuprofile", "", "-mode ours: write a CPU profile of the lookup rounds to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -86,7 +88,7 @@ func run(ctx context.Context, o options) error {
 			}
 			return json.NewEncoder(os.Stdout).Encode(ex)
 		}
-		res, err := measureOurs(caseFiles(o.dir, c), time.Duration(o.lookupMS)*time.Millisecond)
+		res, err := measureOurs(caseFiles(o.dir, c), time.Duration(o.lookupMS)*time.Millisecond, o.cpuProf)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,7 +42,7 @@ type Result struct {
 // measureOurs runs condisagg's path on one case: kvevents.Applier.ApplyPayload per recorded
 // batch (decode, keys from the token ids, apply under one index lock per batch), then
 // kvindex.Index.Overlap on the lookup set with its keys computed beforehand.
-func measureOurs(f files, lookupBudget time.Duration) (Result, error) {
+func measureOurs(f files, lookupBudget time.Duration, cpuProfile string) (Result, error) {
 	keys, bs, err := readLookupKeys(f.lookups)
 	if err != nil {
 		return Result{}, err
@@ -70,6 +71,17 @@ func measureOurs(f files, lookupBudget time.Duration) (Result, error) {
 				res.ScoreSum += int64(w.GPU)
 			}
 		}
+	}
+	if cpuProfile != "" {
+		pf, err := os.Create(cpuProfile)
+		if err != nil {
+			return res, fmt.Errorf("bench-peers: -cpuprofile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return res, fmt.Errorf("bench-peers: -cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var rounds int
 	var spent time.Duration

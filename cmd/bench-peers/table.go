@@ -47,7 +47,7 @@ func printTables(w io.Writer, all []caseRuns, indexes []string) {
 			row(w, cr.c.Name(), r.Impl,
 				fmt.Sprintf("%.2f", pairs/r.IngestCPUS/1e6),
 				fmt.Sprintf("%.2f", pairs/r.IngestWallS/1e6),
-				fmt.Sprintf("%.1f", r.LookupNS/1e3),
+				fmt.Sprintf("%.2f", r.LookupNS/1e3),
 				fmt.Sprintf("%.2f", r.LookupNS*float64(r.Lookups)/float64(max(r.LookupBlocks, 1))),
 				fmt.Sprintf("%.1f", float64(r.IndexBytes)/pairs),
 				fmt.Sprintf("%.0f", float64(r.PeakRSSKB)/1024),
@@ -60,13 +60,24 @@ func printTables(w io.Writer, all []caseRuns, indexes []string) {
 func ratios(cr caseRuns, f func(ours, peer Result) float64) []string {
 	out := make([]string, 0, len(cr.peers))
 	for _, p := range cr.peers {
-		s := fmt.Sprintf("%.2fx", f(cr.ours, p))
+		s := ratio(f(cr.ours, p))
 		if len(check(cr.expect, p)) > 0 || len(check(cr.expect, cr.ours)) > 0 {
 			s += " !"
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// ratio formats a ratio with two significant digits at least.
+func ratio(r float64) string {
+	switch {
+	case r >= 0.095:
+		return fmt.Sprintf("%.2fx", r)
+	case r >= 0.0095:
+		return fmt.Sprintf("%.3fx", r)
+	}
+	return fmt.Sprintf("%.4fx", r)
 }
 
 func row(w io.Writer, cells ...string) {
