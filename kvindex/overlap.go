@@ -23,13 +23,18 @@ type Overlaps struct {
 	extEnd       []int32  // per slot: first key ending the lower-tier run
 	disk         []int32  // per slot: Disk-only keys in the lower-tier run
 	zero         []uint64 // an all-zero row for keys nobody holds
+
+	sets   []uint64      // worker sets of the search (overlap_search.go)
+	frames []searchFrame // its pending intervals
 }
 
 // Overlap fills out.Workers with one element per worker that holds key 0 in any medium (in slot
 // order, which is unspecified): GPU = the number of leading keys held on GPU; then, from the first
 // key not on GPU, the run of keys held on CPU or Disk, split into CPU (held on CPU, possibly on
-// Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. The scan stops as
-// soon as no worker can extend. Safe for concurrent use with every other method.
+// Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. Closed workers
+// without lower-tier entries are found by search (overlap_search.go); the others by a scan, key
+// by key, that stops as soon as none of them can extend. Safe for concurrent use with every
+// other method.
 func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	out.Workers = out.Workers[:0]
 	if len(keys) == 0 {
@@ -41,9 +46,33 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	ns := len(ix.slots)
 	out.prepare(W, ns)
 	g, e := out.gpuOn[:W], out.extOn
-	copy(g, ix.live)
+	inclW := out.gpuOn[W : 2*W]
+	clear(inclW)
 	clear(e)
-	var inclW []uint64
+	scan := false
+	for x := range W {
+		g[x] = ix.live[x] &^ ix.fast[x]
+		scan = scan || g[x] != 0
+	}
+	if scan {
+		ix.scan(keys, out, g, e, W)
+	}
+	ix.search(keys, ix.fast, out, inclW)
+	for x, word := range inclW {
+		for word != 0 {
+			s := 64*x + bits.TrailingZeros64(word)
+			word &= word - 1
+			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
+			out.Workers = append(out.Workers, WorkerOverlap{
+				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
+			})
+		}
+	}
+}
+
+// scan is the key-by-key overlap of the workers in g (the GPU-phase set; e, the lower-tier
+// phase set, starts empty). It writes the included workers into out.gpuOn[W:2W].
+func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) {
 	var refs, exts [lookupChunk]uint32 // row+1 (0 = no worker holds the key), extOf of the row
 	done := false
 	for base := 0; base < len(keys) && !done; base += lookupChunk {
@@ -66,7 +95,7 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 			}
 			i := base + j
 			if i == 0 {
-				inclW = out.markIncluded(g, gpu, lower, W)
+				out.markIncluded(g, gpu, lower, W)
 			}
 			if !out.step(i, g, e, gpu, lower, W) {
 				done = true
@@ -76,16 +105,6 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	}
 	if !done {
 		out.finish(len(keys), g, e)
-	}
-	for x, word := range inclW {
-		for word != 0 {
-			s := 64*x + bits.TrailingZeros64(word)
-			word &= word - 1
-			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
-			out.Workers = append(out.Workers, WorkerOverlap{
-				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
-			})
-		}
 	}
 }
 
@@ -104,13 +123,13 @@ func (o *Overlaps) prepare(W, ns int) {
 	}
 }
 
-// markIncluded stores, in the second half of gpuOn, the live workers holding key 0 in any medium.
-func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) []uint64 {
+// markIncluded stores, in the second half of gpuOn, the scanned workers holding key 0 in any
+// medium.
+func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) {
 	incl := o.gpuOn[W : 2*W]
 	for x := range W {
 		incl[x] = g[x] & (gpu[x] | lower[x] | lower[W+x])
 	}
-	return incl
 }
 
 // step advances every extending worker over key i, held on GPU by the workers of bitset gpu and
