@@ -33,7 +33,8 @@ func printTables(w io.Writer, all []caseRuns, indexes []string) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "Absolute numbers (ingest: recorded msgpack batches -> decode -> keys -> apply, per CPU-second")
-	fmt.Fprintln(w, "of the whole process; lookup: one prompt's overlap with every worker, keys computed beforehand):")
+	fmt.Fprintln(w, "of the whole process; lookup: one prompt's overlap with every worker, keys computed beforehand, CPU")
+	fmt.Fprintln(w, "time of the process per lookup):")
 	fmt.Fprintln(w)
 	row(w, "case", "impl", "ingest M blocks/CPU-s", "ingest M blocks/s wall", "lookup µs", "lookup ns/block", "B/pair", "peak RSS MB", "check")
 	row(w, "---", "---", "---", "---", "---", "---", "---", "---", "---")
