@@ -47,17 +47,32 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	out.prepare(W, ns)
 	g, e := out.gpuOn[:W], out.extOn
 	inclW := out.gpuOn[W : 2*W]
-	clear(inclW)
 	clear(e)
-	scan := false
+	slow := false
 	for x := range W {
-		g[x] = ix.live[x] &^ ix.fast[x]
-		scan = scan || g[x] != 0
+		slow = slow || ix.live[x]&^ix.fast[x] != 0
 	}
-	if scan {
-		ix.scan(keys, out, g, e, W)
+	if slow {
+		// The scan's cost per key does not depend on how many workers it follows, so it
+		// follows all of them while some scanned worker extends; the searched ones still
+		// extending where it stops are searched from there.
+		copy(g, ix.live)
+		if stop, stopped := ix.scan(keys, out, g, e, W); stopped {
+			a := out.grabSet(W)
+			rest := false
+			for x := range W {
+				out.sets[a+x] = g[x] & ix.fast[x]
+				rest = rest || out.sets[a+x] != 0
+			}
+			if rest {
+				ix.searchFrom(keys, stop, a, out)
+			}
+			out.sets = out.sets[:0]
+		}
+	} else {
+		clear(inclW)
+		ix.search(keys, out, inclW)
 	}
-	ix.search(keys, ix.fast, out, inclW)
 	for x, word := range inclW {
 		for word != 0 {
 			s := 64*x + bits.TrailingZeros64(word)
@@ -71,11 +86,12 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 }
 
 // scan is the key-by-key overlap of the workers in g (the GPU-phase set; e, the lower-tier
-// phase set, starts empty). It writes the included workers into out.gpuOn[W:2W].
-func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) {
+// phase set, starts empty). It writes the included workers into out.gpuOn[W:2W]. It stops
+// after the key where no worker outside ix.fast extends any more and reports that key (then
+// the workers of ix.fast still in g hold keys 0..stop and are not settled).
+func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) (stop int, stopped bool) {
 	var refs, exts [lookupChunk]uint32 // row+1 (0 = no worker holds the key), extOf of the row
-	done := false
-	for base := 0; base < len(keys) && !done; base += lookupChunk {
+	for base := 0; base < len(keys); base += lookupChunk {
 		chunk := keys[base:min(base+lookupChunk, len(keys))]
 		// Look the whole chunk up first: the lookups are independent, so their cache misses
 		// overlap instead of each waiting for the previous key's step.
@@ -97,15 +113,13 @@ func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) {
 			if i == 0 {
 				out.markIncluded(g, gpu, lower, W)
 			}
-			if !out.step(i, g, e, gpu, lower, W) {
-				done = true
-				break
+			if !out.step(i, g, e, gpu, lower, ix.fast) {
+				return i, true
 			}
 		}
 	}
-	if !done {
-		out.finish(len(keys), g, e)
-	}
+	out.finish(len(keys), g, e)
+	return len(keys), false
 }
 
 // prepare sizes the scratch for W bitset words and ns worker slots.
@@ -134,9 +148,9 @@ func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) {
 
 // step advances every extending worker over key i, held on GPU by the workers of bitset gpu and
 // on CPU and Disk by those of lower (CPU words, then Disk words), and reports whether any worker
-// is still extending.
-func (o *Overlaps) step(i int, g, e, gpuBits, lower []uint64, W int) bool {
-	more := uint64(0)
+// outside fast (the searched workers) is still extending.
+func (o *Overlaps) step(i int, g, e, gpuBits, lower, fast []uint64) bool {
+	more, W := uint64(0), len(g)
 	for x := range W {
 		gpu, cpu, dsk := gpuBits[x], lower[x], lower[W+x]
 		ext := cpu | dsk
@@ -155,7 +169,7 @@ func (o *Overlaps) step(i int, g, e, gpuBits, lower []uint64, W int) bool {
 			o.disk[64*x+bits.TrailingZeros64(b)]++
 		}
 		g[x], e[x] = gx&gpu, newE
-		more |= gx&gpu | newE
+		more |= (gx&gpu | newE) &^ fast[x]
 	}
 	return more != 0
 }

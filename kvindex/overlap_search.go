@@ -12,8 +12,10 @@ import "math/bits"
 // into those that hold the middle key and those that do not, and recurses on each half with its
 // own set. A request whose holders diverge at d distinct points costs about d·log2(n) probes
 // instead of one probe per block. Workers that are not closed, or that hold lower-tier entries
-// (whose CPU and Disk runs need the block-by-block scan), are left to the scan (ix.fast is the
-// set searched here).
+// (whose CPU and Disk runs need the block-by-block scan), are scanned (ix.fast is the set
+// searched here). When some worker is scanned, the scan follows every worker, since its cost
+// per key does not depend on how many it follows, until no scanned worker extends; the searched
+// workers still extending there are searched from that key on.
 //
 // A worker becomes unclosed when it drops a key while holding a child of it (found through the
 // row links of rows.go) or stores a chain after an EH held under another key; it is closed again
@@ -26,19 +28,24 @@ type searchFrame struct {
 	set    int32 // offset of the set in Overlaps.sets
 }
 
-// search finds the overlap of every worker of fast and marks the ones holding key 0 in incl.
+// search finds the overlap of every worker of ix.fast and marks the ones holding key 0 in incl.
 // gpuEnd, extEnd and disk of those workers are set; ix.mu is held.
-func (ix *Index) search(keys []uint64, fast []uint64, out *Overlaps, incl []uint64) {
-	W := len(fast)
+func (ix *Index) search(keys []uint64, out *Overlaps, incl []uint64) {
+	W := len(incl)
 	a := out.grabSet(W)
-	if !ix.probe(keys[0], fast, out.sets[a:a+W]) {
-		out.sets = out.sets[:a]
-		return
+	if ix.probe(keys[0], ix.fast, out.sets[a:a+W]) {
+		for x, w := range out.sets[a : a+W] {
+			incl[x] |= w
+		}
+		ix.searchFrom(keys, 0, a, out)
 	}
-	for x, w := range out.sets[a : a+W] {
-		incl[x] |= w
-	}
-	out.frames = append(out.frames[:0], searchFrame{lo: 0, hi: int32(len(keys)), set: int32(a)})
+	out.sets = out.sets[:0]
+}
+
+// searchFrom settles the workers of the set at offset a of out.sets, which hold keys 0..lo.
+func (ix *Index) searchFrom(keys []uint64, lo, a int, out *Overlaps) {
+	W := ix.keys.words
+	out.frames = append(out.frames[:0], searchFrame{lo: int32(lo), hi: int32(len(keys)), set: int32(a)})
 	for len(out.frames) > 0 {
 		f := out.frames[len(out.frames)-1]
 		out.frames = out.frames[:len(out.frames)-1]
@@ -47,8 +54,7 @@ func (ix *Index) search(keys []uint64, fast []uint64, out *Overlaps, incl []uint
 			continue
 		}
 		mid := (f.lo + f.hi) / 2
-		in := out.grabSet(W) // sets only grow during one search; a lookup reuses them
-
+		in := out.grabSet(W) // sets only grow during one lookup
 		A := out.sets[f.set : int(f.set)+W]
 		anyIn := ix.probe(keys[mid], A, out.sets[in:in+W])
 		anyOut := false
@@ -63,7 +69,6 @@ func (ix *Index) search(keys []uint64, fast []uint64, out *Overlaps, incl []uint
 			out.frames = append(out.frames, searchFrame{lo: mid, hi: f.hi, set: int32(in)})
 		}
 	}
-	out.sets = out.sets[:0]
 }
 
 // probe stores in dst the workers of set that hold key on GPU and reports whether there are any.
