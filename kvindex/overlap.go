@@ -42,12 +42,14 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	if _, ok := ix.keys.find(keys[0]); !ok {
+		return // no worker holds key 0 in any medium
+	}
 	W := ix.keys.words
 	ns := len(ix.slots)
 	out.prepare(W, ns)
 	g, e := out.gpuOn[:W], out.extOn
 	inclW := out.gpuOn[W : 2*W]
-	clear(e)
 	slow := false
 	for x := range W {
 		slow = slow || ix.live[x]&^ix.fast[x] != 0
@@ -57,6 +59,7 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 		// follows all of them while some scanned worker extends; the searched ones still
 		// extending where it stops are searched from there.
 		copy(g, ix.live)
+		clear(e)
 		if stop, stopped := ix.scan(keys, out, g, e, W); stopped {
 			a := out.grabSet(W)
 			rest := false
