@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short vet bench bench-e2e chaos fuzz demo conformance conformance-vllm clean
+.PHONY: all deps build test test-short vet bench bench-e2e bench-peers chaos fuzz demo conformance conformance-vllm clean
 
 all: build
 
@@ -44,6 +44,16 @@ bench: deps
 # the cluster simulator, and compares TTFT p50 / TPOT p50 in simulated time.
 bench-e2e: deps
 	$(GO) run ./cmd/bench-e2e
+
+# condisagg's KV index against Dynamo's (crates.io dynamo-kv-router, pinned in bench/peers) on
+# the same recorded vLLM event batches and lookup sets; prints the ratio table of BENCHMARKS.md
+# "Peers". Not part of `make test` (`go test ./...` builds and checks the Go side; the Rust harness
+# needs cargo and its first build takes minutes). PEERS_FLAGS narrows the grid, e.g.
+# PEERS_FLAGS='-tokens 8192 -workers 64 -overlap 95'.
+PEERS_FLAGS ?=
+bench-peers: deps
+	cd bench/peers && cargo build --release --locked
+	$(GO) run ./cmd/bench-peers $(PEERS_FLAGS)
 
 # The chaos suite at full size through the real Envoy (1,000 concurrent streams; kill -9 of
 # workers and of condisagg, hostile clients and KV event publishers) and rewrites the measured

@@ -15,9 +15,16 @@
 // worker and medium an open-addressing table maps engine hash (EH) -> {key row, refcount}
 // (12 bytes a slot); a shared table maps each router key to a row holding the key and a GPU
 // bitset over worker slots, with CPU and Disk bitsets kept apart for the keys that have them.
-// Overlap therefore costs one table probe and a few word operations per key, whatever the
-// number of workers up to 64 (one more word per further 64). Invariants, true after every
-// method returns:
+// Each row also links to the row of its parent key and to its children (rows.go), so a removal
+// can tell whether the worker still holds a child of the key it drops.
+//
+// Overlap searches instead of scanning where it can (overlap_search.go): a worker is closed
+// while every GPU key it holds has its parent key on GPU too; for closed workers without
+// lower-tier entries, the holders of key i only shrink as i grows, so Overlap bisects the
+// request on worker sets, about log2(n) probes per distinct divergence point. The other workers
+// are scanned key by key, one table probe and a few word operations per key. A worker becomes
+// unclosed when it drops a key while holding a child of it, and closed again by a clear.
+// Invariants, true after every method returns:
 //
 //   - A worker's bit for (key, medium) is set iff at least one of its EHs in that medium has a
 //     non-zero refcount and that router key. Several EHs may back one key; the bit goes with
@@ -31,8 +38,11 @@
 //     tier resolves its parent in the same medium, else on GPU; a placeholder store without
 //     tokens (OffloadingConnector default) takes the router key of the same EH on GPU.
 //   - ClearWorker and RemoveWorker touch only that worker.
-//   - A key row exists iff some bit of it is set; a worker slot's bits exist only while the
+//   - A key row is live iff some bit of it is set; a row without bits stays (dead, not counted
+//     by NumKeys) only while child rows link to it. A worker slot's bits exist only while the
 //     worker is known (RemoveWorker clears them before the slot is reused).
+//   - A worker's bit in Index.fast is set iff it is closed and holds no CPU or Disk entry; a
+//     closed worker holds the parent key of every GPU key it holds.
 //
 // # Capacity
 //

@@ -18,6 +18,7 @@ type Index struct {
 	slots   []*worker           // by slot; nil marks a free slot
 	free    []uint32            // free slots, reused before slots grows
 	live    []uint64            // bitset of occupied slots, keys.words words
+	fast    []uint64            // bitset of the live slots whose overlap is found by search (overlap_search.go)
 	keys    keyRows             // router key -> presence row
 	scratch hashSet             // Store's duplicate-hash check
 	keyBuf  []uint64            // Store's router keys of one event
@@ -33,7 +34,11 @@ type worker struct {
 	eh [NumMedia]ehTable
 	// extra counts, per medium and row, the EHs backing that router key beyond the first (a key
 	// may be backed by several EHs; its presence bit goes only when none is left). Usually nil.
-	extra        [NumMedia]map[uint32]uint32
+	extra [NumMedia]map[uint32]uint32
+	// unclosed: the worker may hold a GPU key without its parent key (it dropped a key while
+	// holding a child of it, or stored after an EH held under another key). Until its next
+	// clear, lookups scan it key by key instead of searching (overlap_search.go).
+	unclosed     bool
 	numGPUBlocks int // §4.3 sanity limit, 0 = unknown
 	entries      int // entries over all media, for MaxBlocksPerWorker
 	clears       int
@@ -51,6 +56,7 @@ func New(cfg Config) (*Index, error) {
 		keys: newKeyRows(),
 	}
 	ix.live = make([]uint64, ix.keys.words)
+	ix.fast = make([]uint64, ix.keys.words)
 	return ix, nil
 }
 
@@ -82,14 +88,27 @@ func (ix *Index) add(w WorkerID) *worker {
 		if words := (len(ix.slots) + 63) / 64; words > ix.keys.words {
 			ix.keys.grow(words)
 			ix.live = append(ix.live, make([]uint64, words-len(ix.live))...)
+			ix.fast = append(ix.fast, make([]uint64, words-len(ix.fast))...)
 		}
 	}
 	wk := &worker{id: w, slot: s}
 	ix.slots[s] = wk
 	ix.ids[w] = s
 	ix.live[s/64] |= 1 << (s % 64)
+	ix.refreshFast(wk)
 	ix.last = wk
 	return wk
+}
+
+// refreshFast sets wk's bit in ix.fast iff wk is closed and holds nothing in the lower tiers:
+// then its overlap is its GPU prefix, which Overlap finds by search.
+func (ix *Index) refreshFast(wk *worker) {
+	bit := uint64(1) << (wk.slot % 64)
+	if !wk.unclosed && wk.eh[CPU].len() == 0 && wk.eh[Disk].len() == 0 {
+		ix.fast[wk.slot/64] |= bit
+	} else {
+		ix.fast[wk.slot/64] &^= bit
+	}
 }
 
 // ClearWorker drops every entry of w in all media (AllBlocksCleared, or history lost); w stays
@@ -121,6 +140,8 @@ func (ix *Index) clear(wk *worker) {
 	}
 	wk.entries = 0
 	wk.clears++
+	wk.unclosed = false
+	ix.refreshFast(wk)
 }
 
 // RemoveWorker drops w and all its entries (the worker left discovery). Unknown workers are
@@ -134,6 +155,7 @@ func (ix *Index) RemoveWorker(w WorkerID) {
 	}
 	ix.clear(wk)
 	ix.live[wk.slot/64] &^= 1 << (wk.slot % 64)
+	ix.fast[wk.slot/64] &^= 1 << (wk.slot % 64)
 	ix.slots[wk.slot] = nil
 	ix.free = append(ix.free, wk.slot)
 	delete(ix.ids, w)

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -82,7 +83,8 @@ func TestIndexMatchesModel(t *testing.T) {
 }
 
 // FuzzIndexOps drives random operation sequences from the fuzz input and checks Index against
-// the naive model after every operation.
+// the naive model, and its search against the key-by-key scan, after every operation. An odd
+// first byte keeps every event on GPU, so the workers stay searchable (overlap_search.go).
 func FuzzIndexOps(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19})
@@ -105,13 +107,23 @@ func FuzzIndexOps(f *testing.F) {
 		}
 		m := newModel(2, 40)
 		g := newOpGen(2, 3)
+		g.gpuOnly = len(data) > 0 && data[0]%2 == 1
 		c := &bytesChooser{b: data}
 		qs := g.queries()
 		var cov coverage
+		var out Overlaps
 		for i := 0; len(c.b) > 0; i++ {
 			desc := g.step(t, c, ix, m, &cov)
 			if i%4 == 0 || len(c.b) == 0 {
 				compareWithModel(t, ix, m, qs, desc, &cov)
+			}
+			for qi, q := range qs {
+				ix.Overlap(q, &out)
+				got := slices.Clone(out.Workers)
+				sortOverlaps(got)
+				if want := overlapByScan(ix, q); !slices.Equal(got, want) {
+					t.Fatalf("%s: query %d: search %+v, scan %+v", desc, qi, got, want)
+				}
 			}
 		}
 	})

@@ -314,6 +314,7 @@ type opGen struct {
 	docs    [][]uint32 // token sequences, whole blocks
 	workers []WorkerID
 	loras   [][]byte
+	gpuOnly bool // every event on GPU (the workers stay searchable, overlap_search.go)
 }
 
 func newOpGen(B, nWorkers int) *opGen {
@@ -358,7 +359,7 @@ func (g *opGen) step(t testing.TB, c chooser, ix *Index, m *model, cov *coverage
 	t.Helper()
 	w := g.workers[c.intn(len(g.workers))]
 	med := Medium(c.intn(NumMedia))
-	if c.intn(2) == 0 {
+	if c.intn(2) == 0 || g.gpuOnly {
 		med = GPU
 	}
 	switch op := c.intn(24); {

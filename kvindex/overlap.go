@@ -23,13 +23,18 @@ type Overlaps struct {
 	extEnd       []int32  // per slot: first key ending the lower-tier run
 	disk         []int32  // per slot: Disk-only keys in the lower-tier run
 	zero         []uint64 // an all-zero row for keys nobody holds
+
+	sets   []uint64      // worker sets of the search (overlap_search.go)
+	frames []searchFrame // its pending intervals
 }
 
 // Overlap fills out.Workers with one element per worker that holds key 0 in any medium (in slot
 // order, which is unspecified): GPU = the number of leading keys held on GPU; then, from the first
 // key not on GPU, the run of keys held on CPU or Disk, split into CPU (held on CPU, possibly on
-// Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. The scan stops as
-// soon as no worker can extend. Safe for concurrent use with every other method.
+// Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. Closed workers
+// without lower-tier entries are found by search (overlap_search.go); the others by a scan, key
+// by key, that stops as soon as none of them can extend. Safe for concurrent use with every
+// other method.
 func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	out.Workers = out.Workers[:0]
 	if len(keys) == 0 {
@@ -37,16 +42,59 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	if _, ok := ix.keys.find(keys[0]); !ok {
+		return // no worker holds key 0 in any medium
+	}
 	W := ix.keys.words
 	ns := len(ix.slots)
 	out.prepare(W, ns)
 	g, e := out.gpuOn[:W], out.extOn
-	copy(g, ix.live)
-	clear(e)
-	var inclW []uint64
+	inclW := out.gpuOn[W : 2*W]
+	slow := false
+	for x := range W {
+		slow = slow || ix.live[x]&^ix.fast[x] != 0
+	}
+	if slow {
+		// The scan's cost per key does not depend on how many workers it follows, so it
+		// follows all of them while some scanned worker extends; the searched ones still
+		// extending where it stops are searched from there.
+		copy(g, ix.live)
+		clear(e)
+		if stop, stopped := ix.scan(keys, out, g, e, W); stopped {
+			a := out.grabSet(W)
+			rest := false
+			for x := range W {
+				out.sets[a+x] = g[x] & ix.fast[x]
+				rest = rest || out.sets[a+x] != 0
+			}
+			if rest {
+				ix.searchFrom(keys, stop, a, out)
+			}
+			out.sets = out.sets[:0]
+		}
+	} else {
+		clear(inclW)
+		ix.search(keys, out, inclW)
+	}
+	for x, word := range inclW {
+		for word != 0 {
+			s := 64*x + bits.TrailingZeros64(word)
+			word &= word - 1
+			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
+			out.Workers = append(out.Workers, WorkerOverlap{
+				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
+			})
+		}
+	}
+}
+
+// scan is the key-by-key overlap of the workers in g (the GPU-phase set; e, the lower-tier
+// phase set, starts empty). It writes the included workers into out.gpuOn[W:2W]. It stops
+// after the key where no worker outside ix.fast extends any more and reports that key (then
+// the workers of ix.fast still in g hold keys 0..stop and are not settled).
+func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) (stop int, stopped bool) {
 	var refs, exts [lookupChunk]uint32 // row+1 (0 = no worker holds the key), extOf of the row
-	done := false
-	for base := 0; base < len(keys) && !done; base += lookupChunk {
+	for base := 0; base < len(keys); base += lookupChunk {
 		chunk := keys[base:min(base+lookupChunk, len(keys))]
 		// Look the whole chunk up first: the lookups are independent, so their cache misses
 		// overlap instead of each waiting for the previous key's step.
@@ -66,27 +114,15 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 			}
 			i := base + j
 			if i == 0 {
-				inclW = out.markIncluded(g, gpu, lower, W)
+				out.markIncluded(g, gpu, lower, W)
 			}
-			if !out.step(i, g, e, gpu, lower, W) {
-				done = true
-				break
+			if !out.step(i, g, e, gpu, lower, ix.fast) {
+				return i, true
 			}
 		}
 	}
-	if !done {
-		out.finish(len(keys), g, e)
-	}
-	for x, word := range inclW {
-		for word != 0 {
-			s := 64*x + bits.TrailingZeros64(word)
-			word &= word - 1
-			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
-			out.Workers = append(out.Workers, WorkerOverlap{
-				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
-			})
-		}
-	}
+	out.finish(len(keys), g, e)
+	return len(keys), false
 }
 
 // prepare sizes the scratch for W bitset words and ns worker slots.
@@ -104,20 +140,20 @@ func (o *Overlaps) prepare(W, ns int) {
 	}
 }
 
-// markIncluded stores, in the second half of gpuOn, the live workers holding key 0 in any medium.
-func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) []uint64 {
+// markIncluded stores, in the second half of gpuOn, the scanned workers holding key 0 in any
+// medium.
+func (o *Overlaps) markIncluded(g, gpu, lower []uint64, W int) {
 	incl := o.gpuOn[W : 2*W]
 	for x := range W {
 		incl[x] = g[x] & (gpu[x] | lower[x] | lower[W+x])
 	}
-	return incl
 }
 
 // step advances every extending worker over key i, held on GPU by the workers of bitset gpu and
 // on CPU and Disk by those of lower (CPU words, then Disk words), and reports whether any worker
-// is still extending.
-func (o *Overlaps) step(i int, g, e, gpuBits, lower []uint64, W int) bool {
-	more := uint64(0)
+// outside fast (the searched workers) is still extending.
+func (o *Overlaps) step(i int, g, e, gpuBits, lower, fast []uint64) bool {
+	more, W := uint64(0), len(g)
 	for x := range W {
 		gpu, cpu, dsk := gpuBits[x], lower[x], lower[W+x]
 		ext := cpu | dsk
@@ -136,7 +172,7 @@ func (o *Overlaps) step(i int, g, e, gpuBits, lower []uint64, W int) bool {
 			o.disk[64*x+bits.TrailingZeros64(b)]++
 		}
 		g[x], e[x] = gx&gpu, newE
-		more |= gx&gpu | newE
+		more |= (gx&gpu | newE) &^ fast[x]
 	}
 	return more != 0
 }

@@ -8,6 +8,17 @@ const maxRefs = 1 << 29
 // refcounted like any entry but backs no router key.
 const excludedRef = ^uint32(0)
 
+// Row links: each row knows the row of its parent key (the key it was chained after), and its
+// children form a doubly linked list, so that a removal can tell whether the worker still holds
+// a child of the removed key (index.go, closed workers). noRow marks a missing link; rootRow is
+// the parent of a sequence's first block; unknownRow the parent of a row whose parent key had no
+// row when it was created (only for stores that continue an EH stored under another key).
+const (
+	noRow      = ^uint32(0)
+	rootRow    = noRow - 1
+	unknownRow = noRow - 2
+)
+
 // keyRows maps each router key that at least one worker holds to a row of presence bitsets, one
 // bit per worker slot and medium.
 //
@@ -15,7 +26,8 @@ const excludedRef = ^uint32(0)
 // `words` words. Lower tiers are rarer, so their bitsets live apart: when extOf[r] != 0, the
 // CPU and then the Disk bitset of row r are ext[(extOf[r]-1)*2*words:][:2*words]. A row lives
 // while any of its bits is set; then its key is deleted and the row goes on the free list (its
-// lower-tier part as soon as that is empty).
+// lower-tier part as soon as that is empty). A row without bits whose key still has child rows
+// stays (dead) until its last child goes, so the links stay valid; dead rows hold no key.
 type keyRows struct {
 	index   keyTable // router key -> row
 	rows    []uint64
@@ -25,6 +37,9 @@ type keyRows struct {
 	stride  int // 1 + words
 	free    []uint32
 	extFree []uint32
+	// By row: parent row (or rootRow, unknownRow), first child, next and previous sibling.
+	parent, child, next, prev []uint32
+	dead                      int // rows without bits kept for their children
 }
 
 func newKeyRows() keyRows {
@@ -114,9 +129,64 @@ func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
 		}
 	}
 	if t.extOf[r] == 0 && allZero(t.gpu(r)) {
+		if t.child[r] != noRow {
+			t.dead++
+			return
+		}
+		t.release(r)
+	}
+}
+
+// release frees row r, which has no bits and no children, unlinks it from its parent and frees
+// the parent too if that was dead and r its last child.
+func (t *keyRows) release(r uint32) {
+	for {
 		t.index.delete(t.key(r), r)
 		t.free = append(t.free, r)
+		p := t.parent[r]
+		if p >= unknownRow {
+			return
+		}
+		t.unlink(r)
+		if t.child[p] != noRow || t.extOf[p] != 0 || !allZero(t.gpu(p)) {
+			return
+		}
+		t.dead-- // p was dead: its last child is gone
+		r = p
 	}
+}
+
+// link makes r a child of p.
+func (t *keyRows) link(r, p uint32) {
+	t.parent[r], t.prev[r], t.next[r] = p, noRow, t.child[p]
+	if c := t.child[p]; c != noRow {
+		t.prev[c] = r
+	}
+	t.child[p] = r
+}
+
+// unlink removes r from its parent's children.
+func (t *keyRows) unlink(r uint32) {
+	p, n, v := t.parent[r], t.next[r], t.prev[r]
+	if v != noRow {
+		t.next[v] = n
+	} else {
+		t.child[p] = n
+	}
+	if n != noRow {
+		t.prev[n] = v
+	}
+	t.parent[r] = unknownRow
+}
+
+// hasChildWith reports whether a child row of r has slot's GPU bit set.
+func (t *keyRows) hasChildWith(r, slot uint32) bool {
+	for c := t.child[r]; c != noRow; c = t.next[c] {
+		if t.rows[t.gpuWord(c, slot)]&(1<<(slot%64)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func allZero(ws []uint64) bool {
@@ -129,10 +199,18 @@ func allZero(ws []uint64) bool {
 }
 
 // findOrAdd returns the row of key and whether it is new, creating one without bits if
-// needed; the caller must set a bit in a new row before releasing ix.mu.
-func (t *keyRows) findOrAdd(key uint64) (uint32, bool) {
+// needed; the caller must set a bit in the row (new or dead) before releasing ix.mu. parent is the row of
+// the key it is chained after (rootRow for a first block, unknownRow if that key has no row); a
+// row whose parent was unknown learns it here.
+func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
 	at, r, ok := t.index.slot(key, t.rows, t.stride)
 	if ok {
+		if t.dead > 0 && t.extOf[r] == 0 && allZero(t.gpu(r)) {
+			t.dead-- // a dead row: the caller sets a bit
+		}
+		if t.parent[r] == unknownRow && parent < unknownRow && parent != r {
+			t.link(r, parent)
+		}
 		return r, false
 	}
 	if n := len(t.free); n > 0 {
@@ -142,9 +220,17 @@ func (t *keyRows) findOrAdd(key uint64) (uint32, bool) {
 		r = uint32(len(t.rows) / t.stride)
 		t.rows = append(t.rows, make([]uint64, t.stride)...)
 		t.extOf = append(t.extOf, 0)
+		t.parent = append(t.parent, unknownRow)
+		t.child = append(t.child, noRow)
+		t.next = append(t.next, noRow)
+		t.prev = append(t.prev, noRow)
 	}
 	t.rows[int(r)*t.stride] = key
 	t.index.put(at, key, r)
+	t.child[r], t.next[r], t.prev[r], t.parent[r] = noRow, noRow, noRow, parent
+	if parent < unknownRow {
+		t.link(r, parent)
+	}
 	return r, true
 }
 
@@ -168,4 +254,4 @@ func (t *keyRows) grow(words int) {
 }
 
 // len returns the number of live rows (distinct router keys held).
-func (t *keyRows) len() int { return t.index.n }
+func (t *keyRows) len() int { return t.index.n - t.dead }

@@ -95,6 +95,7 @@ func (ix *Index) store(w WorkerID, s *Store) StoreResult {
 	if res.Skip == SkipNone && m == GPU {
 		res.CapacityCleared = ix.checkCapacity(wk)
 	}
+	ix.refreshFast(wk)
 	return res
 }
 
@@ -105,6 +106,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		return StoreResult{Skip: SkipBlockSizeMismatch}
 	}
 	var pk uint64
+	prow := uint32(rootRow) // the row of pk
 	if s.HasParent {
 		tbl := &wk.eh[m]
 		at := tbl.find(s.Parent)
@@ -119,7 +121,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		if ref == excludedRef {
 			return StoreResult{Skip: SkipExcludedChain}
 		}
-		pk = ix.keys.key(ref)
+		pk, prow = ix.keys.key(ref), ref
 	}
 	n := len(s.Hashes)
 	var res StoreResult
@@ -130,7 +132,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		covered = len(s.Tokens) / B
 		res.ShortTokens = true
 	}
-	if wk.entries+n > ix.cfg.MaxBlocksPerWorker || ix.keys.len()+n > maxRefs {
+	if wk.entries+n > ix.cfg.MaxBlocksPerWorker || ix.keys.index.n+n > maxRefs {
 		return StoreResult{Skip: SkipCapacity}
 	}
 	seed := LoRASeed(s.LoRA)
@@ -155,7 +157,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	ix.touchKeys(keys)
 	tbl := &wk.eh[m]
 	for j, k := range keys {
-		ix.addKeyEntry(wk, tbl, m, s.Hashes[j], k)
+		prow = ix.addKeyEntry(wk, tbl, m, s.Hashes[j], k, prow)
 	}
 	res.Stored = plain
 	if plain < s.PlainBlocks {
@@ -230,22 +232,44 @@ func (ix *Index) storePlaceholder(wk *worker, m Medium, hashes []uint64) StoreRe
 	return res
 }
 
-// addKeyEntry records one store of eh backing router key k in medium m of wk, whose table
-// for m is tbl.
-func (ix *Index) addKeyEntry(wk *worker, tbl *ehTable, m Medium, eh, k uint64) {
+// addKeyEntry records one store of eh backing router key k, chained after the key of row
+// parent, in medium m of wk, whose table for m is tbl. It returns the row of k, or unknownRow
+// when eh was already stored under another key and k has no row.
+func (ix *Index) addKeyEntry(wk *worker, tbl *ehTable, m Medium, eh, k uint64, parent uint32) uint32 {
 	at, ok := tbl.slot(eh)
 	if ok {
 		tbl.addRef(at)
-		return
+		if r := tbl.ref(at); r != excludedRef && ix.keys.key(r) == k {
+			return r
+		}
+		if r, ok := ix.keys.find(k); ok {
+			return r
+		}
+		return unknownRow
 	}
-	ref, isNew := ix.keys.findOrAdd(k)
+	ref, isNew := ix.keys.findOrAdd(k, parent)
 	tbl.put(at, eh, ref)
 	if isNew { // no bit to check, no other EH backing it
 		wk.entries++
 		ix.keys.set(ref, m, wk.slot)
-		return
+		ix.noteSet(wk, m, ref)
+		return ref
 	}
 	ix.addBacking(wk, m, ref)
+	return ref
+}
+
+// noteSet keeps wk's closed state after its bit in row r was set in medium m: a GPU key whose
+// parent key wk does not hold on GPU opens wk.
+func (ix *Index) noteSet(wk *worker, m Medium, r uint32) {
+	if m != GPU || wk.unclosed {
+		return
+	}
+	switch p := ix.keys.parent[r]; {
+	case p == rootRow:
+	case p >= unknownRow || !ix.keys.has(p, GPU, wk.slot):
+		wk.unclosed = true
+	}
 }
 
 // addEntry records one store of eh with row ref (or excludedRef) in medium m of wk. An EH that
@@ -270,6 +294,7 @@ func (ix *Index) addBacking(wk *worker, m Medium, ref uint32) {
 	}
 	if !ix.keys.has(ref, m, wk.slot) {
 		ix.keys.set(ref, m, wk.slot)
+		ix.noteSet(wk, m, ref)
 		return
 	}
 	if wk.extra[m] == nil {
@@ -315,6 +340,7 @@ func (ix *Index) remove(w WorkerID, m Medium, hashes []uint64) (removed, notFoun
 			ix.dropBacking(wk, m, ref)
 		}
 	}
+	ix.refreshFast(wk)
 	return removed, notFound
 }
 
@@ -329,6 +355,9 @@ func (ix *Index) dropBacking(wk *worker, m Medium, ref uint32) {
 			}
 			return
 		}
+	}
+	if m == GPU && !wk.unclosed && ix.keys.hasChildWith(ref, wk.slot) {
+		wk.unclosed = true // wk still holds a child of the key it drops
 	}
 	ix.keys.unset(ref, m, wk.slot)
 }

@@ -38,7 +38,7 @@ func TestTablesMatchMap(t *testing.T) {
 			if found {
 				t.Fatalf("op %d: ehTable.slot(%d) found an absent hash", i, k)
 			}
-			ref, _ := kr.findOrAdd(k)
+			ref, _ := kr.findOrAdd(k, rootRow)
 			kr.set(ref, GPU, 0)
 			eh.put(at, k, ref)
 			want[k] = ref

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -164,7 +165,9 @@ func (m *bpe) encodeWord(dst []uint32, word string, sc *scratch) []uint32 {
 		dst = append(dst, syms[i].id)
 	}
 	if cacheable {
-		m.words.put(word, append([]uint32(nil), dst[n:]...))
+		// A copy: word may point into a prompt buffer that is reused (splice.go), and a copy
+		// keeps a cached word from pinning the whole prompt.
+		m.words.put(strings.Clone(word), append([]uint32(nil), dst[n:]...))
 	}
 	return dst
 }

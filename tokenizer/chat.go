@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -16,6 +17,10 @@ import (
 type chatTemplate struct {
 	tmpl *jinja.Template
 	src  string // as loaded, for transformers' continue_final_message field check
+	// splice: long printed strings bypass the engine's output buffer (splice.go); splicers
+	// holds the per-render state, of *splicer.
+	splice   bool
+	splicers sync.Pool
 }
 
 // tojsonRef matches a tojson filter application inside a template tag.
@@ -73,14 +78,17 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 	splitOutput := func(tag string) string { return wrapOutput(tag, true) }
 	wholeOutput := func(tag string) string { return wrapOutput(tag, false) }
 	var firstErr error
-	for _, rewrite := range []func(string) string{splitOutput, wholeOutput, renameTojson, nil} {
+	for i, rewrite := range []func(string) string{splitOutput, wholeOutput, renameTojson, nil} {
 		s := src
 		if rewrite != nil {
 			s = tagSpan.ReplaceAllStringFunc(src, rewrite)
 		}
 		tmpl, err := jinja.Compile(s)
 		if err == nil {
-			return &chatTemplate{tmpl: tmpl, src: src}, nil
+			// Splicing needs every output tag to end in the output filter (the first two rewrites).
+			ct := &chatTemplate{tmpl: tmpl, src: src, splice: i < 2 && spliceable(src)}
+			ct.splicers.New = func() any { return newSplicer() }
+			return ct, nil
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -120,41 +128,50 @@ type ChatOptions struct {
 // apply_chat_template cuts it (continueFinal). body must not change during the
 // call; nothing returned refers to it.
 func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
-	out, _, err := t.renderChat(body, opts)
+	var out string
+	err := t.renderChat(body, opts, func(prompt string, _ SpecialTokens) { out = strings.Clone(prompt) })
 	return out, err
 }
 
-// renderChat renders the prompt and reports the request's add_special_tokens
-// (vLLM's chat default is false).
-func (t *Tokenizer) renderChat(body []byte, opts ChatOptions) (string, SpecialTokens, error) {
+// renderChat renders the prompt and hands it, with the request's add_special_tokens (vLLM's
+// chat default is false), to use; the prompt may alias a pooled buffer and is valid only
+// during use.
+func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt string, special SpecialTokens)) error {
 	if t.chat == nil {
-		return "", false, fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
+		return fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
 	}
 	vars, call, err := t.chatVars(body, opts)
 	if err != nil {
-		return "", false, err
+		return err
+	}
+	var sp *splicer
+	if t.chat.splice && !mayHoldMarker(body) {
+		sp = t.chat.splicers.Get().(*splicer)
+		defer func() { sp.reset(); t.chat.splicers.Put(sp) }()
+		vars[pyOutputName] = sp.filter
 	}
 	out, err := t.chat.tmpl.RenderValues(vars)
 	if err != nil {
-		return "", false, fmt.Errorf("tokenizer: render chat template: %w", err)
+		return fmt.Errorf("tokenizer: render chat template: %w", err)
+	}
+	if sp != nil {
+		out = sp.expand(out)
 	}
 	if call.continueFinal {
 		if out, err = continueFinal(out, call.final); err != nil {
-			return "", false, err
+			return err
 		}
 	}
-	return out, call.special, nil
+	use(out, call.special)
+	return nil
 }
 
 // EncodeChat renders the chat template for a /v1/chat/completions body and
 // appends the prompt's ids to dst, encoded with add_special_tokens=False as vLLM
 // does (the template already holds BOS where the model wants it).
 func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]uint32, error) {
-	prompt, special, err := t.renderChat(body, opts)
-	if err != nil {
-		return dst, err
-	}
-	return t.Encode(dst, prompt, special), nil
+	err := t.renderChat(body, opts, func(prompt string, special SpecialTokens) { dst = t.Encode(dst, prompt, special) })
+	return dst, err
 }
 
 // chatCall is what a chat request asks of rendering besides the template

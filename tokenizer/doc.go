@@ -57,6 +57,10 @@
 // uncached results are identical because Hugging Face tokenizes each such
 // segment independently.
 //
+// Chat rendering keeps long printed strings out of the template engine's output
+// buffer (splice.go): EncodeChat encodes from a pooled buffer, and nothing the
+// caches keep may point into it (both caches copy their keys).
+//
 // Encoding does no I/O; only Load touches the file system, and chat rendering
 // reads the clock only when ChatOptions.Now is zero.
 // The package imports no other condisagg package.

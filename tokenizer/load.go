@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Limits on the files read at load, so a bad model directory cannot exhaust memory.
@@ -84,6 +85,9 @@ func New(tokenizerJSON, tokenizerConfig []byte, chatTemplate string, opts Option
 	if t.cfg.chatTemplate != "" {
 		if t.chat, err = compileChatTemplate(t.cfg.chatTemplate); err != nil {
 			return nil, err
+		}
+		if strings.IndexByte(t.cfg.bosToken+t.cfg.eosToken, markerByte) >= 0 {
+			t.chat.splice = false // the template prints them: they could fake a marker
 		}
 	}
 	if opts.CacheSegments > 0 {
