@@ -446,11 +446,14 @@ func (st *Stream) finish(cause LostCause) {
 	if rp.verify {
 		if rp.checkFail == ClearGapMismatch && cause != "" {
 			// A gap replay that failed before the checked batch arrived (timeout, malformed
-			// reply, overflow) proves no restart: the history is lost, as for any replay.
+			// reply, overflow) proves no restart, and replayed nothing: the history is lost,
+			// as for any replay.
 			rp.verify = false
-		} else { // the reply ended before the checked batch: absent
-			st.verifyFailed()
+			st.lostOutcome(cause)
+			st.refeed()
+			return
 		}
+		st.verifyFailed() // the reply ended before the checked batch: absent
 	}
 	switch {
 	case rp.discard:

@@ -200,12 +200,18 @@ func parseMsgs(items []string) ([]heldMsg, error) {
 				return nil, fmt.Errorf("bad range %q: %w", it, err)
 			}
 		}
-		for q := a; q <= b; q++ {
+		if b < a {
+			return nil, fmt.Errorf("bad range %q: the end is before the start", it)
+		}
+		for q := a; ; q++ { // q <= b would never end at the largest seq
 			p := "p" + strconv.FormatUint(q, 10)
 			if hasPayload {
 				p = payload
 			}
 			msgs = append(msgs, heldMsg{seq: q, payload: []byte(p)})
+			if q == b {
+				break
+			}
 		}
 	}
 	return msgs, nil
