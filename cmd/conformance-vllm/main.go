@@ -43,6 +43,7 @@ const (
 	pathCompl   = "/v1/completions"
 	pathChat    = "/v1/chat/completions"
 	workerName  = "vllm-0"
+	loraName    = "sql-lora"             // the adapter's request model name with -lora (vLLM --lora-modules NAME=DIR)
 	settleQuiet = 250 * time.Millisecond // no new batch this long after a response: the engine is done publishing
 )
 
@@ -54,7 +55,9 @@ type config struct {
 	root, model, condisagg, workdir     string
 	port, kvPort, replayPort, blocks    int
 	maxLen, listen, adminGRPC, adminWeb int
-	dp                                  int // --data-parallel-size of the engine
+	dp                                  int    // --data-parallel-size of the engine
+	lora                                bool   // engine with a LoRA adapter, corpus with the "lora" row
+	loraDir                             string // the adapter (scripts/vllm-tiny-model.py --lora-out)
 	engineStartTimeout                  time.Duration
 	verbose                             bool
 }
@@ -75,16 +78,24 @@ func main() {
 	flag.DurationVar(&c.engineStartTimeout, "engine-start-timeout", 6*time.Minute, "how long the engine may take to answer /health")
 	flag.BoolVar(&c.verbose, "v", false, "one line per request")
 	flag.IntVar(&c.dp, "data-parallel-size", 1, "engine --data-parallel-size: rank r publishes on kv-port+r and replay-port+r, condisagg routes to ranks with X-data-parallel-rank (keep replay-port >= kv-port + size)")
+	flag.BoolVar(&c.lora, "lora", false, "start the engine with the LoRA adapter -lora-adapter as "+loraName+", tell condisagg (model.lora_adapters) and add the \"lora\" row: the same prompts under the base model and the adapter")
+	flag.StringVar(&c.loraDir, "lora-adapter", ".cache/models/tiny-qwen3-lora", "LoRA adapter directory for -lora (scripts/vllm-tiny-model.py --lora-out)")
 	flag.Parse()
 	root, err := repo.Root()
 	if err != nil {
 		fatal(err)
 	}
 	c.root = root
-	for _, p := range []*string{&c.model, &c.condisagg} {
+	for _, p := range []*string{&c.model, &c.condisagg, &c.loraDir} {
 		if !filepath.IsAbs(*p) {
 			*p = filepath.Join(root, *p)
 		}
+	}
+	if c.lora {
+		if _, err := os.Stat(filepath.Join(c.loraDir, "adapter_config.json")); err != nil {
+			fatal(fmt.Errorf("-lora: no adapter at %s (.cache/vllm-venv/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out .cache/models/tiny-qwen3 --lora-out %s): %w", c.loraDir, c.loraDir, err))
+		}
+		categories = append(categories, "lora")
 	}
 	if c.workdir == "" {
 		if c.workdir, err = os.MkdirTemp("", "conformance-vllm-"); err != nil {
@@ -266,8 +277,16 @@ func startEngine(ctx context.Context, c *config) (*proc, error) {
 	args := []string{"bash", filepath.Join(c.root, "scripts/vllm-engine.sh"), "--model", c.model, "--name", modelName,
 		"--port", strconv.Itoa(c.port), "--kv-port", strconv.Itoa(c.kvPort), "--replay-port", strconv.Itoa(c.replayPort),
 		"--blocks", strconv.Itoa(c.blocks), "--max-model-len", strconv.Itoa(c.maxLen)}
+	var extra []string
 	if c.dp > 1 {
-		args = append(args, "--", "--data-parallel-size", strconv.Itoa(c.dp))
+		extra = append(extra, "--data-parallel-size", strconv.Itoa(c.dp))
+	}
+	if c.lora {
+		// As established in docs/vllm-facts.md §d: a rank-8 adapter, one LoRA slot.
+		extra = append(extra, "--enable-lora", "--lora-modules", loraName+"="+c.loraDir, "--max-lora-rank", "8", "--max-loras", "1")
+	}
+	if len(extra) > 0 {
+		args = append(append(args, "--"), extra...)
 	}
 	logPath := filepath.Join(c.workdir, "engine.log")
 	p, err := startProc("engine", logPath, args, []string{"VLLM_SERVER_DEV_MODE=1"})
@@ -303,13 +322,17 @@ func tail(path string, n int) string {
 
 func (d *driver) routerConfig() string {
 	c := d.c
+	adapters := ""
+	if c.lora {
+		adapters = ", lora_adapters: [" + loraName + "]"
+	}
 	return fmt.Sprintf(`listen: 127.0.0.1:%d
 admin_listen: 127.0.0.1:%d
 admin_grpc_listen: 127.0.0.1:%d
 log_level: info
 unready_delay: 0s
 drain_timeout: 1s
-model: {tokenizer: %s, block_size: %d}
+model: {tokenizer: %s, block_size: %d%s}
 router:
   mode: kv
   kv_events: true
@@ -317,7 +340,7 @@ router:
 pool: {scrape_interval: 0s}
 workers:
   - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d, data_parallel_size: %d}
-`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize,
+`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, adapters,
 		workerName, c.port, c.kvPort, c.replayPort, c.blocks, c.dp)
 }
 
@@ -470,7 +493,9 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		return result{}, err
 	}
 	events := d.take()
-	body["model"] = modelName
+	if body["model"] == nil { // the lora row names the adapter itself
+		body["model"] = modelName
+	}
 	body["max_tokens"] = 4
 	body["temperature"] = 0
 	raw, _ := json.Marshal(body)
@@ -554,7 +579,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			kind: strings.Join(kinds, "+")})
 	}
 	if d.c.verbose || len(kinds) > 0 {
-		fmt.Printf("%4d %-20s %-22s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, resp.Usage.PromptTokens,
+		fmt.Printf("%4d %-20s %-22s %-10s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, body["model"], resp.Usage.PromptTokens,
 			rank, predicted, actual, strings.Join(kinds, " "))
 	}
 	return out, nil
@@ -563,7 +588,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 // ids returns the prompt's token ids from condisagg's tokenizer package and from the engine's
 // /tokenize (for token-id prompts the ids are the prompt itself and /tokenize is not asked).
 func (d *driver) ids(ctx context.Context, path string, body map[string]any, raw []byte) (goIDs, engineIDs []uint32, err error) {
-	tb := map[string]any{"model": modelName}
+	tb := map[string]any{"model": body["model"]} // the adapter's /tokenize is the base model's
 	if path == pathChat {
 		if goIDs, err = d.tok.EncodeChat(nil, raw, tokenizer.ChatOptions{}); err != nil {
 			return nil, nil, fmt.Errorf("go tokenizer: %w", err)
@@ -640,8 +665,12 @@ func (d *driver) report(wall time.Duration) {
 	line("total", sum)
 	for r, sub := range d.subs {
 		st := sub.stats()
-		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
-			r, st.batches, st.stored, st.storedBlocks, st.removed, st.cleared, d.perRank[r])
+		lora := ""
+		if d.c.lora {
+			lora = fmt.Sprintf(", %d of them with lora_name", st.loraStored)
+		}
+		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks%s), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
+			r, st.batches, st.stored, st.storedBlocks, lora, st.removed, st.cleared, d.perRank[r])
 	}
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())

@@ -71,7 +71,7 @@ func (w *watcher) loop() {
 	}
 }
 
-type eventStats struct{ batches, stored, storedBlocks, removed, cleared int }
+type eventStats struct{ batches, stored, storedBlocks, loraStored, removed, cleared int }
 
 func (w *watcher) stats() eventStats { w.mu.Lock(); defer w.mu.Unlock(); return w.st }
 
@@ -82,6 +82,9 @@ func (w *watcher) count(b *kvevents.Batch) {
 		case kvevents.KindBlockStored:
 			w.st.stored++
 			w.st.storedBlocks += len(e.Hashes)
+			if e.HasLoRAName {
+				w.st.loraStored++
+			}
 		case kvevents.KindBlockRemoved:
 			w.st.removed++
 		case kvevents.KindAllBlocksCleared:
@@ -101,6 +104,9 @@ func describe(b *kvevents.Batch) string {
 				s += fmt.Sprintf(", parent %x", e.Parent)
 			} else {
 				s += ", no parent"
+			}
+			if e.HasLoRAName {
+				s += ", lora " + string(e.LoRAName)
 			}
 			if e.Salt != nil {
 				s += ", salt " + string(e.Salt)
