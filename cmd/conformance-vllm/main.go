@@ -509,6 +509,13 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	if engine != workerName || rank >= max(d.c.dp, 1) || ex.Inputs == nil {
 		return result{}, fmt.Errorf("explain chose %q (route %s, reason %s)", ex.DecodeWorker, ex.Route, ex.Reason)
 	}
+	want := "" // the adapter condisagg must key the request with
+	if body["model"] == loraName {
+		want = loraName
+	}
+	if ex.LoraAdapter != want {
+		return result{}, fmt.Errorf("explain keyed the request for model %v with LoRA adapter %q, want %q", body["model"], ex.LoraAdapter, want)
+	}
 	d.perRank[rank]++
 	predicted := ex.Inputs.CachedTokens
 
