@@ -45,6 +45,7 @@ const (
 	workerName  = "vllm-0"
 	loraName    = "sql-lora"             // the adapter's request model name with -lora (vLLM --lora-modules NAME=DIR)
 	settleQuiet = 250 * time.Millisecond // no new batch this long after a response: the engine is done publishing
+	storeWait   = 20 * time.Second       // how long a BlockStored the request owes may take
 )
 
 // Categories, in table order.
@@ -76,7 +77,7 @@ func main() {
 	flag.IntVar(&c.adminGRPC, "admin-grpc", 19403, "condisagg Admin gRPC port")
 	flag.IntVar(&c.adminWeb, "admin-http", 19490, "condisagg admin HTTP port")
 	flag.DurationVar(&c.engineStartTimeout, "engine-start-timeout", 6*time.Minute, "how long the engine may take to answer /health")
-	flag.BoolVar(&c.verbose, "v", false, "one line per request")
+	flag.BoolVar(&c.verbose, "v", false, "one line per request, after the batches the engine published since the previous one")
 	flag.IntVar(&c.dp, "data-parallel-size", 1, "engine --data-parallel-size: rank r publishes on kv-port+r and replay-port+r, condisagg routes to ranks with X-data-parallel-rank (keep replay-port >= kv-port + size)")
 	flag.BoolVar(&c.lora, "lora", false, "start the engine with the LoRA adapter -lora-adapter as "+loraName+", tell condisagg (model.lora_adapters) and add the \"lora\" row: the same prompts under the base model and the adapter")
 	flag.StringVar(&c.loraDir, "lora-adapter", ".cache/models/tiny-qwen3-lora", "LoRA adapter directory for -lora (scripts/vllm-tiny-model.py --lora-out)")
@@ -468,6 +469,9 @@ type driver struct {
 	bad        []mismatch
 	total      int
 	events     []string // batches since the previous request
+	// Requests whose owed BlockStored came more than settleQuiet after the response, or not
+	// within storeWait.
+	storeLate, storeMissing int
 }
 
 func (d *driver) failed() bool { return len(d.bad) > 0 }
@@ -493,6 +497,11 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		return result{}, err
 	}
 	events := d.take()
+	if d.c.verbose { // the batches the previous request produced, as the driver received them
+		for _, e := range events {
+			fmt.Printf("       %s\n", abbreviate(e, 200))
+		}
+	}
 	if body["model"] == nil { // the lora row names the adapter itself
 		body["model"] = modelName
 	}
@@ -539,6 +548,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		} `json:"usage"`
 	}
 	// Sent as Envoy would forward condisagg's decision: pinned to the rank it credited.
+	mark := d.subs[rank].mark()
 	if err := d.postRank(ctx, path, raw, rank, &resp); err != nil {
 		return result{}, err
 	}
@@ -546,6 +556,20 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		return result{}, errors.New("engine answered without usage.prompt_tokens_details (--enable-prompt-tokens-details?)")
 	}
 	actual := resp.Usage.PromptTokensDetails.CachedTokens
+	// A request that computed a full prompt block stored it, so the engine owes a BlockStored
+	// with that block's tokens. Its batch can reach the subscribers later than the response
+	// (seen once under load: more than two requests later), longer than the quiet period of the
+	// next sync; so wait for it here before the next prediction.
+	if first := actual / blockSize * blockSize; first == actual && int(first)+blockSize <= len(goIDs) && slices.Equal(goIDs, engineIDs) {
+		t0 := time.Now()
+		if !d.subs[rank].waitStored(goIDs[first:first+blockSize], mark, storeWait) {
+			d.storeMissing++
+			fmt.Printf("%4d %-20s no BlockStored of prompt block %d within %s of the response\n", d.total+1, cat, first/blockSize, storeWait)
+		} else if dt := time.Since(t0); dt > settleQuiet {
+			d.storeLate++
+			fmt.Printf("%4d %-20s BlockStored of prompt block %d arrived %s after the response\n", d.total+1, cat, first/blockSize, dt.Round(time.Millisecond))
+		}
+	}
 	var out result
 	out.cached = actual
 	if len(resp.Choices) > 0 {
@@ -679,6 +703,8 @@ func (d *driver) report(wall time.Duration) {
 		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks%s), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
 			r, st.batches, st.stored, st.storedBlocks, lora, st.removed, st.cleared, d.perRank[r])
 	}
+	fmt.Printf("\nowed BlockStored (a prompt block the request computed): %d arrived more than %s after the response (waited for), %d never within %s\n",
+		d.storeLate, settleQuiet, d.storeMissing, storeWait)
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
 	}
