@@ -75,13 +75,16 @@ conformance: deps
 
 # Opt-in, not part of `make test` (a real engine takes minutes and ~3.5 GiB): one real vLLM 0.32
 # CPU engine and condisagg serve; every request's predicted cached tokens (Admin Explain) against
-# the engine's usage.prompt_tokens_details.cached_tokens. The venv and the tiny model are built
-# only when missing. Report: docs/conformance.md.
-VLLM_VENV_DIR := .cache/vllm-venv
-TINY_QWEN3    := .cache/models/tiny-qwen3
+# the engine's usage.prompt_tokens_details.cached_tokens. The venv and the tiny model (with its
+# LoRA adapter, for CONFORMANCE_VLLM_FLAGS=-lora) are built only when missing. Report:
+# docs/conformance.md.
+VLLM_VENV_DIR   := .cache/vllm-venv
+TINY_QWEN3      := .cache/models/tiny-qwen3
+TINY_QWEN3_LORA := .cache/models/tiny-qwen3-lora
 conformance-vllm: deps
 	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
-	@test -f $(TINY_QWEN3)/model.safetensors || $(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3)
+	@test -f $(TINY_QWEN3)/model.safetensors -a -f $(TINY_QWEN3_LORA)/adapter_model.safetensors || \
+		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/conformance-vllm
 	bin/conformance-vllm $(CONFORMANCE_VLLM_FLAGS)
 

@@ -58,11 +58,8 @@ func salted(body map[string]any, salt string) map[string]any { body["cache_salt"
 // corpus drives every request in a fixed order (seeded, so runs are comparable).
 func (d *driver) corpus(ctx context.Context) error {
 	g := gen{rand.New(rand.NewPCG(7, 11))}
+	lg := gen{rand.New(rand.NewPCG(23, 29))} // the lora row's own prompts
 	send := func(c, path string, body map[string]any) (result, error) { return d.send(ctx, c, path, body) }
-	type item struct {
-		path string
-		body func() map[string]any
-	}
 	// Kept for the eviction and restart phases: early prompts sent again later.
 	var early []item
 
@@ -196,6 +193,15 @@ func (d *driver) corpus(ctx context.Context) error {
 		}
 	}
 
+	// lora (-lora only): base and adapter requests on the same prompts.
+	if d.c.lora {
+		more, err := d.loraCorpus(lg, send)
+		if err != nil {
+			return err
+		}
+		early = append(early, more...)
+	}
+
 	// after eviction: distinct long prompts overflow the cache (a fresh prompt evicts the least
 	// recently used free blocks), then the early prompts come back.
 	var fillers [][]int
@@ -251,6 +257,13 @@ func (d *driver) corpus(ctx context.Context) error {
 		p := g.ids(60 + 50*i)
 		kept = append(kept, item{pathCompl, func() map[string]any { return compl(p) }})
 		if _, err := send("after router restart", pathCompl, compl(p)); err != nil {
+			return err
+		}
+	}
+	if d.c.lora { // an adapter prompt must come back from the replay with its LoRA keys
+		lp := lg.ids(110)
+		kept = append(kept, item{pathCompl, func() map[string]any { return withModel(compl(lp), loraName) }})
+		if _, err := send("after router restart", pathCompl, withModel(compl(lp), loraName)); err != nil {
 			return err
 		}
 	}

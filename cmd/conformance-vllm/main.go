@@ -43,7 +43,9 @@ const (
 	pathCompl   = "/v1/completions"
 	pathChat    = "/v1/chat/completions"
 	workerName  = "vllm-0"
+	loraName    = "sql-lora"             // the adapter's request model name with -lora (vLLM --lora-modules NAME=DIR)
 	settleQuiet = 250 * time.Millisecond // no new batch this long after a response: the engine is done publishing
+	storeWait   = 20 * time.Second       // how long a BlockStored the request owes may take
 )
 
 // Categories, in table order.
@@ -54,7 +56,9 @@ type config struct {
 	root, model, condisagg, workdir     string
 	port, kvPort, replayPort, blocks    int
 	maxLen, listen, adminGRPC, adminWeb int
-	dp                                  int // --data-parallel-size of the engine
+	dp                                  int    // --data-parallel-size of the engine
+	lora                                bool   // engine with a LoRA adapter, corpus with the "lora" row
+	loraDir                             string // the adapter (scripts/vllm-tiny-model.py --lora-out)
 	engineStartTimeout                  time.Duration
 	verbose                             bool
 }
@@ -73,18 +77,26 @@ func main() {
 	flag.IntVar(&c.adminGRPC, "admin-grpc", 19403, "condisagg Admin gRPC port")
 	flag.IntVar(&c.adminWeb, "admin-http", 19490, "condisagg admin HTTP port")
 	flag.DurationVar(&c.engineStartTimeout, "engine-start-timeout", 6*time.Minute, "how long the engine may take to answer /health")
-	flag.BoolVar(&c.verbose, "v", false, "one line per request")
+	flag.BoolVar(&c.verbose, "v", false, "one line per request, after the batches the engine published since the previous one")
 	flag.IntVar(&c.dp, "data-parallel-size", 1, "engine --data-parallel-size: rank r publishes on kv-port+r and replay-port+r, condisagg routes to ranks with X-data-parallel-rank (keep replay-port >= kv-port + size)")
+	flag.BoolVar(&c.lora, "lora", false, "start the engine with the LoRA adapter -lora-adapter as "+loraName+", tell condisagg (model.lora_adapters) and add the \"lora\" row: the same prompts under the base model and the adapter")
+	flag.StringVar(&c.loraDir, "lora-adapter", ".cache/models/tiny-qwen3-lora", "LoRA adapter directory for -lora (scripts/vllm-tiny-model.py --lora-out)")
 	flag.Parse()
 	root, err := repo.Root()
 	if err != nil {
 		fatal(err)
 	}
 	c.root = root
-	for _, p := range []*string{&c.model, &c.condisagg} {
+	for _, p := range []*string{&c.model, &c.condisagg, &c.loraDir} {
 		if !filepath.IsAbs(*p) {
 			*p = filepath.Join(root, *p)
 		}
+	}
+	if c.lora {
+		if _, err := os.Stat(filepath.Join(c.loraDir, "adapter_config.json")); err != nil {
+			fatal(fmt.Errorf("-lora: no adapter at %s (.cache/vllm-venv/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out .cache/models/tiny-qwen3 --lora-out %s): %w", c.loraDir, c.loraDir, err))
+		}
+		categories = append(categories, "lora")
 	}
 	if c.workdir == "" {
 		if c.workdir, err = os.MkdirTemp("", "conformance-vllm-"); err != nil {
@@ -266,8 +278,16 @@ func startEngine(ctx context.Context, c *config) (*proc, error) {
 	args := []string{"bash", filepath.Join(c.root, "scripts/vllm-engine.sh"), "--model", c.model, "--name", modelName,
 		"--port", strconv.Itoa(c.port), "--kv-port", strconv.Itoa(c.kvPort), "--replay-port", strconv.Itoa(c.replayPort),
 		"--blocks", strconv.Itoa(c.blocks), "--max-model-len", strconv.Itoa(c.maxLen)}
+	var extra []string
 	if c.dp > 1 {
-		args = append(args, "--", "--data-parallel-size", strconv.Itoa(c.dp))
+		extra = append(extra, "--data-parallel-size", strconv.Itoa(c.dp))
+	}
+	if c.lora {
+		// As established in docs/vllm-facts.md §d: a rank-8 adapter, one LoRA slot.
+		extra = append(extra, "--enable-lora", "--lora-modules", loraName+"="+c.loraDir, "--max-lora-rank", "8", "--max-loras", "1")
+	}
+	if len(extra) > 0 {
+		args = append(append(args, "--"), extra...)
 	}
 	logPath := filepath.Join(c.workdir, "engine.log")
 	p, err := startProc("engine", logPath, args, []string{"VLLM_SERVER_DEV_MODE=1"})
@@ -303,13 +323,17 @@ func tail(path string, n int) string {
 
 func (d *driver) routerConfig() string {
 	c := d.c
+	adapters := ""
+	if c.lora {
+		adapters = ", lora_adapters: [" + loraName + "]"
+	}
 	return fmt.Sprintf(`listen: 127.0.0.1:%d
 admin_listen: 127.0.0.1:%d
 admin_grpc_listen: 127.0.0.1:%d
 log_level: info
 unready_delay: 0s
 drain_timeout: 1s
-model: {tokenizer: %s, block_size: %d}
+model: {tokenizer: %s, block_size: %d%s}
 router:
   mode: kv
   kv_events: true
@@ -317,7 +341,7 @@ router:
 pool: {scrape_interval: 0s}
 workers:
   - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d, data_parallel_size: %d}
-`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize,
+`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, adapters,
 		workerName, c.port, c.kvPort, c.replayPort, c.blocks, c.dp)
 }
 
@@ -445,6 +469,9 @@ type driver struct {
 	bad        []mismatch
 	total      int
 	events     []string // batches since the previous request
+	// Requests whose owed BlockStored came more than settleQuiet after the response, or not
+	// within storeWait.
+	storeLate, storeMissing int
 }
 
 func (d *driver) failed() bool { return len(d.bad) > 0 }
@@ -470,7 +497,14 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		return result{}, err
 	}
 	events := d.take()
-	body["model"] = modelName
+	if d.c.verbose { // the batches the previous request produced, as the driver received them
+		for _, e := range events {
+			fmt.Printf("       %s\n", abbreviate(e, 200))
+		}
+	}
+	if body["model"] == nil { // the lora row names the adapter itself
+		body["model"] = modelName
+	}
 	body["max_tokens"] = 4
 	body["temperature"] = 0
 	raw, _ := json.Marshal(body)
@@ -483,6 +517,13 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	engine, rank := pool.SplitRankID(ex.DecodeWorker)
 	if engine != workerName || rank >= max(d.c.dp, 1) || ex.Inputs == nil {
 		return result{}, fmt.Errorf("explain chose %q (route %s, reason %s)", ex.DecodeWorker, ex.Route, ex.Reason)
+	}
+	want := "" // the adapter condisagg must key the request with
+	if body["model"] == loraName {
+		want = loraName
+	}
+	if ex.LoraAdapter != want {
+		return result{}, fmt.Errorf("explain keyed the request for model %v with LoRA adapter %q, want %q", body["model"], ex.LoraAdapter, want)
 	}
 	d.perRank[rank]++
 	predicted := ex.Inputs.CachedTokens
@@ -507,6 +548,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		} `json:"usage"`
 	}
 	// Sent as Envoy would forward condisagg's decision: pinned to the rank it credited.
+	mark := d.subs[rank].mark()
 	if err := d.postRank(ctx, path, raw, rank, &resp); err != nil {
 		return result{}, err
 	}
@@ -514,6 +556,20 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 		return result{}, errors.New("engine answered without usage.prompt_tokens_details (--enable-prompt-tokens-details?)")
 	}
 	actual := resp.Usage.PromptTokensDetails.CachedTokens
+	// A request that computed a full prompt block stored it, so the engine owes a BlockStored
+	// with that block's tokens. Its batch can reach the subscribers later than the response
+	// (seen once under load: more than two requests later), longer than the quiet period of the
+	// next sync; so wait for it here before the next prediction.
+	if first := actual / blockSize * blockSize; first == actual && int(first)+blockSize <= len(goIDs) && slices.Equal(goIDs, engineIDs) {
+		t0 := time.Now()
+		if !d.subs[rank].waitStored(goIDs[first:first+blockSize], mark, storeWait) {
+			d.storeMissing++
+			fmt.Printf("%4d %-20s no BlockStored of prompt block %d within %s of the response\n", d.total+1, cat, first/blockSize, storeWait)
+		} else if dt := time.Since(t0); dt > settleQuiet {
+			d.storeLate++
+			fmt.Printf("%4d %-20s BlockStored of prompt block %d arrived %s after the response\n", d.total+1, cat, first/blockSize, dt.Round(time.Millisecond))
+		}
+	}
 	var out result
 	out.cached = actual
 	if len(resp.Choices) > 0 {
@@ -554,7 +610,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			kind: strings.Join(kinds, "+")})
 	}
 	if d.c.verbose || len(kinds) > 0 {
-		fmt.Printf("%4d %-20s %-22s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, resp.Usage.PromptTokens,
+		fmt.Printf("%4d %-20s %-22s %-10s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, body["model"], resp.Usage.PromptTokens,
 			rank, predicted, actual, strings.Join(kinds, " "))
 	}
 	return out, nil
@@ -563,7 +619,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 // ids returns the prompt's token ids from condisagg's tokenizer package and from the engine's
 // /tokenize (for token-id prompts the ids are the prompt itself and /tokenize is not asked).
 func (d *driver) ids(ctx context.Context, path string, body map[string]any, raw []byte) (goIDs, engineIDs []uint32, err error) {
-	tb := map[string]any{"model": modelName}
+	tb := map[string]any{"model": body["model"]} // the adapter's /tokenize is the base model's
 	if path == pathChat {
 		if goIDs, err = d.tok.EncodeChat(nil, raw, tokenizer.ChatOptions{}); err != nil {
 			return nil, nil, fmt.Errorf("go tokenizer: %w", err)
@@ -640,9 +696,15 @@ func (d *driver) report(wall time.Duration) {
 	line("total", sum)
 	for r, sub := range d.subs {
 		st := sub.stats()
-		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
-			r, st.batches, st.stored, st.storedBlocks, st.removed, st.cleared, d.perRank[r])
+		lora := ""
+		if d.c.lora {
+			lora = fmt.Sprintf(", %d of them with lora_name", st.loraStored)
+		}
+		fmt.Printf("\nengine rank %d events seen by the driver: %d batches, %d BlockStored (%d blocks%s), %d BlockRemoved, %d AllBlocksCleared; %d requests routed to it\n",
+			r, st.batches, st.stored, st.storedBlocks, lora, st.removed, st.cleared, d.perRank[r])
 	}
+	fmt.Printf("\nowed BlockStored (a prompt block the request computed): %d arrived more than %s after the response (waited for), %d never within %s\n",
+		d.storeLate, settleQuiet, d.storeMissing, storeWait)
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
 	}

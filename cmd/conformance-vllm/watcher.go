@@ -22,9 +22,12 @@ type watcher struct {
 	last int64 // -1: nothing yet
 	at   time.Time
 	log  []string // batches since the last take
-	st   eventStats
-	quit chan struct{}
-	done chan struct{}
+	// blocks holds the token ids of every stored block in arrival order (blockKey), so that the
+	// driver can wait for the store a request must have produced.
+	blocks []string
+	st     eventStats
+	quit   chan struct{}
+	done   chan struct{}
 }
 
 func newWatcher(endpoint string) (*watcher, error) {
@@ -67,11 +70,12 @@ func (w *watcher) loop() {
 		w.last, w.at = seq, time.Now()
 		w.log = append(w.log, desc)
 		w.count(&b)
+		w.keep(&b)
 		w.mu.Unlock()
 	}
 }
 
-type eventStats struct{ batches, stored, storedBlocks, removed, cleared int }
+type eventStats struct{ batches, stored, storedBlocks, loraStored, removed, cleared int }
 
 func (w *watcher) stats() eventStats { w.mu.Lock(); defer w.mu.Unlock(); return w.st }
 
@@ -82,11 +86,57 @@ func (w *watcher) count(b *kvevents.Batch) {
 		case kvevents.KindBlockStored:
 			w.st.stored++
 			w.st.storedBlocks += len(e.Hashes)
+			if e.HasLoRAName {
+				w.st.loraStored++
+			}
 		case kvevents.KindBlockRemoved:
 			w.st.removed++
 		case kvevents.KindAllBlocksCleared:
 			w.st.cleared++
 		}
+	}
+}
+
+// keep records the tokens of every block the batch stored (copied: b is reused).
+func (w *watcher) keep(b *kvevents.Batch) {
+	for i := range b.Events {
+		e := &b.Events[i]
+		if e.Kind != kvevents.KindBlockStored || e.BlockSize <= 0 {
+			continue
+		}
+		for j := 0; j+int(e.BlockSize) <= len(e.Tokens); j += int(e.BlockSize) {
+			w.blocks = append(w.blocks, blockKey(e.Tokens[j:j+int(e.BlockSize)]))
+		}
+	}
+}
+
+func blockKey(tokens []uint32) string {
+	var sb strings.Builder
+	for _, t := range tokens {
+		fmt.Fprintf(&sb, "%d,", t)
+	}
+	return sb.String()
+}
+
+// mark is the position from which waitStored looks.
+func (w *watcher) mark() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.blocks) }
+
+// waitStored waits until a block with these tokens has been stored since mark; false after
+// timeout.
+func (w *watcher) waitStored(tokens []uint32, mark int, timeout time.Duration) bool {
+	key := blockKey(tokens)
+	deadline := time.Now().Add(timeout)
+	for {
+		w.mu.Lock()
+		found := slices.Contains(w.blocks[mark:], key)
+		w.mu.Unlock()
+		if found {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -101,6 +151,9 @@ func describe(b *kvevents.Batch) string {
 				s += fmt.Sprintf(", parent %x", e.Parent)
 			} else {
 				s += ", no parent"
+			}
+			if e.HasLoRAName {
+				s += ", lora " + string(e.LoRAName)
 			}
 			if e.Salt != nil {
 				s += ", salt " + string(e.Salt)
