@@ -101,7 +101,9 @@ func TestRateLimit(t *testing.T) {
 			t.Fatalf("request %d sent at %v, want >= %v", i, r.Arrival, min)
 		}
 	}
-	if span := results[7].Arrival - results[0].Arrival; span > 175*time.Millisecond+100*time.Millisecond {
+	// About 175 ms; the bound only catches a limiter far slower than its rate (under 8/s), since
+	// a loaded 2-core machine can delay the sends by hundreds of milliseconds.
+	if span := results[7].Arrival - results[0].Arrival; span > time.Second {
 		t.Fatalf("8 requests at 40/s took %v to start, want about 175ms", span)
 	}
 	if lags[7] < 7*25*time.Millisecond-time.Millisecond {
