@@ -69,17 +69,13 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 	}
 
 	bad := strings.Replace(good, "drain_timeout: 5s", "drain_timeout: -1s", 1)
-	if err := os.WriteFile(cfgPath, []byte(bad), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, cfgPath, bad)
 	if ev := wait("file_changed"); ev.err == nil || !strings.Contains(ev.err.Error(), "drain_timeout: -1s must be > 0") {
 		t.Fatalf("bad file accepted: %+v", ev)
 	}
 	enabled := strings.Replace(good, "conditional_disagg: false", "conditional_disagg: true", 1)
 	enabled = strings.Replace(enabled, "kv_events: false", "kv_events: true", 1)
-	if err := os.WriteFile(cfgPath, []byte(enabled+"# changed\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, cfgPath, enabled+"# changed\n")
 	if ev := wait("file_changed"); ev.err != nil {
 		t.Fatalf("good file rejected: %v", ev.err)
 	}
@@ -92,5 +88,19 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 	cancel()
 	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// replaceFile swaps path's content in one step (write aside, rename), as editors and
+// Kubernetes ConfigMap updates do: os.WriteFile truncates first, and a watcher tick between the
+// truncation and the write reads a half-written file (rejected, then re-read on the next tick).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
