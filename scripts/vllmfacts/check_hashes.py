@@ -2,10 +2,11 @@
 fixtures: recompute the engine's block hashes from token ids alone.
 
     .cache/vllm-venv/bin/python scripts/vllmfacts/check_hashes.py [--fixtures kvevents/testdata/vllm032]
-        [--lora-path /work/wt-vllm/.cache/models/tiny-qwen3-lora]
+        [--lora-path PATH]
 
-The LoRA adapter's path is part of the hash, so --lora-path must be the path the
-engine loaded it from when the fixtures were captured (the default).
+The LoRA adapter's path is part of the hash, so it must be the path the engine loaded
+it from when the fixtures were captured: each store_lora* fixture records it in its
+lora_path field (the default); --lora-path overrides it.
 
 Model of the default (--prefix-caching-hash-algo sha256) that this checks:
     digest(parent, tokens, extra) = SHA-256(pickle.dumps((parent, tuple(tokens), extra), protocol 5))
@@ -43,21 +44,23 @@ def chain(tokens, block, extras):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixtures", default=os.path.join(REPO, "kvevents", "testdata", "vllm032"))
-    ap.add_argument("--lora-path", default="/work/wt-vllm/.cache/models/tiny-qwen3-lora")
+    ap.add_argument("--lora-path", default=None, help="default: the fixture's own lora_path field")
     a = ap.parse_args()
-    d, lora_path = a.fixtures, a.lora_path
+    d = a.fixtures
     cases = {
-        "store_plain": lambda i: None,
-        "store_after_restart": lambda i: None,
-        "store_cache_salt": lambda i: (("cache_salt", "tenant-a"),) if i == 0 else None,
-        "store_lora": lambda i: (("lora", "sql-lora", lora_path),),
-        "store_lora_cache_salt": lambda i: (("lora", "sql-lora", lora_path),) + ((("cache_salt", "tenant-a"),) if i == 0 else ()),
+        "store_plain": lambda i, lora: None,
+        "store_after_restart": lambda i, lora: None,
+        "store_cache_salt": lambda i, lora: (("cache_salt", "tenant-a"),) if i == 0 else None,
+        "store_lora": lambda i, lora: (("lora", "sql-lora", lora),),
+        "store_lora_cache_salt": lambda i, lora: (("lora", "sql-lora", lora),) + ((("cache_salt", "tenant-a"),) if i == 0 else ()),
     }
     ok = True
     for name, extras in cases.items():
         with open(os.path.join(d, name + ".json")) as f:
-            ev = json.load(f)["batch"][1][0]
-        got = chain(ev["token_ids"], ev["block_size"], extras)
+            fixture = json.load(f)
+        ev = fixture["batch"][1][0]
+        lora = a.lora_path or fixture.get("lora_path")
+        got = chain(ev["token_ids"], ev["block_size"], lambda i: extras(i, lora))
         match = got == ev["block_hashes"]
         ok &= match
         print(f"{name}: wire {ev['block_hashes']} recomputed {got} -> {'MATCH' if match else 'DIFFERENT'}")

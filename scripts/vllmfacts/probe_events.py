@@ -58,13 +58,14 @@ def tokens(seed, n, lo=1000, hi=100000):
     return [rng.randrange(lo, hi) for _ in range(n)]
 
 
-def save_fixture(dirpath, name, frames, note, index):
+def save_fixture(dirpath, name, frames, note, index, extra=None):
     os.makedirs(dirpath, exist_ok=True)
     for i, suffix in enumerate(("topic", "seq", "payload") if len(frames) == 3 else
                                [f"frame{k}" for k in range(len(frames))]):
         with open(os.path.join(dirpath, f"{name}.{suffix}.bin"), "wb") as f:
             f.write(frames[i])
     view = describe(frames) if len(frames) == 3 else {"frames": [f.hex() for f in frames]}
+    view.update(extra or {})  # capture facts the frames do not carry (e.g. the LoRA adapter's path)
     with open(os.path.join(dirpath, f"{name}.json"), "w") as f:
         json.dump(view, f, indent=1)
         f.write("\n")

@@ -73,11 +73,13 @@ def main():
             if name == "lora_same_tokens" and r["messages"]:
                 save_fixture(a.fixtures, "store_lora", r["messages"][0],
                              'BlockStored of a 64-token prompt sent to LoRA adapter "sql-lora" (lora_id 1): '
-                             'lora_name set, extra_keys [["sql-lora"], ["sql-lora"]]; the hashes differ from the base model\'s', fixtures)
+                             'lora_name set, extra_keys [["sql-lora"], ["sql-lora"]]; the hashes differ from the base model\'s', fixtures,
+                             {"lora_path": os.path.abspath(a.lora)})
             if name == "lora_with_salt" and r["messages"]:
                 save_fixture(a.fixtures, "store_lora_cache_salt", r["messages"][0],
                              'BlockStored of the same prompt to "sql-lora" with cache_salt "tenant-a": '
-                             'extra_keys [["sql-lora", "tenant-a"], ["sql-lora"]]', fixtures)
+                             'extra_keys [["sql-lora", "tenant-a"], ["sql-lora"]]', fixtures,
+                             {"lora_path": os.path.abspath(a.lora)})
         report["steps"] = out
         report["tokenize_with_lora_model"] = eng.post("/tokenize", {"model": "sql-lora", "prompt": "Hello world"})
         status, metrics = eng.get("/metrics")
