@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/condisagg/condisagg/deploy/internal/tools"
 	"github.com/condisagg/condisagg/envoy"
 )
 
@@ -92,7 +91,7 @@ func bootstrapOf(t *testing.T, objs []object, fullname string) string {
 // the chart's bootstrap is byte for byte what envoy.Render makes for the same endpoints, and the
 // real Envoy accepts the example's (envoy --mode validate).
 func TestChartBootstrapIsRender(t *testing.T) {
-	envoyBin, err := tools.Envoy()
+	envoyBin, err := envoy.FindBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

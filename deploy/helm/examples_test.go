@@ -7,13 +7,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/condisagg/condisagg/deploy/internal/tools"
+	"github.com/condisagg/condisagg/internal/repo"
 )
 
 // exampleObjects loads a manifest of envoy/examples (relative to the repository root).
 func exampleObjects(t *testing.T, rel string) []object {
 	t.Helper()
-	root, err := tools.Root()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestChartGatewaysMatchExamples(t *testing.T) {
 	}
 	t.Run("plain_envoy", func(t *testing.T) {
 		t.Parallel()
-		root, err := tools.Root()
+		root, err := repo.Root()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,16 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/condisagg/condisagg/internal/repo"
 	"sigs.k8s.io/yaml"
-
-	"github.com/condisagg/condisagg/deploy/internal/tools"
 )
 
 // TestChartObservabilityIsTheFiles: the chart's PrometheusRule holds exactly the groups of
 // deploy/observability/prometheus/condisagg-alerts.yaml, and its dashboard ConfigMap exactly
 // deploy/observability/grafana/condisagg.json (the files the observability tests check).
 func TestChartObservabilityIsTheFiles(t *testing.T) {
-	root, err := tools.Root()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

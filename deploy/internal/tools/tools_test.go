@@ -6,10 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/condisagg/condisagg/internal/repo"
 )
 
+// From inside the deploy module, the repository root is still the directory of the root go.mod.
 func TestRootIsTheRepository(t *testing.T) {
-	root, err := Root()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
