@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -119,48 +120,20 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
-	}
-	if c.BookingTTL == 0 {
-		c.BookingTTL = DefaultBookingTTL
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.ResolveInterval == 0 {
-		c.ResolveInterval = DefaultResolveInterval
-	}
-	if c.ScrapeTimeout == 0 {
-		c.ScrapeTimeout = DefaultScrapeTimeout
-	}
-	if c.UnhealthyAfter == 0 {
-		c.UnhealthyAfter = DefaultUnhealthyAfter
-	}
-	if c.MetricsPath == "" {
-		c.MetricsPath = DefaultMetricsPath
-	}
-	if c.HealthInterval == 0 {
-		c.HealthInterval = DefaultHealthInterval
-	}
-	if c.HealthTimeout == 0 {
-		c.HealthTimeout = DefaultHealthTimeout
-	}
-	if c.HealthPath == "" {
-		c.HealthPath = DefaultHealthPath
-	}
-	if c.HealthFailures == 0 {
-		c.HealthFailures = DefaultHealthFailures
-	}
-	if c.HealthSuccesses == 0 {
-		c.HealthSuccesses = DefaultHealthSuccesses
-	}
-	if c.HealthBackoffMax == 0 {
-		c.HealthBackoffMax = DefaultHealthBackoffMax
-	}
-	if c.UpstreamFailures == 0 {
-		c.UpstreamFailures = DefaultUpstreamFailures
-	}
+	c.BlockSize = cmp.Or(c.BlockSize, DefaultBlockSize)
+	c.BookingTTL = cmp.Or(c.BookingTTL, DefaultBookingTTL)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.ResolveInterval = cmp.Or(c.ResolveInterval, DefaultResolveInterval)
+	c.ScrapeTimeout = cmp.Or(c.ScrapeTimeout, DefaultScrapeTimeout)
+	c.UnhealthyAfter = cmp.Or(c.UnhealthyAfter, DefaultUnhealthyAfter)
+	c.MetricsPath = cmp.Or(c.MetricsPath, DefaultMetricsPath)
+	c.HealthInterval = cmp.Or(c.HealthInterval, DefaultHealthInterval)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, DefaultHealthTimeout)
+	c.HealthPath = cmp.Or(c.HealthPath, DefaultHealthPath)
+	c.HealthFailures = cmp.Or(c.HealthFailures, DefaultHealthFailures)
+	c.HealthSuccesses = cmp.Or(c.HealthSuccesses, DefaultHealthSuccesses)
+	c.HealthBackoffMax = cmp.Or(c.HealthBackoffMax, DefaultHealthBackoffMax)
+	c.UpstreamFailures = cmp.Or(c.UpstreamFailures, DefaultUpstreamFailures)
 	return c
 }
 
