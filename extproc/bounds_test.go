@@ -22,8 +22,10 @@ import (
 // TestBodyBytesBounded: a full-duplex client that sends body chunks without end (32 MiB
 // against a 256 KiB max_body_bytes) gets a 413 once over the limit; the stream never holds
 // more than the limit (the held-bytes count after every message), the chunks after the 413
-// are drained, not kept, and the process heap does not grow with the bytes sent (the live heap
-// after 32 MiB is within 2 MiB of the heap after 8 MiB; 24 MiB more were sent in between).
+// are drained, not kept, and the process heap does not grow with the bytes sent: the live heap
+// after 32 MiB is within 6 MiB of the heap after 8 MiB, though 24 MiB more were sent in between.
+// Kept chunks would add all 24 MiB; the slack covers gRPC's buffer pools and flow-control
+// windows, which a first run in a fresh process fills (2.1 MiB measured).
 func TestBodyBytesBounded(t *testing.T) {
 	const limit, chunk, total = 256 << 10, 64 << 10, 32 << 20
 	e := newEnv(t, envOptions{settings: func(s *Settings) { s.MaxBodyBytes = limit }})
@@ -45,6 +47,7 @@ func TestBodyBytesBounded(t *testing.T) {
 		for ; processed < n; processed++ {
 			<-steps
 		}
+		runtime.GC() // twice: the first moves sync.Pool contents to the victim cache
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
@@ -62,7 +65,7 @@ func TestBodyBytesBounded(t *testing.T) {
 	}
 	at32 := heap(1 + total/chunk)
 	t.Logf("live heap after 8 MiB %d, after 32 MiB %d; peak held %d", at8, at32, peak.Load())
-	if at32 > at8+2<<20 {
+	if at32 > at8+6<<20 {
 		t.Errorf("live heap grew from %d to %d bytes between 8 and 32 MiB streamed into a %d-byte limit", at8, at32, limit)
 	}
 	if p := peak.Load(); p > limit+4096 {
