@@ -69,6 +69,20 @@ func (c *Cluster) release(i int32, prefillOnly bool) {
 	}
 }
 
+// prefillDone ends remote request i's prefill entry when its prefill leg ends, as extproc does
+// when the sidecar's response headers report the leg over: the prefill worker is free now,
+// whatever queue the decode side holds the request in.
+func (c *Cluster) prefillDone(i int32) {
+	st := &c.state[i]
+	if st.booking == "" {
+		return
+	}
+	c.router.ReleasePrefill(st.booking)
+	if c.opts.Trace != nil {
+		c.opts.Trace(Op{Kind: OpPrefillDone, At: c.now, Index: int(i), Booking: st.booking})
+	}
+}
+
 // fail ends request i with an error and releases whatever it booked.
 func (c *Cluster) fail(i int, err error) {
 	st := &c.state[i]
@@ -127,6 +141,7 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		st := &c.state[idx]
 		if !en.decode {
 			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
+			c.prefillDone(idx)
 			c.addDecode(int(idx), st.decode, true)
 			continue
 		}

@@ -350,17 +350,20 @@ func (x *exchange) bodyModeMisconfig() {
 // responseHeaders observes the upstream status and answers at once.
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
 	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
-	code := 0
-	contentType := ""
+	rh := responseHead{prefillMs: -1}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch strings.ToLower(hv.GetKey()) {
 		case ":status":
-			code, _ = strconv.Atoi(headerValue(hv))
+			rh.code, _ = strconv.Atoi(headerValue(hv))
 		case "content-type":
-			contentType = headerValue(hv)
+			rh.contentType = headerValue(hv)
+		case headerPrefillMs:
+			if ms, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && ms >= 0 {
+				rh.prefillMs = ms
+			}
 		}
 	}
-	x.resp.headers(x, code, contentType, h.GetEndOfStream())
+	x.resp.headers(x, rh, h.GetEndOfStream())
 	if x.routed && x.set.DebugHeaders {
 		return x.one(responseHeadersResponse(decisionText(&x.out)))
 	}

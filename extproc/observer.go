@@ -2,18 +2,19 @@ package extproc
 
 import (
 	"bytes"
-	"github.com/condisagg/condisagg/route"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // respObserver follows the response of a booked request and releases its bookings
-// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry at the first token
-// (non-streaming: at the response headers), everything at the end, on an upstream error, or
-// when the stream ends first.
+// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry when the sidecar reports
+// the prefill leg over (x-condisagg-prefill-ms on the response headers), else at the first
+// token (non-streaming: at the response headers); everything at the end, on an upstream error,
+// or when the stream ends first.
 type respObserver struct {
 	booking   string // pool booking id; "" = nothing to release
 	dest      string // the destination Envoy was told to use
@@ -29,6 +30,7 @@ type respObserver struct {
 	ended     bool // the response ended (end_of_stream, trailers, error)
 	released  bool
 	prefill   bool // the prefill entry was released
+	firstSeen bool // the first token was seen
 }
 
 func (o *respObserver) start(out *route.Outcome) {
@@ -49,9 +51,31 @@ func (o *respObserver) served(x *exchange, endpoint string) {
 	o.finish(x)
 }
 
-// headers observes the response status and content type.
-func (o *respObserver) headers(x *exchange, code int, contentType string, eos bool) {
+// headerPrefillMs is the sidecar's response header on a request that ran a prefill leg: its
+// duration in milliseconds (pd-sidecar sets it once the leg is over).
+const headerPrefillMs = "x-condisagg-prefill-ms"
+
+// responseHead is what the response headers say.
+type responseHead struct {
+	code        int
+	contentType string
+	prefillMs   int64 // -1: no prefill leg reported
+}
+
+// headers observes the response status and content type. On the remote path a reported
+// prefill leg ends the prefill entry now: the prefill worker is done, and holding its load
+// until the decode worker's first token would make a congested decode pool look like a busy
+// prefill pool (conditional-disagg.md §5.2).
+func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
+	code, contentType := rh.code, rh.contentType
 	o.health(x, code, contentType, eos)
+	if rh.prefillMs >= 0 && o.route == policy.RoutePrefill {
+		x.srv.metrics.PrefillLegSecs.Observe(float64(rh.prefillMs) / 1000)
+		if o.booking != "" && !o.released && !o.prefill {
+			o.prefill = true
+			x.srv.router.ReleasePrefill(o.booking)
+		}
+	}
 	if o.booking == "" || o.released {
 		return
 	}
@@ -153,11 +177,14 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 }
 
 func (o *respObserver) firstToken(x *exchange) {
-	if o.prefill {
+	if o.firstSeen {
 		return
 	}
-	o.prefill = true
-	x.srv.router.ReleasePrefill(o.booking)
+	o.firstSeen = true
+	if !o.prefill {
+		o.prefill = true
+		x.srv.router.ReleasePrefill(o.booking)
+	}
 	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(time.Since(x.decidedAt).Seconds())
 }
 
