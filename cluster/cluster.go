@@ -50,6 +50,7 @@ type reqState struct {
 	output  []uint32
 	booking string
 	decode  int32 // engine index
+	whole   bool  // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
 	last    time.Duration
 	n       int
 	res     *workload.Result

@@ -28,8 +28,12 @@ func (c *Cluster) arrive(i int) {
 	}
 	st.booking = out.BookingID
 	c.record(i, &out)
-	if out.Route == policy.RouteDecode {
+	switch out.Route {
+	case policy.RouteDecode:
 		c.addDecode(i, c.byID[out.Decode.ID], false)
+		return
+	case policy.RoutePrefillLocal:
+		c.addDecode(i, c.byID[out.Prefill.ID], false) // the prefill engine decodes too
 		return
 	}
 	st.decode = c.byID[out.Decode.ID]
@@ -103,7 +107,7 @@ func (c *Cluster) completed() {
 // remote prefill, one whose KV arrives by transfer.
 func (c *Cluster) addDecode(i int, d int32, remote bool) {
 	st := &c.state[i]
-	st.decode = d
+	st.decode, st.whole = d, !remote
 	out := st.output
 	req := sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: max(c.reqs[i].OutputTokens, 1),
 		RemotePrefill: remote, Output: func(k int) uint32 {
@@ -127,9 +131,10 @@ func (c *Cluster) addDecode(i int, d int32, remote bool) {
 // requests and KV events.
 func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 	en := c.engines[i]
-	if en.decode {
-		for _, tok := range res.Tokens {
-			c.token(en.reqs[tok.ID], tok.Index)
+	for _, tok := range res.Tokens {
+		// A prefill engine's own token of a remote prefill is not the client's.
+		if idx, ok := en.reqs[tok.ID]; ok && (en.decode || c.state[idx].whole) {
+			c.token(idx, tok.Index)
 		}
 	}
 	for _, f := range res.Finished {
@@ -139,13 +144,13 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		delete(en.reqs, f.ID)
 		st := &c.state[idx]
-		if !en.decode {
+		if !en.decode && !st.whole {
 			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
 			c.prefillDone(idx)
 			c.addDecode(int(idx), st.decode, true)
 			continue
 		}
-		if st.res.Route == "decode" {
+		if st.whole {
 			st.res.CachedTokens = f.CachedTokens
 		}
 		st.res.E2E = st.last - st.res.Arrival
