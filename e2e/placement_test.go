@@ -34,6 +34,9 @@ func TestSLOPlacementsThroughEnvoy(t *testing.T) {
 	if ex.Route != "prefill_local" || ex.Reason != "slo_prefill_local" || ex.PrefillWorker != "prefill-0" {
 		t.Fatalf("explain: route %s reason %s prefill %s; want prefill_local on prefill-0", ex.Route, ex.Reason, ex.PrefillWorker)
 	}
+	if est := ex.GetInputs().GetEstimates(); len(est) != 3 || est[2].Placement != "prefill_local" || !est[2].Valid || est[0].Valid || est[1].Valid {
+		t.Fatalf("explain estimates %v; want remote and decode without KV room, prefill_local valid", est)
+	}
 	r, delta := turn(t, ctx, s, long, nil, 1)
 	wantDecision(t, r, "prefill_local", "slo_prefill_local")
 	if !maps.Equal(delta, map[string]int{"prefill-0": 1}) {

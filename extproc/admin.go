@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/route"
 	"time"
 
@@ -97,6 +98,16 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 	}
 	if in.Err != nil {
 		resp.Inputs.Error = in.Err.Error()
+	}
+	if in.Policy == policy.SLOKind {
+		resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
+		for _, r := range policy.Routes() {
+			e := in.Estimates[r]
+			resp.Inputs.Estimates = append(resp.Inputs.Estimates, &condisaggv1.PlacementEstimate{Placement: r.String(),
+				Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
+				ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),
+				TransferTokens: int64(e.TransferTokens)})
+		}
 	}
 	for _, o := range out.Overlaps {
 		resp.Overlaps = append(resp.Overlaps, &condisaggv1.WorkerOverlap{Worker: string(o.Worker),

@@ -130,6 +130,27 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 		}
 		tw.Flush()
 	}
+	if est := in.GetEstimates(); len(est) > 0 {
+		fmt.Fprintf(w, "\nslo forecast (objective ttft %s ms, tpot %s ms):\n", ftoa(in.GetSloTtftMs()), ftoa(in.GetSloTpotMs()))
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PLACEMENT\tPREFILL\tDECODE\tTTFT ms\tTPOT ms\tOTHERS' TPOT ms\tHEADROOM\tCACHED\tTRANSFER")
+		for _, e := range est {
+			if !e.Valid {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno room\t-\t-\n", e.Placement)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%d\n", e.Placement, orDash(e.PrefillWorker), orDash(e.DecodeWorker),
+				e.TtftMs, e.TpotMs, e.ExistingTpotMs, e.Headroom, e.CachedTokens, e.TransferTokens)
+		}
+		tw.Flush()
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // modelText is the Explain answer's model: the served model, the adapter, and whether the
