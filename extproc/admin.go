@@ -33,7 +33,9 @@ type AdminOptions struct {
 	Streams StreamReporter // nil: no worker has an event stream
 	// Reload re-reads and applies the configuration file; nil: ReloadConfig is unavailable.
 	Reload func(ctx context.Context) error
-	Now    func() time.Time // default time.Now
+	// Promote makes the shadow candidate live (ReloadConfig{promote_shadow}); nil: unavailable.
+	Promote func(ctx context.Context) error
+	Now     func() time.Time // default time.Now
 }
 
 // Admin implements condisagg.v1.Admin.
@@ -155,7 +157,16 @@ func (a *Admin) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*
 }
 
 // ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.
-func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+func (a *Admin) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+	if req.GetPromoteShadow() {
+		if a.opts.Promote == nil {
+			return nil, adminStatus(errNoReload)
+		}
+		if err := a.opts.Promote(ctx); err != nil {
+			return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
+		}
+		return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "shadow config promoted: live until the next reload from the file"}, nil
+	}
 	if a.opts.Reload == nil {
 		return nil, adminStatus(errNoReload)
 	}
@@ -163,4 +174,25 @@ func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigReq
 		return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
 	}
 	return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "configuration reloaded"}, nil
+}
+
+// Shadow reports the candidate config's agreement with the live one.
+func (a *Admin) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisaggv1.ShadowResponse, error) {
+	st := a.opts.Router.ShadowStats()
+	resp := &condisaggv1.ShadowResponse{LiveConfig: a.opts.Router.Policy().Disagg.String(), CandidateConfig: st.Config,
+		Decisions: st.Decisions, SameRoute: st.SameRoute, SameWorkers: st.SameWorkers,
+		CandidateReasons: st.ByReason, Forecasts: st.Forecasts}
+	for _, l := range policy.Routes() {
+		for _, c := range policy.Routes() {
+			if n := st.ByRoute[l][c]; n > 0 {
+				resp.Pairs = append(resp.Pairs, &condisaggv1.RoutePair{LiveRoute: l.String(), CandidateRoute: c.String(), Count: n})
+			}
+		}
+	}
+	if st.Forecasts > 0 {
+		n := float64(st.Forecasts)
+		resp.LiveTtftMsMean, resp.CandidateTtftMsMean = st.LiveTTFTmsSum/n, st.ShadowTTFTmsSum/n
+		resp.LiveHeadroomMean, resp.CandidateHeadroomMean = st.LiveHeadroomSum/n, st.ShadowHeadroomSum/n
+	}
+	return resp, nil
 }

@@ -42,6 +42,9 @@ type Outcome struct {
 	Keys         int // full-block keys
 	Overlaps     []kvindex.WorkerOverlap
 	Stages       [NumStages]time.Duration
+	// Shadow is what the candidate config would have done (nil without one, for Explain and
+	// for fallbacks).
+	Shadow *ShadowChoice
 }
 
 // IsFallback reports whether the outcome came from Fallback (no policy decision).

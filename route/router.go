@@ -79,6 +79,7 @@ type Router struct {
 	seq     atomic.Uint64
 	seed    uint64
 	scratch sync.Pool // *scratch
+	shadow  shadowState
 	now     func() time.Time
 	observe func(*Outcome)
 }
@@ -177,6 +178,8 @@ type scratch struct {
 	pcg     rand.PCG
 	rng     *rand.Rand
 	salt    []byte
+	// shadowPCG is the candidate config's tie-break source (shadow.go).
+	shadowPCG rand.PCG
 }
 
 // Decide routes one request: tokenize, keys, overlap, snapshot, policy.Decide and (unless
@@ -244,6 +247,11 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		dec.Inputs.Err = ErrDecisionDeadline
 	}
 	out.Tokens, out.Keys = len(sc.tokens), len(sc.keys)
+	var cand policy.Decision
+	hasCand := false
+	if !req.DryRun {
+		cand, hasCand = r.decideShadow(m, &in, sc, n)
+	}
 	if req.DryRun {
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
 	} else {
@@ -259,6 +267,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	}
 	out.Stages[StageBook] = clock.lap()
 	fill(&out, &dec, &sc.snap)
+	if hasCand {
+		out.Shadow = r.compareShadow(&dec, &cand)
+	}
 	if r.observe != nil {
 		r.observe(&out)
 	}

@@ -995,7 +995,10 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 }
 
 type ReloadConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// promote_shadow makes the candidate config live (until the next reload from the file)
+	// instead of re-reading the file.
+	PromoteShadow bool `protobuf:"varint,1,opt,name=promote_shadow,json=promoteShadow,proto3" json:"promote_shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1028,6 +1031,13 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
 	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReloadConfigRequest) GetPromoteShadow() bool {
+	if x != nil {
+		return x.PromoteShadow
+	}
+	return false
 }
 
 type ReloadConfigResponse struct {
@@ -1080,6 +1090,235 @@ func (x *ReloadConfigResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+type ShadowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShadowRequest) Reset() {
+	*x = ShadowRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShadowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShadowRequest) ProtoMessage() {}
+
+func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
+func (*ShadowRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+type ShadowResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	LiveConfig       string                 `protobuf:"bytes,1,opt,name=live_config,json=liveConfig,proto3" json:"live_config,omitempty"`                // the live policy object (JSON)
+	CandidateConfig  string                 `protobuf:"bytes,2,opt,name=candidate_config,json=candidateConfig,proto3" json:"candidate_config,omitempty"` // "" when no candidate is set
+	Decisions        uint64                 `protobuf:"varint,3,opt,name=decisions,proto3" json:"decisions,omitempty"`                                   // requests both decided
+	SameRoute        uint64                 `protobuf:"varint,4,opt,name=same_route,json=sameRoute,proto3" json:"same_route,omitempty"`
+	SameWorkers      uint64                 `protobuf:"varint,5,opt,name=same_workers,json=sameWorkers,proto3" json:"same_workers,omitempty"`
+	Pairs            []*RoutePair           `protobuf:"bytes,6,rep,name=pairs,proto3" json:"pairs,omitempty"` // every (live, candidate) route pair seen
+	CandidateReasons map[string]uint64      `protobuf:"bytes,7,rep,name=candidate_reasons,json=candidateReasons,proto3" json:"candidate_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Decisions an slo forecast priced on both sides, and the mean forecast of each choice.
+	Forecasts             uint64  `protobuf:"varint,8,opt,name=forecasts,proto3" json:"forecasts,omitempty"`
+	LiveTtftMsMean        float64 `protobuf:"fixed64,9,opt,name=live_ttft_ms_mean,json=liveTtftMsMean,proto3" json:"live_ttft_ms_mean,omitempty"`
+	CandidateTtftMsMean   float64 `protobuf:"fixed64,10,opt,name=candidate_ttft_ms_mean,json=candidateTtftMsMean,proto3" json:"candidate_ttft_ms_mean,omitempty"`
+	LiveHeadroomMean      float64 `protobuf:"fixed64,11,opt,name=live_headroom_mean,json=liveHeadroomMean,proto3" json:"live_headroom_mean,omitempty"`
+	CandidateHeadroomMean float64 `protobuf:"fixed64,12,opt,name=candidate_headroom_mean,json=candidateHeadroomMean,proto3" json:"candidate_headroom_mean,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ShadowResponse) Reset() {
+	*x = ShadowResponse{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShadowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShadowResponse) ProtoMessage() {}
+
+func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
+func (*ShadowResponse) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ShadowResponse) GetLiveConfig() string {
+	if x != nil {
+		return x.LiveConfig
+	}
+	return ""
+}
+
+func (x *ShadowResponse) GetCandidateConfig() string {
+	if x != nil {
+		return x.CandidateConfig
+	}
+	return ""
+}
+
+func (x *ShadowResponse) GetDecisions() uint64 {
+	if x != nil {
+		return x.Decisions
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetSameRoute() uint64 {
+	if x != nil {
+		return x.SameRoute
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetSameWorkers() uint64 {
+	if x != nil {
+		return x.SameWorkers
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetPairs() []*RoutePair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
+func (x *ShadowResponse) GetCandidateReasons() map[string]uint64 {
+	if x != nil {
+		return x.CandidateReasons
+	}
+	return nil
+}
+
+func (x *ShadowResponse) GetForecasts() uint64 {
+	if x != nil {
+		return x.Forecasts
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetLiveTtftMsMean() float64 {
+	if x != nil {
+		return x.LiveTtftMsMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetCandidateTtftMsMean() float64 {
+	if x != nil {
+		return x.CandidateTtftMsMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetLiveHeadroomMean() float64 {
+	if x != nil {
+		return x.LiveHeadroomMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetCandidateHeadroomMean() float64 {
+	if x != nil {
+		return x.CandidateHeadroomMean
+	}
+	return 0
+}
+
+type RoutePair struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	LiveRoute      string                 `protobuf:"bytes,1,opt,name=live_route,json=liveRoute,proto3" json:"live_route,omitempty"`
+	CandidateRoute string                 `protobuf:"bytes,2,opt,name=candidate_route,json=candidateRoute,proto3" json:"candidate_route,omitempty"`
+	Count          uint64                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RoutePair) Reset() {
+	*x = RoutePair{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutePair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutePair) ProtoMessage() {}
+
+func (x *RoutePair) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
+func (*RoutePair) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RoutePair) GetLiveRoute() string {
+	if x != nil {
+		return x.LiveRoute
+	}
+	return ""
+}
+
+func (x *RoutePair) GetCandidateRoute() string {
+	if x != nil {
+		return x.CandidateRoute
+	}
+	return ""
+}
+
+func (x *RoutePair) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
@@ -1186,15 +1425,42 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x06events\x18\x0e \x01(\v2\x19.condisagg.v1.EventStreamR\x06events\x12\x14\n" +
 	"\x05model\x18\x0f \x01(\tR\x05model\"E\n" +
 	"\x13ListWorkersResponse\x12.\n" +
-	"\aworkers\x18\x01 \x03(\v2\x14.condisagg.v1.WorkerR\aworkers\"\x15\n" +
-	"\x13ReloadConfigRequest\"J\n" +
+	"\aworkers\x18\x01 \x03(\v2\x14.condisagg.v1.WorkerR\aworkers\"<\n" +
+	"\x13ReloadConfigRequest\x12%\n" +
+	"\x0epromote_shadow\x18\x01 \x01(\bR\rpromoteShadow\"J\n" +
 	"\x14ReloadConfigResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\xfa\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x0f\n" +
+	"\rShadowRequest\"\xf5\x04\n" +
+	"\x0eShadowResponse\x12\x1f\n" +
+	"\vlive_config\x18\x01 \x01(\tR\n" +
+	"liveConfig\x12)\n" +
+	"\x10candidate_config\x18\x02 \x01(\tR\x0fcandidateConfig\x12\x1c\n" +
+	"\tdecisions\x18\x03 \x01(\x04R\tdecisions\x12\x1d\n" +
+	"\n" +
+	"same_route\x18\x04 \x01(\x04R\tsameRoute\x12!\n" +
+	"\fsame_workers\x18\x05 \x01(\x04R\vsameWorkers\x12-\n" +
+	"\x05pairs\x18\x06 \x03(\v2\x17.condisagg.v1.RoutePairR\x05pairs\x12_\n" +
+	"\x11candidate_reasons\x18\a \x03(\v22.condisagg.v1.ShadowResponse.CandidateReasonsEntryR\x10candidateReasons\x12\x1c\n" +
+	"\tforecasts\x18\b \x01(\x04R\tforecasts\x12)\n" +
+	"\x11live_ttft_ms_mean\x18\t \x01(\x01R\x0eliveTtftMsMean\x123\n" +
+	"\x16candidate_ttft_ms_mean\x18\n" +
+	" \x01(\x01R\x13candidateTtftMsMean\x12,\n" +
+	"\x12live_headroom_mean\x18\v \x01(\x01R\x10liveHeadroomMean\x126\n" +
+	"\x17candidate_headroom_mean\x18\f \x01(\x01R\x15candidateHeadroomMean\x1aC\n" +
+	"\x15CandidateReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"i\n" +
+	"\tRoutePair\x12\x1d\n" +
+	"\n" +
+	"live_route\x18\x01 \x01(\tR\tliveRoute\x12'\n" +
+	"\x0fcandidate_route\x18\x02 \x01(\tR\x0ecandidateRoute\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count2\xbf\x02\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
-	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
+	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponse\x12C\n" +
+	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
 
 var (
 	file_condisagg_v1_admin_proto_rawDescOnce sync.Once
@@ -1208,7 +1474,7 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ExplainRequest)(nil),       // 0: condisagg.v1.ExplainRequest
 	(*WorkerOverlap)(nil),        // 1: condisagg.v1.WorkerOverlap
@@ -1221,6 +1487,10 @@ var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ListWorkersResponse)(nil),  // 8: condisagg.v1.ListWorkersResponse
 	(*ReloadConfigRequest)(nil),  // 9: condisagg.v1.ReloadConfigRequest
 	(*ReloadConfigResponse)(nil), // 10: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),        // 11: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),       // 12: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),            // 13: condisagg.v1.RoutePair
+	nil,                          // 14: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
@@ -1228,17 +1498,21 @@ var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	4,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
 	6,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
 	7,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	0,  // 5: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	5,  // 6: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	9,  // 7: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	2,  // 8: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	8,  // 9: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	10, // 10: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	8,  // [8:11] is the sub-list for method output_type
-	5,  // [5:8] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	13, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	14, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	0,  // 7: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	5,  // 8: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	9,  // 9: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	11, // 10: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	2,  // 11: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	8,  // 12: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	10, // 13: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	12, // 14: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
@@ -1252,7 +1526,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
