@@ -158,6 +158,12 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	if cfg.Shadow != nil {
+		sc := cfg.shadowConfig()
+		if err := c.router.SetShadow(&sc); err != nil {
+			return nil, fmt.Errorf("cluster: shadow: %w", err)
+		}
+	}
 	c.state = make([]reqState, len(reqs))
 	for i := range reqs {
 		c.state[i].res = &c.rep.Results[i]

@@ -280,3 +280,35 @@ func TestRunTooLongRequestFails(t *testing.T) {
 		t.Fatalf("results %+v residual %d", rep.Results, rep.ResidualLoad)
 	}
 }
+
+// TestShadowReplay: a run with a candidate config routes exactly as the run without it, and
+// reports how often the candidate would have agreed: "what would config X have done on this
+// traffic".
+func TestShadowReplay(t *testing.T) {
+	reqs := traceHead(t, 120)
+	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 2, Disagg: policy.DefaultDisagg()}
+	plain, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := policy.DefaultDisagg()
+	cand.Policy = policy.SLOKind
+	cfg.Shadow = &cand
+	with, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plain.Decisions {
+		if plain.Decisions[i] != with.Decisions[i] {
+			t.Fatalf("request %d: the shadow changed the decision: %+v vs %+v", i, plain.Decisions[i], with.Decisions[i])
+		}
+	}
+	st := with.Shadow
+	if plain.Shadow != nil || st == nil || st.Decisions != uint64(len(reqs)) || st.SameRoute > st.Decisions || st.Forecasts == 0 {
+		t.Fatalf("shadow stats %+v (plain %+v)", st, plain.Shadow)
+	}
+	cand.Policy = "fast"
+	if _, err := Run(context.Background(), cfg, reqs, Options{}); err == nil || !strings.Contains(err.Error(), "shadow") {
+		t.Fatalf("a bad candidate: %v", err)
+	}
+}

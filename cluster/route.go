@@ -213,6 +213,10 @@ func (c *Cluster) apply(id string, kind sim.EventKind, hashes []uint64, parent u
 // finish fills the report's totals.
 func (c *Cluster) finish() *Report {
 	rep := c.rep
+	if c.cfg.Shadow != nil {
+		st := c.router.ShadowStats()
+		rep.Shadow = &st
+	}
 	first := never
 	if len(c.reqs) > 0 {
 		first = c.reqs[0].Arrival

@@ -134,6 +134,7 @@ func (r *run) conditional(kind policy.Kind, eff int64, ratio float64) cluster.Co
 	if r.c.DecodeBusyThreshold >= 0 {
 		c.Disagg.DecodeBusyThreshold = policy.Set(r.c.DecodeBusyThreshold)
 	}
+	c.Shadow = r.p.shadow
 	return c
 }
 
@@ -141,7 +142,7 @@ func (r *run) conditional(kind policy.Kind, eff int64, ratio float64) cluster.Co
 // untuned, it needs no sweep.
 func (r *run) slo() cluster.Config {
 	c := r.conditional(policy.SLOKind, policy.DefaultEffISLThreshold, policy.DefaultEffISLRatioThreshold)
-	c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
+	c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name // tune sets the model
 	if r.p.slo.TTFT > 0 {
 		c.Disagg.SLO.TTFT = r.p.slo.TTFT
 	}
