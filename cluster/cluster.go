@@ -51,9 +51,12 @@ type reqState struct {
 	booking string
 	decode  int32 // engine index
 	whole   bool  // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
-	last    time.Duration
-	n       int
-	res     *workload.Result
+	// route and the slo policy's uncorrected forecasts (ms; 0 = none) for the controller.
+	route                      policy.Route
+	forecastTTFT, forecastTPOT float64
+	last                       time.Duration
+	n                          int
+	res                        *workload.Result
 }
 
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.

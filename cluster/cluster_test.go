@@ -312,3 +312,39 @@ func TestShadowReplay(t *testing.T) {
 		t.Fatalf("a bad candidate: %v", err)
 	}
 }
+
+// TestSLOControllerUnderLoadStep: the slo policy's closed loop in the simulator, on a trace
+// whose second half arrives four times faster (a step change in load). Every request
+// completes, every booking is released, and no loop of the controller changes its correction
+// more than ten times or turns back more than twice (hysteresis: no oscillation).
+func TestSLOControllerUnderLoadStep(t *testing.T) {
+	reqs := traceHead(t, 400)
+	half := reqs[200].Arrival
+	for i := 200; i < len(reqs); i++ {
+		reqs[i].Arrival = half + (reqs[i].Arrival-half)/4
+	}
+	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 3, Disagg: policy.DefaultDisagg()}
+	cfg.Disagg.Policy = policy.SLOKind
+	cfg.Disagg.Cost = model(t)
+	cfg.Disagg.CostModel = cfg.Disagg.Cost.Name
+	rep, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := rep.Feedback
+	if rep.ResidualLoad != 0 {
+		t.Fatalf("residual load %d", rep.ResidualLoad)
+	}
+	samples := 0
+	for _, f := range fb {
+		samples += f.Samples
+		if f.Reversals > 2 || f.Updates > 10 {
+			t.Errorf("%s %s: %d correction changes, %d of them reversals, over %d samples (ratio %.2f, factor %.2f): oscillating",
+				f.Route, f.Metric, f.Updates, f.Reversals, f.Samples, f.Ratio, f.Factor)
+		}
+	}
+	if samples < len(reqs) {
+		t.Fatalf("the controller saw %d samples for %d requests: %+v", samples, len(reqs), fb)
+	}
+	t.Logf("controller: %+v", fb)
+}

@@ -35,4 +35,6 @@ type Report struct {
 	// Shadow is the candidate's agreement with the router over the run (Config.Shadow); nil
 	// without one.
 	Shadow *route.ShadowStats `json:",omitempty"`
+	// Feedback is the slo policy's controller at the end of the run (nil for other policies).
+	Feedback []route.FeedbackState `json:",omitempty"`
 }

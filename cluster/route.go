@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -27,6 +29,11 @@ func (c *Cluster) arrive(i int) {
 		return
 	}
 	st.booking = out.BookingID
+	st.route = out.Route
+	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
+		st.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
+		st.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
+	}
 	c.record(i, &out)
 	switch out.Route {
 	case policy.RouteDecode:
@@ -155,6 +162,9 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		st.res.E2E = st.last - st.res.Arrival
 		st.res.OutputTokens = st.n
+		if tpot, ok := st.res.TPOT(); ok && st.forecastTPOT > 0 {
+			c.router.ObserveLatency(st.route, route.MetricTPOT, st.forecastTPOT, toMS(tpot))
+		}
 		c.release(idx, false)
 		c.completed()
 	}
@@ -166,6 +176,9 @@ func (c *Cluster) token(idx int32, k int) {
 	st := &c.state[idx]
 	if k == 0 {
 		st.res.TTFT = c.now - st.res.Arrival
+		if st.forecastTTFT > 0 {
+			c.router.ObserveLatency(st.route, route.MetricTTFT, st.forecastTTFT, toMS(st.res.TTFT))
+		}
 		c.release(idx, true)
 	} else {
 		st.res.Gaps = append(st.res.Gaps, c.now-st.last)
@@ -217,6 +230,9 @@ func (c *Cluster) finish() *Report {
 		st := c.router.ShadowStats()
 		rep.Shadow = &st
 	}
+	if c.pcfg.Disagg.Policy == policy.SLOKind {
+		rep.Feedback = c.router.Feedback()
+	}
 	first := never
 	if len(c.reqs) > 0 {
 		first = c.reqs[0].Arrival
@@ -245,3 +261,5 @@ func (c *Cluster) finish() *Report {
 	}
 	return rep
 }
+
+func toMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

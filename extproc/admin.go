@@ -108,7 +108,7 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 			resp.Inputs.Estimates = append(resp.Inputs.Estimates, &condisaggv1.PlacementEstimate{Placement: r.String(),
 				Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
 				ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),
-				TransferTokens: int64(e.TransferTokens)})
+				TransferTokens: int64(e.TransferTokens), TtftFactor: e.TTFTFactor, TpotFactor: e.TPOTFactor})
 		}
 	}
 	for _, o := range out.Overlaps {

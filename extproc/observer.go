@@ -31,11 +31,20 @@ type respObserver struct {
 	released  bool
 	prefill   bool // the prefill entry was released
 	firstSeen bool // the first token was seen
+	// The slo policy's uncorrected forecasts for this request (ms; 0 = none), the first
+	// token's time and the token events since, for its controller (route.ObserveLatency).
+	forecastTTFT, forecastTPOT float64
+	firstAt                    time.Time
+	tokenEvents                int
 }
 
 func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
+	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
+		o.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
+		o.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
+	}
 }
 
 // served checks the endpoint the gateway reports it used (envoy-extproc.md §2): another one
@@ -156,6 +165,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	if obs.FirstToken {
 		o.firstToken(x)
 	}
+	o.tokenEvents += obs.TokenEvents
 	if obs.HasUsage {
 		rt := o.route.String()
 		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
@@ -172,8 +182,19 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		o.finish(x)
 	}
 	if obs.Done {
+		o.observeTPOT(x)
 		o.finish(x)
 	}
+}
+
+// observeTPOT feeds the controller the stream's time per output token: first token to [DONE]
+// over the token events after the first.
+func (o *respObserver) observeTPOT(x *exchange) {
+	if o.forecastTPOT <= 0 || o.firstAt.IsZero() || o.tokenEvents < 2 {
+		return
+	}
+	ms := float64(time.Since(o.firstAt)) / float64(time.Millisecond) / float64(o.tokenEvents-1)
+	x.srv.router.ObserveLatency(o.route, route.MetricTPOT, o.forecastTPOT, ms)
 }
 
 func (o *respObserver) firstToken(x *exchange) {
@@ -185,7 +206,12 @@ func (o *respObserver) firstToken(x *exchange) {
 		o.prefill = true
 		x.srv.router.ReleasePrefill(o.booking)
 	}
-	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(time.Since(x.decidedAt).Seconds())
+	o.firstAt = time.Now()
+	ttft := o.firstAt.Sub(x.decidedAt)
+	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(ttft.Seconds())
+	if o.forecastTTFT > 0 && o.streaming { // a non-streamed answer's headers come at its end
+		x.srv.router.ObserveLatency(o.route, route.MetricTTFT, o.forecastTTFT, float64(ttft)/float64(time.Millisecond))
+	}
 }
 
 // finish releases everything the booking still holds (idempotent).

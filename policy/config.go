@@ -64,12 +64,17 @@ type Disagg struct {
 	SLO       SLO
 	CostModel string
 	Cost      cost.Model
+	// SLOFeedback (slo_feedback, default true) applies the closed-loop corrections of route's
+	// controller to the forecasts; SLOFeedbackMax (slo_feedback_max, default 8) bounds a
+	// correction to [1/max, max].
+	SLOFeedback    bool
+	SLOFeedbackMax float64
 }
 
 // DefaultDisagg is the configuration of `{}`.
 func DefaultDisagg() Disagg {
 	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold,
-		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}}
+		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: true, SLOFeedbackMax: DefaultSLOFeedbackMax}
 }
 
 // Selection holds the worker-selection knobs (YAML `router:`, conditional-disagg.md §6).
@@ -213,6 +218,9 @@ func (d Disagg) validate() []error {
 		if d.SLO.TPOT <= 0 {
 			errs = append(errs, cfgErr(SourceDisagg, "slo_tpot_ms", d.SLO.TPOT.String(), "must be > 0"))
 		}
+		if !(d.SLOFeedbackMax >= 1 && d.SLOFeedbackMax <= MaxSLOFeedbackMax) {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", fmtFloat(d.SLOFeedbackMax), "must be in [1, 100]"))
+		}
 	default:
 		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load, slo"))
 	}
@@ -300,5 +308,6 @@ func (d Disagg) sloString() string {
 		return ""
 	}
 	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
-		`,"cost_model":` + strconv.Quote(d.Cost.Name)
+		`,"cost_model":` + strconv.Quote(d.Cost.Name) + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
+		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax)
 }

@@ -55,6 +55,9 @@ type Input struct {
 	// SLO is the request's own objective (x-slo-ttft-ms, x-slo-tpot-ms) for the slo policy;
 	// zero fields take the configured one.
 	SLO SLO
+	// Feedback are the slo policy's corrections per placement (indexed by Route), from the
+	// latencies the response phase observed; applied when Disagg.SLOFeedback is on.
+	Feedback [numRoutes]Correction
 }
 
 // Decision-time errors, reported in Inputs.Err (immutable sentinels: no allocation).

@@ -16,7 +16,7 @@ import (
 
 // allowedKeys lists the keys of --router-conditional-disagg-config, sorted.
 var allowedKeys = []string{"cost_model", "decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy",
-	"prefill_busy_threshold", "slo_tpot_ms", "slo_ttft_ms"}
+	"prefill_busy_threshold", "slo_feedback", "slo_feedback_max", "slo_tpot_ms", "slo_ttft_ms"}
 
 // maxValueText bounds how much of an offending value an error message quotes.
 const maxValueText = 40
@@ -72,6 +72,16 @@ func ParseDisagg(data []byte) (Disagg, error) {
 	}
 	if raw, ok := last["cost_model"]; ok {
 		errs = appendErr(errs, parseCostModel(raw, &d))
+	}
+	if raw, ok := last["slo_feedback"]; ok {
+		if err := json.Unmarshal(raw, &d.SLOFeedback); err != nil || (string(raw) != "true" && string(raw) != "false") {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback", valueText(raw), "must be true or false"))
+		}
+	}
+	if raw, ok := last["slo_feedback_max"]; ok {
+		if !isNumber(raw) || json.Unmarshal(raw, &d.SLOFeedbackMax) != nil {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", valueText(raw), "must be a number in [1, 100]"))
+		}
 	}
 	return d, errors.Join(errs...)
 }

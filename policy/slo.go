@@ -14,11 +14,31 @@ type SLO struct {
 	TTFT, TPOT time.Duration
 }
 
-// Default objectives of the slo policy (the 8B set of perf-model.md).
+// Default objectives of the slo policy (the 8B set of perf-model.md), and the bound of its
+// feedback corrections.
 const (
-	DefaultSLOTTFT = 2 * time.Second
-	DefaultSLOTPOT = 100 * time.Millisecond
+	DefaultSLOTTFT        = 2 * time.Second
+	DefaultSLOTPOT        = 100 * time.Millisecond
+	DefaultSLOFeedbackMax = 8.0
+	MaxSLOFeedbackMax     = 100.0
 )
+
+// Correction multiplies the cost model's TTFT and TPOT forecasts of one placement: the
+// closed-loop feedback of route (observed / predicted, smoothed and bounded). 0 means 1.
+type Correction struct {
+	TTFT, TPOT float64
+}
+
+func (c Correction) factors() (ttft, tpot float64) {
+	ttft, tpot = c.TTFT, c.TPOT
+	if ttft <= 0 {
+		ttft = 1
+	}
+	if tpot <= 0 {
+		tpot = 1
+	}
+	return ttft, tpot
+}
 
 // Estimate is the slo policy's forecast for one placement on its best worker(s), in
 // milliseconds: the request's TTFT and TPOT, and the worst TPOT it imposes on requests already
@@ -34,6 +54,8 @@ type Estimate struct {
 	CachedTokens     int // tokens the prefilling worker holds
 	TransferTokens   int // remote: the uncached suffix the decode worker pulls
 	PrefillQueueToks int64
+	// TTFTFactor and TPOTFactor are the feedback corrections applied (1 without feedback).
+	TTFTFactor, TPOTFactor float64
 }
 
 // sloWorker is one worker's state as the estimator reads it.
@@ -106,6 +128,17 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		remoteEst.Prefill, remoteEst.Decode = p.l.ID, d.l.ID
 	}
 	x.Estimates = [numRoutes]Estimate{RoutePrefill: remoteEst, RouteDecode: bypass, RoutePrefillLocal: whole}
+	for r := range x.Estimates {
+		est := &x.Estimates[r]
+		est.TTFTFactor, est.TPOTFactor = 1, 1
+		if cfg.Disagg.SLOFeedback && est.Valid {
+			est.TTFTFactor, est.TPOTFactor = in.Feedback[r].factors()
+			est.TTFTms *= est.TTFTFactor
+			est.TPOTms *= est.TPOTFactor
+			est.ExistingTPOTms *= est.TPOTFactor
+			est.Headroom = e.headroom(est)
+		}
+	}
 
 	// The most headroom wins; ties keep the order bypass, remote, prefill_local (the cheapest
 	// placement for the fleet first).

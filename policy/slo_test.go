@@ -25,7 +25,7 @@ func TestSLOConfig(t *testing.T) {
 	if c.Disagg.SLO != (SLO{TTFT: 500 * time.Millisecond, TPOT: 30500 * time.Microsecond}) || c.Disagg.Cost.A1 == 0 {
 		t.Fatalf("parsed %+v", c.Disagg)
 	}
-	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100"`) {
+	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":true,"slo_feedback_max":8`) {
 		t.Fatalf("String() = %s", got)
 	}
 	if d := sloConfig(t, ``).Disagg.SLO; d.TTFT != DefaultSLOTTFT || d.TPOT != DefaultSLOTPOT {
@@ -193,5 +193,38 @@ func TestSLODecodePin(t *testing.T) {
 	dec := Decide(&cfg, in, s, newRand(1))
 	if dec.Route == RoutePrefillLocal || dec.DecodeID != "d1" {
 		t.Fatalf("pinned to d1: route %v decode %q", dec.Route, dec.DecodeID)
+	}
+}
+
+// TestSLOFeedbackCorrections: a correction that says local prefills take 10x the forecast
+// moves an idle fleet's choice off the bypass; slo_feedback false ignores it; bad values of
+// the two keys are refused with their names.
+func TestSLOFeedbackCorrections(t *testing.T) {
+	s := sloFleet(nil)
+	in := sloInput(s, 8000)
+	in.Feedback[RouteDecode] = Correction{TTFT: 10}
+	cfg := sloConfig(t, ``)
+	dec := Decide(&cfg, in, s, newRand(1))
+	if dec.Route == RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 10 || dec.Inputs.Estimates[RoutePrefill].TTFTFactor != 1 {
+		t.Fatalf("with a 10x local TTFT correction: route %v, estimates %+v", dec.Route, dec.Inputs.Estimates)
+	}
+	off := sloConfig(t, `,"slo_feedback":false`)
+	if dec := Decide(&off, in, s, newRand(1)); dec.Route != RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 1 {
+		t.Fatalf("feedback off: route %v factor %v", dec.Route, dec.Inputs.Estimates[RouteDecode].TTFTFactor)
+	}
+	for _, tc := range []struct{ extra, want string }{
+		{`,"slo_feedback":"yes"`, `slo_feedback: "yes" must be true or false`},
+		{`,"slo_feedback_max":0.5`, `slo_feedback_max: 0.5 must be in [1, 100]`},
+		{`,"slo_feedback_max":"x"`, `slo_feedback_max: "x" must be a number`},
+	} {
+		c := enabledConfig()
+		d, err := ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100"` + tc.extra + `}`))
+		if err == nil {
+			c.Disagg = d
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.extra, err, tc.want)
+		}
 	}
 }

@@ -72,16 +72,17 @@ type Request struct {
 // and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
 // atomically by SetPolicy.
 type Router struct {
-	models  []*model          // in configuration order; models[0] takes unnamed fallbacks
-	names   map[string]target // request model name -> model and adapter
-	unknown UnknownModel
-	policy  atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
-	seq     atomic.Uint64
-	seed    uint64
-	scratch sync.Pool // *scratch
-	shadow  shadowState
-	now     func() time.Time
-	observe func(*Outcome)
+	models   []*model          // in configuration order; models[0] takes unnamed fallbacks
+	names    map[string]target // request model name -> model and adapter
+	unknown  UnknownModel
+	policy   atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
+	seq      atomic.Uint64
+	seed     uint64
+	scratch  sync.Pool // *scratch
+	shadow   shadowState
+	feedback feedback
+	now      func() time.Time
+	observe  func(*Outcome)
 }
 
 // Options are the Router's collaborators. Policy is required, and either Models or the
@@ -235,6 +236,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	}
 	now := clock.last
 	in := policy.Input{Now: now, ISL: len(sc.tokens), SLO: req.SLO}
+	if cfg.Disagg.Policy == policy.SLOKind {
+		in.Feedback = r.feedback.corrections()
+	}
 	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, now)
 	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill

@@ -134,14 +134,14 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 	if est := in.GetEstimates(); len(est) > 0 {
 		fmt.Fprintf(w, "\nslo forecast (objective ttft %s ms, tpot %s ms):\n", ftoa(in.GetSloTtftMs()), ftoa(in.GetSloTpotMs()))
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PLACEMENT\tPREFILL\tDECODE\tTTFT ms\tTPOT ms\tOTHERS' TPOT ms\tHEADROOM\tCACHED\tTRANSFER")
+		fmt.Fprintln(tw, "PLACEMENT\tPREFILL\tDECODE\tTTFT ms\tTPOT ms\tOTHERS' TPOT ms\tHEADROOM\tCACHED\tTRANSFER\tFEEDBACK ttft/tpot")
 		for _, e := range est {
 			if !e.Valid {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno room\t-\t-\n", e.Placement)
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno room\t-\t-\t-\n", e.Placement)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%d\n", e.Placement, orDash(e.PrefillWorker), orDash(e.DecodeWorker),
-				e.TtftMs, e.TpotMs, e.ExistingTpotMs, e.Headroom, e.CachedTokens, e.TransferTokens)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%d\t%.2f/%.2f\n", e.Placement, orDash(e.PrefillWorker), orDash(e.DecodeWorker),
+				e.TtftMs, e.TpotMs, e.ExistingTpotMs, e.Headroom, e.CachedTokens, e.TransferTokens, e.TtftFactor, e.TpotFactor)
 		}
 		tw.Flush()
 	}

@@ -562,8 +562,11 @@ type PlacementEstimate struct {
 	Headroom       float64                `protobuf:"fixed64,8,opt,name=headroom,proto3" json:"headroom,omitempty"`                                     // smallest remaining fraction of the objectives (< 0: a violation)
 	CachedTokens   int64                  `protobuf:"varint,9,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`          // held by the worker that prefills
 	TransferTokens int64                  `protobuf:"varint,10,opt,name=transfer_tokens,json=transferTokens,proto3" json:"transfer_tokens,omitempty"`   // remote: the uncached suffix the decode worker pulls
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The controller's corrections applied to ttft_ms and tpot_ms (1: none).
+	TtftFactor    float64 `protobuf:"fixed64,11,opt,name=ttft_factor,json=ttftFactor,proto3" json:"ttft_factor,omitempty"`
+	TpotFactor    float64 `protobuf:"fixed64,12,opt,name=tpot_factor,json=tpotFactor,proto3" json:"tpot_factor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlacementEstimate) Reset() {
@@ -662,6 +665,20 @@ func (x *PlacementEstimate) GetCachedTokens() int64 {
 func (x *PlacementEstimate) GetTransferTokens() int64 {
 	if x != nil {
 		return x.TransferTokens
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTtftFactor() float64 {
+	if x != nil {
+		return x.TtftFactor
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTpotFactor() float64 {
+	if x != nil {
+		return x.TpotFactor
 	}
 	return 0
 }
@@ -1384,7 +1401,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x16 \x01(\tR\x05error\x12\x1e\n" +
 	"\vslo_ttft_ms\x18\x17 \x01(\x01R\tsloTtftMs\x12\x1e\n" +
 	"\vslo_tpot_ms\x18\x18 \x01(\x01R\tsloTpotMs\x12=\n" +
-	"\testimates\x18\x19 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\"\xd9\x02\n" +
+	"\testimates\x18\x19 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\"\x9b\x03\n" +
 	"\x11PlacementEstimate\x12\x1c\n" +
 	"\tplacement\x18\x01 \x01(\tR\tplacement\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\bR\x05valid\x12%\n" +
@@ -1396,7 +1413,11 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\bheadroom\x18\b \x01(\x01R\bheadroom\x12#\n" +
 	"\rcached_tokens\x18\t \x01(\x03R\fcachedTokens\x12'\n" +
 	"\x0ftransfer_tokens\x18\n" +
-	" \x01(\x03R\x0etransferTokens\"\x14\n" +
+	" \x01(\x03R\x0etransferTokens\x12\x1f\n" +
+	"\vttft_factor\x18\v \x01(\x01R\n" +
+	"ttftFactor\x12\x1f\n" +
+	"\vtpot_factor\x18\f \x01(\x01R\n" +
+	"tpotFactor\"\x14\n" +
 	"\x12ListWorkersRequest\"\xee\x01\n" +
 	"\vEventStream\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x19\n" +
