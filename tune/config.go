@@ -173,7 +173,12 @@ func Load(c *Config) (*Workload, error) {
 			return nil, fmt.Errorf("tune: open trace: %w", err)
 		}
 		defer fh.Close()
-		if w.Requests, err = workload.ReadMooncake(fh, workload.MooncakeOptions{}, win); err != nil {
+		if strings.HasSuffix(strings.ToLower(c.Trace), ".csv") { // Azure LLM inference trace 2023
+			w.Requests, err = workload.ReadAzure(fh, workload.AzureOptions{Seed: c.Seed}, win)
+		} else {
+			w.Requests, err = workload.ReadMooncake(fh, workload.MooncakeOptions{}, win)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("tune: read trace %s: %w", c.Trace, err)
 		}
 	case c.Synthetic != "":

@@ -20,6 +20,7 @@ commands:
   workers   list workers with load and KV event stream state (--addr)
   shadow    compare the candidate config (router.shadow_disagg_config) with the live one; --promote makes it live
   tune      simulate a workload per routing mode and suggest thresholds
+  matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
 
 Run "condisagg <command> -h" for the flags of a command.
 `
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runShadow(ctx, args[1:], stdout, stderr)
 	case "tune":
 		return runTune(ctx, args[1:], stdout, stderr)
+	case "matrix":
+		return runMatrix(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
