@@ -43,6 +43,9 @@ type Config struct {
 	SweepRatio       []float64   // --sweep-ratio: eff_isl_ratio_threshold values tried at the best T
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
+	// RoleAdvice is --role-advice: also run the slo policy on every prefill:decode split of the
+	// fleet's GPUs (and aggregated on all of them) and recommend the split with the most goodput.
+	RoleAdvice bool
 	// Shadow is --shadow: a candidate policy object (JSON, as --router-conditional-disagg-config)
 	// replayed beside every conditional mode without routing; the report counts its agreement.
 	Shadow string

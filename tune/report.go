@@ -31,6 +31,9 @@ type Thresholds struct {
 type Recommendation struct {
 	Quantile Thresholds  `json:"p_quantile"`
 	Sweep    *Thresholds `json:"sweep,omitempty"`
+	// Split is --role-advice's recommendation: the fleet shape (e.g. "3P5D", or "0P8D" for
+	// aggregated) whose run had the most goodput.
+	Split string `json:"split,omitempty"`
 }
 
 // Row is one routing mode's or sweep point's measured outcome.
@@ -69,6 +72,7 @@ type Report struct {
 	Recommend    Recommendation         `json:"recommend"`
 	Modes        []Row                  `json:"modes"`
 	Sweep        []Row                  `json:"sweep,omitempty"`
+	Splits       []Row                  `json:"splits,omitempty"` // --role-advice: one row per split
 	Plots        []string               `json:"plots,omitempty"`
 	Buckets      map[string][]Bucket    `json:"isl_buckets,omitempty"`
 }
@@ -199,6 +203,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	writeShadow(&b, rep.Modes)
+	if len(rep.Splits) > 0 {
+		fmt.Fprintf(&b, "\nrole balance (slo policy on every split of the same GPUs; recommended %s):\n", rep.Recommend.Split)
+		if err := rowsTable(rep.Splits).Write(&b); err != nil {
+			return err
+		}
+	}
 	if len(rep.Sweep) > 0 {
 		b.WriteString("\nthreshold sweep:\n")
 		if err := rowsTable(rep.Sweep).Write(&b); err != nil {

@@ -77,6 +77,9 @@ var defaultEffs = [...]int64{512, 1024, 2048, 4096}
 // whose stages 2 and 3 have as many points whatever the best point of the stage before.
 func (r *run) plannedJobs() int {
 	n := 8
+	if r.c.RoleAdvice {
+		n += r.p.base.Prefill + r.p.base.Decode
+	}
 	if r.c.NoSweep {
 		return n
 	}
@@ -152,6 +155,30 @@ func (r *run) slo() cluster.Config {
 	return c
 }
 
+// roleAdvice runs the slo policy on every prefill:decode split of the fleet's GPUs, and
+// aggregated on all of them, and recommends the split with the most goodput (ties: lower
+// TTFT p90, as best does).
+func (r *run) roleAdvice(ctx context.Context, rep *Report) error {
+	n := r.p.base.Prefill + r.p.base.Decode
+	agg := r.p.base
+	agg.Mode, agg.Prefill, agg.Decode = cluster.Aggregated, 0, n
+	jobs := []*job{{name: fmt.Sprintf("0P%dD aggregated", n), cfg: agg}}
+	for p := 1; p < n; p++ {
+		c := r.slo()
+		c.Prefill, c.Decode = p, n-p
+		jobs = append(jobs, &job{name: fmt.Sprintf("%dP%dD slo", p, n-p), cfg: c})
+	}
+	if err := r.runJobs(ctx, jobs); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		rep.Splits = append(rep.Splits, newRow(j))
+	}
+	b := best(jobs)
+	rep.Recommend.Split = fmt.Sprintf("%dP%dD", b.cfg.Prefill, b.cfg.Decode)
+	return nil
+}
+
 // tune runs the probe, the fixed modes and the sweep.
 func (r *run) tune(ctx context.Context) (*Report, error) {
 	agg := r.p.base
@@ -177,6 +204,11 @@ func (r *run) tune(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep := newReport(r, probe, modes)
+	if r.c.RoleAdvice {
+		if err := r.roleAdvice(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
 	if r.c.NoSweep {
 		return rep, nil
 	}

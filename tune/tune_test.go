@@ -328,3 +328,32 @@ func TestRunCancelled(t *testing.T) {
 		t.Fatalf("Run on a cancelled context = %v", err)
 	}
 }
+
+// TestRoleAdvice: --role-advice runs aggregated and the slo policy on every split of the
+// fleet's GPUs (1P2D: 0P3D, 1P2D, 2P1D), recommends the row with the most goodput, and
+// prints the rows.
+func TestRoleAdvice(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Requests, c.Cluster, c.NoSweep, c.RoleAdvice = "llm-d-b2b", 120, "1P2D", true, true
+	prog := &countProgress{}
+	rep := runConfig(t, c, prog)
+	if len(rep.Splits) != 3 || rep.Splits[0].Name != "0P3D aggregated" || rep.Splits[2].Name != "2P1D slo" {
+		t.Fatalf("splits %+v", rep.Splits)
+	}
+	if prog.planned != (8+3)*120 || prog.done != prog.planned {
+		t.Fatalf("progress %d of %d", prog.done, prog.planned)
+	}
+	bestRow := rep.Splits[0]
+	for _, r := range rep.Splits {
+		if r.Summary.Goodput > bestRow.Summary.Goodput {
+			bestRow = r
+		}
+	}
+	if !strings.HasPrefix(bestRow.Name, rep.Recommend.Split+" ") {
+		t.Fatalf("recommended %s, most goodput in %s (%v)", rep.Recommend.Split, bestRow.Name, bestRow.Summary.Goodput)
+	}
+	var out bytes.Buffer
+	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "role balance") || !strings.Contains(out.String(), "recommended "+rep.Recommend.Split) {
+		t.Fatalf("text %v:\n%s", err, out.String())
+	}
+}
