@@ -37,4 +37,6 @@ type Report struct {
 	Shadow *route.ShadowStats `json:",omitempty"`
 	// Feedback is the slo policy's controller at the end of the run (nil for other policies).
 	Feedback []route.FeedbackState `json:",omitempty"`
+	// RoleAdvice is what the live service's analytic advice says of the run's mix (slo policy).
+	RoleAdvice route.RoleAdvice `json:",omitempty"`
 }

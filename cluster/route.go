@@ -162,6 +162,7 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		st.res.E2E = st.last - st.res.Arrival
 		st.res.OutputTokens = st.n
+		c.router.ObserveOutput(st.n)
 		if tpot, ok := st.res.TPOT(); ok && st.forecastTPOT > 0 {
 			c.router.ObserveLatency(st.route, route.MetricTPOT, st.forecastTPOT, toMS(tpot))
 		}
@@ -232,6 +233,7 @@ func (c *Cluster) finish() *Report {
 	}
 	if c.pcfg.Disagg.Policy == policy.SLOKind {
 		rep.Feedback = c.router.Feedback()
+		rep.RoleAdvice = c.router.RoleAdvice()
 	}
 	first := never
 	if len(c.reqs) > 0 {

@@ -36,6 +36,7 @@ type respObserver struct {
 	forecastTTFT, forecastTPOT float64
 	firstAt                    time.Time
 	tokenEvents                int
+	outputTokens               int64 // usage.completion_tokens when the answer reported it
 }
 
 func (o *respObserver) start(out *route.Outcome) {
@@ -151,6 +152,9 @@ func (o *respObserver) body(x *exchange, chunk []byte, eos bool) {
 		if !o.streaming && !o.jsonOver {
 			obs := parseJSONResponse(o.json)
 			o.observed(x, &obs)
+			if obs.HasUsage && !obs.Done {
+				o.observeOutput(x)
+			}
 		}
 		o.finish(x)
 	}
@@ -167,6 +171,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	}
 	o.tokenEvents += obs.TokenEvents
 	if obs.HasUsage {
+		o.outputTokens = obs.Usage.CompletionTokens
 		rt := o.route.String()
 		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
 		m.UsageTokens.WithLabelValues(rt, "completion").Add(float64(obs.Usage.CompletionTokens))
@@ -183,8 +188,19 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	}
 	if obs.Done {
 		o.observeTPOT(x)
+		o.observeOutput(x)
 		o.finish(x)
 	}
+}
+
+// observeOutput counts the answer's output length for the role advice: the usage's
+// completion tokens, else the token events.
+func (o *respObserver) observeOutput(x *exchange) {
+	n := int(o.outputTokens)
+	if n <= 0 {
+		n = o.tokenEvents
+	}
+	x.srv.router.ObserveOutput(n)
 }
 
 // observeTPOT feeds the controller the stream's time per output token: first token to [DONE]

@@ -24,6 +24,8 @@ func (c indexCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- feedbackFactorDesc
 	ch <- feedbackRatioDesc
 	ch <- feedbackUpdatesDesc
+	ch <- adviceShareDesc
+	ch <- adviceWorkersDesc
 }
 
 // The slo policy's controller, one series per placement and metric (feedback.go).
@@ -36,7 +38,19 @@ var (
 		"Times the slo controller changed the correction in force (hysteresis: a steady ratio changes nothing).", []string{"route", "metric"}, nil)
 )
 
+// The role-balance advice from the observed mix (advice.go), only once it is valid.
+var (
+	adviceShareDesc = prometheus.NewDesc("condisagg_role_advice_prefill_share",
+		"Share of the fleet's GPU time the observed mix needs for prefill (slo policy's cost model and objective).", nil, nil)
+	adviceWorkersDesc = prometheus.NewDesc("condisagg_role_advice_prefill_workers",
+		"Prefill workers the observed mix calls for, out of the fleet's workers (analytic; condisagg tune --role-advice checks it).", nil, nil)
+)
+
 func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
+	if a := c.r.RoleAdvice(); a.Valid {
+		ch <- prometheus.MustNewConstMetric(adviceShareDesc, prometheus.GaugeValue, a.PrefillShare)
+		ch <- prometheus.MustNewConstMetric(adviceWorkersDesc, prometheus.GaugeValue, float64(a.PrefillWorkers))
+	}
 	for _, f := range c.r.Feedback() {
 		rt, m := f.Route.String(), f.Metric.String()
 		ch <- prometheus.MustNewConstMetric(feedbackFactorDesc, prometheus.GaugeValue, f.Factor, rt, m)

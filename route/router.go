@@ -81,6 +81,8 @@ type Router struct {
 	scratch  sync.Pool // *scratch
 	shadow   shadowState
 	feedback feedback
+	mixMu    sync.Mutex // guards mix
+	mix      mixCounts  // the observed mix, for RoleAdvice (advice.go)
 	now      func() time.Time
 	observe  func(*Outcome)
 }
@@ -268,6 +270,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 			return out, err
 		}
 		out.BookingID, booked = id, id
+		r.observeMix(in.ISL, dec.PrefillTokens)
 	}
 	out.Stages[StageBook] = clock.lap()
 	fill(&out, &dec, &sc.snap)

@@ -34,6 +34,8 @@ type Recommendation struct {
 	// Split is --role-advice's recommendation: the fleet shape (e.g. "3P5D", or "0P8D" for
 	// aggregated) whose run had the most goodput.
 	Split string `json:"split,omitempty"`
+	// Analytic is what the live service's metric advises for the slo row's mix (route.RoleAdvice).
+	Analytic string `json:"analytic_split,omitempty"`
 }
 
 // Row is one routing mode's or sweep point's measured outcome.
@@ -207,6 +209,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "\nrole balance (slo policy on every split of the same GPUs; recommended %s):\n", rep.Recommend.Split)
 		if err := rowsTable(rep.Splits).Write(&b); err != nil {
 			return err
+		}
+		if a := rep.Recommend.Analytic; a != "" {
+			fmt.Fprintf(&b, "the live service's analytic advice on this mix (condisagg_role_advice_prefill_workers): %s\n", a)
 		}
 	}
 	if len(rep.Sweep) > 0 {

@@ -176,6 +176,11 @@ func (r *run) roleAdvice(ctx context.Context, rep *Report) error {
 	}
 	b := best(jobs)
 	rep.Recommend.Split = fmt.Sprintf("%dP%dD", b.cfg.Prefill, b.cfg.Decode)
+	for _, j := range jobs {
+		if a := j.rep.RoleAdvice; a.Valid && j.cfg.Prefill == r.p.base.Prefill {
+			rep.Recommend.Analytic = fmt.Sprintf("%dP%dD (prefill share %.2f)", a.PrefillWorkers, a.Workers-a.PrefillWorkers, a.PrefillShare)
+		}
+	}
 	return nil
 }
 

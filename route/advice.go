@@ -1,0 +1,100 @@
+package route
+
+import (
+	"math"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// Role-balance advice from the observed mix: how much of the fleet's GPU time the traffic
+// routed so far needs for prefill and how much for decode, priced with the slo policy's cost
+// model at its objective. Prefill work per request is its uncached prompt (the tokens some
+// worker had to compute: PrefillTokens of the decision). Decode work per output token is one
+// step at the largest batch that still meets the TPOT objective, divided by that batch. The
+// advice is the prefill share of the total and the prefill workers it implies for the fleet's
+// size. It is analytic (no queueing), a starting point that `condisagg tune --role-advice`
+// checks by simulation.
+
+// mixCounts are the sums the advice reads.
+type mixCounts struct {
+	requests      float64
+	promptTokens  float64 // ISL
+	prefillTokens float64 // uncached prompt tokens computed
+	outputs       float64 // requests whose output length was observed
+	outputTokens  float64
+}
+
+// RoleAdvice is the advice for the fleet behind the router.
+type RoleAdvice struct {
+	Valid                           bool    // the slo policy's cost model is set and traffic was observed
+	PrefillShare                    float64 // of the fleet's GPU time
+	PrefillWorkers                  int     // of Workers, at least 1 and at most Workers-1 when Workers >= 2
+	Workers                         int     // workers of the first model (both roles)
+	PrefillMSPerReq, DecodeMSPerReq float64
+}
+
+// observeMix counts one routed request.
+func (r *Router) observeMix(isl int, prefill int64) {
+	r.mixMu.Lock()
+	r.mix.requests++
+	r.mix.promptTokens += float64(isl)
+	r.mix.prefillTokens += float64(prefill)
+	r.mixMu.Unlock()
+}
+
+// ObserveOutput counts the output length of one finished request (the response's usage or
+// its token events), for RoleAdvice.
+func (r *Router) ObserveOutput(tokens int) {
+	if tokens <= 0 {
+		return
+	}
+	r.mixMu.Lock()
+	r.mix.outputs++
+	r.mix.outputTokens += float64(tokens)
+	r.mixMu.Unlock()
+}
+
+// RoleAdvice prices the observed mix (see the file comment). Without the slo policy's cost
+// model, or before a request and an output length were observed, it is not Valid.
+func (r *Router) RoleAdvice() RoleAdvice {
+	cfg := r.policy.Load()
+	m := cfg.Disagg.Cost
+	out := RoleAdvice{Workers: len(r.models[0].pool.Workers())}
+	r.mixMu.Lock()
+	c := r.mix
+	r.mixMu.Unlock()
+	if m.Name == "" || c.requests == 0 || c.outputs == 0 || out.Workers == 0 {
+		return out
+	}
+	isl, eff, osl := c.promptTokens/c.requests, c.prefillTokens/c.requests, c.outputTokens/c.outputs
+	cachedTok := isl - eff
+	// Prefill: one request's uncached suffix with attention over its prefix, chunks of the
+	// default budget each paying the fixed step cost.
+	steps := math.Max(1, math.Ceil(eff/8192))
+	out.PrefillMSPerReq = steps*m.T0 + m.A1*eff + m.A2*eff*(cachedTok+eff/2)
+	// Decode: the largest batch whose step meets the TPOT objective at the mean context.
+	ctx := isl + osl/2
+	tpot := float64(cfg.Disagg.SLO.TPOT) / 1e6
+	if tpot <= 0 {
+		tpot = float64(policy.DefaultSLOTPOT) / 1e6
+	}
+	per := m.D1 + m.D2*ctx
+	batch := 1.0
+	if per > 0 && tpot > m.T0 {
+		batch = math.Max(1, math.Floor((tpot-m.T0)/per))
+	}
+	step := m.T0 + per*batch
+	out.DecodeMSPerReq = osl * step / batch
+	total := out.PrefillMSPerReq + out.DecodeMSPerReq
+	if !(total > 0) {
+		return out
+	}
+	out.Valid = true
+	out.PrefillShare = out.PrefillMSPerReq / total
+	p := int(math.Round(out.PrefillShare * float64(out.Workers)))
+	if out.Workers >= 2 {
+		p = min(max(p, 1), out.Workers-1)
+	}
+	out.PrefillWorkers = p
+	return out
+}

@@ -1,0 +1,52 @@
+package route
+
+import (
+	"context"
+	"testing"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// TestRoleAdvice: no advice without the slo policy's cost model or before outputs were seen;
+// with them, long prompts call for more prefill workers than long answers do, and the advice
+// stays within [1, workers-1].
+func TestRoleAdvice(t *testing.T) {
+	ctx := context.Background()
+	advise := func(isl, osl int) RoleAdvice {
+		r, _ := testRouter(t, nil)
+		cfg := enabledConfig()
+		d, err := policy.ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_tpot_ms":50}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Disagg = d
+		if a := r.RoleAdvice(); a.Valid {
+			t.Fatalf("advice without the slo policy: %+v", a)
+		}
+		if err := r.SetPolicy(&cfg); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			toks := prompt(isl)
+			toks[0] = uint32(i) // unique prompts: nothing cached
+			if _, err := r.Decide(ctx, &Request{Endpoint: EndpointCompletions, Tokens: toks}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a := r.RoleAdvice(); a.Valid {
+			t.Fatalf("advice before any output was observed: %+v", a)
+		}
+		for range 20 {
+			r.ObserveOutput(osl)
+		}
+		a := r.RoleAdvice()
+		if !a.Valid || a.Workers != 5 || a.PrefillWorkers < 1 || a.PrefillWorkers > 4 || !(a.PrefillShare > 0 && a.PrefillShare < 1) {
+			t.Fatalf("advice %+v", a)
+		}
+		return a
+	}
+	rag, chat := advise(16000, 50), advise(200, 2000)
+	if rag.PrefillShare <= chat.PrefillShare || rag.PrefillWorkers <= chat.PrefillWorkers {
+		t.Fatalf("long prompts %+v vs long answers %+v: want more prefill for the prompts", rag, chat)
+	}
+}
