@@ -277,12 +277,13 @@ func ParseSLOList(s string) ([]workload.SLO, error) {
 
 // MatrixWorkloadNames are the workloads MatrixWorkloadByName knows.
 func MatrixWorkloadNames() []string {
-	return []string{"conversation", "conversation-x2", "azure-code", "azure-conv", "b2b", "agentic"}
+	return []string{"conversation", "conversation-x2", "azure-code", "azure-conv", "b2b", "agentic", "distserve"}
 }
 
 // MatrixWorkloadByName is a named workload of the evaluation: the Mooncake conversation trace
 // (at 1x and 2x rate) and the Azure 2023 code and conversation traces under traceDir (the
-// layout of ../shared/traces), and the llm-d B2B and agentic-code generators; each cut to its
+// layout of ../shared/traces), and the llm-d B2B, agentic-code and DistServe-style mix
+// generators; each cut to its
 // first duration of arrivals (0 = whole).
 func MatrixWorkloadByName(name, traceDir string, duration time.Duration) (MatrixWorkload, error) {
 	c := Config{Duration: duration, RateScale: 1}
@@ -300,6 +301,8 @@ func MatrixWorkloadByName(name, traceDir string, duration time.Duration) (Matrix
 		c.Synthetic = "llm-d-b2b"
 	case "agentic":
 		c.Synthetic = "agentic-code"
+	case "distserve":
+		c.Synthetic = "distserve-mix"
 	default:
 		return MatrixWorkload{}, fmt.Errorf("--workloads: %q is not one of %s", name, strings.Join(MatrixWorkloadNames(), ", "))
 	}

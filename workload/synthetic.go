@@ -192,7 +192,7 @@ func cmpInt(a, b int64) int {
 
 // SyntheticNames lists the generator presets Synthetic knows.
 func SyntheticNames() []string {
-	return []string{"agentic-code", "llm-d-b2b", "sglang-shared-prefix", "vllm-prefix-repetition"}
+	return []string{"agentic-code", "distserve-mix", "llm-d-b2b", "sglang-shared-prefix", "vllm-prefix-repetition"}
 }
 
 // Synthetic generates the named preset workload for seed (see SyntheticNames).
@@ -202,6 +202,8 @@ func Synthetic(name string, seed uint64) ([]Request, error) {
 		return AgenticCode().Generate(seed)
 	case "llm-d-b2b":
 		return LLMDB2B().Generate(seed)
+	case "distserve-mix":
+		return DistServeMix().Generate(seed)
 	case "sglang-shared-prefix":
 		return SGLangSharedPrefix().Generate(seed)
 	case "vllm-prefix-repetition":
