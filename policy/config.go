@@ -22,6 +22,12 @@ const (
 	SLOKind Kind = "slo"
 )
 
+// Decode-busy guard inputs (Disagg.DecodeBusySource).
+const (
+	BusySourceBooked   = "booked"
+	BusySourceReported = "reported"
+)
+
 // loadBased reports whether the policy reads the prefill busy signal.
 func (k Kind) loadBased() bool { return k == PrefillLoad || k == ISLOrLoad }
 
@@ -59,6 +65,9 @@ type Disagg struct {
 	EffISLRatioThreshold float64
 	PrefillBusyThreshold Threshold // θp; unset inherits --router-queue-threshold
 	DecodeBusyThreshold  Threshold // θd; unset disables the decode-busy guard
+	// DecodeBusySource is what θd applies to: "booked" (default, Dynamo's §4.2: booked blocks
+	// over kvcap) or "reported" (the worker's own KV usage fraction from its /metrics).
+	DecodeBusySource string
 	// The slo policy's objective (slo_ttft_ms, slo_tpot_ms) and cost model (cost_model, one of
 	// cost.Names(); required with policy "slo").
 	SLO       SLO
@@ -224,6 +233,11 @@ func (d Disagg) validate() []error {
 	default:
 		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load, slo"))
 	}
+	switch d.DecodeBusySource {
+	case "", BusySourceBooked, BusySourceReported:
+	default:
+		errs = append(errs, cfgErr(SourceDisagg, "decode_busy_source", strconv.Quote(d.DecodeBusySource), "must be booked or reported"))
+	}
 	if d.EffISLThreshold < 0 {
 		errs = append(errs, cfgErr(SourceDisagg, "eff_isl_threshold", strconv.FormatInt(d.EffISLThreshold, 10), "must be >= 0"))
 	}
@@ -282,7 +296,7 @@ func (c *Config) PrefillBusyThreshold() (float64, bool) {
 // Guard is the decode-busy guard that a bypass commit must re-check (θd; off when unset).
 func (c *Config) Guard() Guard {
 	t := c.Disagg.DecodeBusyThreshold
-	return Guard{Threshold: t.Value, Enabled: t.Set}
+	return Guard{Threshold: t.Value, Enabled: t.Set, Reported: c.Disagg.DecodeBusySource == BusySourceReported}
 }
 
 // String renders d as the canonical JSON of --router-conditional-disagg-config (every key;
@@ -298,7 +312,15 @@ func (d Disagg) String() string {
 		`,"eff_isl_threshold":` + strconv.FormatInt(d.EffISLThreshold, 10) +
 		`,"eff_isl_ratio_threshold":` + fmtFloat(d.EffISLRatioThreshold) +
 		`,"prefill_busy_threshold":` + busy(d.PrefillBusyThreshold) +
-		`,"decode_busy_threshold":` + busy(d.DecodeBusyThreshold) + d.sloString() + `}`
+		`,"decode_busy_threshold":` + busy(d.DecodeBusyThreshold) + d.sourceString() + d.sloString() + `}`
+}
+
+// sourceString is decode_busy_source when it is not the default (Dynamo's string otherwise).
+func (d Disagg) sourceString() string {
+	if d.DecodeBusySource == "" || d.DecodeBusySource == BusySourceBooked {
+		return ""
+	}
+	return `,"decode_busy_source":` + strconv.Quote(d.DecodeBusySource)
 }
 
 // sloString is the slo policy's members of String ("" for Dynamo's policies, whose string

@@ -120,7 +120,7 @@ func preconditions(in *Input, snap *Snapshot, dec *Decision) (int, Reason) {
 // applyGuard is step 8 on a policy bypass: it sets the gate label and returns the policy's
 // reason when the bypass stands, else remote_decode_busy or remote_capacity_unknown.
 func applyGuard(cfg *Config, dec *Decision, reason Reason) Reason {
-	switch cfg.Guard().Check(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity) {
+	switch cfg.Guard().CheckLoad(dec.Inputs.ProjectedBlocks, dec.Inputs.KVCapacity, dec.Inputs.ReportedKVUsage) {
 	case VerdictOff:
 		dec.Gate = GateAllowedDecodeGateDisabled
 	case VerdictPass:
@@ -186,6 +186,7 @@ func previewDecode(cfg *Config, in *Input, snap *Snapshot, d int, dec *Decision)
 	x.Ratio = float64(x.Eff) / float64(max(in.ISL, 1))
 	x.ProjectedBlocks = l.ProjectedDecodeBlocks()
 	x.KVCapacity = l.KVCapacityBlocks
+	x.ReportedKVUsage = l.ReportedKVUsage
 }
 
 // previewPrefill is step 6: a non-booking prefill-mode selection and the busy test

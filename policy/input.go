@@ -95,6 +95,7 @@ type Inputs struct {
 	PrefillCached    int     // cached(p) of the chosen prefill worker (remote path)
 	ProjectedBlocks  int64   // pdb(d,r) of the previewed d
 	KVCapacity       int64   // kvcap(d); <= 0 unknown
+	ReportedKVUsage  float64 // d's reported KV usage fraction; -1 unknown (decode_busy_source reported)
 	DecodeBusy       float64 // θd
 	GuardEnabled     bool
 	Err              error // the policy error behind remote_policy_error, or a note (pin, threshold)

@@ -43,6 +43,10 @@ type WorkerLoad struct {
 	NewBlocks int64
 	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
 	ActiveRequests int64
+	// ReportedKVUsage is the worker's own KV cache usage fraction from a fresh /metrics scrape
+	// (vllm:kv_cache_usage_perc), -1 unknown: the decode-busy guard's input with
+	// decode_busy_source "reported".
+	ReportedKVUsage float64
 	// DecodeRequests is the booked requests that decode on the worker: every booking of a
 	// decode worker, the prefill_local bookings of a prefill worker (the slo policy's batch size).
 	DecodeRequests int64
@@ -56,6 +60,9 @@ func (l *WorkerLoad) ProjectedDecodeBlocks() int64 { return l.ActiveDecodeBlocks
 type Guard struct {
 	Threshold float64 // θd, a fraction of kvcap (values > 1 allowed)
 	Enabled   bool
+	// Reported applies θd to the worker-reported KV usage fraction instead of the booked
+	// blocks (Dynamo's newer guard; decode_busy_source "reported"): unknown usage denies.
+	Reported bool
 }
 
 // Verdict is the guard's answer for one worker.
@@ -67,6 +74,21 @@ const (
 	VerdictBusy                           // pdb > θd·kvcap
 	VerdictCapacityUnknown                // kvcap unknown or 0
 )
+
+// CheckLoad applies the guard to a worker: the projected decode blocks and capacity, or with
+// Reported its reported KV usage fraction (< 0 unknown). Both comparisons are strict.
+func (g Guard) CheckLoad(pdb, kvCap int64, reportedUsage float64) Verdict {
+	if !g.Enabled || !g.Reported {
+		return g.Check(pdb, kvCap)
+	}
+	switch {
+	case !(reportedUsage >= 0):
+		return VerdictCapacityUnknown
+	case reportedUsage > g.Threshold:
+		return VerdictBusy
+	}
+	return VerdictPass
+}
 
 // Check applies the guard to a projected decode block count and a capacity (strict >).
 func (g Guard) Check(pdb, kvCap int64) Verdict {

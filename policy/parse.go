@@ -15,7 +15,7 @@ import (
 )
 
 // allowedKeys lists the keys of --router-conditional-disagg-config, sorted.
-var allowedKeys = []string{"cost_model", "decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy",
+var allowedKeys = []string{"cost_model", "decode_busy_source", "decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy",
 	"prefill_busy_threshold", "slo_feedback", "slo_feedback_max", "slo_tpot_ms", "slo_ttft_ms"}
 
 // maxValueText bounds how much of an offending value an error message quotes.
@@ -72,6 +72,12 @@ func ParseDisagg(data []byte) (Disagg, error) {
 	}
 	if raw, ok := last["cost_model"]; ok {
 		errs = appendErr(errs, parseCostModel(raw, &d))
+	}
+	if raw, ok := last["decode_busy_source"]; ok {
+		if json.Unmarshal(raw, &d.DecodeBusySource) != nil || (d.DecodeBusySource != BusySourceBooked && d.DecodeBusySource != BusySourceReported) {
+			errs = append(errs, cfgErr(SourceDisagg, "decode_busy_source", valueText(raw), "must be \"booked\" or \"reported\""))
+			d.DecodeBusySource = ""
+		}
 	}
 	if raw, ok := last["slo_feedback"]; ok {
 		if err := json.Unmarshal(raw, &d.SLOFeedback); err != nil || (string(raw) != "true" && string(raw) != "false") {

@@ -228,3 +228,37 @@ func TestSLOFeedbackCorrections(t *testing.T) {
 		}
 	}
 }
+
+// TestReportedBusySource: decode_busy_source "reported" applies θd to the previewed worker's
+// own KV usage: a bypass over it is denied (remote_decode_busy), unknown usage denies
+// (remote_capacity_unknown), under it passes; a bad source is refused by name; the canonical
+// string names the source only when it is not Dynamo's default.
+func TestReportedBusySource(t *testing.T) {
+	for _, tc := range []struct {
+		usage float64
+		want  Reason
+	}{{0.95, ReasonRemoteDecodeBusy}, {-1, ReasonRemoteCapacityUnknown}, {0.5, ReasonBypassISL}} {
+		cfg := enabledConfig()
+		d, err := ParseDisagg([]byte(`{"decode_busy_threshold":0.8,"decode_busy_source":"reported"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Disagg = d
+		mustValid(t, cfg)
+		snap := oneEach(WorkerLoad{KVCapacityBlocks: 40000, ReportedKVUsage: tc.usage}, WorkerLoad{MaxBatchedTokens: 8192})
+		in := &Input{Now: testNow, ISL: 1024,
+			Decode: []Signal{{Worker: "d0", GPU: 60, Stream: live()}}, Prefill: []Signal{{Worker: "p0", Stream: live()}}}
+		if dec := Decide(&cfg, in, snap, newRand(1)); dec.Reason != tc.want {
+			t.Errorf("usage %v: reason %v, want %v", tc.usage, dec.Reason, tc.want)
+		}
+		if !strings.Contains(cfg.Disagg.String(), `"decode_busy_source":"reported"`) {
+			t.Errorf("String() = %s", cfg.Disagg.String())
+		}
+	}
+	if _, err := ParseDisagg([]byte(`{"decode_busy_source":"scraped"}`)); err == nil || !strings.Contains(err.Error(), `decode_busy_source: "scraped" must be "booked" or "reported"`) {
+		t.Fatalf("bad source: %v", err)
+	}
+	if s := DefaultDisagg().String(); strings.Contains(s, "decode_busy_source") {
+		t.Fatalf("the default string changed: %s", s)
+	}
+}

@@ -80,7 +80,8 @@ func (p *Pool) Book(b Booking) error {
 			r.unique = 1
 		}
 		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(d.active, b.Keys)) + r.unique
-		switch b.Guard.Check(pdb, d.kvCap()) {
+		fresh := p.scrapeFreshAfter()
+		switch b.Guard.CheckLoad(pdb, d.kvCap(), reportedUsage(d, fresh != 0 && d.scrape.At.UnixNano() >= fresh)) {
 		case policy.VerdictBusy:
 			p.m.GuardCommitDenied.Inc()
 			return fmt.Errorf("pool: book request=%s worker=%s pdb=%d kvcap=%d: %w", b.RequestID, d.id, pdb, d.kvCap(), policy.ErrGuardDenied)

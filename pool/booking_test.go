@@ -266,14 +266,14 @@ func TestSnapshot(t *testing.T) {
 	var s policy.Snapshot
 	f.p.Snapshot(&s, Request{Keys: keys(1, 8), ISL: 130})
 	want := policy.WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", DPSize: 1, KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
-		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1, DecodeRequests: 1}
+		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1, DecodeRequests: 1, ReportedKVUsage: -1}
 	if len(s.Decode) != 1 || s.Decode[0] != want {
 		t.Fatalf("decode = %+v, want %+v", s.Decode, want)
 	}
 	if got := s.Decode[0].ProjectedDecodeBlocks(); got != 10 {
 		t.Fatalf("pdb = %d, want 10", got)
 	}
-	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: -1}
+	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: -1, ReportedKVUsage: -1}
 	if len(s.Prefill) != 1 || s.Prefill[0] != wantP {
 		t.Fatalf("prefill = %+v, want %+v", s.Prefill, wantP)
 	}
@@ -323,11 +323,46 @@ func TestBookPrefillLocal(t *testing.T) {
 		t.Fatal("Release found no booking")
 	}
 	f.p.Snapshot(&s, Request{})
-	if s.Prefill[0] != (policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: s.Prefill[0].KVCapacityBlocks}) {
+	if s.Prefill[0] != (policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: s.Prefill[0].KVCapacityBlocks, ReportedKVUsage: -1}) {
 		t.Fatalf("after release: %+v", s.Prefill[0])
 	}
 	b.RequestID, b.Prefill = "r2", "d0"
 	if err := f.p.Book(b); !errors.Is(err, ErrUnknownWorker) {
 		t.Fatalf("prefill_local on a decode worker: %v", err)
+	}
+}
+
+// TestReportedUsageGuard: with decode_busy_source "reported" the commit re-check reads the
+// worker's own KV usage from a fresh scrape: over θd denies, under passes, no fresh scrape is
+// capacity unknown; the snapshot carries the same value.
+func TestReportedUsageGuard(t *testing.T) {
+	cfg := basic()
+	cfg.ScrapeInterval = time.Second
+	f := newFixture(t, cfg)
+	g := policy.Guard{Threshold: 0.8, Enabled: true, Reported: true}
+	book := func(id string) error {
+		return f.p.Book(Booking{RequestID: id, Mode: ModeBypass, Decode: "d0", Keys: keys(1, 2), ISL: 32, Guard: g})
+	}
+	if err := book("r0"); !errors.Is(err, policy.ErrCapacityUnknown) {
+		t.Fatalf("no scrape yet: %v", err)
+	}
+	w := f.p.byID["d0"]
+	f.p.applyScrape(w, Scrape{KVUsage: 0.9, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}, nil)
+	if err := book("r1"); !errors.Is(err, policy.ErrGuardDenied) {
+		t.Fatalf("usage 0.9 over 0.8: %v", err)
+	}
+	f.p.applyScrape(w, Scrape{KVUsage: 0.5, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}, nil)
+	if err := book("r2"); err != nil {
+		t.Fatalf("usage 0.5: %v", err)
+	}
+	var s policy.Snapshot
+	f.p.Snapshot(&s, Request{})
+	if s.Decode[0].ReportedKVUsage != 0.5 {
+		t.Fatalf("snapshot usage %v", s.Decode[0].ReportedKVUsage)
+	}
+	f.clock.now = f.clock.now.Add(10 * time.Second) // three intervals: stale
+	f.p.Snapshot(&s, Request{})
+	if err := book("r3"); !errors.Is(err, policy.ErrCapacityUnknown) || s.Decode[0].ReportedKVUsage != -1 {
+		t.Fatalf("stale scrape: %v, snapshot usage %v", err, s.Decode[0].ReportedKVUsage)
 	}
 }

@@ -43,11 +43,21 @@ func (p *Pool) Snapshot(dst *policy.Snapshot, r Request) {
 
 func (p *Pool) loadLocked(w *worker, freshAfter int64) policy.WorkerLoad {
 	reqs := w.requests
-	if freshAfter != 0 && w.scrape.At.UnixNano() >= freshAfter && w.scrape.HasRequests {
+	fresh := freshAfter != 0 && w.scrape.At.UnixNano() >= freshAfter
+	if fresh && w.scrape.HasRequests {
 		reqs = max(reqs, int64(w.scrape.Running+w.scrape.Waiting))
 	}
 	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, DPRank: w.rank, DPSize: w.dpSize, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
-		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs, DecodeRequests: w.decoding}
+		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs, DecodeRequests: w.decoding,
+		ReportedKVUsage: reportedUsage(w, fresh)}
+}
+
+// reportedUsage is w's KV usage fraction from a fresh scrape, else -1 (unknown).
+func reportedUsage(w *worker, fresh bool) float64 {
+	if !fresh || w.scrape.KVUsage < 0 {
+		return -1
+	}
+	return w.scrape.KVUsage
 }
 
 // scrapeFreshAfter is the UnixNano before which a scrape is too old to correct the request

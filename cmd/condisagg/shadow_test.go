@@ -131,3 +131,17 @@ func TestServeRejectsBadShadowConfig(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, errOut.String())
 	}
 }
+
+// TestServeRejectsReportedGuardWithoutScrape: the reported KV-usage guard needs the scrape.
+func TestServeRejectsReportedGuardWithoutScrape(t *testing.T) {
+	model := requireModel(t)
+	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
+	yaml = strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
+		"  kv_events: true\n  conditional_disagg: true\n  conditional_disagg_config: {decode_busy_threshold: 0.8, decode_busy_source: reported}\n", 1)
+	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", yaml+workersYAML)
+	var errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--config", cfgPath}, io.Discard, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), `decode_busy_source: "reported" needs pool.scrape_interval > 0`) {
+		t.Fatalf("exit %d:\n%s", code, errOut.String())
+	}
+}

@@ -320,6 +320,12 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	errs = append(errs, err)
 	shadow, err := shadowConfig(fc, pc)
 	errs = append(errs, err)
+	for _, c := range []*policy.Config{&pc, shadow} {
+		if c != nil && c.Disagg.DecodeBusySource == policy.BusySourceReported && fc.Pool.ScrapeInterval <= 0 {
+			bad("decode_busy_source", `"reported"`, "needs pool.scrape_interval > 0: the workers' /metrics report the KV usage")
+			break
+		}
+	}
 	c.Settings = &extproc.Settings{Policy: &pc, Shadow: shadow, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
 		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
