@@ -89,7 +89,7 @@ func TestMembers(t *testing.T) {
 			nil, []Skip{{"llm/a", ReasonMissingPort}}},
 		{"port_without_number_or_udp_skips_slice", "S5", noEvents, []*discoveryv1.EndpointSlice{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "llm", Name: "a"}, AddressType: v4,
-				Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http")}, {Name: ptr.To("http"), Port: ptr.To[int32](8000), Protocol: ptr.To(corev1.ProtocolUDP)}},
+				Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http")}, {Name: ptr.To("http"), Port: ptr.To[int32](8000), Protocol: ptr.To(corev1.ProtocolUDP)}},
 				Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", yes, no)}},
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "llm", Name: "b"}, AddressType: v4, Endpoints: []discoveryv1.Endpoint{ep("10.0.0.2", yes, no)}}},
 			nil, []Skip{{"llm/a", ReasonMissingPort}, {"llm/b", ReasonMissingPort}}},
