@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short vet bench bench-e2e bench-peers chaos fuzz demo conformance conformance-vllm clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers chaos fuzz demo conformance conformance-vllm clean
 
 all: build
 
@@ -25,12 +25,21 @@ vet: deps
 
 # The cores build without cgo (no czmq needed to simulate or decide); internal/layers checks the
 # same closure and the allowed package graph.
-CORES := ./policy ./kvindex ./pool ./workload ./sim ./kvevents ./route ./cluster ./tokenizer
+CORES := ./policy ./kvindex ./pool ./pool/kube ./workload ./sim ./kvevents ./route ./cluster ./tokenizer
 
 test: deps vet
 	CGO_ENABLED=0 $(GO) build $(CORES)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd deploy && $(GO) test -count=1 -timeout 5m ./...
+
+# A real kube-apiserver and etcd for the Kubernetes discovery test (docs/discovery.md). Not part
+# of deps: kube-apiserver takes ~10-17 minutes to build on two cores. make test runs
+# pool/kube TestAPIServer when they are installed and skips it otherwise; test-kube requires it.
+kube-tools:
+	@bash scripts/install-kube-tools.sh >/dev/null
+
+test-kube: deps kube-tools
+	CONDISAGG_KUBE_E2E=1 $(GO) test -race -count=1 -run 'TestAPIServer|TestWatcher|TestMembers' -v ./pool/kube
 
 test-short: deps
 	$(GO) test -short -count=1 $(PKGS)

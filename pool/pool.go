@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,8 +47,9 @@ type Options struct {
 	HTTPClient *http.Client // default a new client; used by the scrape and the health probes
 	Logger     *slog.Logger // default discards
 	// OnChange, if set, is called after a membership change with the added and removed
-	// workers, outside any lock, on the goroutine that ran New or Resolve (kvevents uses it to
-	// open and close subscriptions and drop a departed worker's index entries).
+	// workers, outside Pool.mu, on the goroutine that ran New, Resolve or SetMembers; calls
+	// are serialised in the order of the changes (kvevents uses it to open and close
+	// subscriptions and drop a departed worker's index entries).
 	OnChange func(added, removed []WorkerInfo)
 }
 
@@ -62,6 +64,12 @@ type Pool struct {
 	log   *slog.Logger
 	onChg func(added, removed []WorkerInfo)
 	kick  chan struct{} // wakes the probe loop (capacity 1: one pending wake-up is enough)
+
+	// discMu serialises membership changes (New, Resolve, SetMembers and their OnChange calls)
+	// and guards resolved and members; it is taken before mu, never while holding it.
+	discMu   sync.Mutex
+	resolved []spec            // the config's workers at the last Resolve (literal IPs at New)
+	members  map[string][]spec // the workers of each discovery source (SetMembers), by source
 
 	mu       sync.RWMutex       // guards everything below and every worker's mutable fields
 	byID     map[string]*worker // discovered workers
@@ -123,6 +131,7 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		onChg:    opts.OnChange,
 		byID:     make(map[string]*worker),
 		bookings: make(map[string]*record),
+		members:  make(map[string][]spec),
 	}
 	if p.res == nil {
 		p.res = net.DefaultResolver
@@ -144,7 +153,10 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		}
 	}
 	p.hp = p.cfg.healthParams()
-	p.apply(want, nil)
+	p.discMu.Lock()
+	defer p.discMu.Unlock()
+	p.resolved = want
+	p.applyLocked()
 	return p, nil
 }
 
@@ -210,7 +222,8 @@ func rewriteHost(raw, dnsHost, ip string) string {
 
 // Resolve re-resolves every DNS-named worker once and applies the membership change: new
 // addresses join, vanished ones leave (their bookings are dropped). A name whose lookup fails
-// keeps its previous workers; the errors are returned joined.
+// keeps its previous workers; the errors are returned joined. Workers of discovery sources
+// (SetMembers) are not touched.
 func (p *Pool) Resolve(ctx context.Context) error {
 	var want []spec
 	var errs []error
@@ -239,19 +252,51 @@ func (p *Pool) Resolve(ctx context.Context) error {
 			want = append(want, newSpecs(wc, wc.Name+"@"+net.JoinHostPort(a, port), a, port, host)...)
 		}
 	}
-	p.apply(want, failed)
+	p.discMu.Lock()
+	defer p.discMu.Unlock()
+	for _, s := range p.resolved {
+		if slices.Contains(failed, s.wc.Name) {
+			want = append(want, s)
+		}
+	}
+	p.resolved = want
+	p.applyLocked()
 	return errors.Join(errs...)
 }
 
-// apply makes the discovered set equal to want, keeping workers of the names in keep.
-func (p *Pool) apply(want []spec, keep []string) {
+// applyLocked makes the registry equal to the config's resolved workers plus every discovery
+// source's; p.discMu must be held.
+func (p *Pool) applyLocked() {
+	want := slices.Clone(p.resolved)
+	for _, src := range slices.Sorted(maps.Keys(p.members)) {
+		want = append(want, p.members[src]...)
+	}
+	p.apply(want)
+}
+
+// apply makes the discovered set equal to want. A worker whose spec changed under the same id
+// (another endpoint, event endpoints, role or capacity) leaves and joins again.
+func (p *Pool) apply(want []spec) {
 	var added, removed []WorkerInfo
 	p.mu.Lock()
 	wantID := make(map[string]bool, len(want))
 	for _, s := range want {
 		wantID[s.id] = true
-		if _, ok := p.byID[s.id]; ok {
+	}
+	for id, w := range p.byID {
+		if wantID[id] {
 			continue
+		}
+		removed = append(removed, p.infoLocked(w))
+		p.removeLocked(w)
+	}
+	for _, s := range want {
+		if w, ok := p.byID[s.id]; ok {
+			if w.sameSpec(s) {
+				continue
+			}
+			removed = append(removed, p.infoLocked(w))
+			p.removeLocked(w)
 		}
 		w := &worker{id: s.id, engine: s.engine, rank: s.rank, dpSize: s.wc.ranks(), name: s.wc.Name, role: s.wc.Role,
 			endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
@@ -268,13 +313,6 @@ func (p *Pool) apply(want []spec, keep []string) {
 		p.publishLocked(w)
 		added = append(added, p.infoLocked(w))
 	}
-	for id, w := range p.byID {
-		if wantID[id] || slices.Contains(keep, w.name) {
-			continue
-		}
-		removed = append(removed, p.infoLocked(w))
-		p.removeLocked(w)
-	}
 	if len(added)+len(removed) > 0 {
 		p.bumpLocked()
 	}
@@ -287,6 +325,13 @@ func (p *Pool) apply(want []spec, keep []string) {
 	if p.onChg != nil && len(added)+len(removed) > 0 {
 		p.onChg(added, removed)
 	}
+}
+
+// sameSpec reports whether w is what s describes, so that re-applying s keeps w.
+func (w *worker) sameSpec(s spec) bool {
+	return w.engine == s.engine && w.rank == s.rank && w.dpSize == s.wc.ranks() && w.name == s.wc.Name &&
+		w.role == s.wc.Role && w.endpoint == s.ep && w.kvEvents == s.ev && w.kvReplay == s.rp &&
+		w.cfgKVCap == s.wc.NumGPUBlocks && w.cfgMNBT == s.wc.MaxNumBatchedTokens
 }
 
 // removeLocked drops w from discovery with all its load; bookings that also touch another

@@ -22,12 +22,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/pool/kube"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/tokenizer"
 )
@@ -56,6 +59,7 @@ type servedModel struct {
 	index   *kvindex.Index
 	streams *eventStreams // nil without --router-kv-events
 	group   *kvzmq.Group
+	watcher *kube.Watcher // nil without discovery.kubernetes entries for the model
 }
 
 // service is one running `condisagg serve`.
@@ -74,6 +78,10 @@ type service struct {
 	startBodyBytes int
 	hooks          serveHooks
 	mu             sync.Mutex // serialises reloads
+	// kube is the Kubernetes API client of discovery.kubernetes and kubeNS the namespace of
+	// its entries that name none; nil without Kubernetes discovery (set by run before build).
+	kube   kubernetes.Interface
+	kubeNS string
 }
 
 // runServe parses the flags, validates the configuration and serves until ctx ends.
@@ -112,6 +120,14 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 		toks[i], err = tokenizer.Load(m.Tokenizer, tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
 		if err != nil {
 			return fmt.Errorf("load tokenizer %s of model %q: %w", m.Tokenizer, m.Name, err)
+		}
+	}
+	if cfg.Kubernetes != nil {
+		// client-go logs through klog: send it to the service's logger.
+		klog.SetSlogLogger(s.log)
+		var err error
+		if s.kube, s.kubeNS, err = kube.NewClient(*cfg.Kubernetes); err != nil {
+			return err
 		}
 	}
 	defer func() {
@@ -185,6 +201,18 @@ func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc se
 	m.pool, err = pool.New(mc.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Logger: s.log, OnChange: onChange})
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", mc.Name, err)
+	}
+	// Discovered workers join and leave m.pool through pool.SetMembers, which calls onChange
+	// as a resolved DNS address does. The metrics exist even without discovery (dashboards).
+	km := kube.NewMetrics(reg)
+	if len(mc.Discovery) > 0 {
+		if s.kube == nil {
+			return nil, fmt.Errorf("model %q: discovery.kubernetes entries without a Kubernetes client", mc.Name)
+		}
+		m.watcher, err = kube.NewWatcher(mc.Discovery, m.pool, kube.Options{Client: s.kube, Namespace: s.kubeNS, Metrics: km, Logger: s.log})
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", mc.Name, err)
+		}
 	}
 	return m, nil
 }
@@ -265,7 +293,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 3+len(s.models)) // three servers and at most one discovery watcher per model
 	failed := func(what string, err error) {
 		if err != nil && ctx.Err() == nil {
 			errs <- fmt.Errorf("%s: %w", what, err)
@@ -274,6 +302,9 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	}
 	for _, m := range s.models {
 		wg.Go(func() { m.pool.Run(ctx) })
+		if m.watcher != nil {
+			wg.Go(func() { failed("kubernetes discovery", m.watcher.Run(ctx)) })
+		}
 	}
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.watchConfig(ctx, hup) })

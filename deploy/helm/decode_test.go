@@ -16,17 +16,21 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	sigsjson "sigs.k8s.io/json"
 )
 
 // apiTypes maps apiVersion/kind to a new value of its Go API type: every kind the chart renders.
 var apiTypes = map[string]func() any{
-	"v1/ConfigMap":                  func() any { return new(corev1.ConfigMap) },
-	"v1/Secret":                     func() any { return new(corev1.Secret) },
-	"v1/Service":                    func() any { return new(corev1.Service) },
-	"apps/v1/Deployment":            func() any { return new(appsv1.Deployment) },
-	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
+	"v1/ConfigMap":                      func() any { return new(corev1.ConfigMap) },
+	"v1/Secret":                         func() any { return new(corev1.Secret) },
+	"v1/Service":                        func() any { return new(corev1.Service) },
+	"v1/ServiceAccount":                 func() any { return new(corev1.ServiceAccount) },
+	"rbac.authorization.k8s.io/v1/Role": func() any { return new(rbacv1.Role) },
+	"rbac.authorization.k8s.io/v1/RoleBinding":            func() any { return new(rbacv1.RoleBinding) },
+	"apps/v1/Deployment":                                  func() any { return new(appsv1.Deployment) },
+	"policy/v1/PodDisruptionBudget":                       func() any { return new(policyv1.PodDisruptionBudget) },
 	"monitoring.coreos.com/v1/ServiceMonitor":             func() any { return new(monitoringv1.ServiceMonitor) },
 	"monitoring.coreos.com/v1/PrometheusRule":             func() any { return new(monitoringv1.PrometheusRule) },
 	"networking.istio.io/v1/Gateway":                      func() any { return new(istiov1.Gateway) },

@@ -51,6 +51,7 @@ func variants() []variant {
 		{name: "envoy_gateway", values: []string{"common.yaml", "envoy-gateway.yaml"}},
 		{name: "admin_grpc_exposed", values: []string{"common.yaml"}, set: []string{"admin.grpc.expose=true"}},
 		{name: "existing_token_secret", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=ops-token", "admin.token.secretKey=bearer"}},
+		{name: "kubernetes_discovery", values: []string{"common.yaml", "discovery.yaml"}},
 	}
 }
 

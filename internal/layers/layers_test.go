@@ -40,7 +40,9 @@ var allowed = map[string][]string{
 	"internal/repo":        {},
 	"internal/flaglist":    {},
 	"internal/adminclient": {"proto/condisagg/v1"},
-	"internal/serveconfig": {"extproc", "policy", "pool"},
+	"internal/serveconfig": {"extproc", "policy", "pool", "pool/kube"},
+	"internal/kubeapi":     {"internal/proc", "internal/repo"},
+	"pool/kube":            {"pool"},
 	"internal/proc":        {},
 	"internal/importcheck": {},
 	"internal/leakcheck":   {},
@@ -51,7 +53,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "policy", "kvindex", "pool", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "policy", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
 
 type pkg struct {
 	path    string

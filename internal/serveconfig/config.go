@@ -17,6 +17,7 @@ import (
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/pool/kube"
 )
 
 // File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
@@ -80,6 +81,11 @@ type File struct {
 		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
 	Workers []pool.WorkerConfig `yaml:"workers"`
+	// Discovery finds workers at run time, beside (or instead of) the static workers.
+	Discovery struct {
+		// Kubernetes watches EndpointSlices by label selector (pool/kube).
+		Kubernetes *kube.Config `yaml:"kubernetes"`
+	} `yaml:"discovery"`
 }
 
 // config is the validated configuration of `serve`.
@@ -104,6 +110,9 @@ type Config struct {
 	UnknownModel string // reject or passthrough
 	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
 	DecisionConcurrency int
+	// Kubernetes is discovery.kubernetes with defaults (its client settings and every entry;
+	// each model's entries are in Model.Discovery); nil without Kubernetes discovery.
+	Kubernetes *kube.Config
 }
 
 // Flags are the command-line flags of serve; names follow Dynamo's router flags.
@@ -316,7 +325,9 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	mfs, prefixes, err := modelsOf(fc)
 	errs = append(errs, err)
 	mfs = withModelDefaults(mfs)
-	pc, err := policyConfig(fc, mfs, disaggJSON)
+	disc, kc := discoveryOf(fc, mfs, len(fc.Models) > 0, &errs)
+	c.Kubernetes = kc
+	pc, err := policyConfig(fc, mfs, disc, disaggJSON)
 	errs = append(errs, err)
 	shadow, err := shadowConfig(fc, pc)
 	errs = append(errs, err)
@@ -330,7 +341,7 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
 		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
 	errs = append(errs, c.Settings.Validate())
-	c.Models = buildModels(fc, mfs, prefixes, &errs)
+	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
 	if len(c.Models) > 0 {
 		c.Tokenizer, c.CacheSegments, c.Pool = c.Models[0].Tokenizer, c.Models[0].CacheSegments, c.Models[0].Pool
 	}
@@ -351,7 +362,7 @@ func poolConfig(fc *File, workers []pool.WorkerConfig, blockSize int) pool.Confi
 
 // policyConfig builds and validates the policy configuration; its block size is the first
 // model's (route gives each model a copy with its own).
-func policyConfig(fc File, models []ModelFile, disaggJSON *string) (policy.Config, error) {
+func policyConfig(fc File, models []ModelFile, disc [][]kube.Entry, disaggJSON *string) (policy.Config, error) {
 	pc := policy.DefaultConfig()
 	pc.Enabled, pc.RouterMode, pc.KVEvents = fc.Router.ConditionalDisagg, fc.Router.Mode, fc.Router.KVEvents
 	pc.Selection, pc.Silence = fc.Router.Selection, fc.Router.Silence
@@ -361,6 +372,7 @@ func policyConfig(fc File, models []ModelFile, disaggJSON *string) (policy.Confi
 			pc.BlockSize = m.BlockSize
 		}
 		all = append(all, m.Workers...)
+		all = append(all, discoveredRoles(disc[i])...)
 	}
 	pc.DistinctPools = distinctPools(all)
 	if fc.Router.QueueThreshold != nil {

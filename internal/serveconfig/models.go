@@ -9,6 +9,7 @@ import (
 
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/pool/kube"
 )
 
 // defaultCacheSegments is a model's tokenizer segment cache when cache_segments is not given.
@@ -50,6 +51,8 @@ type Model struct {
 	CacheSegments int
 	LoRAAdapters  []string
 	Pool          pool.Config // the model's workers; Pool.BlockSize is the model's block size
+	// Discovery are the discovery.kubernetes entries of this model (with defaults).
+	Discovery []kube.Entry
 }
 
 // modelsOf returns the file's models (the single-model form as one model) with their field
@@ -105,7 +108,7 @@ func withModelDefaults(ms []ModelFile) []ModelFile {
 // buildModels validates every model (field/value/rule errors appended to errs, prefixed by
 // the model's field) and returns them. Names, adapter names, worker names and worker
 // endpoints are unique across models.
-func buildModels(fc File, ms []ModelFile, prefixes []string, errs *[]error) []Model {
+func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry, errs *[]error) []Model {
 	bad := func(field string, value any, rule string) {
 		*errs = append(*errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
 	}
@@ -147,8 +150,8 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, errs *[]error) []Mo
 		if named {
 			wf = f + ".workers"
 		}
-		if len(m.Workers) == 0 {
-			bad(wf, "[]", "must list at least one decode worker")
+		if len(m.Workers) == 0 && len(disc[i]) == 0 {
+			bad(wf, "[]", "must list at least one decode worker (or discover workers with discovery.kubernetes)")
 		}
 		for j, w := range m.Workers {
 			wfj := wf + "[" + strconv.Itoa(j) + "]"
@@ -170,7 +173,7 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, errs *[]error) []Mo
 			*errs = append(*errs, err)
 		}
 		out = append(out, Model{Name: m.Name, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
-			CacheSegments: *m.CacheSegments, LoRAAdapters: m.LoRAAdapters, Pool: pc})
+			CacheSegments: *m.CacheSegments, LoRAAdapters: m.LoRAAdapters, Pool: pc, Discovery: disc[i]})
 	}
 	return out
 }

@@ -40,6 +40,9 @@ func RestartNeeded(old, cur *Config) string {
 		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
 		fields = append(fields, "listeners/tls")
 	}
+	if !reflect.DeepEqual(old.Kubernetes, cur.Kubernetes) {
+		fields = append(fields, "discovery")
+	}
 	if old.DecisionConcurrency != cur.DecisionConcurrency {
 		fields = append(fields, "decision_concurrency")
 	}

@@ -82,8 +82,36 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- $_ := set $model "tokenizer" .Values.model.tokenizerPath -}}
 {{- $_ := set $c "model" $model -}}
-{{- if not $c.workers -}}
-{{- fail "config.workers: list at least one decode worker (Kubernetes discovery is not built yet)" -}}
+{{- if and (not $c.workers) (not (include "condisagg.kubeDiscovery" .)) -}}
+{{- fail "config.workers: list at least one decode worker, or discover them with config.discovery.kubernetes" -}}
 {{- end -}}
 {{- toYaml $c -}}
+{{- end -}}
+
+{{/* The router's ServiceAccount. */}}
+{{- define "condisagg.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "condisagg.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the serve config has Kubernetes discovery (config.discovery.kubernetes). */}}
+{{- define "condisagg.kubeDiscovery" -}}
+{{- $d := default dict .Values.config.discovery -}}
+{{- if $d.kubernetes -}}true{{- end -}}
+{{- end -}}
+
+{{/* The namespaces Kubernetes discovery watches, comma-separated and sorted: each entry's
+namespace, else discovery.kubernetes.namespace, else the release namespace. */}}
+{{- define "condisagg.discoveryNamespaces" -}}
+{{- $k := .Values.config.discovery.kubernetes -}}
+{{- $default := default .Release.Namespace $k.namespace -}}
+{{- $ns := list -}}
+{{- range $e := (default list $k.workers) -}}
+{{- $ns = append $ns (default $default $e.namespace) -}}
+{{- end -}}
+{{- if not $ns -}}{{- $ns = list $default -}}{{- end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
 {{- end -}}

@@ -1,0 +1,11 @@
+// Command etcd is the etcd server (go.etcd.io/etcd/server/v3/etcdmain) at the version
+// kube-apiserver is built against.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
