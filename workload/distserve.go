@@ -23,11 +23,11 @@ type MixConfig struct {
 	CodeInput, CodeOutput LogNormal
 }
 
-// DistServeMix is the preset: 2,000 requests at 6 req/s, 70% chat (ShareGPT-like: input
+// DistServeMix is the preset: 6,000 requests at 60 req/s, 70% chat (ShareGPT-like: input
 // median ~600 tokens, output median ~350, both long-tailed) and 30% code completion
 // (HumanEval-like: input ~160, output ~120). The figures are of that shape, not a trace.
 func DistServeMix() MixConfig {
-	return MixConfig{Requests: 2000, Rate: 6, ChatShare: 0.7,
+	return MixConfig{Requests: 6000, Rate: 60, ChatShare: 0.7,
 		ChatInput: LogNormal{Mu: math.Log(600), Sigma: 0.8, Max: 4000}, ChatOutput: LogNormal{Mu: math.Log(350), Sigma: 0.6, Max: 2000},
 		CodeInput: LogNormal{Mu: math.Log(160), Sigma: 0.4, Max: 1000}, CodeOutput: LogNormal{Mu: math.Log(120), Sigma: 0.5, Max: 800}}
 }

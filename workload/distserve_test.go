@@ -13,7 +13,7 @@ func TestDistServeMix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reqs) != 2000 {
+	if len(reqs) != 6000 {
 		t.Fatalf("%d requests", len(reqs))
 	}
 	ids := map[uint64]bool{}
@@ -29,8 +29,8 @@ func TestDistServeMix(t *testing.T) {
 	if med := outs[len(outs)/2]; med < 150 || med > 400 {
 		t.Fatalf("output median %d, want between the code (120) and chat (350) medians", med)
 	}
-	if rate := float64(len(reqs)) / reqs[len(reqs)-1].Arrival.Seconds(); rate < 5 || rate > 7 {
-		t.Fatalf("rate %.2f req/s, want ~6", rate)
+	if rate := float64(len(reqs)) / reqs[len(reqs)-1].Arrival.Seconds(); rate < 55 || rate > 65 {
+		t.Fatalf("rate %.2f req/s, want ~60", rate)
 	}
 	bad := DistServeMix()
 	bad.Requests, bad.ChatShare, bad.CodeOutput.Sigma = 0, 2, -1
