@@ -43,6 +43,7 @@ type Entry struct {
 	RequestID string // x-request-id ("" when the request had none)
 	Model     string // Outcome.Model
 	LoRA      string // Outcome.LoRA
+	Placement Placement
 	Record    Record
 	Inputs    policy.Inputs // every input of the policy (zero for fallbacks)
 	Latency   time.Duration // the pipeline's stages summed
@@ -124,6 +125,7 @@ func (r *Recent) Add(at time.Time, requestID string, out *Outcome) {
 		return
 	}
 	seq := r.next.Add(1)
+	p := PlacementOf(out)
 	var lat time.Duration
 	for _, d := range out.Stages {
 		lat += d
@@ -133,11 +135,11 @@ func (r *Recent) Add(at time.Time, requestID string, out *Outcome) {
 	// A writer descheduled between its increment and here may find a newer entry (a ring
 	// later) already in its slot: the newer one stays.
 	if s.e.Seq < seq {
-		s.e = Entry{Seq: seq, At: at, RequestID: requestID, Model: out.Model, LoRA: out.LoRA,
+		s.e = Entry{Seq: seq, At: at, RequestID: requestID, Model: out.Model, LoRA: out.LoRA, Placement: p,
 			Record: out.Record(), Inputs: out.Decision.Inputs, Latency: lat}
 	}
 	s.mu.Unlock()
-	r.count(at, PlacementOf(out))
+	r.count(at, p)
 }
 
 // count adds one decision of placement p to the bucket of at.
@@ -191,6 +193,14 @@ func (r *Recent) Total() uint64 {
 		return 0
 	}
 	return r.next.Load()
+}
+
+// Size is how many decisions the ring keeps.
+func (r *Recent) Size() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.slots)
 }
 
 // Bucket is the width of a mix bucket.
