@@ -111,7 +111,7 @@ function workerRow(now, w) {
     el("td", null, w.role), el("td", null, w.endpoint), healthCell,
     el("td", {class: "num"}, num(w.booked.requests)), el("td", {class: "num"}, num(w.booked.prefill_tokens)),
     el("td", {class: "num"}, num(w.booked.decode_blocks)), el("td", {class: "num"}, cap),
-    el("td", null, scraped), el("td", {class: "num"}, usage), el("td", {class: "indexed num"}, indexed),
+    el("td", {class: "scraped"}, scraped), el("td", {class: "num"}, usage), el("td", {class: "indexed num"}, indexed),
     el("td", {class: "events"}, events));
 }
 
@@ -125,7 +125,8 @@ function renderMix(mix) {
   const minutes = Math.round(n * mix.bucket_seconds / 60);
   document.getElementById("mix-window").textContent = "last " + minutes + " min, " + mix.bucket_seconds + " s buckets";
   const W = 1000, H = 160, pad = 18;
-  const max = Math.max(1, ...mix.buckets.map((b) => colors.reduce((s, p) => s + (b.counts[p] || 0), 0)));
+  const sums = mix.buckets.map((b) => colors.reduce((s, p) => s + (b.counts[p] || 0), 0));
+  const max = Math.max(1, ...sums);
   const chart = svg("svg", {viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img",
     "aria-label": "decisions per bucket by placement"});
   const bw = W / n;
@@ -145,8 +146,13 @@ function renderMix(mix) {
     }
   });
   const top = svg("text", {x: 4, y: 12});
-  top.textContent = max + " per bucket";
+  top.textContent = sums.some((n) => n > 0) ? "up to " + max + " per bucket" : "no decisions in this window";
   chart.append(top);
+  const from = svg("text", {x: 4, y: H - 4});
+  from.textContent = "−" + minutes + " min";
+  const to = svg("text", {x: W - 4, y: H - 4, "text-anchor": "end"});
+  to.textContent = "now";
+  chart.append(from, to);
   document.getElementById("mix").replaceChildren(chart);
 }
 
