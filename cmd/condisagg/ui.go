@@ -72,7 +72,7 @@ func (s *service) uiState(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("decisions"); q != "" {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 0 || n > route.MaxRecentDecisions {
-			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, 65536]", http.StatusBadRequest)
+			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(route.MaxRecentDecisions)+"]", http.StatusBadRequest)
 			return
 		}
 		limit = n
