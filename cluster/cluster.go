@@ -50,9 +50,13 @@ type reqState struct {
 	output  []uint32
 	booking string
 	decode  int32 // engine index
-	last    time.Duration
-	n       int
-	res     *workload.Result
+	whole   bool  // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
+	// route and the slo policy's uncorrected forecasts (ms; 0 = none) for the controller.
+	route                      policy.Route
+	forecastTTFT, forecastTPOT float64
+	last                       time.Duration
+	n                          int
+	res                        *workload.Result
 }
 
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
@@ -156,6 +160,12 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		Now: func() time.Time { return Epoch.Add(c.now) }})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if cfg.Shadow != nil {
+		sc := cfg.shadowConfig()
+		if err := c.router.SetShadow(&sc); err != nil {
+			return nil, fmt.Errorf("cluster: shadow: %w", err)
+		}
 	}
 	c.state = make([]reqState, len(reqs))
 	for i := range reqs {

@@ -280,3 +280,71 @@ func TestRunTooLongRequestFails(t *testing.T) {
 		t.Fatalf("results %+v residual %d", rep.Results, rep.ResidualLoad)
 	}
 }
+
+// TestShadowReplay: a run with a candidate config routes exactly as the run without it, and
+// reports how often the candidate would have agreed: "what would config X have done on this
+// traffic".
+func TestShadowReplay(t *testing.T) {
+	reqs := traceHead(t, 120)
+	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 2, Disagg: policy.DefaultDisagg()}
+	plain, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := policy.DefaultDisagg()
+	cand.Policy = policy.SLOKind
+	cfg.Shadow = &cand
+	with, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plain.Decisions {
+		if plain.Decisions[i] != with.Decisions[i] {
+			t.Fatalf("request %d: the shadow changed the decision: %+v vs %+v", i, plain.Decisions[i], with.Decisions[i])
+		}
+	}
+	st := with.Shadow
+	if plain.Shadow != nil || st == nil || st.Decisions != uint64(len(reqs)) || st.SameRoute > st.Decisions || st.Forecasts == 0 {
+		t.Fatalf("shadow stats %+v (plain %+v)", st, plain.Shadow)
+	}
+	cand.Policy = "fast"
+	if _, err := Run(context.Background(), cfg, reqs, Options{}); err == nil || !strings.Contains(err.Error(), "shadow") {
+		t.Fatalf("a bad candidate: %v", err)
+	}
+}
+
+// TestSLOControllerUnderLoadStep: the slo policy's closed loop in the simulator, on a trace
+// whose second half arrives four times faster (a step change in load). Every request
+// completes, every booking is released, and no loop of the controller changes its correction
+// more than ten times or turns back more than twice (hysteresis: no oscillation).
+func TestSLOControllerUnderLoadStep(t *testing.T) {
+	reqs := traceHead(t, 400)
+	half := reqs[200].Arrival
+	for i := 200; i < len(reqs); i++ {
+		reqs[i].Arrival = half + (reqs[i].Arrival-half)/4
+	}
+	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 3, Disagg: policy.DefaultDisagg()}
+	cfg.Disagg.Policy = policy.SLOKind
+	cfg.Disagg.Cost = model(t)
+	cfg.Disagg.CostModel = cfg.Disagg.Cost.Name
+	rep, err := Run(context.Background(), cfg, reqs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := rep.Feedback
+	if rep.ResidualLoad != 0 {
+		t.Fatalf("residual load %d", rep.ResidualLoad)
+	}
+	samples := 0
+	for _, f := range fb {
+		samples += f.Samples
+		if f.Reversals > 2 || f.Updates > 10 {
+			t.Errorf("%s %s: %d correction changes, %d of them reversals, over %d samples (ratio %.2f, factor %.2f): oscillating",
+				f.Route, f.Metric, f.Updates, f.Reversals, f.Samples, f.Ratio, f.Factor)
+		}
+	}
+	if samples < len(reqs) {
+		t.Fatalf("the controller saw %d samples for %d requests: %+v", samples, len(reqs), fb)
+	}
+	t.Logf("controller: %+v", fb)
+}

@@ -38,6 +38,9 @@ type Config struct {
 	Mode   Mode
 	// Disagg is --router-conditional-disagg-config for Mode Conditional (see policy.DefaultDisagg).
 	Disagg policy.Disagg
+	// Shadow is a candidate policy object that decides beside the router's on every request
+	// without routing (route.Router.SetShadow); Report.Shadow holds the agreement. nil: none.
+	Shadow *policy.Disagg
 	// QueueThreshold is --router-queue-threshold; a load policy with neither it nor
 	// Disagg.PrefillBusyThreshold set uses DefaultPrefillBusyThreshold.
 	QueueThreshold policy.Threshold
@@ -122,7 +125,35 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.Shadow != nil {
+		sc := c.shadowConfig()
+		if err := sc.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster config: shadow: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// shadowConfig is the candidate's policy configuration: c's own with the feature on and
+// Shadow's policy object (θp defaulted as for the live one).
+func (c Config) shadowConfig() policy.Config {
+	s := c
+	s.Mode, s.Disagg = Conditional, *c.Shadow
+	if s.Disagg.Policy == policy.SLOKind && s.Disagg.Cost.Name == "" {
+		s.Disagg.Cost = engineModel(s.Engine)
+		s.Disagg.CostModel = s.Disagg.Cost.Name
+	}
+	return s.policyConfig()
+}
+
+// engineModel is the cost model the engines run (sim's default when none is set): an slo
+// policy without its own cost_model forecasts with the simulator's own coefficients.
+func engineModel(e sim.Config) sim.CostModel {
+	if e.Model.Name != "" {
+		return e.Model
+	}
+	m, _ := sim.PerfModel(sim.DefaultPerfModel) // a listed name
+	return m
 }
 
 // policyConfig is the router's policy configuration for c's mode.

@@ -32,4 +32,9 @@ type Report struct {
 	// ResidualLoad sums every worker's booked prefill tokens, decode blocks and requests after
 	// the run; it is 0 when every booking was released.
 	ResidualLoad int64
+	// Shadow is the candidate's agreement with the router over the run (Config.Shadow); nil
+	// without one.
+	Shadow *route.ShadowStats `json:",omitempty"`
+	// Feedback is the slo policy's controller at the end of the run (nil for other policies).
+	Feedback []route.FeedbackState `json:",omitempty"`
 }

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -27,9 +29,18 @@ func (c *Cluster) arrive(i int) {
 		return
 	}
 	st.booking = out.BookingID
+	st.route = out.Route
+	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
+		st.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
+		st.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
+	}
 	c.record(i, &out)
-	if out.Route == policy.RouteDecode {
+	switch out.Route {
+	case policy.RouteDecode:
 		c.addDecode(i, c.byID[out.Decode.ID], false)
+		return
+	case policy.RoutePrefillLocal:
+		c.addDecode(i, c.byID[out.Prefill.ID], false) // the prefill engine decodes too
 		return
 	}
 	st.decode = c.byID[out.Decode.ID]
@@ -69,6 +80,20 @@ func (c *Cluster) release(i int32, prefillOnly bool) {
 	}
 }
 
+// prefillDone ends remote request i's prefill entry when its prefill leg ends, as extproc does
+// when the sidecar's response headers report the leg over: the prefill worker is free now,
+// whatever queue the decode side holds the request in.
+func (c *Cluster) prefillDone(i int32) {
+	st := &c.state[i]
+	if st.booking == "" {
+		return
+	}
+	c.router.ReleasePrefill(st.booking)
+	if c.opts.Trace != nil {
+		c.opts.Trace(Op{Kind: OpPrefillDone, At: c.now, Index: int(i), Booking: st.booking})
+	}
+}
+
 // fail ends request i with an error and releases whatever it booked.
 func (c *Cluster) fail(i int, err error) {
 	st := &c.state[i]
@@ -89,7 +114,7 @@ func (c *Cluster) completed() {
 // remote prefill, one whose KV arrives by transfer.
 func (c *Cluster) addDecode(i int, d int32, remote bool) {
 	st := &c.state[i]
-	st.decode = d
+	st.decode, st.whole = d, !remote
 	out := st.output
 	req := sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: max(c.reqs[i].OutputTokens, 1),
 		RemotePrefill: remote, Output: func(k int) uint32 {
@@ -113,9 +138,10 @@ func (c *Cluster) addDecode(i int, d int32, remote bool) {
 // requests and KV events.
 func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 	en := c.engines[i]
-	if en.decode {
-		for _, tok := range res.Tokens {
-			c.token(en.reqs[tok.ID], tok.Index)
+	for _, tok := range res.Tokens {
+		// A prefill engine's own token of a remote prefill is not the client's.
+		if idx, ok := en.reqs[tok.ID]; ok && (en.decode || c.state[idx].whole) {
+			c.token(idx, tok.Index)
 		}
 	}
 	for _, f := range res.Finished {
@@ -125,16 +151,20 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		delete(en.reqs, f.ID)
 		st := &c.state[idx]
-		if !en.decode {
+		if !en.decode && !st.whole {
 			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
+			c.prefillDone(idx)
 			c.addDecode(int(idx), st.decode, true)
 			continue
 		}
-		if st.res.Route == "decode" {
+		if st.whole {
 			st.res.CachedTokens = f.CachedTokens
 		}
 		st.res.E2E = st.last - st.res.Arrival
 		st.res.OutputTokens = st.n
+		if tpot, ok := st.res.TPOT(); ok && st.forecastTPOT > 0 {
+			c.router.ObserveLatency(st.route, route.MetricTPOT, st.forecastTPOT, toMS(tpot))
+		}
 		c.release(idx, false)
 		c.completed()
 	}
@@ -146,6 +176,9 @@ func (c *Cluster) token(idx int32, k int) {
 	st := &c.state[idx]
 	if k == 0 {
 		st.res.TTFT = c.now - st.res.Arrival
+		if st.forecastTTFT > 0 {
+			c.router.ObserveLatency(st.route, route.MetricTTFT, st.forecastTTFT, toMS(st.res.TTFT))
+		}
 		c.release(idx, true)
 	} else {
 		st.res.Gaps = append(st.res.Gaps, c.now-st.last)
@@ -193,6 +226,13 @@ func (c *Cluster) apply(id string, kind sim.EventKind, hashes []uint64, parent u
 // finish fills the report's totals.
 func (c *Cluster) finish() *Report {
 	rep := c.rep
+	if c.cfg.Shadow != nil {
+		st := c.router.ShadowStats()
+		rep.Shadow = &st
+	}
+	if c.pcfg.Disagg.Policy == policy.SLOKind {
+		rep.Feedback = c.router.Feedback()
+	}
 	first := never
 	if len(c.reqs) > 0 {
 		first = c.reqs[0].Arrival
@@ -221,3 +261,5 @@ func (c *Cluster) finish() *Report {
 	}
 	return rep
 }
+
+func toMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -19,6 +19,9 @@ const (
 	OpRelease
 	// OpEvent: engine Worker published a KV event that reached the index.
 	OpEvent
+	// OpPrefillDone: the prefill leg of remote request Index ended (the sidecar's
+	// x-condisagg-prefill-ms on the response headers); its prefill entry ended.
+	OpPrefillDone
 )
 
 // Op is one operation of a run on the router or the index, at virtual time At. Replaying the

@@ -65,6 +65,11 @@ func testMultiTurn(t *testing.T, s *Stack, env *envoy.Process, seed uint64) {
 		t.Fatalf("turn 1: decision %q, usage prompt_tokens %d; want a fresh prompt over %d tokens", r1.Decision.Raw, r1.PromptTokens, effISLThreshold)
 	}
 	d := remoteDecode(t, s, delta)
+	// pd-sidecar reported the end of the prefill leg on the response headers, where condisagg
+	// ended the prefill booking (condisagg_prefill_leg_seconds counts it).
+	if n, err := s.metric(ctx, "http://"+s.AdminAddr+"/metrics", "condisagg_prefill_leg_seconds_count"); err != nil || n < 1 {
+		t.Fatalf("condisagg_prefill_leg_seconds_count = %v (%v) after a remote request; want >= 1", n, err)
+	}
 	body2 := ChatBody(nextTurn(msgs, r1.Text, seed+1, 200), maxTokens)
 	fullBlocks := int64(r1.Decision.ISL / blockSize)
 	ex := waitExplain(t, ctx, s, body2, func(ex *condisaggv1.ExplainResponse) bool { return overlapOn(ex, d) >= fullBlocks })

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/route"
 	"time"
 
@@ -32,7 +33,9 @@ type AdminOptions struct {
 	Streams StreamReporter // nil: no worker has an event stream
 	// Reload re-reads and applies the configuration file; nil: ReloadConfig is unavailable.
 	Reload func(ctx context.Context) error
-	Now    func() time.Time // default time.Now
+	// Promote makes the shadow candidate live (ReloadConfig{promote_shadow}); nil: unavailable.
+	Promote func(ctx context.Context) error
+	Now     func() time.Time // default time.Now
 }
 
 // Admin implements condisagg.v1.Admin.
@@ -98,6 +101,16 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 	if in.Err != nil {
 		resp.Inputs.Error = in.Err.Error()
 	}
+	if in.Policy == policy.SLOKind {
+		resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
+		for _, r := range policy.Routes() {
+			e := in.Estimates[r]
+			resp.Inputs.Estimates = append(resp.Inputs.Estimates, &condisaggv1.PlacementEstimate{Placement: r.String(),
+				Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
+				ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),
+				TransferTokens: int64(e.TransferTokens), TtftFactor: e.TTFTFactor, TpotFactor: e.TPOTFactor})
+		}
+	}
 	for _, o := range out.Overlaps {
 		resp.Overlaps = append(resp.Overlaps, &condisaggv1.WorkerOverlap{Worker: string(o.Worker),
 			GpuBlocks: int64(o.GPU), CpuBlocks: int64(o.CPU), DiskBlocks: int64(o.Disk)})
@@ -144,7 +157,16 @@ func (a *Admin) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*
 }
 
 // ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.
-func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+func (a *Admin) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+	if req.GetPromoteShadow() {
+		if a.opts.Promote == nil {
+			return nil, adminStatus(errNoReload)
+		}
+		if err := a.opts.Promote(ctx); err != nil {
+			return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
+		}
+		return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "shadow config promoted: live until the next reload from the file"}, nil
+	}
 	if a.opts.Reload == nil {
 		return nil, adminStatus(errNoReload)
 	}
@@ -152,4 +174,25 @@ func (a *Admin) ReloadConfig(ctx context.Context, _ *condisaggv1.ReloadConfigReq
 		return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
 	}
 	return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "configuration reloaded"}, nil
+}
+
+// Shadow reports the candidate config's agreement with the live one.
+func (a *Admin) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisaggv1.ShadowResponse, error) {
+	st := a.opts.Router.ShadowStats()
+	resp := &condisaggv1.ShadowResponse{LiveConfig: a.opts.Router.Policy().Disagg.String(), CandidateConfig: st.Config,
+		Decisions: st.Decisions, SameRoute: st.SameRoute, SameWorkers: st.SameWorkers,
+		CandidateReasons: st.ByReason, Forecasts: st.Forecasts}
+	for _, l := range policy.Routes() {
+		for _, c := range policy.Routes() {
+			if n := st.ByRoute[l][c]; n > 0 {
+				resp.Pairs = append(resp.Pairs, &condisaggv1.RoutePair{LiveRoute: l.String(), CandidateRoute: c.String(), Count: n})
+			}
+		}
+	}
+	if st.Forecasts > 0 {
+		n := float64(st.Forecasts)
+		resp.LiveTtftMsMean, resp.CandidateTtftMsMean = st.LiveTTFTmsSum/n, st.ShadowTTFTmsSum/n
+		resp.LiveHeadroomMean, resp.CandidateHeadroomMean = st.LiveHeadroomSum/n, st.ShadowHeadroomSum/n
+	}
+	return resp, nil
 }

@@ -42,6 +42,8 @@ type exchange struct {
 	ep        route.Endpoint
 	requestID string // x-request-id, for logs
 	strip     []string
+	slo       policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
+	sloErr    error      // an unreadable objective header: the request gets 400
 	subset    []string
 	hasSubset bool
 	body      []byte
@@ -159,6 +161,15 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
 			method = headerValue(hv)
 		case "x-request-id":
 			x.requestID = headerValue(hv)
+		case HeaderSLOTTFT, HeaderSLOTPOT:
+			d, err := policy.ParseMillis(headerValue(hv))
+			if err != nil {
+				x.sloErr = fmt.Errorf("%w: header %s: %w", route.ErrInvalidBody, key, err)
+			} else if key == HeaderSLOTTFT {
+				x.slo.TTFT = d
+			} else {
+				x.slo.TPOT = d
+			}
 		default:
 			if strings.HasPrefix(key, "x-condisagg-") && !contains(x.strip, key) {
 				x.strip = append(x.strip, key)
@@ -300,7 +311,10 @@ func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
 		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrInternal, err) // the stream went away
 	}
 	defer x.srv.slots.release()
-	return x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset})
+	if x.sloErr != nil {
+		return route.Outcome{}, x.sloErr
+	}
+	return x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset, SLO: x.slo})
 }
 
 // routedResponse records a routing outcome and builds its response; body, when not nil, is
@@ -351,17 +365,20 @@ func (x *exchange) bodyModeMisconfig() {
 // responseHeaders observes the upstream status and answers at once.
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
 	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
-	code := 0
-	contentType := ""
+	rh := responseHead{prefillMs: -1}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch strings.ToLower(hv.GetKey()) {
 		case ":status":
-			code, _ = strconv.Atoi(headerValue(hv))
+			rh.code, _ = strconv.Atoi(headerValue(hv))
 		case "content-type":
-			contentType = headerValue(hv)
+			rh.contentType = headerValue(hv)
+		case headerPrefillMs:
+			if ms, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && ms >= 0 {
+				rh.prefillMs = ms
+			}
 		}
 	}
-	x.resp.headers(x, code, contentType, h.GetEndOfStream())
+	x.resp.headers(x, rh, h.GetEndOfStream())
 	if x.routed && x.set.DebugHeaders {
 		return x.one(responseHeadersResponse(decisionText(&x.out)))
 	}

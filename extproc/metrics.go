@@ -27,6 +27,8 @@ type Metrics struct {
 	UpstreamErrors   *prometheus.CounterVec   // route, code
 	Cancelled        prometheus.Counter       // streams that ended before their response did
 	FirstTokenSecs   *prometheus.HistogramVec // route: decision to first token
+	PrefillLegSecs   prometheus.Histogram     // the sidecar's prefill leg (X-Condisagg-Prefill-Ms)
+	ShadowDecisions  *prometheus.CounterVec   // live_route, shadow_route, shadow_reason, same_workers
 	UsageTokens      *prometheus.CounterVec   // route, kind: prompt, completion, cached
 	CachedError      prometheus.Histogram     // bypass: usage cached_tokens − router cached(d)
 	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
@@ -80,6 +82,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FirstTokenSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "condisagg_time_to_first_token_seconds",
 			Help: "Time from the decision to the first token event.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)},
 			[]string{"route"}),
+		PrefillLegSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_prefill_leg_seconds",
+			Help:    "Remote path: the prefill leg's duration as the sidecar reports it on the response; the prefill booking ends then.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		ShadowDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_shadow_decisions_total",
+			Help: "Requests the candidate config (router.shadow_disagg_config) decided beside the live one, by both routes, the candidate's reason and whether it chose the same workers."},
+			[]string{"live_route", "shadow_route", "shadow_reason", "same_workers"}),
 		UsageTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_usage_tokens_total",
 			Help: "Tokens reported in answer usage, by route and kind."}, []string{"route", "kind"}),
 		CachedError: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_cached_tokens_error",
@@ -110,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.BufferedBytes, m.IdleTimeouts, m.DecisionWait, m.QueueTimeouts, m.ProtocolErrors, m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
-		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.UsageTokens, m.CachedError, m.SSEOverflow,
+		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.PrefillLegSecs, m.ShadowDecisions, m.UsageTokens, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers, m.UnknownModel)
 	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
@@ -123,6 +131,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) decided(pol policy.Kind, out *route.Outcome) {
 	rt := out.Route.String()
 	m.Decisions.WithLabelValues(string(pol), rt, out.Reason).Inc()
+	if sh := out.Shadow; sh != nil {
+		m.ShadowDecisions.WithLabelValues(rt, sh.Route.String(), sh.Reason.String(), strconv.FormatBool(sh.SameWorkers)).Inc()
+	}
 	if out.UnknownModel {
 		m.UnknownModel.WithLabelValues("passthrough").Inc()
 	}

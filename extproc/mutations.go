@@ -15,7 +15,12 @@ import (
 
 // Header names of the contract (ARCHITECTURE §2).
 const (
+	// HeaderRoute is the Envoy cluster the request goes to ("prefill" or "decode"): the route
+	// table matches on it. HeaderPlacement says what runs where: "prefill" (remote prefill,
+	// then decode), "decode" (local prefill on the decode worker) or "prefill_local" (the
+	// whole request on the prefill worker, which HeaderDecodeHost then names).
 	HeaderRoute        = "x-condisagg-route"
+	HeaderPlacement    = "x-condisagg-placement"
 	HeaderDestination  = "x-gateway-destination-endpoint"
 	HeaderDecodeHost   = "x-condisagg-decode-host"
 	HeaderPrefillHost  = "x-condisagg-prefill-host"
@@ -31,6 +36,10 @@ const (
 	HeaderDecodeRank  = "x-condisagg-decode-rank"
 	HeaderPrefillRank = "x-condisagg-prefill-rank"
 	HeaderError       = "x-condisagg-error"
+	// HeaderSLOTTFT and HeaderSLOTPOT are a client's own latency objective in milliseconds,
+	// read by the slo policy (other policies ignore them); passed upstream unchanged.
+	HeaderSLOTTFT = "x-slo-ttft-ms"
+	HeaderSLOTPOT = "x-slo-tpot-ms"
 	// MetadataNamespace carries the destination as dynamic metadata (GIE endpoint picker).
 	MetadataNamespace = "envoy.lb"
 	// SubsetNamespace and SubsetKey carry the gateway's subset hint.
@@ -117,13 +126,20 @@ func stripResponse(strip []string) *extprocv3.ProcessingResponse {
 // the buffered body here.
 func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string, body []byte, fullDuplex bool) *extprocv3.ProcessingResponse {
 	dest := out.Destination().Endpoint
-	hs := make([]*corev3.HeaderValueOption, 0, 10)
+	// The worker that decodes: the prefill worker itself for prefill_local, so a sidecar in
+	// front of it passes the request to its own engine.
+	decoder := out.Decode
+	if out.Route == policy.RoutePrefillLocal {
+		decoder = out.Prefill
+	}
+	hs := make([]*corev3.HeaderValueOption, 0, 11)
 	hs = append(hs,
-		header(HeaderRoute, out.Route.String()),
+		header(HeaderRoute, out.Route.Cluster()),
+		header(HeaderPlacement, out.Route.String()),
 		header(HeaderDestination, dest),
-		header(HeaderDecodeHost, out.Decode.Endpoint))
-	if out.Decode.Ranked() {
-		rank := strconv.Itoa(out.Decode.DPRank)
+		header(HeaderDecodeHost, decoder.Endpoint))
+	if decoder.Ranked() {
+		rank := strconv.Itoa(decoder.DPRank)
 		hs = append(hs, header(HeaderDecodeRank, rank))
 		if out.Route != policy.RoutePrefill {
 			hs = append(hs, header(HeaderDPRank, rank))

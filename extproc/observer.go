@@ -2,18 +2,19 @@ package extproc
 
 import (
 	"bytes"
-	"github.com/condisagg/condisagg/route"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // respObserver follows the response of a booked request and releases its bookings
-// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry at the first token
-// (non-streaming: at the response headers), everything at the end, on an upstream error, or
-// when the stream ends first.
+// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry when the sidecar reports
+// the prefill leg over (x-condisagg-prefill-ms on the response headers), else at the first
+// token (non-streaming: at the response headers); everything at the end, on an upstream error,
+// or when the stream ends first.
 type respObserver struct {
 	booking   string // pool booking id; "" = nothing to release
 	dest      string // the destination Envoy was told to use
@@ -29,11 +30,21 @@ type respObserver struct {
 	ended     bool // the response ended (end_of_stream, trailers, error)
 	released  bool
 	prefill   bool // the prefill entry was released
+	firstSeen bool // the first token was seen
+	// The slo policy's uncorrected forecasts for this request (ms; 0 = none), the first
+	// token's time and the token events since, for its controller (route.ObserveLatency).
+	forecastTTFT, forecastTPOT float64
+	firstAt                    time.Time
+	tokenEvents                int
 }
 
 func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
+	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
+		o.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
+		o.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
+	}
 }
 
 // served checks the endpoint the gateway reports it used (envoy-extproc.md §2): another one
@@ -49,9 +60,31 @@ func (o *respObserver) served(x *exchange, endpoint string) {
 	o.finish(x)
 }
 
-// headers observes the response status and content type.
-func (o *respObserver) headers(x *exchange, code int, contentType string, eos bool) {
+// headerPrefillMs is the sidecar's response header on a request that ran a prefill leg: its
+// duration in milliseconds (pd-sidecar sets it once the leg is over).
+const headerPrefillMs = "x-condisagg-prefill-ms"
+
+// responseHead is what the response headers say.
+type responseHead struct {
+	code        int
+	contentType string
+	prefillMs   int64 // -1: no prefill leg reported
+}
+
+// headers observes the response status and content type. On the remote path a reported
+// prefill leg ends the prefill entry now: the prefill worker is done, and holding its load
+// until the decode worker's first token would make a congested decode pool look like a busy
+// prefill pool (conditional-disagg.md §5.2).
+func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
+	code, contentType := rh.code, rh.contentType
 	o.health(x, code, contentType, eos)
+	if rh.prefillMs >= 0 && o.route == policy.RoutePrefill {
+		x.srv.metrics.PrefillLegSecs.Observe(float64(rh.prefillMs) / 1000)
+		if o.booking != "" && !o.released && !o.prefill {
+			o.prefill = true
+			x.srv.router.ReleasePrefill(o.booking)
+		}
+	}
 	if o.booking == "" || o.released {
 		return
 	}
@@ -132,6 +165,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	if obs.FirstToken {
 		o.firstToken(x)
 	}
+	o.tokenEvents += obs.TokenEvents
 	if obs.HasUsage {
 		rt := o.route.String()
 		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
@@ -148,17 +182,36 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		o.finish(x)
 	}
 	if obs.Done {
+		o.observeTPOT(x)
 		o.finish(x)
 	}
 }
 
-func (o *respObserver) firstToken(x *exchange) {
-	if o.prefill {
+// observeTPOT feeds the controller the stream's time per output token: first token to [DONE]
+// over the token events after the first.
+func (o *respObserver) observeTPOT(x *exchange) {
+	if o.forecastTPOT <= 0 || o.firstAt.IsZero() || o.tokenEvents < 2 {
 		return
 	}
-	o.prefill = true
-	x.srv.router.ReleasePrefill(o.booking)
-	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(time.Since(x.decidedAt).Seconds())
+	ms := float64(time.Since(o.firstAt)) / float64(time.Millisecond) / float64(o.tokenEvents-1)
+	x.srv.router.ObserveLatency(o.route, route.MetricTPOT, o.forecastTPOT, ms)
+}
+
+func (o *respObserver) firstToken(x *exchange) {
+	if o.firstSeen {
+		return
+	}
+	o.firstSeen = true
+	if !o.prefill {
+		o.prefill = true
+		x.srv.router.ReleasePrefill(o.booking)
+	}
+	o.firstAt = time.Now()
+	ttft := o.firstAt.Sub(x.decidedAt)
+	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(ttft.Seconds())
+	if o.forecastTTFT > 0 && o.streaming { // a non-streamed answer's headers come at its end
+		x.srv.router.ObserveLatency(o.route, route.MetricTTFT, o.forecastTTFT, float64(ttft)/float64(time.Millisecond))
+	}
 }
 
 // finish releases everything the booking still holds (idempotent).

@@ -236,3 +236,35 @@ func TestDecisionDeadline(t *testing.T) {
 		t.Fatalf("in time: %v %v", out.Reason, err)
 	}
 }
+
+// TestPrefillLegEndReleasesPrefill: the sidecar's x-condisagg-prefill-ms on the response
+// headers ends the remote booking's prefill entry there (the prefill worker is done), before
+// any token; the decode side stays booked until [DONE]. A bypass ignores the header.
+func TestPrefillLegEndReleasesPrefill(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	v := e.open(buffered, streamed)
+	h := decideBuffered(t, v, chatBody(strings.Repeat("another fresh prompt ", 40), true))
+	if h[HeaderRoute] != "prefill" {
+		t.Fatalf("route %v", h)
+	}
+	if e.worker("prefill-0").ActivePrefillTokens == 0 {
+		t.Fatal("remote booking put no prefill entry on p")
+	}
+	v.responseHeaders(false, ":status", "200", "content-type", "text/event-stream", "x-condisagg-prefill-ms", "250")
+	v.recv()
+	if p := e.worker("prefill-0").ActivePrefillTokens; p != 0 || e.totalRequests() != 1 {
+		t.Fatalf("after the prefill leg ended: prefill tokens %d, bookings %d; want 0 and 1", p, e.totalRequests())
+	}
+	if n := testutil.CollectAndCount(e.metrics.PrefillLegSecs); n != 1 {
+		t.Fatalf("prefill leg histogram has %d series", n)
+	}
+	v.responseBody([]byte(sseToken+"data: [DONE]\n\n"), true)
+	v.recv()
+	v.closeAndDrain()
+	if e.totalRequests() != 0 {
+		t.Fatal("[DONE] did not release the booking")
+	}
+	if n := testutil.CollectAndCount(e.metrics.FirstTokenSecs); n != 1 {
+		t.Fatalf("first token still observed once per request: %d series", n)
+	}
+}

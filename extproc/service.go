@@ -87,6 +87,18 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
+// PromoteShadow makes the candidate policy config of the settings in force the live one (and
+// removes the candidate) until the next reload from the configuration file.
+func (s *Server) PromoteShadow() error {
+	cur := s.settings.Load()
+	if cur.Shadow == nil {
+		return errors.New("extproc: no shadow_disagg_config to promote")
+	}
+	next := *cur
+	next.Policy, next.Shadow = cur.Shadow, nil
+	return s.Reload(&next)
+}
+
 // Settings returns the settings in force.
 func (s *Server) Settings() *Settings { return s.settings.Load() }
 
@@ -98,6 +110,12 @@ func (s *Server) Reload(set *Settings) error {
 	}
 	if err := s.router.SetPolicy(set.Policy); err != nil {
 		return err
+	}
+	// A reload keeps the candidate's counts when the candidate is unchanged.
+	if cur := s.router.ShadowConfig(); (cur == nil) != (set.Shadow == nil) || (cur != nil && cur.Disagg.String() != set.Shadow.Disagg.String()) {
+		if err := s.router.SetShadow(set.Shadow); err != nil {
+			return err
+		}
 	}
 	s.settings.Store(set)
 	return nil

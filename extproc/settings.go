@@ -46,7 +46,10 @@ const (
 // Settings are the reloadable knobs of the ext_proc path. A validated Settings is never
 // modified; a reload validates a new one and swaps it in.
 type Settings struct {
-	Policy       *policy.Config // validated
+	Policy *policy.Config // validated
+	// Shadow is the candidate policy config evaluated beside Policy (nil: none); route.Router
+	// counts the agreement.
+	Shadow       *policy.Config
 	MaxBodyBytes int
 	FailureMode  FailureMode
 	DebugHeaders bool // x-condisagg-decision on the request and the response

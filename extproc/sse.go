@@ -23,12 +23,13 @@ type Usage struct {
 
 // observation is what one response chunk revealed.
 type observation struct {
-	FirstToken bool // an event with a non-empty choices array (the first one sets it)
-	Done       bool // the [DONE] marker
-	Error      bool // a top-level `error` object
-	HasUsage   bool
-	Usage      Usage
-	Overflow   bool // the tail cap was hit: parsing stopped
+	FirstToken  bool // an event with a non-empty choices array (the first one sets it)
+	TokenEvents int  // events with a non-empty choices array in this feed (vLLM streams one token per event)
+	Done        bool // the [DONE] marker
+	Error       bool // a top-level `error` object
+	HasUsage    bool
+	Usage       Usage
+	Overflow    bool // the tail cap was hit: parsing stopped
 }
 
 // sseParser reassembles Server-Sent Events across chunk boundaries. Events end at a blank
@@ -147,6 +148,9 @@ func (p *sseParser) payload(data []byte, obs *observation) {
 	}
 	var one observation
 	observePayload(&r, &one)
+	if one.FirstToken {
+		obs.TokenEvents++
+	}
 	if one.FirstToken && !p.tokens {
 		p.tokens, obs.FirstToken = true, true
 	}

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/condisagg/condisagg/cost"
 )
 
 // Kind names a conditional-disaggregation policy (conditional-disagg.md §2).
@@ -14,6 +17,9 @@ const (
 	ISLBounding Kind = "isl_bounding"
 	PrefillLoad Kind = "prefill_load"
 	ISLOrLoad   Kind = "isl_or_load"
+	// SLO forecasts TTFT and TPOT per placement with the cost model and picks the one with
+	// the most headroom (policy/slo.go); not one of Dynamo's policies.
+	SLOKind Kind = "slo"
 )
 
 // loadBased reports whether the policy reads the prefill busy signal.
@@ -53,11 +59,22 @@ type Disagg struct {
 	EffISLRatioThreshold float64
 	PrefillBusyThreshold Threshold // θp; unset inherits --router-queue-threshold
 	DecodeBusyThreshold  Threshold // θd; unset disables the decode-busy guard
+	// The slo policy's objective (slo_ttft_ms, slo_tpot_ms) and cost model (cost_model, one of
+	// cost.Names(); required with policy "slo").
+	SLO       SLO
+	CostModel string
+	Cost      cost.Model
+	// SLOFeedback (slo_feedback, default true) applies the closed-loop corrections of route's
+	// controller to the forecasts; SLOFeedbackMax (slo_feedback_max, default 8) bounds a
+	// correction to [1/max, max].
+	SLOFeedback    bool
+	SLOFeedbackMax float64
 }
 
 // DefaultDisagg is the configuration of `{}`.
 func DefaultDisagg() Disagg {
-	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold}
+	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold,
+		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: true, SLOFeedbackMax: DefaultSLOFeedbackMax}
 }
 
 // Selection holds the worker-selection knobs (YAML `router:`, conditional-disagg.md §6).
@@ -188,8 +205,24 @@ func (d Disagg) validate() []error {
 	var errs []error
 	switch d.Policy {
 	case ISLBounding, PrefillLoad, ISLOrLoad, "":
+	case SLOKind:
+		if d.Cost.Name == "" {
+			errs = append(errs, cfgErr(SourceDisagg, "cost_model", strconv.Quote(d.CostModel),
+				`is required with policy "slo": one of `+strings.Join(cost.Names(), ", ")))
+		} else if err := d.Cost.Validate(); err != nil {
+			errs = append(errs, cfgErr(SourceDisagg, "cost_model", strconv.Quote(d.Cost.Name), err.Error()))
+		}
+		if d.SLO.TTFT <= 0 {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_ttft_ms", d.SLO.TTFT.String(), "must be > 0"))
+		}
+		if d.SLO.TPOT <= 0 {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_tpot_ms", d.SLO.TPOT.String(), "must be > 0"))
+		}
+		if !(d.SLOFeedbackMax >= 1 && d.SLOFeedbackMax <= MaxSLOFeedbackMax) {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", fmtFloat(d.SLOFeedbackMax), "must be in [1, 100]"))
+		}
 	default:
-		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load"))
+		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load, slo"))
 	}
 	if d.EffISLThreshold < 0 {
 		errs = append(errs, cfgErr(SourceDisagg, "eff_isl_threshold", strconv.FormatInt(d.EffISLThreshold, 10), "must be >= 0"))
@@ -265,5 +298,16 @@ func (d Disagg) String() string {
 		`,"eff_isl_threshold":` + strconv.FormatInt(d.EffISLThreshold, 10) +
 		`,"eff_isl_ratio_threshold":` + fmtFloat(d.EffISLRatioThreshold) +
 		`,"prefill_busy_threshold":` + busy(d.PrefillBusyThreshold) +
-		`,"decode_busy_threshold":` + busy(d.DecodeBusyThreshold) + `}`
+		`,"decode_busy_threshold":` + busy(d.DecodeBusyThreshold) + d.sloString() + `}`
+}
+
+// sloString is the slo policy's members of String ("" for Dynamo's policies, whose string
+// stays Dynamo's).
+func (d Disagg) sloString() string {
+	if d.Policy != SLOKind {
+		return ""
+	}
+	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
+		`,"cost_model":` + strconv.Quote(d.Cost.Name) + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
+		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax)
 }

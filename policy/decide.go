@@ -45,6 +45,10 @@ func Decide(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand) Decision {
 		remote(cfg, in, snap, rng, &dec, reason)
 		return dec
 	}
+	if cfg.Disagg.Policy == SLOKind {
+		decideSLO(cfg, in, snap, rng, only, &dec)
+		return dec
+	}
 	// Step 4: decode preview in bypass mode, without booking.
 	sel := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
 	sel.only = only

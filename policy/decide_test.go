@@ -365,8 +365,8 @@ func TestDecisionReporting(t *testing.T) {
 			t.Fatalf("reason %d has no name", r)
 		}
 	}
-	if len(Reasons()) != 19 {
-		t.Fatalf("%d reasons, want the spec's 17 plus passthrough and failure_open", len(Reasons()))
+	if len(Reasons()) != 22 {
+		t.Fatalf("%d reasons, want the spec's 17 plus passthrough, failure_open and the slo policy's three", len(Reasons()))
 	}
 }
 

@@ -52,6 +52,12 @@ type Input struct {
 	// A mismatch makes the prefill preview fail (prefill busy unknown) and drops prefill credit.
 	Prefill []Signal
 	Pin     Pin
+	// SLO is the request's own objective (x-slo-ttft-ms, x-slo-tpot-ms) for the slo policy;
+	// zero fields take the configured one.
+	SLO SLO
+	// Feedback are the slo policy's corrections per placement (indexed by Route), from the
+	// latencies the response phase observed; applied when Disagg.SLOFeedback is on.
+	Feedback [numRoutes]Correction
 }
 
 // Decision-time errors, reported in Inputs.Err (immutable sentinels: no allocation).
@@ -92,6 +98,10 @@ type Inputs struct {
 	DecodeBusy       float64 // θd
 	GuardEnabled     bool
 	Err              error // the policy error behind remote_policy_error, or a note (pin, threshold)
+	// SLO and Estimates: the slo policy's objective and its forecast per placement (indexed by
+	// Route); zero for the other policies.
+	SLO       SLO
+	Estimates [numRoutes]Estimate
 }
 
 // Decision is the outcome of Decide.
@@ -105,7 +115,8 @@ type Decision struct {
 	Decode, Prefill     int
 	DecodeID, PrefillID string
 	// PrefillTokens is the prefill entry to book: eff on d for a decode route,
-	// ISL − min(cached(p), ISL) on p for a prefill route.
+	// ISL − min(cached(p), ISL) on p for a prefill or prefill_local route. A prefill_local
+	// decision names no decode worker (Decode -1): p decodes too.
 	PrefillTokens int64
 	// Guard is the decode-busy guard the bypass commit must re-check (off for non-policy routes).
 	Guard  Guard
@@ -116,8 +127,11 @@ type Decision struct {
 
 // Routable reports whether the decision names every worker its route needs.
 func (d *Decision) Routable() bool {
-	if d.Route == RouteDecode {
+	switch d.Route {
+	case RouteDecode:
 		return d.Decode >= 0
+	case RoutePrefillLocal:
+		return d.Prefill >= 0
 	}
 	return d.Decode >= 0 && d.Prefill >= 0
 }

@@ -43,6 +43,9 @@ type WorkerLoad struct {
 	NewBlocks int64
 	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
 	ActiveRequests int64
+	// DecodeRequests is the booked requests that decode on the worker: every booking of a
+	// decode worker, the prefill_local bookings of a prefill worker (the slo policy's batch size).
+	DecodeRequests int64
 }
 
 // ProjectedDecodeBlocks is pdb(w,r) of conditional-disagg.md §5.1.

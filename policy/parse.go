@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/condisagg/condisagg/cost"
 )
 
 // allowedKeys lists the keys of --router-conditional-disagg-config, sorted.
-var allowedKeys = []string{"decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy", "prefill_busy_threshold"}
+var allowedKeys = []string{"cost_model", "decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy",
+	"prefill_busy_threshold", "slo_feedback", "slo_feedback_max", "slo_tpot_ms", "slo_ttft_ms"}
 
 // maxValueText bounds how much of an offending value an error message quotes.
 const maxValueText = 40
@@ -58,6 +63,25 @@ func ParseDisagg(data []byte) (Disagg, error) {
 	}
 	if raw, ok := last["decode_busy_threshold"]; ok {
 		errs = appendErr(errs, parseBusy("decode_busy_threshold", raw, &d.DecodeBusyThreshold))
+	}
+	if raw, ok := last["slo_ttft_ms"]; ok {
+		errs = appendErr(errs, parseMillis("slo_ttft_ms", raw, &d.SLO.TTFT))
+	}
+	if raw, ok := last["slo_tpot_ms"]; ok {
+		errs = appendErr(errs, parseMillis("slo_tpot_ms", raw, &d.SLO.TPOT))
+	}
+	if raw, ok := last["cost_model"]; ok {
+		errs = appendErr(errs, parseCostModel(raw, &d))
+	}
+	if raw, ok := last["slo_feedback"]; ok {
+		if err := json.Unmarshal(raw, &d.SLOFeedback); err != nil || (string(raw) != "true" && string(raw) != "false") {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback", valueText(raw), "must be true or false"))
+		}
+	}
+	if raw, ok := last["slo_feedback_max"]; ok {
+		if !isNumber(raw) || json.Unmarshal(raw, &d.SLOFeedbackMax) != nil {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", valueText(raw), "must be a number in [1, 100]"))
+		}
 	}
 	return d, errors.Join(errs...)
 }
@@ -126,11 +150,55 @@ func parsePolicy(raw json.RawMessage, dst *Kind) error {
 		return cfgErr(SourceDisagg, "policy", valueText(raw), "must be a string")
 	}
 	switch k := Kind(s); k {
-	case ISLBounding, PrefillLoad, ISLOrLoad:
+	case ISLBounding, PrefillLoad, ISLOrLoad, SLOKind:
 		*dst = k
 		return nil
 	}
-	return cfgErr(SourceDisagg, "policy", valueText(raw), "must be one of isl_bounding, prefill_load, isl_or_load")
+	return cfgErr(SourceDisagg, "policy", valueText(raw), "must be one of isl_bounding, prefill_load, isl_or_load, slo")
+}
+
+// maxSLOMillis bounds an objective (one hour): beyond it the estimates lose meaning.
+const maxSLOMillis = 3_600_000
+
+// parseMillis reads a positive number of milliseconds (fractions allowed).
+func parseMillis(name string, raw json.RawMessage, dst *time.Duration) error {
+	var v float64
+	if !isNumber(raw) || json.Unmarshal(raw, &v) != nil || !(v > 0) || v > maxSLOMillis {
+		return cfgErr(SourceDisagg, name, valueText(raw), "must be a number of milliseconds in (0, 3600000]")
+	}
+	*dst = time.Duration(v * float64(time.Millisecond))
+	return nil
+}
+
+// ParseMillis reads a request's objective header (x-slo-ttft-ms, x-slo-tpot-ms): a positive
+// number of milliseconds, at most an hour.
+func ParseMillis(v string) (time.Duration, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !(f > 0) || f > maxSLOMillis {
+		return 0, fmt.Errorf("%q must be a number of milliseconds in (0, 3600000]", valueTextString(v))
+	}
+	return time.Duration(f * float64(time.Millisecond)), nil
+}
+
+func valueTextString(v string) string {
+	if len(v) > maxValueText {
+		return v[:maxValueText] + "..."
+	}
+	return v
+}
+
+// parseCostModel resolves cost_model to the calibrated coefficients it names.
+func parseCostModel(raw json.RawMessage, d *Disagg) error {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return cfgErr(SourceDisagg, "cost_model", valueText(raw), "must be a string: one of "+strings.Join(cost.Names(), ", "))
+	}
+	m, err := cost.ByName(s)
+	if err != nil {
+		return cfgErr(SourceDisagg, "cost_model", valueText(raw), "must be one of "+strings.Join(cost.Names(), ", "))
+	}
+	d.CostModel, d.Cost = s, m
+	return nil
 }
 
 // parseEffThreshold accepts only integer literals: 2048.0 and 2e3 are rejected like Python's

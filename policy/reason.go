@@ -4,11 +4,28 @@ package policy
 type Route uint8
 
 const (
-	RoutePrefill Route = iota // remote prefill: prefill worker, then KV transfer to the decode worker
-	RouteDecode               // one decode worker runs prefill and decode (bypass, aggregated)
+	RoutePrefill      Route = iota // remote prefill: prefill worker, then KV transfer to the decode worker
+	RouteDecode                    // one decode worker runs prefill and decode (bypass, aggregated)
+	RoutePrefillLocal              // one prefill worker runs prefill and decode (the whole request)
+	numRoutes
 )
 
 func (r Route) String() string {
+	switch r {
+	case RouteDecode:
+		return "decode"
+	case RoutePrefillLocal:
+		return "prefill_local"
+	}
+	return "prefill"
+}
+
+// Routes lists every route, for pre-creating metric label sets.
+func Routes() []Route { return []Route{RoutePrefill, RouteDecode, RoutePrefillLocal} }
+
+// Cluster is the Envoy cluster a route dials (the x-condisagg-route value): "prefill" for both
+// placements whose destination is a prefill worker, "decode" otherwise.
+func (r Route) Cluster() string {
 	if r == RouteDecode {
 		return "decode"
 	}
@@ -43,6 +60,12 @@ const (
 	// ReasonFailureOpen: the pipeline failed and --failure-mode open sent the request to a
 	// decode worker chosen by load (Fallback).
 	ReasonFailureOpen
+	// ReasonSLOBypass, ReasonSLORemote and ReasonSLOPrefillLocal: the slo policy forecast the
+	// most SLO headroom for local prefill on a decode worker, for remote prefill, or for the
+	// whole request on a prefill worker (Inputs.Estimates holds the three forecasts).
+	ReasonSLOBypass
+	ReasonSLORemote
+	ReasonSLOPrefillLocal
 	numReasons
 )
 
@@ -66,6 +89,9 @@ var reasonNames = [numReasons]string{
 	ReasonNoPrefillWorkers:          "no_prefill_workers",
 	ReasonPassthrough:               "passthrough",
 	ReasonFailureOpen:               "failure_open",
+	ReasonSLOBypass:                 "slo_bypass",
+	ReasonSLORemote:                 "slo_remote",
+	ReasonSLOPrefillLocal:           "slo_prefill_local",
 }
 
 func (r Reason) String() string {
@@ -88,8 +114,10 @@ func Reasons() []Reason {
 func (r Reason) Route() Route {
 	switch r {
 	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
-		ReasonPassthrough, ReasonFailureOpen:
+		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass:
 		return RouteDecode
+	case ReasonSLOPrefillLocal:
+		return RoutePrefillLocal
 	}
 	return RoutePrefill
 }

@@ -19,15 +19,19 @@ const (
 	// ModeRemote books PrefillTokens on the prefill worker and ceil(ISL/bs) unique blocks on the
 	// decode worker (transferred KV is not deduplicated).
 	ModeRemote
+	// ModePrefillLocal books the whole request on the prefill worker Prefill, as ModeBypass books
+	// it on a decode worker: the prompt's keys, a partial tail, and PrefillTokens as its prefill
+	// entry. No decode worker is involved (Decode is empty).
+	ModePrefillLocal
 )
 
 // Booking is one decision's load.
 type Booking struct {
 	RequestID string
 	Mode      Mode
-	Decode    string   // decode worker ID (always)
-	Prefill   string   // prefill worker ID (ModeRemote)
-	Keys      []uint64 // ModeBypass: chained keys of the full prompt blocks from block 0 (copied)
+	Decode    string   // decode worker ID (ModeBypass, ModeRemote)
+	Prefill   string   // prefill worker ID (ModeRemote, ModePrefillLocal)
+	Keys      []uint64 // ModeBypass, ModePrefillLocal: chained keys of the full prompt blocks from block 0 (copied)
 	ISL       int
 	// PrefillTokens is the prefill entry: eff on the decode worker (ModeBypass) or
 	// ISL − min(cached(p), ISL) on the prefill worker (ModeRemote). 0 creates no entry.
@@ -59,7 +63,12 @@ func (p *Pool) Book(b Booking) error {
 	if _, dup := p.bookings[b.RequestID]; dup {
 		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, ErrDuplicateRequest)
 	}
-	d, err := p.eligibleLocked(b.Decode, RoleDecode)
+	// d is the worker that decodes: the prefill worker itself for ModePrefillLocal.
+	did, drole := b.Decode, RoleDecode
+	if b.Mode == ModePrefillLocal {
+		did, drole = b.Prefill, RolePrefill
+	}
+	d, err := p.eligibleLocked(did, drole)
 	if err != nil {
 		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
 	}
@@ -85,6 +94,17 @@ func (p *Pool) Book(b Booking) error {
 		if r.prefillTokens > 0 {
 			r.prefillOn = d
 		}
+	case ModePrefillLocal:
+		if b.ISL%p.cfg.BlockSize != 0 {
+			r.unique = 1
+		}
+		r.keys = slices.Clone(b.Keys)
+		for _, k := range r.keys {
+			d.active[k]++
+		}
+		if r.prefillTokens > 0 {
+			r.prefillOn = d
+		}
 	case ModeRemote:
 		pw, err := p.eligibleLocked(b.Prefill, RolePrefill)
 		if err != nil {
@@ -99,6 +119,7 @@ func (p *Pool) Book(b Booking) error {
 	}
 	d.unique += r.unique
 	d.requests++
+	d.decoding++
 	if r.prefillOn != nil {
 		r.prefillOn.apt += r.prefillTokens
 	}
@@ -115,7 +136,7 @@ func (p *Pool) checkBooking(b Booking) error {
 	switch {
 	case b.RequestID == "":
 		return fmt.Errorf("pool: book: empty request id: %w", ErrInvalidBooking)
-	case b.Mode != ModeBypass && b.Mode != ModeRemote:
+	case b.Mode != ModeBypass && b.Mode != ModeRemote && b.Mode != ModePrefillLocal:
 		return fmt.Errorf("pool: book request=%s: mode %d: %w", b.RequestID, b.Mode, ErrInvalidBooking)
 	case b.ISL < 0 || b.PrefillTokens < 0 || b.PrefillTokens > int64(b.ISL):
 		return fmt.Errorf("pool: book request=%s: isl=%d prefill_tokens=%d: %w", b.RequestID, b.ISL, b.PrefillTokens, ErrInvalidBooking)
@@ -202,6 +223,7 @@ func (p *Pool) releaseLocked(id string, r *record) {
 		}
 		d.unique -= r.unique
 		d.requests--
+		d.decoding--
 		p.publishLocked(d)
 	}
 	if w := r.p; w != nil && !w.removed {

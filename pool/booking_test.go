@@ -266,7 +266,7 @@ func TestSnapshot(t *testing.T) {
 	var s policy.Snapshot
 	f.p.Snapshot(&s, Request{Keys: keys(1, 8), ISL: 130})
 	want := policy.WorkerLoad{ID: "d0", Endpoint: "10.0.0.21:8000", DPSize: 1, KVCapacityBlocks: 1000, ActivePrefillTokens: 50,
-		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1}
+		ActiveDecodeBlocks: 6, NewBlocks: 3 + 1, ActiveRequests: 1, DecodeRequests: 1}
 	if len(s.Decode) != 1 || s.Decode[0] != want {
 		t.Fatalf("decode = %+v, want %+v", s.Decode, want)
 	}
@@ -290,5 +290,44 @@ func TestSnapshot(t *testing.T) {
 	}
 	if w, ok := f.p.FewestRequests(RoleDecode); !ok || w.ID != "d0" {
 		t.Fatalf("FewestRequests(decode) = %+v, %v", w, ok)
+	}
+}
+
+// TestBookPrefillLocal: the whole request on a prefill worker books its prefill entry, its
+// prompt blocks and one decoding request there (the slo policy's DecodeRequests), nothing on a
+// decode worker; ReleasePrefill ends the entry, Release the rest. A decode worker named as
+// the prefill_local worker is refused.
+func TestBookPrefillLocal(t *testing.T) {
+	f := newFixture(t, basic())
+	b := Booking{RequestID: "r", Mode: ModePrefillLocal, Prefill: "p0", Keys: keys(1, 5), ISL: 90, PrefillTokens: 90}
+	if err := f.p.Book(b); err != nil {
+		t.Fatal(err)
+	}
+	var s policy.Snapshot
+	f.p.Snapshot(&s, Request{})
+	p, d := s.Prefill[0], s.Decode[0]
+	if p.ActivePrefillTokens != 90 || p.ActiveDecodeBlocks != 6 || p.ActiveRequests != 1 || p.DecodeRequests != 1 {
+		t.Fatalf("prefill worker %+v", p)
+	}
+	if d.ActivePrefillTokens != 0 || d.ActiveDecodeBlocks != 0 || d.ActiveRequests != 0 || d.DecodeRequests != 0 {
+		t.Fatalf("decode worker touched: %+v", d)
+	}
+	if !f.p.ReleasePrefill("r") {
+		t.Fatal("ReleasePrefill found no entry")
+	}
+	f.p.Snapshot(&s, Request{})
+	if s.Prefill[0].ActivePrefillTokens != 0 || s.Prefill[0].DecodeRequests != 1 {
+		t.Fatalf("after the first token: %+v", s.Prefill[0])
+	}
+	if !f.p.Release("r") {
+		t.Fatal("Release found no booking")
+	}
+	f.p.Snapshot(&s, Request{})
+	if s.Prefill[0] != (policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: s.Prefill[0].KVCapacityBlocks}) {
+		t.Fatalf("after release: %+v", s.Prefill[0])
+	}
+	b.RequestID, b.Prefill = "r2", "d0"
+	if err := f.p.Book(b); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("prefill_local on a decode worker: %v", err)
 	}
 }

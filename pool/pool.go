@@ -99,6 +99,7 @@ type worker struct {
 	active         map[uint64]int32 // chained block key -> reference count (bypass bookings)
 	unique         int64            // unique blocks: remote bookings and partial tails
 	requests       int64            // open bookings that touch this worker
+	decoding       int64            // open bookings that decode on this worker
 }
 
 // New validates cfg and registers every worker whose endpoint is a literal IP. Workers named by

@@ -47,7 +47,7 @@ func (p *Pool) loadLocked(w *worker, freshAfter int64) policy.WorkerLoad {
 		reqs = max(reqs, int64(w.scrape.Running+w.scrape.Waiting))
 	}
 	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, DPRank: w.rank, DPSize: w.dpSize, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
-		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs}
+		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs, DecodeRequests: w.decoding}
 }
 
 // scrapeFreshAfter is the UnixNano before which a scrape is too old to correct the request

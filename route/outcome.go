@@ -35,13 +35,16 @@ type Outcome struct {
 	// UnknownModel: Body.Model names no served model and the request was passed through
 	// (route.UnknownPassthrough) to Model's decode workers without cache credit.
 	UnknownModel bool
-	Decode       Worker
-	Prefill      Worker // remote route only
+	Decode       Worker // every route but prefill_local
+	Prefill      Worker // remote and prefill_local routes
 	Decision     policy.Decision
 	Tokens       int // ISL
 	Keys         int // full-block keys
 	Overlaps     []kvindex.WorkerOverlap
 	Stages       [NumStages]time.Duration
+	// Shadow is what the candidate config would have done (nil without one, for Explain and
+	// for fallbacks).
+	Shadow *ShadowChoice
 }
 
 // IsFallback reports whether the outcome came from Fallback (no policy decision).
@@ -52,7 +55,7 @@ func (o *Outcome) IsFallback() bool {
 
 // Destination is the worker Envoy must dial for this outcome.
 func (o *Outcome) Destination() Worker {
-	if o.Route == policy.RoutePrefill {
+	if o.Route != policy.RouteDecode {
 		return o.Prefill
 	}
 	return o.Decode
@@ -63,13 +66,13 @@ func (o *Outcome) Destination() Worker {
 // give equal records, which is how the server and the simulator are proven to decide alike.
 type Record struct {
 	BookingID string `json:"booking_id,omitempty"`
-	Route     string `json:"route"` // "decode" (bypass, aggregated) or "prefill" (remote)
+	Route     string `json:"route"` // "decode" (bypass, aggregated), "prefill" (remote) or "prefill_local"
 	Reason    string `json:"reason"`
 	Gate      string `json:"gate,omitempty"`
 	ISL       int    `json:"isl"`
 	Keys      int    `json:"keys"`
-	Decode    string `json:"decode"`            // decode worker
-	Prefill   string `json:"prefill,omitempty"` // prefill worker (remote path)
+	Decode    string `json:"decode"`            // decode worker ("" for prefill_local)
+	Prefill   string `json:"prefill,omitempty"` // prefill worker (remote and prefill_local)
 	// Previewed is false when the decision had no decode preview (aggregated, disaggregated);
 	// Overlap, Cached, Eff and Ratio are then 0.
 	Previewed bool    `json:"previewed"`

@@ -62,6 +62,9 @@ type Request struct {
 	// Model names the model of a request without a Body (the simulator) and the model a
 	// Fallback routes to; "" is the first model. A Body's own `model` field wins.
 	Model string
+	// SLO is the request's own latency objective for the slo policy (x-slo-ttft-ms,
+	// x-slo-tpot-ms); zero fields take the configured one.
+	SLO policy.SLO
 }
 
 // Router runs the decision pipeline of conditional-disagg.md §3 on the live pools: it is the
@@ -69,15 +72,17 @@ type Request struct {
 // and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
 // atomically by SetPolicy.
 type Router struct {
-	models  []*model          // in configuration order; models[0] takes unnamed fallbacks
-	names   map[string]target // request model name -> model and adapter
-	unknown UnknownModel
-	policy  atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
-	seq     atomic.Uint64
-	seed    uint64
-	scratch sync.Pool // *scratch
-	now     func() time.Time
-	observe func(*Outcome)
+	models   []*model          // in configuration order; models[0] takes unnamed fallbacks
+	names    map[string]target // request model name -> model and adapter
+	unknown  UnknownModel
+	policy   atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
+	seq      atomic.Uint64
+	seed     uint64
+	scratch  sync.Pool // *scratch
+	shadow   shadowState
+	feedback feedback
+	now      func() time.Time
+	observe  func(*Outcome)
 }
 
 // Options are the Router's collaborators. Policy is required, and either Models or the
@@ -174,6 +179,8 @@ type scratch struct {
 	pcg     rand.PCG
 	rng     *rand.Rand
 	salt    []byte
+	// shadowPCG is the candidate config's tie-break source (shadow.go).
+	shadowPCG rand.PCG
 }
 
 // Decide routes one request: tokenize, keys, overlap, snapshot, policy.Decide and (unless
@@ -228,7 +235,10 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		return out, fmt.Errorf("%w: subset %v", ErrSubsetNoMatch, req.Subset)
 	}
 	now := clock.last
-	in := policy.Input{Now: now, ISL: len(sc.tokens)}
+	in := policy.Input{Now: now, ISL: len(sc.tokens), SLO: req.SLO}
+	if cfg.Disagg.Policy == policy.SLOKind {
+		in.Feedback = r.feedback.corrections()
+	}
 	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc.ov.Workers, now)
 	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc.ov.Workers, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill
@@ -241,6 +251,11 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		dec.Inputs.Err = ErrDecisionDeadline
 	}
 	out.Tokens, out.Keys = len(sc.tokens), len(sc.keys)
+	var cand policy.Decision
+	hasCand := false
+	if !req.DryRun {
+		cand, hasCand = r.decideShadow(m, &in, sc, n)
+	}
 	if req.DryRun {
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
 	} else {
@@ -256,6 +271,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	}
 	out.Stages[StageBook] = clock.lap()
 	fill(&out, &dec, &sc.snap)
+	if hasCand {
+		out.Shadow = r.compareShadow(&dec, &cand)
+	}
 	if r.observe != nil {
 		r.observe(&out)
 	}
@@ -356,18 +374,25 @@ func (m *model) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *p
 		return fmt.Errorf("%w: book %s on decode=%s prefill=%s: %w", ErrInternal, id, dec.DecodeID, dec.PrefillID, err)
 	}
 	if m.streams != nil {
-		m.streams.Routed(dec.DecodeID)
+		if dec.Route == policy.RoutePrefillLocal {
+			m.streams.Routed(dec.PrefillID)
+		} else {
+			m.streams.Routed(dec.DecodeID)
+		}
 	}
 	return nil
 }
 
 // Booking is the pool booking that commits dec (conditional-disagg.md §5.1). keys are the
-// prompt's chained full-block keys (used for a decode route only).
+// prompt's chained full-block keys (used by the routes that prefill where they decode).
 func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking {
 	b := pool.Booking{RequestID: requestID, Decode: dec.DecodeID, ISL: dec.Inputs.ISL, PrefillTokens: dec.PrefillTokens}
-	if dec.Route == policy.RouteDecode {
+	switch dec.Route {
+	case policy.RouteDecode:
 		b.Mode, b.Keys, b.Guard = pool.ModeBypass, keys, dec.Guard
-	} else {
+	case policy.RoutePrefillLocal:
+		b.Mode, b.Keys, b.Prefill, b.Decode = pool.ModePrefillLocal, keys, dec.PrefillID, ""
+	default:
 		b.Mode, b.Prefill = pool.ModeRemote, dec.PrefillID
 	}
 	return b
@@ -412,7 +437,7 @@ func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
 		d := &snap.Decode[dec.Decode]
 		out.Decode = Worker{ID: dec.DecodeID, Endpoint: d.Endpoint, DPRank: d.DPRank, DPSize: d.DPSize}
 	}
-	if dec.Route == policy.RoutePrefill && dec.Prefill >= 0 && dec.Prefill < len(snap.Prefill) {
+	if dec.Route != policy.RouteDecode && dec.Prefill >= 0 && dec.Prefill < len(snap.Prefill) {
 		p := &snap.Prefill[dec.Prefill]
 		out.Prefill = Worker{ID: dec.PrefillID, Endpoint: p.Endpoint, DPRank: p.DPRank, DPSize: p.DPSize}
 	}

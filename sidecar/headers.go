@@ -26,6 +26,11 @@ const (
 	// (vLLM spells it X-data-parallel-rank; header names are case-insensitive). A received
 	// one is never forwarded: each leg gets the rank of its own worker, or none.
 	HeaderDPRank = "X-Data-Parallel-Rank"
+	// HeaderPrefillMs is set on the response of a request that ran a prefill leg (remote or
+	// failed over to local): the prefill leg's duration in milliseconds. It tells the router the
+	// prefill worker is done with the request when the response starts, not at its first token
+	// (conditional-disagg.md §5.2).
+	HeaderPrefillMs = "X-Condisagg-Prefill-Ms"
 )
 
 // maxRank bounds a rank header's value (vLLM --data-parallel-size is far smaller).
@@ -140,6 +145,9 @@ func copyResponseHeader(dst, src http.Header, keepLength bool) {
 	for k, vs := range src {
 		if dropped(k, conn) && (!keepLength || !strings.EqualFold(k, "Content-Length")) {
 			continue
+		}
+		if strings.HasPrefix(strings.ToLower(k), "x-condisagg-") {
+			continue // the contract's headers come from the sidecar, never from a worker
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
 	}

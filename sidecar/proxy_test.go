@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -390,5 +391,58 @@ func TestDialOverrides(t *testing.T) {
 	cfg.DialOverrides = map[string]string{advertised: "nope"}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "dial_overrides["+advertised+`]: "nope"`) {
 		t.Fatalf("bad target: err = %v", err)
+	}
+}
+
+// TestPrefillMsHeader: a response that followed a prefill leg says how long the leg took
+// (X-Condisagg-Prefill-Ms), on the remote path and on the local fallback after a failed
+// prefill, so the router frees the prefill load when the response starts; a passthrough has
+// none, and a worker cannot forge one (x-condisagg-* response headers are not relayed).
+func TestPrefillMsHeader(t *testing.T) {
+	slowPrefill := func(w http.ResponseWriter, r *http.Request, b []byte) {
+		time.Sleep(30 * time.Millisecond)
+		prefillOK(pKV, 0)(w, r, b)
+	}
+	forging := func(w http.ResponseWriter, r *http.Request, b []byte) {
+		w.Header().Set(HeaderPrefillMs, "999999")
+		w.Header().Set("X-Condisagg-Route", "forged")
+		decodeJSON(w, r, b)
+	}
+	for _, tc := range []struct {
+		name    string
+		prefill func(http.ResponseWriter, *http.Request, []byte)
+		remote  bool // a prefill host is sent
+		minMs   int
+	}{
+		{"remote", slowPrefill, true, 30},
+		{"fallback_after_prefill_error", statusAnswer(503), true, 0},
+		{"passthrough", prefillOK(pKV, 0), false, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, d := newWorker(t, tc.prefill), newWorker(t, forging)
+			h := newHarness(t, testConfig(), p.addr, d.addr)
+			hdr := routeHeaders(nil, d)
+			if tc.remote {
+				hdr = routeHeaders(p, d)
+			}
+			resp, _ := h.do("POST", "/v1/completions", `{"model":"m","prompt":"a"}`, hdr)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if v := resp.Header.Get("X-Condisagg-Route"); v != "" {
+				t.Errorf("worker's x-condisagg-route %q relayed", v)
+			}
+			v := resp.Header.Get(HeaderPrefillMs)
+			if tc.minMs < 0 {
+				if v != "" {
+					t.Errorf("passthrough answer carries %s: %q", HeaderPrefillMs, v)
+				}
+				return
+			}
+			ms, err := strconv.Atoi(v)
+			if err != nil || ms < tc.minMs || ms > 5000 {
+				t.Errorf("%s = %q, want the prefill leg's milliseconds (>= %d)", HeaderPrefillMs, v, tc.minMs)
+			}
+		})
 	}
 }

@@ -36,7 +36,11 @@ func (p *Proxy) remote(ctx context.Context, ex *exchange) {
 		return
 	}
 	stream := isTrue(req.last(keyStream))
+	start := time.Now()
 	out := p.prefill(ctx, ex, req)
+	// The prefill worker is done with the request whatever the outcome: say so on the response,
+	// so the router frees its prefill load now rather than at D's first token.
+	ex.w.Header().Set(HeaderPrefillMs, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	switch {
 	case out.reason == "":
 		var u *usageRewriter

@@ -43,6 +43,9 @@ type Config struct {
 	SweepRatio       []float64   // --sweep-ratio: eff_isl_ratio_threshold values tried at the best T
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
+	// Shadow is --shadow: a candidate policy object (JSON, as --router-conditional-disagg-config)
+	// replayed beside every conditional mode without routing; the report counts its agreement.
+	Shadow string
 
 	Seed     uint64 // --seed: synthetic workload, selection tie-breaks and engine hashes
 	Parallel int    // --parallel: simulations run at once
@@ -70,6 +73,8 @@ type plan struct {
 	shape string
 	slo   workload.SLO
 	ss    workload.SteadyState
+	// shadow is the parsed --shadow candidate (nil: none).
+	shadow *policy.Disagg
 }
 
 // Validate reports every problem of c at once.
@@ -124,6 +129,14 @@ func (c *Config) resolve() (*plan, error) {
 	for _, b := range c.SweepPrefillBusy {
 		if !(b >= 0) || math.IsInf(b, 0) {
 			bad("--sweep-prefill-busy: %v must be a number >= 0", b)
+		}
+	}
+	if c.Shadow != "" {
+		d, err := policy.ParseDisagg([]byte(c.Shadow))
+		if err != nil {
+			bad("--shadow: %v", err)
+		} else {
+			p.shadow = &d
 		}
 	}
 	if (c.Trace == "") == (c.Synthetic == "") {

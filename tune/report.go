@@ -13,6 +13,7 @@ import (
 
 	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/workload"
 )
 
@@ -43,8 +44,10 @@ type Row struct {
 	PrefillUtil   float64          `json:"prefill_util"`
 	DecodeUtil    float64          `json:"decode_util"`
 	Preemptions   uint64           `json:"preemptions"`
-	disagg        *policy.Disagg   // the conditional policy, for the sweep plot
-	ttft, tpot    []float64        // ms, sorted, for the CDF plots
+	// Shadow is the --shadow candidate's agreement with this mode's router (conditional modes).
+	Shadow     *route.ShadowStats `json:"shadow,omitempty"`
+	disagg     *policy.Disagg     // the conditional policy, for the sweep plot
+	ttft, tpot []float64          // ms, sorted, for the CDF plots
 }
 
 // Report is the outcome of a run: what `condisagg tune` prints and writes. Seed, Commit and
@@ -125,7 +128,7 @@ func newRow(j *job) Row {
 	gpus := j.cfg.Prefill + j.cfg.Decode
 	m := Row{Name: j.name, Mode: string(j.cfg.Mode), GPUs: gpus, Summary: j.sum,
 		GoodputPerGPU: j.sum.Goodput / float64(gpus), PrefillUtil: j.rep.PrefillUtil, DecodeUtil: j.rep.DecodeUtil,
-		Preemptions: j.rep.Preemptions}
+		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow}
 	if j.cfg.Mode == cluster.Conditional {
 		d := j.cfg.Disagg
 		m.Config, m.disagg = d.String(), &d
@@ -195,6 +198,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if err := rowsTable(rep.Modes).Write(&b); err != nil {
 		return err
 	}
+	writeShadow(&b, rep.Modes)
 	if len(rep.Sweep) > 0 {
 		b.WriteString("\nthreshold sweep:\n")
 		if err := rowsTable(rep.Sweep).Write(&b); err != nil {
@@ -206,6 +210,42 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeShadow adds the --shadow candidate's agreement with each conditional mode: what the
+// candidate would have done on the same traffic, decision by decision.
+func writeShadow(b *strings.Builder, rows []Row) {
+	t := &workload.Table{Header: []string{"mode", "decisions", "same route", "same workers", "live→candidate routes", "forecast ttft live/cand", "headroom live/cand"}}
+	cand := ""
+	for i := range rows {
+		st := rows[i].Shadow
+		if st == nil || st.Decisions == 0 {
+			continue
+		}
+		cand = st.Config
+		n := float64(st.Decisions)
+		var pairs []string
+		for l, row := range st.ByRoute {
+			for c, v := range row {
+				if v > 0 {
+					pairs = append(pairs, fmt.Sprintf("%s→%s %d", policy.Route(l), policy.Route(c), v))
+				}
+			}
+		}
+		fc, hr := "-", "-"
+		if st.Forecasts > 0 {
+			f := float64(st.Forecasts)
+			fc = fmt.Sprintf("%.0f/%.0f ms", st.LiveTTFTmsSum/f, st.ShadowTTFTmsSum/f)
+			hr = fmt.Sprintf("%.3f/%.3f", st.LiveHeadroomSum/f, st.ShadowHeadroomSum/f)
+		}
+		t.Rows = append(t.Rows, []string{rows[i].Name, strconv.FormatUint(st.Decisions, 10), fmtPct(float64(st.SameRoute) / n),
+			fmtPct(float64(st.SameWorkers) / n), strings.Join(pairs, ", "), fc, hr})
+	}
+	if len(t.Rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nshadow candidate %s beside each conditional mode:\n", cand)
+	_ = t.Write(b)
 }
 
 func rowsTable(rows []Row) *workload.Table {

@@ -73,10 +73,10 @@ func (noProgress) Advance(string, int) {}
 // defaultEffs are the eff_isl_threshold values swept besides the p-quantile value.
 var defaultEffs = [...]int64{512, 1024, 2048, 4096}
 
-// plannedJobs is the most simulations the run does: the probe and six modes, then the sweep,
+// plannedJobs is the most simulations the run does: the probe and seven modes, then the sweep,
 // whose stages 2 and 3 have as many points whatever the best point of the stage before.
 func (r *run) plannedJobs() int {
-	n := 7
+	n := 8
 	if r.c.NoSweep {
 		return n
 	}
@@ -134,6 +134,21 @@ func (r *run) conditional(kind policy.Kind, eff int64, ratio float64) cluster.Co
 	if r.c.DecodeBusyThreshold >= 0 {
 		c.Disagg.DecodeBusyThreshold = policy.Set(r.c.DecodeBusyThreshold)
 	}
+	c.Shadow = r.p.shadow
+	return c
+}
+
+// slo returns the base config with the slo policy at the run's objective and cost model:
+// untuned, it needs no sweep.
+func (r *run) slo() cluster.Config {
+	c := r.conditional(policy.SLOKind, policy.DefaultEffISLThreshold, policy.DefaultEffISLRatioThreshold)
+	c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name // tune sets the model
+	if r.p.slo.TTFT > 0 {
+		c.Disagg.SLO.TTFT = r.p.slo.TTFT
+	}
+	if r.p.slo.TPOT > 0 {
+		c.Disagg.SLO.TPOT = r.p.slo.TPOT
+	}
 	return c
 }
 
@@ -156,6 +171,7 @@ func (r *run) tune(ctx context.Context) (*Report, error) {
 		{name: "isl_bounding", cfg: r.conditional(policy.ISLBounding, T, R)},
 		{name: "prefill_load", cfg: r.conditional(policy.PrefillLoad, T, R)},
 		{name: "isl_or_load", cfg: r.conditional(policy.ISLOrLoad, T, R)},
+		{name: "slo", cfg: r.slo()},
 	}
 	if err := r.runJobs(ctx, append([]*job{probe}, modes...)); err != nil {
 		return nil, err

@@ -113,7 +113,7 @@ func TestRunTextReport(t *testing.T) {
 			rows = append(rows, strings.Fields(line)[0])
 		}
 	}
-	want := []string{"aggregated", "aggregated", "disaggregated", "isl_bounding", "prefill_load", "isl_or_load"}
+	want := []string{"aggregated", "aggregated", "disaggregated", "isl_bounding", "prefill_load", "isl_or_load", "slo"}
 	if strings.Join(rows, ",") != strings.Join(want, ",") {
 		t.Fatalf("mode rows %v, want %v", rows, want)
 	}
@@ -128,9 +128,9 @@ func TestRunSweepJSONAndPlots(t *testing.T) {
 	c.SweepEff, c.SweepRatio, c.SweepPrefillBusy = []int64{256, 1024}, []float64{0.9}, []float64{4}
 	prog := &countProgress{}
 	rep := runConfig(t, c, prog)
-	// probe + 6 modes, then stage 1: two T values; stage 2: R=0.9; stage 3: isl_or_load θp=4
-	if prog.plans != 1 || prog.planned != 11*48 || prog.done != prog.planned {
-		t.Errorf("progress: %d plans of %d requests, %d done; want one plan of %d, all done", prog.plans, prog.planned, prog.done, 11*48)
+	// probe + 7 modes, then stage 1: two T values; stage 2: R=0.9; stage 3: isl_or_load θp=4
+	if prog.plans != 1 || prog.planned != 12*48 || prog.done != prog.planned {
+		t.Errorf("progress: %d plans of %d requests, %d done; want one plan of %d, all done", prog.plans, prog.planned, prog.done, 12*48)
 	}
 	var err error
 	if rep.Plots, err = WritePlots(filepath.Join(t.TempDir(), "plots"), rep); err != nil {
@@ -179,7 +179,7 @@ func TestRunSweepJSONAndPlots(t *testing.T) {
 	if len(got.Sweep) != 4 || !strings.Contains(got.Sweep[3].Name, "isl_or_load") || !strings.Contains(got.Sweep[3].Name, "θp=4") {
 		t.Fatalf("sweep %+v", got.Sweep)
 	}
-	if n := len(got.Modes); n != 7 || !strings.HasPrefix(got.Modes[6].Name, "sweep best: ") {
+	if n := len(got.Modes); n != 8 || got.Modes[6].Name != "slo" || !strings.HasPrefix(got.Modes[7].Name, "sweep best: ") {
 		t.Fatalf("modes %+v", got.Modes)
 	}
 	for _, m := range got.Modes {

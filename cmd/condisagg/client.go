@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -119,4 +120,26 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return call(ctx, c, "workers", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ListWorkersResponse, error) {
 		return a.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
 	}, adminclient.PrintWorkers)
+}
+
+// runShadow is `condisagg shadow`: the candidate config's agreement with the live one, or with
+// --promote, the candidate made live (Admin ReloadConfig{promote_shadow}).
+func runShadow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newClientFlags("shadow", stderr)
+	promote := c.fs.Bool("promote", false, "make the candidate config live (until the next reload from the file)")
+	if err := c.fs.Parse(args); err != nil {
+		return 2
+	}
+	if *promote {
+		return call(ctx, c, "shadow --promote", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ReloadConfigResponse, error) {
+			resp, err := a.ReloadConfig(ctx, &condisaggv1.ReloadConfigRequest{PromoteShadow: true})
+			if err == nil && !resp.GetApplied() {
+				err = errors.New(resp.GetMessage())
+			}
+			return resp, err
+		}, func(w io.Writer, r *condisaggv1.ReloadConfigResponse) { fmt.Fprintln(w, r.GetMessage()) })
+	}
+	return call(ctx, c, "shadow", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ShadowResponse, error) {
+		return a.Shadow(ctx, &condisaggv1.ShadowRequest{})
+	}, adminclient.PrintShadow)
 }

@@ -1,5 +1,5 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
-// server; `explain` and `workers` query a running router's Admin API; `tune` simulates a
+// server; `explain`, `workers` and `shadow` query a running router's Admin API; `tune` simulates a
 // workload to choose thresholds.
 package main
 
@@ -18,6 +18,7 @@ commands:
   serve     run the ext_proc router (--config file.yaml, Dynamo-compatible --router-* flags)
   explain   show the decision for a request without booking it (--addr, --path, --body @file)
   workers   list workers with load and KV event stream state (--addr)
+  shadow    compare the candidate config (router.shadow_disagg_config) with the live one; --promote makes it live
   tune      simulate a workload per routing mode and suggest thresholds
 
 Run "condisagg <command> -h" for the flags of a command.
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, args[1:], stdout, stderr)
+	case "shadow":
+		return runShadow(ctx, args[1:], stdout, stderr)
 	case "tune":
 		return runTune(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":

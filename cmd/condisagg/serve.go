@@ -221,7 +221,8 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 // background loops until ctx ends or a server fails (then the process exits non-zero, so its
 // supervisor restarts it).
 func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serveHooks) error {
-	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin})
+	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
+		Promote: func(context.Context) error { return s.ext.PromoteShadow() }})
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func tuneFlagSet(c *tune.Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&c.PrefillBusyThreshold, "prefill-busy-threshold", c.PrefillBusyThreshold, "θp of the load policies (multiple of mnbt)")
 	fs.Float64Var(&c.DecodeBusyThreshold, "decode-busy-threshold", c.DecodeBusyThreshold, "θd decode-busy guard (fraction of KV capacity; < 0 = off)")
 	fs.Float64Var(&c.Quantile, "quantile", c.Quantile, "p of the p-quantile rule for eff_isl_threshold")
+	fs.StringVar(&c.Shadow, "shadow", "", "candidate policy object (JSON, as --router-conditional-disagg-config) replayed beside every conditional mode without routing; the report counts its agreement")
 	fs.StringVar((*string)(&c.SweepPolicy), "sweep-policy", string(c.SweepPolicy), "policy of the threshold sweep: isl_bounding or isl_or_load")
 	fs.StringVar(&f.sweepBusy, "sweep-prefill-busy", joinNums(c.SweepPrefillBusy), "θp values tried with isl_or_load at the best (T, R)")
 	fs.StringVar(&f.sweepEff, "sweep-eff", "auto", "eff_isl_threshold values of the sweep (comma list; auto = the p-quantile value and 512, 1024, 2048, 4096)")

@@ -49,7 +49,7 @@ func TestTuneWiring(t *testing.T) {
 		Commit   string            `json:"commit"`
 		Flags    map[string]string `json:"flags"`
 	}
-	if err := json.Unmarshal(data, &rep); err != nil || rep.Requests != 60 || len(rep.Modes) != 6 || len(rep.Sweep) != 0 {
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Requests != 60 || len(rep.Modes) != 7 || len(rep.Sweep) != 0 {
 		t.Fatalf("--json-out: %v %+v", err, rep)
 	}
 	checkRecordsRun(t, rep.Seed, rep.Commit, rep.Flags, map[string]string{"synthetic": "vllm-prefix-repetition",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -130,6 +131,27 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 		}
 		tw.Flush()
 	}
+	if est := in.GetEstimates(); len(est) > 0 {
+		fmt.Fprintf(w, "\nslo forecast (objective ttft %s ms, tpot %s ms):\n", ftoa(in.GetSloTtftMs()), ftoa(in.GetSloTpotMs()))
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PLACEMENT\tPREFILL\tDECODE\tTTFT ms\tTPOT ms\tOTHERS' TPOT ms\tHEADROOM\tCACHED\tTRANSFER\tFEEDBACK ttft/tpot")
+		for _, e := range est {
+			if !e.Valid {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno room\t-\t-\t-\n", e.Placement)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%d\t%.2f/%.2f\n", e.Placement, orDash(e.PrefillWorker), orDash(e.DecodeWorker),
+				e.TtftMs, e.TpotMs, e.ExistingTpotMs, e.Headroom, e.CachedTokens, e.TransferTokens, e.TtftFactor, e.TpotFactor)
+		}
+		tw.Flush()
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // modelText is the Explain answer's model: the served model, the adapter, and whether the
@@ -188,3 +210,42 @@ func PrintWorkers(w io.Writer, r *condisaggv1.ListWorkersResponse) {
 
 func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+
+// PrintShadow writes a Shadow answer: both configs, the agreement, the route pairs, the
+// candidate's reasons and, when an slo forecast priced both choices, its means.
+func PrintShadow(w io.Writer, r *condisaggv1.ShadowResponse) {
+	if r.GetCandidateConfig() == "" {
+		fmt.Fprintf(w, "live       %s\ncandidate  none (set router.shadow_disagg_config and reload)\n", r.GetLiveConfig())
+		return
+	}
+	pct := func(n uint64) string {
+		if r.GetDecisions() == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(100*float64(n)/float64(r.GetDecisions()), 'f', 1, 64) + "%"
+	}
+	fmt.Fprintf(w, "live       %s\ncandidate  %s\ndecisions  %d\nsame route %d (%s)\nsame workers %d (%s)\n",
+		r.GetLiveConfig(), r.GetCandidateConfig(), r.GetDecisions(), r.GetSameRoute(), pct(r.GetSameRoute()),
+		r.GetSameWorkers(), pct(r.GetSameWorkers()))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nLIVE ROUTE\tCANDIDATE ROUTE\tREQUESTS")
+	for _, p := range r.GetPairs() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", p.GetLiveRoute(), p.GetCandidateRoute(), p.GetCount())
+	}
+	tw.Flush()
+	reasons := make([]string, 0, len(r.GetCandidateReasons()))
+	for k := range r.GetCandidateReasons() {
+		reasons = append(reasons, k)
+	}
+	sort.Strings(reasons)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCANDIDATE REASON\tREQUESTS")
+	for _, k := range reasons {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.GetCandidateReasons()[k])
+	}
+	tw.Flush()
+	if r.GetForecasts() > 0 {
+		fmt.Fprintf(w, "\nslo forecast over %d decisions: TTFT mean live %.1f ms, candidate %.1f ms; headroom mean live %.3f, candidate %.3f\n",
+			r.GetForecasts(), r.GetLiveTtftMsMean(), r.GetCandidateTtftMsMean(), r.GetLiveHeadroomMean(), r.GetCandidateHeadroomMean())
+	}
+}

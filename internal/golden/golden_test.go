@@ -224,11 +224,23 @@ func (s *server) decide(t *testing.T, tokens []uint32) (*request, map[string]str
 // firstToken plays the decode worker's streamed answer up to its first token.
 func (q *request) firstToken(t *testing.T) {
 	t.Helper()
-	q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "200", "content-type", "text/event-stream")}}})
-	q.headers = true
+	if !q.headers {
+		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "200", "content-type", "text/event-stream")}}})
+		q.headers = true
+	}
 	q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 		ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {\"choices\":[{\"index\":0,\"text\":\"x\"}]}\n\n")}}})
+}
+
+// prefillDone sends the response headers of a remote request as pd-sidecar answers once its
+// prefill leg is over (x-condisagg-prefill-ms).
+func (q *request) prefillDone(t *testing.T) {
+	t.Helper()
+	q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "200", "content-type", "text/event-stream",
+			"x-condisagg-prefill-ms", "12")}}})
+	q.headers = true
 }
 
 // end finishes the answer and the stream.
@@ -293,6 +305,8 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 			if got := h[extproc.HeaderDestination]; got != want {
 				t.Fatalf("request %d: destination header %q, record names %q", op.Index, got, want)
 			}
+		case cluster.OpPrefillDone:
+			open[op.Index].prefillDone(t)
 		case cluster.OpReleasePrefill:
 			open[op.Index].firstToken(t)
 		case cluster.OpRelease:

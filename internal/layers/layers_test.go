@@ -20,18 +20,19 @@ const module = "github.com/condisagg/condisagg"
 // anything and are not listed; a library package missing from this table fails the test, so a
 // new package must take its place in the graph.
 var allowed = map[string][]string{
-	"policy":               {},
+	"policy":               {"cost"},
+	"cost":                 {},
 	"kvindex":              {},
 	"workload":             {},
 	"tokenizer":            {},
 	"sidecar":              {},
 	"proto/condisagg/v1":   {},
-	"sim":                  {"kvindex"},
+	"sim":                  {"kvindex", "cost"},
 	"kvevents":             {"kvindex"},
 	"pool":                 {"policy"},
 	"route":                {"tokenizer", "kvindex", "policy", "pool"},
 	"cluster":              {"route", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "workload", "sim", "policy"},
+	"tune":                 {"cluster", "workload", "sim", "policy", "route"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
 	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
@@ -50,7 +51,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"policy", "kvindex", "pool", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "policy", "kvindex", "pool", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
 
 type pkg struct {
 	path    string

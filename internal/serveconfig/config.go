@@ -51,13 +51,18 @@ type File struct {
 	// counted). A single model without a name takes every name.
 	UnknownModel string `yaml:"unknown_model"`
 	Router       struct {
-		Mode                    string           `yaml:"mode"`
-		KVEvents                bool             `yaml:"kv_events"`
-		ConditionalDisagg       bool             `yaml:"conditional_disagg"`
-		ConditionalDisaggConfig yaml.Node        `yaml:"conditional_disagg_config"`
-		QueueThreshold          *float64         `yaml:"queue_threshold"`
-		Selection               policy.Selection `yaml:",inline"`
-		Silence                 policy.Silence   `yaml:",inline"`
+		Mode                    string    `yaml:"mode"`
+		KVEvents                bool      `yaml:"kv_events"`
+		ConditionalDisagg       bool      `yaml:"conditional_disagg"`
+		ConditionalDisaggConfig yaml.Node `yaml:"conditional_disagg_config"`
+		// ShadowDisaggConfig is a candidate policy object (same form as
+		// conditional_disagg_config) that decides beside the live one on every request without
+		// routing anything; `condisagg shadow` shows the agreement, ReloadConfig{promote_shadow}
+		// makes it live.
+		ShadowDisaggConfig yaml.Node        `yaml:"shadow_disagg_config"`
+		QueueThreshold     *float64         `yaml:"queue_threshold"`
+		Selection          policy.Selection `yaml:",inline"`
+		Silence            policy.Silence   `yaml:",inline"`
 	} `yaml:"router"`
 	Pool struct {
 		BookingTTL      time.Duration `yaml:"booking_ttl"`
@@ -313,7 +318,9 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	mfs = withModelDefaults(mfs)
 	pc, err := policyConfig(fc, mfs, disaggJSON)
 	errs = append(errs, err)
-	c.Settings = &extproc.Settings{Policy: &pc, MaxBodyBytes: fc.MaxBodyBytes,
+	shadow, err := shadowConfig(fc, pc)
+	errs = append(errs, err)
+	c.Settings = &extproc.Settings{Policy: &pc, Shadow: shadow, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
 		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
 	errs = append(errs, c.Settings.Validate())
@@ -367,6 +374,29 @@ func policyConfig(fc File, models []ModelFile, disaggJSON *string) (policy.Confi
 		errs = append(errs, pc.Validate())
 	}
 	return pc, errors.Join(errs...)
+}
+
+// shadowConfig is the live policy config with router.shadow_disagg_config's policy object in
+// place of the live one (nil when absent).
+func shadowConfig(fc File, live policy.Config) (*policy.Config, error) {
+	n := fc.Router.ShadowDisaggConfig
+	if n.Kind == 0 {
+		return nil, nil
+	}
+	js, err := disaggFromFile(&n)
+	if err != nil {
+		return nil, errors.New(strings.Replace(err.Error(), "conditional_disagg_config", "shadow_disagg_config", 1))
+	}
+	d, err := policy.ParseDisagg([]byte(*js))
+	if err != nil {
+		return nil, fmt.Errorf("config: router.shadow_disagg_config: %w", err)
+	}
+	c := live
+	c.Enabled, c.DisaggGiven, c.Disagg = true, true, d
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config: router.shadow_disagg_config: %w", err)
+	}
+	return &c, nil
 }
 
 // distinctPools: both pools are configured and no endpoint serves both roles.

@@ -148,7 +148,7 @@ func (x *WorkerOverlap) GetDiskBlocks() int64 {
 
 type ExplainResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	Route           string                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`   // "decode" or "prefill"
+	Route           string                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`   // "decode", "prefill" (remote) or "prefill_local"
 	Reason          string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // conditional-disagg.md §8.1
 	Gate            string                 `protobuf:"bytes,3,opt,name=gate,proto3" json:"gate,omitempty"`     // Dynamo decode-gate label
 	Policy          string                 `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -335,8 +335,13 @@ type PolicyInputs struct {
 	DecodeBusyThreshold   float64                `protobuf:"fixed64,20,opt,name=decode_busy_threshold,json=decodeBusyThreshold,proto3" json:"decode_busy_threshold,omitempty"`
 	GuardEnabled          bool                   `protobuf:"varint,21,opt,name=guard_enabled,json=guardEnabled,proto3" json:"guard_enabled,omitempty"`
 	Error                 string                 `protobuf:"bytes,22,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The slo policy: the objective in force for the request and its forecast per placement
+	// (empty for the other policies).
+	SloTtftMs     float64              `protobuf:"fixed64,23,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
+	SloTpotMs     float64              `protobuf:"fixed64,24,opt,name=slo_tpot_ms,json=sloTpotMs,proto3" json:"slo_tpot_ms,omitempty"`
+	Estimates     []*PlacementEstimate `protobuf:"bytes,25,rep,name=estimates,proto3" json:"estimates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyInputs) Reset() {
@@ -523,6 +528,161 @@ func (x *PolicyInputs) GetError() string {
 	return ""
 }
 
+func (x *PolicyInputs) GetSloTtftMs() float64 {
+	if x != nil {
+		return x.SloTtftMs
+	}
+	return 0
+}
+
+func (x *PolicyInputs) GetSloTpotMs() float64 {
+	if x != nil {
+		return x.SloTpotMs
+	}
+	return 0
+}
+
+func (x *PolicyInputs) GetEstimates() []*PlacementEstimate {
+	if x != nil {
+		return x.Estimates
+	}
+	return nil
+}
+
+// PlacementEstimate is the slo policy's forecast for one placement on its best worker(s).
+type PlacementEstimate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Placement      string                 `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"` // "decode", "prefill" (remote) or "prefill_local"
+	Valid          bool                   `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"`        // false: no eligible worker (or no KV room) for it
+	PrefillWorker  string                 `protobuf:"bytes,3,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	DecodeWorker   string                 `protobuf:"bytes,4,opt,name=decode_worker,json=decodeWorker,proto3" json:"decode_worker,omitempty"`
+	TtftMs         float64                `protobuf:"fixed64,5,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
+	TpotMs         float64                `protobuf:"fixed64,6,opt,name=tpot_ms,json=tpotMs,proto3" json:"tpot_ms,omitempty"`
+	ExistingTpotMs float64                `protobuf:"fixed64,7,opt,name=existing_tpot_ms,json=existingTpotMs,proto3" json:"existing_tpot_ms,omitempty"` // the worst TPOT it imposes on requests already decoding there
+	Headroom       float64                `protobuf:"fixed64,8,opt,name=headroom,proto3" json:"headroom,omitempty"`                                     // smallest remaining fraction of the objectives (< 0: a violation)
+	CachedTokens   int64                  `protobuf:"varint,9,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`          // held by the worker that prefills
+	TransferTokens int64                  `protobuf:"varint,10,opt,name=transfer_tokens,json=transferTokens,proto3" json:"transfer_tokens,omitempty"`   // remote: the uncached suffix the decode worker pulls
+	// The controller's corrections applied to ttft_ms and tpot_ms (1: none).
+	TtftFactor    float64 `protobuf:"fixed64,11,opt,name=ttft_factor,json=ttftFactor,proto3" json:"ttft_factor,omitempty"`
+	TpotFactor    float64 `protobuf:"fixed64,12,opt,name=tpot_factor,json=tpotFactor,proto3" json:"tpot_factor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementEstimate) Reset() {
+	*x = PlacementEstimate{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementEstimate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementEstimate) ProtoMessage() {}
+
+func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementEstimate.ProtoReflect.Descriptor instead.
+func (*PlacementEstimate) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PlacementEstimate) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
+}
+
+func (x *PlacementEstimate) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *PlacementEstimate) GetPrefillWorker() string {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return ""
+}
+
+func (x *PlacementEstimate) GetDecodeWorker() string {
+	if x != nil {
+		return x.DecodeWorker
+	}
+	return ""
+}
+
+func (x *PlacementEstimate) GetTtftMs() float64 {
+	if x != nil {
+		return x.TtftMs
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTpotMs() float64 {
+	if x != nil {
+		return x.TpotMs
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetExistingTpotMs() float64 {
+	if x != nil {
+		return x.ExistingTpotMs
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetHeadroom() float64 {
+	if x != nil {
+		return x.Headroom
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTransferTokens() int64 {
+	if x != nil {
+		return x.TransferTokens
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTtftFactor() float64 {
+	if x != nil {
+		return x.TtftFactor
+	}
+	return 0
+}
+
+func (x *PlacementEstimate) GetTpotFactor() float64 {
+	if x != nil {
+		return x.TpotFactor
+	}
+	return 0
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -531,7 +691,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +703,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +716,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type EventStream struct {
@@ -574,7 +734,7 @@ type EventStream struct {
 
 func (x *EventStream) Reset() {
 	*x = EventStream{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +746,7 @@ func (x *EventStream) String() string {
 func (*EventStream) ProtoMessage() {}
 
 func (x *EventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +759,7 @@ func (x *EventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventStream.ProtoReflect.Descriptor instead.
 func (*EventStream) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EventStream) GetConnected() bool {
@@ -674,7 +834,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +846,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +859,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Worker) GetId() string {
@@ -816,7 +976,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +988,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1001,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -852,14 +1012,17 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 }
 
 type ReloadConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// promote_shadow makes the candidate config live (until the next reload from the file)
+	// instead of re-reading the file.
+	PromoteShadow bool `protobuf:"varint,1,opt,name=promote_shadow,json=promoteShadow,proto3" json:"promote_shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1034,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1047,14 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReloadConfigRequest) GetPromoteShadow() bool {
+	if x != nil {
+		return x.PromoteShadow
+	}
+	return false
 }
 
 type ReloadConfigResponse struct {
@@ -897,7 +1067,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1079,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1092,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReloadConfigResponse) GetApplied() bool {
@@ -937,6 +1107,235 @@ func (x *ReloadConfigResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+type ShadowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShadowRequest) Reset() {
+	*x = ShadowRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShadowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShadowRequest) ProtoMessage() {}
+
+func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
+func (*ShadowRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+type ShadowResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	LiveConfig       string                 `protobuf:"bytes,1,opt,name=live_config,json=liveConfig,proto3" json:"live_config,omitempty"`                // the live policy object (JSON)
+	CandidateConfig  string                 `protobuf:"bytes,2,opt,name=candidate_config,json=candidateConfig,proto3" json:"candidate_config,omitempty"` // "" when no candidate is set
+	Decisions        uint64                 `protobuf:"varint,3,opt,name=decisions,proto3" json:"decisions,omitempty"`                                   // requests both decided
+	SameRoute        uint64                 `protobuf:"varint,4,opt,name=same_route,json=sameRoute,proto3" json:"same_route,omitempty"`
+	SameWorkers      uint64                 `protobuf:"varint,5,opt,name=same_workers,json=sameWorkers,proto3" json:"same_workers,omitempty"`
+	Pairs            []*RoutePair           `protobuf:"bytes,6,rep,name=pairs,proto3" json:"pairs,omitempty"` // every (live, candidate) route pair seen
+	CandidateReasons map[string]uint64      `protobuf:"bytes,7,rep,name=candidate_reasons,json=candidateReasons,proto3" json:"candidate_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Decisions an slo forecast priced on both sides, and the mean forecast of each choice.
+	Forecasts             uint64  `protobuf:"varint,8,opt,name=forecasts,proto3" json:"forecasts,omitempty"`
+	LiveTtftMsMean        float64 `protobuf:"fixed64,9,opt,name=live_ttft_ms_mean,json=liveTtftMsMean,proto3" json:"live_ttft_ms_mean,omitempty"`
+	CandidateTtftMsMean   float64 `protobuf:"fixed64,10,opt,name=candidate_ttft_ms_mean,json=candidateTtftMsMean,proto3" json:"candidate_ttft_ms_mean,omitempty"`
+	LiveHeadroomMean      float64 `protobuf:"fixed64,11,opt,name=live_headroom_mean,json=liveHeadroomMean,proto3" json:"live_headroom_mean,omitempty"`
+	CandidateHeadroomMean float64 `protobuf:"fixed64,12,opt,name=candidate_headroom_mean,json=candidateHeadroomMean,proto3" json:"candidate_headroom_mean,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ShadowResponse) Reset() {
+	*x = ShadowResponse{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShadowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShadowResponse) ProtoMessage() {}
+
+func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
+func (*ShadowResponse) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ShadowResponse) GetLiveConfig() string {
+	if x != nil {
+		return x.LiveConfig
+	}
+	return ""
+}
+
+func (x *ShadowResponse) GetCandidateConfig() string {
+	if x != nil {
+		return x.CandidateConfig
+	}
+	return ""
+}
+
+func (x *ShadowResponse) GetDecisions() uint64 {
+	if x != nil {
+		return x.Decisions
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetSameRoute() uint64 {
+	if x != nil {
+		return x.SameRoute
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetSameWorkers() uint64 {
+	if x != nil {
+		return x.SameWorkers
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetPairs() []*RoutePair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
+func (x *ShadowResponse) GetCandidateReasons() map[string]uint64 {
+	if x != nil {
+		return x.CandidateReasons
+	}
+	return nil
+}
+
+func (x *ShadowResponse) GetForecasts() uint64 {
+	if x != nil {
+		return x.Forecasts
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetLiveTtftMsMean() float64 {
+	if x != nil {
+		return x.LiveTtftMsMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetCandidateTtftMsMean() float64 {
+	if x != nil {
+		return x.CandidateTtftMsMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetLiveHeadroomMean() float64 {
+	if x != nil {
+		return x.LiveHeadroomMean
+	}
+	return 0
+}
+
+func (x *ShadowResponse) GetCandidateHeadroomMean() float64 {
+	if x != nil {
+		return x.CandidateHeadroomMean
+	}
+	return 0
+}
+
+type RoutePair struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	LiveRoute      string                 `protobuf:"bytes,1,opt,name=live_route,json=liveRoute,proto3" json:"live_route,omitempty"`
+	CandidateRoute string                 `protobuf:"bytes,2,opt,name=candidate_route,json=candidateRoute,proto3" json:"candidate_route,omitempty"`
+	Count          uint64                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RoutePair) Reset() {
+	*x = RoutePair{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutePair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutePair) ProtoMessage() {}
+
+func (x *RoutePair) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
+func (*RoutePair) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RoutePair) GetLiveRoute() string {
+	if x != nil {
+		return x.LiveRoute
+	}
+	return ""
+}
+
+func (x *RoutePair) GetCandidateRoute() string {
+	if x != nil {
+		return x.CandidateRoute
+	}
+	return ""
+}
+
+func (x *RoutePair) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
@@ -973,7 +1372,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x06inputs\x18\r \x01(\v2\x1a.condisagg.v1.PolicyInputsR\x06inputs\x12\x14\n" +
 	"\x05model\x18\x0e \x01(\tR\x05model\x12!\n" +
 	"\flora_adapter\x18\x0f \x01(\tR\vloraAdapter\x12#\n" +
-	"\runknown_model\x18\x10 \x01(\bR\funknownModel\"\xf5\x06\n" +
+	"\runknown_model\x18\x10 \x01(\bR\funknownModel\"\xf4\a\n" +
 	"\fPolicyInputs\x12)\n" +
 	"\x10snapshot_version\x18\x01 \x01(\x04R\x0fsnapshotVersion\x12%\n" +
 	"\x0epreview_decode\x18\x02 \x01(\tR\rpreviewDecode\x12%\n" +
@@ -999,7 +1398,26 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x12kv_capacity_blocks\x18\x13 \x01(\x03R\x10kvCapacityBlocks\x122\n" +
 	"\x15decode_busy_threshold\x18\x14 \x01(\x01R\x13decodeBusyThreshold\x12#\n" +
 	"\rguard_enabled\x18\x15 \x01(\bR\fguardEnabled\x12\x14\n" +
-	"\x05error\x18\x16 \x01(\tR\x05error\"\x14\n" +
+	"\x05error\x18\x16 \x01(\tR\x05error\x12\x1e\n" +
+	"\vslo_ttft_ms\x18\x17 \x01(\x01R\tsloTtftMs\x12\x1e\n" +
+	"\vslo_tpot_ms\x18\x18 \x01(\x01R\tsloTpotMs\x12=\n" +
+	"\testimates\x18\x19 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\"\x9b\x03\n" +
+	"\x11PlacementEstimate\x12\x1c\n" +
+	"\tplacement\x18\x01 \x01(\tR\tplacement\x12\x14\n" +
+	"\x05valid\x18\x02 \x01(\bR\x05valid\x12%\n" +
+	"\x0eprefill_worker\x18\x03 \x01(\tR\rprefillWorker\x12#\n" +
+	"\rdecode_worker\x18\x04 \x01(\tR\fdecodeWorker\x12\x17\n" +
+	"\attft_ms\x18\x05 \x01(\x01R\x06ttftMs\x12\x17\n" +
+	"\atpot_ms\x18\x06 \x01(\x01R\x06tpotMs\x12(\n" +
+	"\x10existing_tpot_ms\x18\a \x01(\x01R\x0eexistingTpotMs\x12\x1a\n" +
+	"\bheadroom\x18\b \x01(\x01R\bheadroom\x12#\n" +
+	"\rcached_tokens\x18\t \x01(\x03R\fcachedTokens\x12'\n" +
+	"\x0ftransfer_tokens\x18\n" +
+	" \x01(\x03R\x0etransferTokens\x12\x1f\n" +
+	"\vttft_factor\x18\v \x01(\x01R\n" +
+	"ttftFactor\x12\x1f\n" +
+	"\vtpot_factor\x18\f \x01(\x01R\n" +
+	"tpotFactor\"\x14\n" +
 	"\x12ListWorkersRequest\"\xee\x01\n" +
 	"\vEventStream\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x19\n" +
@@ -1028,15 +1446,42 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x06events\x18\x0e \x01(\v2\x19.condisagg.v1.EventStreamR\x06events\x12\x14\n" +
 	"\x05model\x18\x0f \x01(\tR\x05model\"E\n" +
 	"\x13ListWorkersResponse\x12.\n" +
-	"\aworkers\x18\x01 \x03(\v2\x14.condisagg.v1.WorkerR\aworkers\"\x15\n" +
-	"\x13ReloadConfigRequest\"J\n" +
+	"\aworkers\x18\x01 \x03(\v2\x14.condisagg.v1.WorkerR\aworkers\"<\n" +
+	"\x13ReloadConfigRequest\x12%\n" +
+	"\x0epromote_shadow\x18\x01 \x01(\bR\rpromoteShadow\"J\n" +
 	"\x14ReloadConfigResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\xfa\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x0f\n" +
+	"\rShadowRequest\"\xf5\x04\n" +
+	"\x0eShadowResponse\x12\x1f\n" +
+	"\vlive_config\x18\x01 \x01(\tR\n" +
+	"liveConfig\x12)\n" +
+	"\x10candidate_config\x18\x02 \x01(\tR\x0fcandidateConfig\x12\x1c\n" +
+	"\tdecisions\x18\x03 \x01(\x04R\tdecisions\x12\x1d\n" +
+	"\n" +
+	"same_route\x18\x04 \x01(\x04R\tsameRoute\x12!\n" +
+	"\fsame_workers\x18\x05 \x01(\x04R\vsameWorkers\x12-\n" +
+	"\x05pairs\x18\x06 \x03(\v2\x17.condisagg.v1.RoutePairR\x05pairs\x12_\n" +
+	"\x11candidate_reasons\x18\a \x03(\v22.condisagg.v1.ShadowResponse.CandidateReasonsEntryR\x10candidateReasons\x12\x1c\n" +
+	"\tforecasts\x18\b \x01(\x04R\tforecasts\x12)\n" +
+	"\x11live_ttft_ms_mean\x18\t \x01(\x01R\x0eliveTtftMsMean\x123\n" +
+	"\x16candidate_ttft_ms_mean\x18\n" +
+	" \x01(\x01R\x13candidateTtftMsMean\x12,\n" +
+	"\x12live_headroom_mean\x18\v \x01(\x01R\x10liveHeadroomMean\x126\n" +
+	"\x17candidate_headroom_mean\x18\f \x01(\x01R\x15candidateHeadroomMean\x1aC\n" +
+	"\x15CandidateReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"i\n" +
+	"\tRoutePair\x12\x1d\n" +
+	"\n" +
+	"live_route\x18\x01 \x01(\tR\tliveRoute\x12'\n" +
+	"\x0fcandidate_route\x18\x02 \x01(\tR\x0ecandidateRoute\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count2\xbf\x02\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
-	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
+	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponse\x12C\n" +
+	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
 
 var (
 	file_condisagg_v1_admin_proto_rawDescOnce sync.Once
@@ -1050,35 +1495,45 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ExplainRequest)(nil),       // 0: condisagg.v1.ExplainRequest
 	(*WorkerOverlap)(nil),        // 1: condisagg.v1.WorkerOverlap
 	(*ExplainResponse)(nil),      // 2: condisagg.v1.ExplainResponse
 	(*PolicyInputs)(nil),         // 3: condisagg.v1.PolicyInputs
-	(*ListWorkersRequest)(nil),   // 4: condisagg.v1.ListWorkersRequest
-	(*EventStream)(nil),          // 5: condisagg.v1.EventStream
-	(*Worker)(nil),               // 6: condisagg.v1.Worker
-	(*ListWorkersResponse)(nil),  // 7: condisagg.v1.ListWorkersResponse
-	(*ReloadConfigRequest)(nil),  // 8: condisagg.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil), // 9: condisagg.v1.ReloadConfigResponse
+	(*PlacementEstimate)(nil),    // 4: condisagg.v1.PlacementEstimate
+	(*ListWorkersRequest)(nil),   // 5: condisagg.v1.ListWorkersRequest
+	(*EventStream)(nil),          // 6: condisagg.v1.EventStream
+	(*Worker)(nil),               // 7: condisagg.v1.Worker
+	(*ListWorkersResponse)(nil),  // 8: condisagg.v1.ListWorkersResponse
+	(*ReloadConfigRequest)(nil),  // 9: condisagg.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil), // 10: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),        // 11: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),       // 12: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),            // 13: condisagg.v1.RoutePair
+	nil,                          // 14: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
-	1, // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
-	3, // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
-	5, // 2: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
-	6, // 3: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	0, // 4: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	4, // 5: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	8, // 6: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	2, // 7: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	7, // 8: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	9, // 9: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
+	3,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
+	4,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
+	6,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
+	7,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
+	13, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	14, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	0,  // 7: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	5,  // 8: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	9,  // 9: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	11, // 10: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	2,  // 11: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	8,  // 12: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	10, // 13: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	12, // 14: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
@@ -1092,7 +1547,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Admin_Explain_FullMethodName      = "/condisagg.v1.Admin/Explain"
 	Admin_ListWorkers_FullMethodName  = "/condisagg.v1.Admin/ListWorkers"
 	Admin_ReloadConfig_FullMethodName = "/condisagg.v1.Admin/ReloadConfig"
+	Admin_Shadow_FullMethodName       = "/condisagg.v1.Admin/Shadow"
 )
 
 // AdminClient is the client API for Admin service.
@@ -37,6 +38,9 @@ type AdminClient interface {
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 	// ReloadConfig re-reads the configuration file; a bad file leaves the old one in force.
 	ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error)
+	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
+	// live one on the requests routed since it was set.
+	Shadow(ctx context.Context, in *ShadowRequest, opts ...grpc.CallOption) (*ShadowResponse, error)
 }
 
 type adminClient struct {
@@ -77,6 +81,16 @@ func (c *adminClient) ReloadConfig(ctx context.Context, in *ReloadConfigRequest,
 	return out, nil
 }
 
+func (c *adminClient) Shadow(ctx context.Context, in *ShadowRequest, opts ...grpc.CallOption) (*ShadowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShadowResponse)
+	err := c.cc.Invoke(ctx, Admin_Shadow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -87,6 +101,9 @@ type AdminServer interface {
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	// ReloadConfig re-reads the configuration file; a bad file leaves the old one in force.
 	ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error)
+	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
+	// live one on the requests routed since it was set.
+	Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -105,6 +122,9 @@ func (UnimplementedAdminServer) ListWorkers(context.Context, *ListWorkersRequest
 }
 func (UnimplementedAdminServer) ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReloadConfig not implemented")
+}
+func (UnimplementedAdminServer) Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Shadow not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -181,6 +201,24 @@ func _Admin_ReloadConfig_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Shadow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShadowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Shadow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Shadow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Shadow(ctx, req.(*ShadowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -199,6 +237,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadConfig",
 			Handler:    _Admin_ReloadConfig_Handler,
+		},
+		{
+			MethodName: "Shadow",
+			Handler:    _Admin_Shadow_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,297 @@
+package policy
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/condisagg/condisagg/cost"
+)
+
+// SLO is a latency objective: time to first token and time per output token. A zero field
+// takes the configured value (Disagg.SLO).
+type SLO struct {
+	TTFT, TPOT time.Duration
+}
+
+// Default objectives of the slo policy (the 8B set of perf-model.md), and the bound of its
+// feedback corrections.
+const (
+	DefaultSLOTTFT        = 2 * time.Second
+	DefaultSLOTPOT        = 100 * time.Millisecond
+	DefaultSLOFeedbackMax = 8.0
+	MaxSLOFeedbackMax     = 100.0
+)
+
+// Correction multiplies the cost model's TTFT and TPOT forecasts of one placement: the
+// closed-loop feedback of route (observed / predicted, smoothed and bounded). 0 means 1.
+type Correction struct {
+	TTFT, TPOT float64
+}
+
+func (c Correction) factors() (ttft, tpot float64) {
+	ttft, tpot = c.TTFT, c.TPOT
+	if ttft <= 0 {
+		ttft = 1
+	}
+	if tpot <= 0 {
+		tpot = 1
+	}
+	return ttft, tpot
+}
+
+// Estimate is the slo policy's forecast for one placement on its best worker(s), in
+// milliseconds: the request's TTFT and TPOT, and the worst TPOT it imposes on requests already
+// decoding where it lands. Headroom is the smallest remaining fraction of the SLO over the three
+// (1 = free, 0 = exactly at the SLO, < 0 = a violation); Valid is false when the placement has
+// no eligible worker.
+type Estimate struct {
+	Valid            bool
+	Prefill, Decode  string // workers (Prefill "" for a bypass, Decode "" for prefill_local)
+	TTFTms, TPOTms   float64
+	ExistingTPOTms   float64 // 0 when nothing else decodes there
+	Headroom         float64
+	CachedTokens     int // tokens the prefilling worker holds
+	TransferTokens   int // remote: the uncached suffix the decode worker pulls
+	PrefillQueueToks int64
+	// TTFTFactor and TPOTFactor are the feedback corrections applied (1 without feedback).
+	TTFTFactor, TPOTFactor float64
+}
+
+// sloWorker is one worker's state as the estimator reads it.
+type sloWorker struct {
+	l      *WorkerLoad
+	cached int
+}
+
+// decideSLO is the slo policy (issue "beyond static thresholds"): for each placement (local
+// prefill on a decode worker, remote prefill then decode, the whole request on a prefill
+// worker) it forecasts TTFT and TPOT from live load with the calibrated cost model and picks
+// the placement with the most headroom for this request and for those already running. It
+// runs after the preconditions (step 3); only is the decode pin (-1 = none).
+func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int, dec *Decision) {
+	x := &dec.Inputs
+	obj := cfg.Disagg.SLO
+	if in.SLO.TTFT > 0 {
+		obj.TTFT = in.SLO.TTFT
+	}
+	if in.SLO.TPOT > 0 {
+		obj.TPOT = in.SLO.TPOT
+	}
+	x.SLO = obj
+	e := estimator{m: cfg.Disagg.Cost, bs: cfg.BlockSize, isl: in.ISL, slo: obj, guard: cfg.Guard()}
+
+	bestD, bestDScore := -1, math.Inf(-1)     // bypass
+	remoteD, remoteDScore := -1, math.Inf(-1) // decode side of the remote path
+	var bypass Estimate
+	for i := range snap.Decode {
+		if only >= 0 && i != only {
+			continue
+		}
+		w := sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)}
+		if est := e.local(w, true); est.Valid && est.Headroom > bestDScore {
+			bestD, bestDScore, bypass = i, est.Headroom, est
+			bypass.Decode = w.l.ID
+		}
+		if s := e.decodeSide(w); s > remoteDScore {
+			remoteD, remoteDScore = i, s
+		}
+	}
+	bestP, bestPScore := -1, math.Inf(-1) // prefill side of the remote path (shortest prefill)
+	localP, localPScore := -1, math.Inf(-1)
+	var whole Estimate
+	for i := range snap.Prefill {
+		c := 0
+		if in.Prefill != nil {
+			c = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
+		}
+		w := sloWorker{l: &snap.Prefill[i], cached: c}
+		if t := e.prefillMS(w); -t > bestPScore {
+			bestP, bestPScore = i, -t
+		}
+		if only >= 0 {
+			continue // a decode pin rules out decoding elsewhere
+		}
+		if est := e.local(w, false); est.Valid && est.Headroom > localPScore {
+			localP, localPScore, whole = i, est.Headroom, est
+			whole.Prefill = w.l.ID
+		}
+	}
+	var remoteEst Estimate
+	if bestP >= 0 && remoteD >= 0 {
+		p := sloWorker{l: &snap.Prefill[bestP]}
+		if in.Prefill != nil {
+			p.cached = cached(cfg, &in.Prefill[bestP], in.Now, in.ISL)
+		}
+		d := sloWorker{l: &snap.Decode[remoteD], cached: cached(cfg, &in.Decode[remoteD], in.Now, in.ISL)}
+		remoteEst = e.remote(p, d)
+		remoteEst.Prefill, remoteEst.Decode = p.l.ID, d.l.ID
+	}
+	x.Estimates = [numRoutes]Estimate{RoutePrefill: remoteEst, RouteDecode: bypass, RoutePrefillLocal: whole}
+	for r := range x.Estimates {
+		est := &x.Estimates[r]
+		est.TTFTFactor, est.TPOTFactor = 1, 1
+		if cfg.Disagg.SLOFeedback && est.Valid {
+			est.TTFTFactor, est.TPOTFactor = in.Feedback[r].factors()
+			est.TTFTms *= est.TTFTFactor
+			est.TPOTms *= est.TPOTFactor
+			est.ExistingTPOTms *= est.TPOTFactor
+			est.Headroom = e.headroom(est)
+		}
+	}
+
+	// The most headroom wins; ties keep the order bypass, remote, prefill_local (the cheapest
+	// placement for the fleet first).
+	choice, best := RoutePrefill, math.Inf(-1)
+	for _, r := range [...]Route{RouteDecode, RoutePrefill, RoutePrefillLocal} {
+		if est := &x.Estimates[r]; est.Valid && est.Headroom > best {
+			choice, best = r, est.Headroom
+		}
+	}
+	switch {
+	case best == math.Inf(-1):
+		remote(cfg, in, snap, rng, dec, ReasonRemoteDecodeRejected)
+	case choice == RouteDecode:
+		previewDecode(cfg, in, snap, bestD, dec)
+		dec.Route, dec.Reason = RouteDecode, ReasonSLOBypass
+		dec.Decode, dec.DecodeID = bestD, snap.Decode[bestD].ID
+		dec.PrefillTokens = int64(dec.Inputs.Eff)
+		dec.Guard = cfg.Guard()
+	case choice == RoutePrefillLocal:
+		c := x.Estimates[RoutePrefillLocal].CachedTokens
+		dec.Route, dec.Reason = RoutePrefillLocal, ReasonSLOPrefillLocal
+		dec.Prefill, dec.PrefillID = localP, snap.Prefill[localP].ID
+		dec.PrefillTokens = int64(in.ISL - min(c, in.ISL))
+		x.PrefillCached, x.Eff = c, in.ISL-min(c, in.ISL)
+	default:
+		dec.Prefill = bestP
+		dec.remoteHint = remoteD + 1
+		remote(cfg, in, snap, rng, dec, ReasonSLORemote)
+	}
+}
+
+// estimator turns loads into forecasts with one cost model.
+type estimator struct {
+	m     cost.Model
+	bs    int
+	isl   int
+	slo   SLO
+	guard Guard
+}
+
+// steps is the scheduler steps and the step-time fixed part of prefilling tokens on w while
+// its decodes keep running: ceil(tokens/mnbt) steps of t0 + d1·B + d2·C.
+func (e *estimator) stepOverhead(l *WorkerLoad, tokens int64) float64 {
+	budget := l.MaxBatchedTokens
+	if budget <= 0 {
+		budget = defaultBudget
+	}
+	steps := math.Ceil(float64(max(tokens, 1)) / float64(budget))
+	return steps * (e.m.T0 + e.m.D1*float64(l.DecodeRequests) + e.m.D2*float64(l.ActiveDecodeBlocks)*float64(e.bs))
+}
+
+// defaultBudget stands in for an unknown max_num_batched_tokens (vLLM's default for
+// chunked prefill on large GPUs).
+const defaultBudget = 8192
+
+// prefillMS is the time until w has prefilled the request: the prefill queued ahead of it
+// (booked uncached tokens) and its own uncached suffix, in chunks that share steps with w's
+// running decodes. The quadratic term charges the request's own attention over its prefix.
+func (e *estimator) prefillMS(w sloWorker) float64 {
+	n := int64(e.isl - min(w.cached, e.isl))
+	q := w.l.ActivePrefillTokens
+	pairs := float64(n) * (float64(w.cached) + float64(n)/2)
+	return e.stepOverhead(w.l, q+n) + e.m.A1*float64(q+n) + e.m.A2*pairs
+}
+
+// decodeStepMS is one decode step on l with extra more sequences of ctx more context tokens,
+// while prefill chunks of the queue ahead share the step (at most one budget's worth).
+func (e *estimator) decodeStepMS(l *WorkerLoad, extraSeqs, extraCtx, prefillToks int64) float64 {
+	budget := l.MaxBatchedTokens
+	if budget <= 0 {
+		budget = defaultBudget
+	}
+	ctx := float64(l.ActiveDecodeBlocks)*float64(e.bs) + float64(extraCtx)
+	return e.m.T0 + e.m.A1*float64(min(prefillToks, budget)) + e.m.D1*float64(l.DecodeRequests+extraSeqs) + e.m.D2*ctx
+}
+
+// fits reports whether the request's blocks fit in l's KV cache next to what is booked there
+// (unknown capacity fits; the decode-busy guard, when on, sets the bar lower).
+func (e *estimator) fits(l *WorkerLoad, newBlocks int64) bool {
+	if l.KVCapacityBlocks <= 0 {
+		return !e.guard.Enabled
+	}
+	limit := float64(l.KVCapacityBlocks)
+	if e.guard.Enabled {
+		limit *= e.guard.Threshold
+	}
+	return float64(l.ActiveDecodeBlocks+newBlocks) <= limit
+}
+
+// headroom is the smallest remaining fraction of the objectives.
+func (e *estimator) headroom(est *Estimate) float64 {
+	h := 1 - est.TTFTms/ms(e.slo.TTFT)
+	h = min(h, 1-est.TPOTms/ms(e.slo.TPOT))
+	if est.ExistingTPOTms > 0 {
+		h = min(h, 1-est.ExistingTPOTms/ms(e.slo.TPOT))
+	}
+	return h
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// local forecasts the whole request on w (a decode worker's local prefill, or a prefill
+// worker's prefill-and-decode): its prefill joins w's queue and its chunks slow w's running
+// decodes; its decode steps carry w's remaining prefill queue.
+func (e *estimator) local(w sloWorker, decodeWorker bool) Estimate {
+	blocks := int64((e.isl + e.bs - 1) / e.bs)
+	if decodeWorker {
+		blocks = w.l.NewBlocks
+	}
+	if !e.fits(w.l, blocks) {
+		return Estimate{}
+	}
+	n := int64(e.isl - min(w.cached, e.isl))
+	est := Estimate{Valid: true, CachedTokens: w.cached, PrefillQueueToks: w.l.ActivePrefillTokens}
+	est.TTFTms = e.prefillMS(w)
+	est.TPOTms = e.decodeStepMS(w.l, 1, int64(e.isl), w.l.ActivePrefillTokens)
+	if w.l.DecodeRequests > 0 {
+		est.ExistingTPOTms = e.decodeStepMS(w.l, 0, 0, w.l.ActivePrefillTokens+n)
+	}
+	est.Headroom = e.headroom(&est)
+	return est
+}
+
+// decodeSide scores a decode worker as the remote path's target: the TPOT headroom of the new
+// request and of those already decoding there (no prefill lands on it), less the transfer of
+// the blocks it lacks.
+func (e *estimator) decodeSide(w sloWorker) float64 {
+	if !e.fits(w.l, int64((e.isl+e.bs-1)/e.bs)) {
+		return math.Inf(-1)
+	}
+	tpot := e.decodeStepMS(w.l, 1, int64(e.isl), w.l.ActivePrefillTokens)
+	xfer := ms(e.m.TransferTime(e.isl - min(w.cached, e.isl)))
+	return min(1-tpot/ms(e.slo.TPOT), 1-xfer/ms(e.slo.TTFT))
+}
+
+// remote forecasts prefill at p, transfer of the suffix d lacks, then decode at d. p's running
+// decodes (prefill_local requests) are slowed by the prefill; d's by one more sequence.
+func (e *estimator) remote(p, d sloWorker) Estimate {
+	if !e.fits(d.l, int64((e.isl+e.bs-1)/e.bs)) {
+		return Estimate{}
+	}
+	n := int64(e.isl - min(p.cached, e.isl))
+	xferToks := e.isl - min(d.cached, e.isl)
+	est := Estimate{Valid: true, CachedTokens: p.cached, TransferTokens: xferToks, PrefillQueueToks: p.l.ActivePrefillTokens}
+	step := e.decodeStepMS(d.l, 1, int64(e.isl), d.l.ActivePrefillTokens)
+	est.TTFTms = e.prefillMS(p) + ms(e.m.TransferTime(xferToks)) + step
+	est.TPOTms = step
+	if p.l.DecodeRequests > 0 {
+		est.ExistingTPOTms = e.decodeStepMS(p.l, 0, 0, p.l.ActivePrefillTokens+n)
+	}
+	if d.l.DecodeRequests > 0 {
+		est.ExistingTPOTms = max(est.ExistingTPOTms, step)
+	}
+	est.Headroom = e.headroom(&est)
+	return est
+}

@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sloConfig(t *testing.T, extra string) Config {
+	t.Helper()
+	c := enabledConfig()
+	d, err := ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100"` + extra + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Disagg = d
+	mustValid(t, c)
+	return c
+}
+
+// TestSLOConfig: the slo keys parse, default and fail with the field's name and the fix.
+func TestSLOConfig(t *testing.T) {
+	c := sloConfig(t, `,"slo_ttft_ms":500,"slo_tpot_ms":30.5`)
+	if c.Disagg.SLO != (SLO{TTFT: 500 * time.Millisecond, TPOT: 30500 * time.Microsecond}) || c.Disagg.Cost.A1 == 0 {
+		t.Fatalf("parsed %+v", c.Disagg)
+	}
+	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":true,"slo_feedback_max":8`) {
+		t.Fatalf("String() = %s", got)
+	}
+	if d := sloConfig(t, ``).Disagg.SLO; d.TTFT != DefaultSLOTTFT || d.TPOT != DefaultSLOTPOT {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, tc := range []struct{ json, want string }{
+		{`{"policy":"slo"}`, `cost_model: "" is required with policy "slo": one of llama3.1-8b-h100`},
+		{`{"policy":"slo","cost_model":"gpt"}`, `cost_model: "gpt" must be one of llama3.1-8b-h100`},
+		{`{"policy":"slo","cost_model":3}`, `cost_model: 3 must be a string`},
+		{`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_ttft_ms":0}`, `slo_ttft_ms: 0 must be a number of milliseconds in (0, 3600000]`},
+		{`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_tpot_ms":"fast"}`, `slo_tpot_ms: "fast" must be a number`},
+	} {
+		c := enabledConfig()
+		d, err := ParseDisagg([]byte(tc.json))
+		if err == nil {
+			c.Disagg = d
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to contain %q", tc.json, err, tc.want)
+		}
+		var ce *ConfigError
+		if err != nil && !errors.As(err, &ce) {
+			t.Errorf("%s: %T is not a *ConfigError", tc.json, err)
+		}
+	}
+}
+
+// sloFleet is two decode and two prefill workers with 8192-token budgets and room for 30k
+// blocks each; load edits them.
+func sloFleet(load func(d, p []WorkerLoad)) *Snapshot {
+	s := &Snapshot{Version: 1}
+	for _, id := range []string{"d0", "d1"} {
+		s.Decode = append(s.Decode, WorkerLoad{ID: id, MaxBatchedTokens: 8192, KVCapacityBlocks: 30000})
+	}
+	for _, id := range []string{"p0", "p1"} {
+		s.Prefill = append(s.Prefill, WorkerLoad{ID: id, MaxBatchedTokens: 8192, KVCapacityBlocks: 30000})
+	}
+	if load != nil {
+		load(s.Decode, s.Prefill)
+	}
+	return s
+}
+
+func sloInput(s *Snapshot, isl int, decodeGPU ...int) *Input {
+	in := &Input{Now: testNow, ISL: isl}
+	for i, w := range s.Decode {
+		g := 0
+		if i < len(decodeGPU) {
+			g = decodeGPU[i]
+		}
+		in.Decode = append(in.Decode, Signal{Worker: w.ID, GPU: g, Stream: live()})
+		s.Decode[i].NewBlocks = int64((isl+15)/16 - g)
+	}
+	for _, w := range s.Prefill {
+		in.Prefill = append(in.Prefill, Signal{Worker: w.ID, Stream: live()})
+	}
+	return in
+}
+
+// TestSLOPlacements: the forecast picks the placement the cost model says keeps the most SLO
+// headroom, in the four regimes that matter, and records the three forecasts.
+func TestSLOPlacements(t *testing.T) {
+	heavyDecode := func(d []WorkerLoad) { // 200 sequences of 4k context each
+		for i := range d {
+			d[i].DecodeRequests, d[i].ActiveDecodeBlocks = 200, 200*256
+			d[i].KVCapacityBlocks = 60000
+		}
+	}
+	tests := []struct {
+		name   string
+		isl    int
+		gpu    []int
+		load   func(d, p []WorkerLoad)
+		want   Route
+		reason Reason
+		worker string
+	}{
+		// An idle fleet: prefilling where the decode runs saves the transfer.
+		{"idle_fleet_bypass", 8000, nil, nil, RouteDecode, ReasonSLOBypass, "d0"},
+		// The prompt is cached on d1: its short local prefill wins.
+		{"warm_decode_worker_bypass", 8000, []int{0, 480}, nil, RouteDecode, ReasonSLOBypass, "d1"},
+		// Decode workers full of running sequences: a local 8k prefill would stall 200 decodes
+		// past the TPOT objective. The prefill pool is busy too (a decode there would share
+		// steps with full prefill chunks), so prefill there and decode here.
+		{"busy_decodes_remote", 8000, nil, func(d, p []WorkerLoad) {
+			heavyDecode(d)
+			p[0].ActivePrefillTokens, p[1].ActivePrefillTokens = 16000, 24000
+		}, RoutePrefill, ReasonSLORemote, "p0"},
+		// The same decode pool with an idle prefill pool: the whole request on a prefill worker
+		// meets both objectives with the most room (the aggregated behaviour of a split fleet).
+		{"busy_decodes_idle_prefill_local", 8000, nil, func(d, p []WorkerLoad) { heavyDecode(d) }, RoutePrefillLocal, ReasonSLOPrefillLocal, "p0"},
+		// No decode worker has KV room: the whole request runs on the idler prefill worker.
+		{"decode_pool_full_prefill_local", 8000, nil, func(d, p []WorkerLoad) {
+			for i := range d {
+				d[i].ActiveDecodeBlocks = 29990
+			}
+			p[0].ActivePrefillTokens = 20000
+		}, RoutePrefillLocal, ReasonSLOPrefillLocal, "p1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sloConfig(t, ``)
+			s := sloFleet(tc.load)
+			in := sloInput(s, tc.isl, tc.gpu...)
+			dec := Decide(&cfg, in, s, newRand(1))
+			if dec.Route != tc.want || dec.Reason != tc.reason || !dec.Routable() {
+				t.Fatalf("route %v reason %v (estimates %+v)", dec.Route, dec.Reason, dec.Inputs.Estimates)
+			}
+			got := dec.DecodeID
+			if tc.want != RouteDecode {
+				got = dec.PrefillID
+			}
+			if got != tc.worker {
+				t.Fatalf("worker %s, want %s (estimates %+v)", got, tc.worker, dec.Inputs.Estimates)
+			}
+			est := dec.Inputs.Estimates[tc.want]
+			if !est.Valid || est.TTFTms <= 0 || est.TPOTms <= 0 {
+				t.Fatalf("chosen estimate %+v", est)
+			}
+			for r, e := range dec.Inputs.Estimates {
+				if e.Valid && e.Headroom > est.Headroom {
+					t.Fatalf("%v forecast headroom %.3f over the chosen %.3f", Route(r), e.Headroom, est.Headroom)
+				}
+			}
+			if tc.want == RoutePrefillLocal && (dec.Decode != -1 || dec.PrefillTokens != int64(tc.isl)) {
+				t.Fatalf("prefill_local decision decode=%d prefill tokens %d", dec.Decode, dec.PrefillTokens)
+			}
+		})
+	}
+}
+
+// TestSLOPerRequestObjective: a request's own tighter TPOT objective changes the choice the
+// configured one makes, and is what Inputs records.
+func TestSLOPerRequestObjective(t *testing.T) {
+	cfg := sloConfig(t, `,"slo_tpot_ms":1000`)
+	s := sloFleet(func(d, p []WorkerLoad) {
+		for i := range d {
+			d[i].DecodeRequests, d[i].ActiveDecodeBlocks, d[i].KVCapacityBlocks = 200, 200*256, 60000
+		}
+		p[0].ActivePrefillTokens, p[1].ActivePrefillTokens = 16000, 16000
+	})
+	in := sloInput(s, 8000)
+	if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != RouteDecode {
+		t.Fatalf("a 1 s TPOT objective: route %v, want the local prefill", dec.Route)
+	}
+	in.SLO = SLO{TPOT: 60 * time.Millisecond}
+	dec := Decide(&cfg, in, s, newRand(1))
+	if dec.Route != RoutePrefill || dec.Inputs.SLO.TPOT != 60*time.Millisecond || dec.Inputs.SLO.TTFT != DefaultSLOTTFT {
+		t.Fatalf("a 60 ms TPOT objective: route %v, objective %+v", dec.Route, dec.Inputs.SLO)
+	}
+}
+
+// TestSLODecodePin: a trusted decode pin keeps the slo policy to that worker (no
+// prefill_local, whose decode would run elsewhere).
+func TestSLODecodePin(t *testing.T) {
+	cfg := sloConfig(t, ``)
+	s := sloFleet(func(d, p []WorkerLoad) {
+		for i := range d {
+			d[i].ActiveDecodeBlocks = 29990
+		}
+	})
+	in := sloInput(s, 8000)
+	in.Pin.Decode = "d1"
+	dec := Decide(&cfg, in, s, newRand(1))
+	if dec.Route == RoutePrefillLocal || dec.DecodeID != "d1" {
+		t.Fatalf("pinned to d1: route %v decode %q", dec.Route, dec.DecodeID)
+	}
+}
+
+// TestSLOFeedbackCorrections: a correction that says local prefills take 10x the forecast
+// moves an idle fleet's choice off the bypass; slo_feedback false ignores it; bad values of
+// the two keys are refused with their names.
+func TestSLOFeedbackCorrections(t *testing.T) {
+	s := sloFleet(nil)
+	in := sloInput(s, 8000)
+	in.Feedback[RouteDecode] = Correction{TTFT: 10}
+	cfg := sloConfig(t, ``)
+	dec := Decide(&cfg, in, s, newRand(1))
+	if dec.Route == RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 10 || dec.Inputs.Estimates[RoutePrefill].TTFTFactor != 1 {
+		t.Fatalf("with a 10x local TTFT correction: route %v, estimates %+v", dec.Route, dec.Inputs.Estimates)
+	}
+	off := sloConfig(t, `,"slo_feedback":false`)
+	if dec := Decide(&off, in, s, newRand(1)); dec.Route != RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 1 {
+		t.Fatalf("feedback off: route %v factor %v", dec.Route, dec.Inputs.Estimates[RouteDecode].TTFTFactor)
+	}
+	for _, tc := range []struct{ extra, want string }{
+		{`,"slo_feedback":"yes"`, `slo_feedback: "yes" must be true or false`},
+		{`,"slo_feedback_max":0.5`, `slo_feedback_max: 0.5 must be in [1, 100]`},
+		{`,"slo_feedback_max":"x"`, `slo_feedback_max: "x" must be a number`},
+	} {
+		c := enabledConfig()
+		d, err := ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100"` + tc.extra + `}`))
+		if err == nil {
+			c.Disagg = d
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.extra, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package route
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+// The slo policy's closed loop. The cost model forecasts from booked load at decision time; it
+// cannot see queueing that builds after, interference it does not model, or a fleet that is
+// not the GPU it was calibrated on. The response phase (extproc's observer, the simulator's
+// token clock) reports the TTFT and TPOT each request really had beside what was forecast for
+// it; the controller keeps, per placement and per metric, a smoothed ratio observed/forecast
+// and the correction policy.Decide multiplies its forecasts with.
+//
+// Stability: the correction in force moves only when the smoothed ratio leaves a deadband
+// around it (hysteresis, twice as wide for a change that would turn back), after a minimum of
+// samples, and stays within the configured bounds
+// [1/max, max] (Disagg.SLOFeedbackMax). Noise inside the deadband never moves it; a step change
+// in load moves it a few times and then holds (TestFeedbackStepChange).
+
+// Controller constants: the smoothing weight of a sample, the samples a metric needs before
+// its first correction, and the relative deadband.
+const (
+	feedbackAlpha    = 0.03
+	feedbackMinCount = 20
+	feedbackDeadband = 0.2
+)
+
+// Metric names a forecast the controller corrects.
+type Metric uint8
+
+const (
+	MetricTTFT Metric = iota
+	MetricTPOT
+	numMetrics
+)
+
+func (m Metric) String() string {
+	if m == MetricTPOT {
+		return "tpot"
+	}
+	return "ttft"
+}
+
+// feedbackCell is one (placement, metric) loop.
+type feedbackCell struct {
+	ewma      float64 // smoothed observed/forecast; 0 before the first sample
+	n         int
+	updates   uint64        // times the correction in force changed
+	reversals uint64        // changes whose direction differs from the change before (oscillation)
+	lastUp    int8          // +1 the last change went up, -1 down, 0 none yet
+	factor    atomic.Uint64 // math.Float64bits of the correction in force (0 = 1)
+}
+
+// feedback is the Router's controller state.
+type feedback struct {
+	mu    sync.Mutex // guards every cell's ewma, n and updates
+	cells [3][numMetrics]feedbackCell
+}
+
+// FeedbackState is one loop's state, for metrics and Explain.
+type FeedbackState struct {
+	Route     policy.Route
+	Metric    Metric
+	Factor    float64 // the correction in force
+	Ratio     float64 // the smoothed observed/forecast (0: no sample yet)
+	Samples   int
+	Updates   uint64
+	Reversals uint64 // updates that turned back: an oscillating loop has many
+}
+
+// observe feeds one request's observed latency of metric for placement rt, beside the cost
+// model's uncorrected forecast for it (both in ms). Samples without a forecast, or non-finite ones,
+// are ignored. bound is the configured maximum correction (policy.Disagg.SLOFeedbackMax).
+func (f *feedback) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound float64) {
+	if rt > policy.RoutePrefillLocal || m >= numMetrics || !(forecastMS > 0) || !(observedMS >= 0) ||
+		math.IsInf(forecastMS, 0) || math.IsInf(observedMS, 0) {
+		return
+	}
+	c := &f.cells[rt][m]
+	cur := math.Float64frombits(c.factor.Load())
+	if cur == 0 {
+		cur = 1
+	}
+	ratio := observedMS / forecastMS
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.n == 0 {
+		c.ewma = ratio
+	} else {
+		c.ewma += feedbackAlpha * (ratio - c.ewma)
+	}
+	c.n++
+	// Hysteresis in log space, twice as wide against the direction of the last change: a
+	// loop that follows a trend moves freely, one that would turn back needs a clear reason.
+	dev := math.Log(c.ewma / cur)
+	band := math.Log1p(feedbackDeadband)
+	if (dev > 0 && c.lastUp < 0) || (dev < 0 && c.lastUp > 0) {
+		band *= 2
+	}
+	if c.n < feedbackMinCount || math.Abs(dev) <= band {
+		return
+	}
+	bound = max(bound, 1)
+	next := min(max(c.ewma, 1/bound), bound)
+	if next != cur {
+		c.factor.Store(math.Float64bits(next))
+		c.updates++
+		dir := int8(1)
+		if next < cur {
+			dir = -1
+		}
+		if c.lastUp != 0 && dir != c.lastUp {
+			c.reversals++
+		}
+		c.lastUp = dir
+	}
+}
+
+// corrections are the corrections in force, as policy.Input.Feedback takes them.
+func (f *feedback) corrections() (out [3]policy.Correction) {
+	for r := range out {
+		out[r].TTFT = math.Float64frombits(f.cells[r][MetricTTFT].factor.Load())
+		out[r].TPOT = math.Float64frombits(f.cells[r][MetricTPOT].factor.Load())
+	}
+	return out
+}
+
+// ObserveLatency feeds the slo policy's controller one observed latency (ms) of a request
+// routed on rt, beside the cost model's uncorrected forecast (ms: the decision's Estimate
+// divided by the factor it carried; see UncorrectedForecast). The server's response phase and
+// the simulator call it alike.
+func (r *Router) ObserveLatency(rt policy.Route, m Metric, forecastMS, observedMS float64) {
+	r.feedback.observe(rt, m, forecastMS, observedMS, r.policy.Load().Disagg.SLOFeedbackMax)
+}
+
+// Feedback reports every loop of the controller.
+func (r *Router) Feedback() []FeedbackState {
+	r.feedback.mu.Lock()
+	defer r.feedback.mu.Unlock()
+	var out []FeedbackState
+	for _, rt := range policy.Routes() {
+		for m := range numMetrics {
+			c := &r.feedback.cells[rt][m]
+			fac := math.Float64frombits(c.factor.Load())
+			if fac == 0 {
+				fac = 1
+			}
+			out = append(out, FeedbackState{Route: rt, Metric: m, Factor: fac, Ratio: c.ewma, Samples: c.n,
+				Updates: c.updates, Reversals: c.reversals})
+		}
+	}
+	return out
+}
+
+// UncorrectedForecast is the cost model's own forecast of metric m in a decision's Estimate
+// (the correction it carried taken out); 0 when the estimate is not valid.
+func UncorrectedForecast(e *policy.Estimate, m Metric) float64 {
+	if !e.Valid {
+		return 0
+	}
+	v, f := e.TTFTms, e.TTFTFactor
+	if m == MetricTPOT {
+		v, f = e.TPOTms, e.TPOTFactor
+	}
+	if f <= 0 {
+		f = 1
+	}
+	return v / f
+}

@@ -1,0 +1,88 @@
+package route
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/condisagg/condisagg/policy"
+)
+
+func factorOf(f *feedback, rt policy.Route, m Metric) float64 {
+	c := f.corrections()[rt]
+	v := c.TTFT
+	if m == MetricTPOT {
+		v = c.TPOT
+	}
+	if v == 0 {
+		return 1
+	}
+	return v
+}
+
+// TestFeedbackStepChange: observed/forecast steps from 1 to 3 (the load doubled in a way the
+// model does not see) and back. The correction follows within a few hundred samples, moves a
+// bounded number of times per step (no oscillation) and holds still between steps, under ±10%
+// noise that never moves it by itself.
+func TestFeedbackStepChange(t *testing.T) {
+	var f feedback
+	rng := rand.New(rand.NewPCG(1, 2))
+	feed := func(n int, ratio float64) (moves int) {
+		for range n {
+			before := factorOf(&f, policy.RouteDecode, MetricTTFT)
+			noisy := ratio * (0.9 + 0.2*rng.Float64())
+			f.observe(policy.RouteDecode, MetricTTFT, 100, 100*noisy, 8)
+			if factorOf(&f, policy.RouteDecode, MetricTTFT) != before {
+				moves++
+			}
+		}
+		return moves
+	}
+	if m := feed(2000, 1); m != 0 {
+		t.Fatalf("noise around the forecast moved the correction %d times", m)
+	}
+	up := feed(400, 3)
+	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); math.Abs(got/3-1) > 0.2 || up == 0 || up > 12 {
+		t.Fatalf("after the step to 3: correction %.2f after %d moves; want ~3 in a few moves", got, up)
+	}
+	if m := feed(2000, 3); m != 0 {
+		t.Fatalf("the correction kept moving (%d times) at a steady ratio", m)
+	}
+	down := feed(400, 1)
+	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); math.Abs(got-1) > 0.2 || down == 0 || down > 12 {
+		t.Fatalf("after the step back: correction %.2f after %d moves", got, down)
+	}
+	// Other loops are untouched.
+	if factorOf(&f, policy.RoutePrefill, MetricTTFT) != 1 || factorOf(&f, policy.RouteDecode, MetricTPOT) != 1 {
+		t.Fatalf("other loops moved: %+v", f.corrections())
+	}
+}
+
+// TestFeedbackBoundsAndJunk: corrections stay within [1/max, max]; samples without a forecast
+// or with non-finite values are ignored; too few samples change nothing.
+func TestFeedbackBoundsAndJunk(t *testing.T) {
+	var f feedback
+	for range feedbackMinCount - 1 {
+		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 8)
+	}
+	if factorOf(&f, policy.RoutePrefill, MetricTPOT) != 1 {
+		t.Fatal("moved before the minimum samples")
+	}
+	for range 200 {
+		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 8)
+		f.observe(policy.RoutePrefillLocal, MetricTTFT, 1000, 1, 4)
+		f.observe(policy.RouteDecode, MetricTTFT, 0, 50, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, math.Inf(1), 50, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, 50, math.NaN(), 8)
+		f.observe(policy.Route(9), MetricTTFT, 50, 50, 8)
+	}
+	if got := factorOf(&f, policy.RoutePrefill, MetricTPOT); got != 8 {
+		t.Fatalf("100x slower than forecast: correction %v, want the bound 8", got)
+	}
+	if got := factorOf(&f, policy.RoutePrefillLocal, MetricTTFT); got != 0.25 {
+		t.Fatalf("1000x faster: correction %v, want 1/4", got)
+	}
+	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); got != 1 || f.cells[policy.RouteDecode][MetricTTFT].n != 0 {
+		t.Fatalf("junk samples counted: %v", f.cells[policy.RouteDecode][MetricTTFT])
+	}
+}
