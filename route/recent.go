@@ -16,20 +16,24 @@ import (
 type Placement uint8
 
 const (
-	PlacementPrefill  Placement = iota // route prefill: remote prefill on a prefill worker
-	PlacementDecode                    // route decode by a policy decision (bypass, aggregated)
-	PlacementFallback                  // route decode without a policy decision (passthrough, failure_open)
+	PlacementPrefill      Placement = iota // route prefill: remote prefill on a prefill worker
+	PlacementDecode                        // route decode by a policy decision (bypass, aggregated)
+	PlacementPrefillLocal                  // route prefill_local: the whole request on a prefill worker
+	PlacementFallback                      // route decode without a policy decision (passthrough, failure_open)
 	NumPlacements
 )
 
-// PlacementNames label the placements (the JSON keys of the status page's mix).
-var PlacementNames = [NumPlacements]string{"prefill", "decode", "fallback"}
+// PlacementNames label the placements (the JSON keys of the status page's mix); the first
+// three are the routes' names.
+var PlacementNames = [NumPlacements]string{"prefill", "decode", "prefill_local", "fallback"}
 
 // PlacementOf classifies an outcome.
 func PlacementOf(out *Outcome) Placement {
 	switch {
 	case out.Route == policy.RoutePrefill:
 		return PlacementPrefill
+	case out.Route == policy.RoutePrefillLocal:
+		return PlacementPrefillLocal
 	case out.IsFallback():
 		return PlacementFallback
 	}

@@ -62,6 +62,7 @@ func TestRecentPlacement(t *testing.T) {
 		{"bypass_is_decode", policy.RouteDecode, policy.ReasonBypassISL, PlacementDecode},
 		{"passthrough_is_fallback", policy.RouteDecode, policy.ReasonPassthrough, PlacementFallback},
 		{"failure_open_is_fallback", policy.RouteDecode, policy.ReasonFailureOpen, PlacementFallback},
+		{"whole_request_on_prefill_is_prefill_local", policy.RoutePrefillLocal, policy.ReasonSLOPrefillLocal, PlacementPrefillLocal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := PlacementOf(outcomeOf(c.route, c.reason, "d0", "p0")); got != c.want {
@@ -127,20 +128,20 @@ func TestRecentMix(t *testing.T) {
 	add(t0.Add(25*time.Second), policy.RoutePrefill, policy.ReasonRemoteISLTooLong)
 	add(t0.Add(25*time.Second), policy.RoutePrefill, policy.ReasonRemoteISLTooLong)
 	got := r.Mix(t0.Add(29 * time.Second))
-	want := []MixBucket{{Start: t0, Counts: [3]int64{1, 1, 0}}, {Start: t0.Add(10 * time.Second), Counts: [3]int64{0, 0, 1}},
-		{Start: t0.Add(20 * time.Second), Counts: [3]int64{2, 0, 0}}}
+	want := []MixBucket{{Start: t0, Counts: [NumPlacements]int64{1, 1, 0}}, {Start: t0.Add(10 * time.Second), Counts: [NumPlacements]int64{PlacementFallback: 1}},
+		{Start: t0.Add(20 * time.Second), Counts: [NumPlacements]int64{2, 0, 0}}}
 	assertMix(t, got, want)
 	// 30 s later the first bucket's slot holds the new bucket; the old counts are gone.
 	add(t0.Add(31*time.Second), policy.RouteDecode, policy.ReasonBypassISL)
-	want = []MixBucket{{Start: t0.Add(10 * time.Second), Counts: [3]int64{0, 0, 1}},
-		{Start: t0.Add(20 * time.Second), Counts: [3]int64{2, 0, 0}}, {Start: t0.Add(30 * time.Second), Counts: [3]int64{0, 1, 0}}}
+	want = []MixBucket{{Start: t0.Add(10 * time.Second), Counts: [NumPlacements]int64{PlacementFallback: 1}},
+		{Start: t0.Add(20 * time.Second), Counts: [NumPlacements]int64{2, 0, 0}}, {Start: t0.Add(30 * time.Second), Counts: [NumPlacements]int64{0, 1, 0}}}
 	assertMix(t, r.Mix(t0.Add(31*time.Second)), want)
 	// A decision older than the ring (the clock stepped back) is not counted anywhere.
 	add(t0, policy.RoutePrefill, policy.ReasonRemoteISLTooLong)
 	assertMix(t, r.Mix(t0.Add(31*time.Second)), want)
 	// Much later every bucket in the window is empty.
 	for _, b := range r.Mix(t0.Add(time.Hour)) {
-		if b.Counts != [3]int64{} {
+		if b.Counts != [NumPlacements]int64{} {
 			t.Fatalf("stale bucket %+v an hour later", b)
 		}
 	}
@@ -178,11 +179,13 @@ func TestRecentAgainstNaive(t *testing.T) {
 		for i := range 200 {
 			at = at.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			route, reason := policy.RouteDecode, policy.ReasonBypassISL
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
 			case 0:
 				route, reason = policy.RoutePrefill, policy.ReasonRemoteISLTooLong
 			case 1:
 				reason = policy.ReasonPassthrough
+			case 2:
+				route, reason = policy.RoutePrefillLocal, policy.ReasonSLOPrefillLocal
 			}
 			id := strconv.Itoa(i)
 			out := outcomeOf(route, reason, "d", "p")

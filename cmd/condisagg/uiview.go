@@ -5,6 +5,7 @@ import (
 
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
 )
@@ -118,6 +119,26 @@ type inputsJSON struct {
 	DecodeBusyThreshold float64 `json:"decode_busy_threshold"`
 	GuardEnabled        bool    `json:"guard_enabled"`
 	Note                string  `json:"note,omitempty"` // the error behind remote_policy_error, or a note
+	// The slo policy's objective and its forecast per placement (absent for the other policies).
+	SLOTTFTms float64        `json:"slo_ttft_ms,omitempty"`
+	SLOTPOTms float64        `json:"slo_tpot_ms,omitempty"`
+	Estimates []estimateJSON `json:"estimates,omitempty"`
+}
+
+// estimateJSON is the slo policy's forecast for one placement (policy.Estimate).
+type estimateJSON struct {
+	Placement      string  `json:"placement"`
+	Valid          bool    `json:"valid"`
+	Prefill        string  `json:"prefill,omitempty"`
+	Decode         string  `json:"decode,omitempty"`
+	TTFTms         float64 `json:"ttft_ms"`
+	TPOTms         float64 `json:"tpot_ms"`
+	ExistingTPOTms float64 `json:"existing_tpot_ms"`
+	Headroom       float64 `json:"headroom"`
+	CachedTokens   int     `json:"cached_tokens"`
+	TransferTokens int     `json:"transfer_tokens"`
+	TTFTFactor     float64 `json:"ttft_factor"`
+	TPOTFactor     float64 `json:"tpot_factor"`
 }
 
 type mixJSON struct {
@@ -210,6 +231,16 @@ func decisionView(e route.Entry) decisionJSON {
 		KVCapacityBlocks: in.KVCapacity, DecodeBusyThreshold: in.DecodeBusy, GuardEnabled: in.GuardEnabled}
 	if in.Err != nil {
 		d.Inputs.Note = in.Err.Error()
+	}
+	if in.Policy == policy.SLOKind {
+		d.Inputs.SLOTTFTms, d.Inputs.SLOTPOTms = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
+		for _, r := range policy.Routes() {
+			e := in.Estimates[r]
+			d.Inputs.Estimates = append(d.Inputs.Estimates, estimateJSON{Placement: r.String(), Valid: e.Valid,
+				Prefill: e.Prefill, Decode: e.Decode, TTFTms: e.TTFTms, TPOTms: e.TPOTms, ExistingTPOTms: e.ExistingTPOTms,
+				Headroom: e.Headroom, CachedTokens: e.CachedTokens, TransferTokens: e.TransferTokens,
+				TTFTFactor: e.TTFTFactor, TPOTFactor: e.TPOTFactor})
+		}
 	}
 	return d
 }
