@@ -83,6 +83,6 @@ func TestFeedbackBoundsAndJunk(t *testing.T) {
 		t.Fatalf("1000x faster: correction %v, want 1/4", got)
 	}
 	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); got != 1 || f.cells[policy.RouteDecode][MetricTTFT].n != 0 {
-		t.Fatalf("junk samples counted: %v", f.cells[policy.RouteDecode][MetricTTFT])
+		t.Fatalf("junk samples counted: %d", f.cells[policy.RouteDecode][MetricTTFT].n)
 	}
 }
