@@ -65,10 +65,12 @@ func browser(t *testing.T, timeout time.Duration) context.Context {
 	return bctx
 }
 
-// waitFor polls a JavaScript predicate in the page until it is true (the page polls its API).
+// waitFor polls a JavaScript predicate in the page until it is true (the page polls its API),
+// for up to a minute: `make test` runs this beside other packages' tests on few cores.
 func waitFor(t *testing.T, ctx context.Context, what, predicate string) {
 	t.Helper()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(100*time.Millisecond),
+		chromedp.WithPollingTimeout(time.Minute))); err != nil {
 		var page string
 		page, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		t.Fatalf("%s: %v\npage text:\n%s", what, err, page)
