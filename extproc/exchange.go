@@ -326,6 +326,7 @@ func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *ext
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
+	x.srv.recent.Add(x.decidedAt, x.requestID, out)
 	if out.Decision.Reason == policy.ReasonRemotePolicyError {
 		x.srv.warnPolicyError(x.requestID, out.Decision.Inputs.Err)
 	}

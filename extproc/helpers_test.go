@@ -86,6 +86,7 @@ type env struct {
 	router  *route.Router
 	server  *Server
 	metrics *Metrics
+	recent  *route.Recent
 	client  extprocv3.ExternalProcessorClient
 }
 
@@ -128,11 +129,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m})
+	recent, err := route.NewRecent(route.RecentOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, reg: reg, pool: p, index: ix, router: r, server: srv, metrics: m}
+	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m, Recent: recent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, reg: reg, pool: p, index: ix, router: r, server: srv, metrics: m, recent: recent}
 	e.client = extprocv3.NewExternalProcessorClient(serveBufconn(t, func(g *grpc.Server) {
 		extprocv3.RegisterExternalProcessorServer(g, srv)
 	}))

@@ -33,6 +33,7 @@ type Server struct {
 	fixed       fixedResponses
 	slots       slots          // decision slots (ServerOptions.DecisionConcurrency)
 	receivers   sync.WaitGroup // one receive goroutine per open stream
+	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
 	onHeld      func(int)      // tests: each stream's held bytes after each message
 }
 
@@ -59,6 +60,9 @@ type ServerOptions struct {
 	// DecisionConcurrency bounds the decisions that run at once (ext_proc messages that are
 	// not decisions are never limited); 0 = GOMAXPROCS.
 	DecisionConcurrency int
+	// Recent, if set, records every routed request's outcome (decisions and fallbacks, not
+	// rejections, not Explain) for the status page.
+	Recent *route.Recent
 }
 
 // NewServer returns the ext_proc service over opts.Router.
@@ -76,7 +80,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.DecisionConcurrency = runtime.GOMAXPROCS(0)
 	}
 	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
-		slots: newSlots(opts.DecisionConcurrency)}
+		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
 	}

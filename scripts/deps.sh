@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 if ! pkg-config --exists libczmq 2>/dev/null; then need_apt+=(libczmq-dev); fi
+# Headless Chromium for the status page test (cmd/condisagg TestStatusPageInChromium).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

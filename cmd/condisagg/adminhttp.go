@@ -14,7 +14,8 @@ import (
 )
 
 // httpHandler serves the admin HTTP endpoints on its own mux.
-// /debug/explain reveals cache contents: with a token configured it requires it.
+// /debug/explain and the status page's data (/ui/api/) reveal cache contents and routing:
+// with a token configured they require it.
 func (s *service) httpHandler(admin *extproc.Admin, token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -63,5 +64,6 @@ func (s *service) httpHandler(admin *extproc.Admin, token string) http.Handler {
 		w.Header().Set("content-type", "application/json")
 		_, _ = w.Write(out)
 	})
+	s.uiRoutes(mux, token)
 	return mux
 }

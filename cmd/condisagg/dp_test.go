@@ -56,6 +56,13 @@ func freePortRun(t *testing.T, n int) int {
 // pub..pub+1 and replay..replay+1, and returns its HTTP address.
 func startDPSim(t *testing.T, model string, pub, replay int) string {
 	t.Helper()
+	return startSim(t, model, 2, pub, replay)
+}
+
+// startSim runs an in-process vllm-sim with ranks data-parallel engines, their publishers bound
+// on pub.. and replay.., and returns its HTTP address.
+func startSim(t *testing.T, model string, ranks, pub, replay int) string {
+	t.Helper()
 	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func startDPSim(t *testing.T, model string, pub, replay int) string {
 	}
 	rep := fmt.Sprintf("tcp://*:%d", replay)
 	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100, DataParallelSize: 2,
+		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100, DataParallelSize: ranks,
 		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", pub),
 			ReplayEndpoint: &rep, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
 		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},

@@ -72,6 +72,7 @@ type service struct {
 	models []*servedModel // in configuration order
 	router *route.Router
 	ext    *extproc.Server
+	recent *route.Recent // the status page's last decisions and placement mix
 	health *health.Server
 	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
@@ -168,8 +169,11 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
+	if s.recent, err = route.NewRecent(route.RecentOptions{}); err != nil {
+		return err
+	}
 	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,
-		Metrics: extproc.NewMetrics(s.reg), Logger: s.log, DecisionConcurrency: cfg.DecisionConcurrency})
+		Metrics: extproc.NewMetrics(s.reg), Logger: s.log, DecisionConcurrency: cfg.DecisionConcurrency, Recent: s.recent})
 	if err != nil {
 		return err
 	}

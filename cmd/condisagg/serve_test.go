@@ -208,6 +208,7 @@ func startServe(t *testing.T, yamlText string) listenAddrs {
 	case a := <-addrs:
 		return a
 	case code := <-exit:
+		exit <- code // for the cleanup, which waits for it
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	}
 	return listenAddrs{}

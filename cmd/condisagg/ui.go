@@ -1,0 +1,101 @@
+package main
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/route"
+)
+
+// uiFiles is the status page: static HTML, JS and CSS, no build step. The shell holds no data;
+// the script fetches everything from /ui/api/*, which the admin token protects.
+//
+//go:embed ui
+var uiFiles embed.FS
+
+// uiDecisionsDefault is how many decisions /ui/api/state returns without ?decisions=.
+const uiDecisionsDefault = 50
+
+// uiRoutes adds the read-only status page to mux: the static shell under /ui/ and its JSON
+// under /ui/api/ (with a token configured, every API call needs it as a bearer header, like
+// /debug/explain).
+func (s *service) uiRoutes(mux *http.ServeMux, token string) {
+	static, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		panic(err) // the embedded directory is part of the binary
+	}
+	files := http.StripPrefix("/ui/", http.FileServerFS(static))
+	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+	})
+	mux.Handle("GET /ui/", uiHeaders(files))
+	mux.Handle("GET /ui/api/state", uiHeaders(requireToken(token, http.HandlerFunc(s.uiState))))
+	mux.Handle("GET /ui/api/config", uiHeaders(requireToken(token, http.HandlerFunc(s.uiConfig))))
+	mux.Handle("GET /ui/api/", uiHeaders(requireToken(token, http.NotFoundHandler())))
+}
+
+// uiHeaders sets what every status page answer carries: no caching, no framing, no sniffing,
+// and a policy that lets the page load only its own files and talk only to its own origin.
+func uiHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "+
+			"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireToken answers 401 unless the request carries the bearer token (when one is set).
+func requireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !extproc.TokenValid(r.Header.Get("Authorization"), token) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "admin: missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// uiState is GET /ui/api/state[?decisions=N]: the fleet, the latest decisions and the mix.
+func (s *service) uiState(w http.ResponseWriter, r *http.Request) {
+	limit := uiDecisionsDefault
+	if q := r.URL.Query().Get("decisions"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 0 || n > route.MaxRecentDecisions {
+			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(route.MaxRecentDecisions)+"]", http.StatusBadRequest)
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, s.stateView(time.Now(), limit))
+}
+
+// uiConfig is GET /ui/api/config: the configuration in force, secrets redacted.
+func (s *service) uiConfig(w http.ResponseWriter, _ *http.Request) {
+	v, err := s.configView()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, v)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encode: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"time"
+
+	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
+)
+
+// The JSON of the status page. Each object may gain fields; clients ignore what they do not
+// know. Absent data is null, never a made-up zero (a worker never scraped has "scraped": null).
+
+// stateJSON is /ui/api/state.
+type stateJSON struct {
+	Now       time.Time     `json:"now"`
+	Ready     bool          `json:"ready"`
+	Policy    string        `json:"policy"`
+	Models    []modelJSON   `json:"models"`
+	Decisions decisionsJSON `json:"decisions"`
+	Mix       mixJSON       `json:"mix"`
+}
+
+type modelJSON struct {
+	Name         string       `json:"name"` // "" : the one model, which takes every name
+	BlockSize    int          `json:"block_size"`
+	LoRAAdapters []string     `json:"lora_adapters,omitempty"`
+	Workers      []workerJSON `json:"workers"`
+}
+
+type workerJSON struct {
+	ID           string    `json:"id"`
+	Name         string    `json:"name"`
+	Role         string    `json:"role"`
+	Endpoint     string    `json:"endpoint"`
+	DPRank       int       `json:"dp_rank"`
+	DPSize       int       `json:"dp_size"`
+	Healthy      bool      `json:"healthy"`
+	HealthReason string    `json:"health_reason"`
+	HealthSince  time.Time `json:"health_since"`
+	// Booked is the router's own load accounting; Scraped is what the worker's /metrics said.
+	Booked           bookedJSON   `json:"booked"`
+	KVCapacityBlocks int64        `json:"kv_capacity_blocks"` // -1 unknown
+	MaxBatchedTokens int64        `json:"max_batched_tokens"` // 0 unknown
+	Scraped          *scrapedJSON `json:"scraped"`            // null: never scraped
+	Indexed          *indexedJSON `json:"indexed"`            // null: the index has no entry for it
+	Events           *eventsJSON  `json:"events"`             // null: no KV event stream
+}
+
+type bookedJSON struct {
+	Requests      int64 `json:"requests"`
+	PrefillTokens int64 `json:"prefill_tokens"`
+	DecodeBlocks  int64 `json:"decode_blocks"`
+}
+
+type scrapedJSON struct {
+	At           time.Time `json:"at"`
+	Running      *float64  `json:"running"` // null: the page had no request counts
+	Waiting      *float64  `json:"waiting"`
+	KVUsage      *float64  `json:"kv_usage"` // fraction; null unknown
+	NumGPUBlocks int64     `json:"num_gpu_blocks"`
+}
+
+// indexedJSON counts the worker's blocks in the router's prefix index, by medium.
+type indexedJSON struct {
+	GPU  int `json:"gpu"`
+	CPU  int `json:"cpu"`
+	Disk int `json:"disk"`
+}
+
+type eventsJSON struct {
+	Connected           bool     `json:"connected"`
+	LastSeq             *uint64  `json:"last_seq"` // null: no batch yet
+	Gaps                uint64   `json:"gaps"`
+	Replays             uint64   `json:"replays"`
+	ReplaysLost         uint64   `json:"replays_lost"`
+	LastEventAgeSeconds *float64 `json:"last_event_age_seconds"` // null: no event yet
+}
+
+type decisionsJSON struct {
+	Total  uint64         `json:"total"` // decisions recorded since the start
+	Kept   int            `json:"kept"`  // the ring's size
+	Latest []decisionJSON `json:"latest"`
+}
+
+// decisionJSON is one routed request: its decision record (route.Record's fields) and inputs.
+type decisionJSON struct {
+	Seq       uint64    `json:"seq"`
+	At        time.Time `json:"at"`
+	RequestID string    `json:"request_id"`
+	Model     string    `json:"model"`
+	LoRA      string    `json:"lora,omitempty"`
+	Placement string    `json:"placement"`
+	route.Record
+	LatencyMicros float64     `json:"latency_us"`
+	Inputs        *inputsJSON `json:"inputs"` // null for fallbacks (no policy decision)
+}
+
+// inputsJSON are the policy inputs beyond the record (conditional-disagg.md §3).
+type inputsJSON struct {
+	Policy              string  `json:"policy"`
+	SnapshotVersion     uint64  `json:"snapshot_version"`
+	PreviewDecode       string  `json:"preview_decode"`
+	HostBlocks          int     `json:"host_blocks"`
+	DiskBlocks          int     `json:"disk_blocks"`
+	EffISLThreshold     int64   `json:"eff_isl_threshold"`
+	RatioThreshold      float64 `json:"ratio_threshold"`
+	Silent              bool    `json:"silent"`
+	PrefillPreviewed    bool    `json:"prefill_previewed"`
+	PreviewPrefill      string  `json:"preview_prefill"`
+	PrefillRejected     bool    `json:"prefill_rejected"`
+	PrefillActiveTokens int64   `json:"prefill_active_tokens"`
+	PrefillBudget       float64 `json:"prefill_budget"`
+	PrefillCached       int     `json:"prefill_cached_tokens"`
+	ProjectedBlocks     int64   `json:"projected_decode_blocks"`
+	KVCapacityBlocks    int64   `json:"kv_capacity_blocks"`
+	DecodeBusyThreshold float64 `json:"decode_busy_threshold"`
+	GuardEnabled        bool    `json:"guard_enabled"`
+	Note                string  `json:"note,omitempty"` // the error behind remote_policy_error, or a note
+	// The slo policy's objective and its forecast per placement (absent for the other policies).
+	SLOTTFTms float64        `json:"slo_ttft_ms,omitempty"`
+	SLOTPOTms float64        `json:"slo_tpot_ms,omitempty"`
+	Estimates []estimateJSON `json:"estimates,omitempty"`
+}
+
+// estimateJSON is the slo policy's forecast for one placement (policy.Estimate).
+type estimateJSON struct {
+	Placement      string  `json:"placement"`
+	Valid          bool    `json:"valid"`
+	Prefill        string  `json:"prefill,omitempty"`
+	Decode         string  `json:"decode,omitempty"`
+	TTFTms         float64 `json:"ttft_ms"`
+	TPOTms         float64 `json:"tpot_ms"`
+	ExistingTPOTms float64 `json:"existing_tpot_ms"`
+	Headroom       float64 `json:"headroom"`
+	CachedTokens   int     `json:"cached_tokens"`
+	TransferTokens int     `json:"transfer_tokens"`
+	TTFTFactor     float64 `json:"ttft_factor"`
+	TPOTFactor     float64 `json:"tpot_factor"`
+}
+
+type mixJSON struct {
+	BucketSeconds float64         `json:"bucket_seconds"`
+	Placements    []string        `json:"placements"` // the keys of every bucket's counts, in order
+	Buckets       []mixBucketJSON `json:"buckets"`    // oldest first, the current bucket last
+}
+
+type mixBucketJSON struct {
+	Start  time.Time        `json:"start"`
+	Counts map[string]int64 `json:"counts"`
+}
+
+// stateView gathers the state for /ui/api/state at now, with up to limit decisions.
+func (s *service) stateView(now time.Time, limit int) stateJSON {
+	ready, _ := s.readiness()
+	st := stateJSON{Now: now, Ready: ready, Policy: string(s.router.Policy().Disagg.Policy)}
+	streams := s.reporter()
+	for _, m := range s.router.Models() {
+		mj := modelJSON{Name: m.Name, BlockSize: m.BlockSize, LoRAAdapters: m.LoRAAdapters, Workers: []workerJSON{}}
+		for _, w := range m.Pool.Workers() {
+			mj.Workers = append(mj.Workers, workerView(now, w, m.Index, streams))
+		}
+		st.Models = append(st.Models, mj)
+	}
+	st.Decisions = decisionsJSON{Total: s.recent.Total(), Kept: s.recent.Size(), Latest: []decisionJSON{}}
+	for _, e := range s.recent.Latest(make([]route.Entry, 0, min(limit, s.recent.Size())), limit) {
+		st.Decisions.Latest = append(st.Decisions.Latest, decisionView(e))
+	}
+	st.Mix = mixJSON{BucketSeconds: s.recent.Bucket().Seconds(), Placements: route.PlacementNames[:]}
+	for _, b := range s.recent.Mix(now) {
+		bj := mixBucketJSON{Start: b.Start, Counts: make(map[string]int64, route.NumPlacements)}
+		for p, n := range b.Counts {
+			bj.Counts[route.PlacementNames[p]] = n
+		}
+		st.Mix.Buckets = append(st.Mix.Buckets, bj)
+	}
+	return st
+}
+
+// workerView describes one worker of a model with index ix; streams may be nil.
+func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams extproc.StreamReporter) workerJSON {
+	wj := workerJSON{ID: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, DPRank: w.Rank,
+		DPSize: w.DataParallelSize, Healthy: w.Healthy, HealthReason: string(w.HealthReason), HealthSince: w.HealthSince,
+		Booked:           bookedJSON{Requests: w.ActiveRequests, PrefillTokens: w.ActivePrefillTokens, DecodeBlocks: w.ActiveDecodeBlocks},
+		KVCapacityBlocks: w.KVCapacityBlocks, MaxBatchedTokens: w.MaxBatchedTokens}
+	if sc := w.Scrape; !sc.At.IsZero() {
+		wj.Scraped = &scrapedJSON{At: sc.At, NumGPUBlocks: sc.NumGPUBlocks}
+		if sc.HasRequests {
+			wj.Scraped.Running, wj.Scraped.Waiting = &sc.Running, &sc.Waiting
+		}
+		if sc.KVUsage >= 0 {
+			wj.Scraped.KVUsage = &sc.KVUsage
+		}
+	}
+	if st, ok := ix.Stats(kvindex.WorkerID(w.ID)); ok {
+		wj.Indexed = &indexedJSON{GPU: st.Blocks[kvindex.GPU], CPU: st.Blocks[kvindex.CPU], Disk: st.Blocks[kvindex.Disk]}
+	}
+	if streams == nil {
+		return wj
+	}
+	if si, ok := streams.StreamInfo(w.ID); ok {
+		ej := &eventsJSON{Connected: si.Connected, Gaps: si.Gaps, Replays: si.Replays, ReplaysLost: si.ReplaysLost}
+		if si.HasLastSeq {
+			ej.LastSeq = &si.LastSeq
+		}
+		if !si.LastEvent.IsZero() {
+			age := now.Sub(si.LastEvent).Seconds()
+			ej.LastEventAgeSeconds = &age
+		}
+		wj.Events = ej
+	}
+	return wj
+}
+
+// decisionView describes one recorded decision.
+func decisionView(e route.Entry) decisionJSON {
+	d := decisionJSON{Seq: e.Seq, At: e.At, RequestID: e.RequestID, Model: e.Model, LoRA: e.LoRA, Record: e.Record,
+		LatencyMicros: float64(e.Latency.Nanoseconds()) / 1e3}
+	d.Placement = route.PlacementNames[e.Placement]
+	if e.Placement == route.PlacementFallback {
+		return d
+	}
+	in := &e.Inputs
+	d.Inputs = &inputsJSON{Policy: string(in.Policy), SnapshotVersion: in.SnapshotVersion, PreviewDecode: in.PreviewDecode,
+		HostBlocks: in.HostBlocks, DiskBlocks: in.DiskBlocks, EffISLThreshold: in.EffISLThreshold,
+		RatioThreshold: in.RatioThreshold, Silent: in.Silent, PrefillPreviewed: in.PrefillPreviewed,
+		PreviewPrefill: in.PreviewPrefill, PrefillRejected: in.PrefillRejected, PrefillActiveTokens: in.PrefillActive,
+		PrefillBudget: in.PrefillBudget, PrefillCached: in.PrefillCached, ProjectedBlocks: in.ProjectedBlocks,
+		KVCapacityBlocks: in.KVCapacity, DecodeBusyThreshold: in.DecodeBusy, GuardEnabled: in.GuardEnabled}
+	if in.Err != nil {
+		d.Inputs.Note = in.Err.Error()
+	}
+	if in.Policy == policy.SLOKind {
+		d.Inputs.SLOTTFTms, d.Inputs.SLOTPOTms = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
+		for _, r := range policy.Routes() {
+			e := in.Estimates[r]
+			d.Inputs.Estimates = append(d.Inputs.Estimates, estimateJSON{Placement: r.String(), Valid: e.Valid,
+				Prefill: e.Prefill, Decode: e.Decode, TTFTms: e.TTFTms, TPOTms: e.TPOTms, ExistingTPOTms: e.ExistingTPOTms,
+				Headroom: e.Headroom, CachedTokens: e.CachedTokens, TransferTokens: e.TransferTokens,
+				TTFTFactor: e.TTFTFactor, TPOTFactor: e.TPOTFactor})
+		}
+	}
+	return d
+}
+
+// configJSON is /ui/api/config.
+type configJSON struct {
+	ConfigFile string         `json:"config_file"` // "" : flags only
+	Admin      adminJSON      `json:"admin"`
+	File       map[string]any `json:"file"` // the file merged with the flags, secrets redacted
+}
+
+// adminJSON says how the admin listeners are protected, never with what.
+type adminJSON struct {
+	Token    bool `json:"token"`     // a bearer token is required
+	TLS      bool `json:"tls"`       // the admin listeners serve TLS
+	ClientCA bool `json:"client_ca"` // clients must present a certificate (mTLS)
+}
+
+// configView describes the configuration in force (the last accepted reload).
+func (s *service) configView() (configJSON, error) {
+	cfg := s.cfg.Load()
+	file, err := cfg.File.View()
+	if err != nil {
+		return configJSON{}, err
+	}
+	return configJSON{ConfigFile: s.flags.ConfigPath, File: file, Admin: adminJSON{Token: cfg.Admin.Token != "",
+		TLS: cfg.Admin.TLS != nil, ClientCA: cfg.File.AdminClientCA != ""}}, nil
+}
