@@ -76,6 +76,18 @@ func TestServeShadow(t *testing.T) {
 		`condisagg_shadow_decisions_total{live_route="prefill",same_workers="false",shadow_reason="slo_bypass",shadow_route="decode"} 3`) {
 		t.Fatalf("metrics lack the shadow pair:\n%s", grepLines(text, "shadow"))
 	}
+	// The status page shows the same counts.
+	_, page := httpGet(t, "http://"+a.http+"/ui/api/state")
+	var ui struct {
+		Shadow *struct {
+			Candidate string            `json:"candidate"`
+			Decisions uint64            `json:"decisions"`
+			Pairs     map[string]uint64 `json:"pairs"`
+		} `json:"shadow"`
+	}
+	if err := json.Unmarshal([]byte(page), &ui); err != nil || ui.Shadow == nil || ui.Shadow.Decisions != 3 || ui.Shadow.Pairs["prefill→decode"] != 3 {
+		t.Fatalf("/ui/api/state shadow %+v (%v)", ui.Shadow, err)
+	}
 	out.Reset()
 	if code := run(ctx, []string{"shadow", "--addr", a.adminGRPC, "--promote"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "promoted") {
 		t.Fatalf("promote exit %d:\n%s%s", code, out.String(), errOut.String())

@@ -21,6 +21,8 @@ type stateJSON struct {
 	Models    []modelJSON   `json:"models"`
 	Decisions decisionsJSON `json:"decisions"`
 	Mix       mixJSON       `json:"mix"`
+	// Shadow is the candidate config's agreement with the live one (null without a candidate).
+	Shadow *shadowJSON `json:"shadow"`
 }
 
 type modelJSON struct {
@@ -152,10 +154,36 @@ type mixBucketJSON struct {
 	Counts map[string]int64 `json:"counts"`
 }
 
+// shadowJSON is route.ShadowStats for the page.
+type shadowJSON struct {
+	Candidate   string            `json:"candidate"`
+	Decisions   uint64            `json:"decisions"`
+	SameRoute   uint64            `json:"same_route"`
+	SameWorkers uint64            `json:"same_workers"`
+	Pairs       map[string]uint64 `json:"pairs"` // "live→candidate" route pairs
+	Reasons     map[string]uint64 `json:"candidate_reasons"`
+}
+
+func shadowView(st route.ShadowStats) *shadowJSON {
+	if st.Config == "" {
+		return nil
+	}
+	out := &shadowJSON{Candidate: st.Config, Decisions: st.Decisions, SameRoute: st.SameRoute, SameWorkers: st.SameWorkers,
+		Pairs: map[string]uint64{}, Reasons: st.ByReason}
+	for _, l := range policy.Routes() {
+		for _, c := range policy.Routes() {
+			if n := st.ByRoute[l][c]; n > 0 {
+				out.Pairs[l.String()+"→"+c.String()] = n
+			}
+		}
+	}
+	return out
+}
+
 // stateView gathers the state for /ui/api/state at now, with up to limit decisions.
 func (s *service) stateView(now time.Time, limit int) stateJSON {
 	ready, _ := s.readiness()
-	st := stateJSON{Now: now, Ready: ready, Policy: string(s.router.Policy().Disagg.Policy)}
+	st := stateJSON{Now: now, Ready: ready, Policy: string(s.router.Policy().Disagg.Policy), Shadow: shadowView(s.router.ShadowStats())}
 	streams := s.reporter()
 	for _, m := range s.router.Models() {
 		mj := modelJSON{Name: m.Name, BlockSize: m.BlockSize, LoRAAdapters: m.LoRAAdapters, Workers: []workerJSON{}}

@@ -175,6 +175,16 @@ function renderDecisions(st) {
   document.querySelector("#decisions tbody").replaceChildren(...rows);
 }
 
+function renderShadow(sh) {
+  const p = document.getElementById("shadow");
+  if (!sh) { p.textContent = "none (router.shadow_disagg_config)"; return; }
+  const pct = (n) => sh.decisions ? (100 * n / sh.decisions).toFixed(1) + "%" : "–";
+  const pairs = Object.entries(sh.pairs).map(([k, v]) => k + " " + v).join(", ");
+  const reasons = Object.entries(sh.candidate_reasons || {}).map(([k, v]) => k + " " + v).join(", ");
+  p.textContent = sh.candidate + " · " + sh.decisions + " decisions · same route " + pct(sh.same_route) +
+    " · same workers " + pct(sh.same_workers) + (pairs ? " · routes " + pairs : "") + (reasons ? " · reasons " + reasons : "");
+}
+
 function renderConfig(c) {
   const a = c.admin;
   document.getElementById("config-admin").textContent = (c.config_file ? "file " + c.config_file + " merged with the flags" :
@@ -198,6 +208,7 @@ async function poll() {
     renderFleet(st);
     renderMix(st.mix);
     renderDecisions(st);
+    renderShadow(st.shadow);
     if (Date.now() - lastConfig > CONFIG_EVERY_MS) {
       const c = await api("api/config");
       if (!c) return;
