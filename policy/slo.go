@@ -140,19 +140,13 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		}
 	}
 
-	// The most headroom wins; ties keep the order bypass, remote (the cheapest placement for
-	// the fleet first). The whole request on a prefill worker is the escape valve for a decode
-	// pool that cannot meet the objective: its decode shares every later step with the remote
-	// prefills that keep arriving there, which a forecast from the load of the moment does not
-	// see, so it is a candidate only when neither decode-pool placement meets the objective.
+	// The most headroom wins; ties keep the order bypass, remote, prefill_local (the cheapest
+	// placement for the fleet first).
 	choice, best := RoutePrefill, math.Inf(-1)
-	for _, r := range [...]Route{RouteDecode, RoutePrefill} {
+	for _, r := range [...]Route{RouteDecode, RoutePrefill, RoutePrefillLocal} {
 		if est := &x.Estimates[r]; est.Valid && est.Headroom > best {
 			choice, best = r, est.Headroom
 		}
-	}
-	if est := &x.Estimates[RoutePrefillLocal]; est.Valid && best < 0 && est.Headroom > best {
-		choice, best = RoutePrefillLocal, est.Headroom
 	}
 	switch {
 	case best == math.Inf(-1):

@@ -116,16 +116,8 @@ func TestSLOPlacements(t *testing.T) {
 			p[0].ActivePrefillTokens, p[1].ActivePrefillTokens = 16000, 24000
 		}, RoutePrefill, ReasonSLORemote, "p0"},
 		// The same decode pool with an idle prefill pool: the whole request on a prefill worker
-		// would have more room, but remote prefill meets the objective, and a prefill worker's
-		// decodes would share steps with the remote prefills still to come: remote.
-		{"busy_decodes_idle_prefill_remote", 8000, nil, func(d, p []WorkerLoad) { heavyDecode(d) }, RoutePrefill, ReasonSLORemote, "p0"},
-		// Decodes so heavy that even one more sequence breaks the TPOT objective: the idle
-		// prefill worker takes the whole request.
-		{"decodes_over_tpot_prefill_local", 8000, nil, func(d, p []WorkerLoad) {
-			for i := range d {
-				d[i].DecodeRequests, d[i].ActiveDecodeBlocks, d[i].KVCapacityBlocks = 1000, 1000*256, 300000
-			}
-		}, RoutePrefillLocal, ReasonSLOPrefillLocal, "p0"},
+		// meets both objectives with the most room (the aggregated behaviour of a split fleet).
+		{"busy_decodes_idle_prefill_local", 8000, nil, func(d, p []WorkerLoad) { heavyDecode(d) }, RoutePrefillLocal, ReasonSLOPrefillLocal, "p0"},
 		// No decode worker has KV room: the whole request runs on the idler prefill worker.
 		{"decode_pool_full_prefill_local", 8000, nil, func(d, p []WorkerLoad) {
 			for i := range d {
@@ -155,9 +147,7 @@ func TestSLOPlacements(t *testing.T) {
 				t.Fatalf("chosen estimate %+v", est)
 			}
 			for r, e := range dec.Inputs.Estimates {
-				// prefill_local may have more room: it is only chosen when the decode pool
-				// cannot meet the objective.
-				if e.Valid && e.Headroom > est.Headroom && (Route(r) != RoutePrefillLocal || est.Headroom < 0) {
+				if e.Valid && e.Headroom > est.Headroom {
 					t.Fatalf("%v forecast headroom %.3f over the chosen %.3f", Route(r), e.Headroom, est.Headroom)
 				}
 			}
