@@ -2,6 +2,7 @@ package route
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -15,13 +16,13 @@ import (
 // size. It is analytic (no queueing), a starting point that `condisagg tune --role-advice`
 // checks by simulation.
 
-// mixCounts are the sums the advice reads.
+// mixCounts are the sums the advice reads; atomics, so every decision adds without a lock.
 type mixCounts struct {
-	requests      float64
-	promptTokens  float64 // ISL
-	prefillTokens float64 // uncached prompt tokens computed
-	outputs       float64 // requests whose output length was observed
-	outputTokens  float64
+	requests      atomic.Int64
+	promptTokens  atomic.Int64 // ISL
+	prefillTokens atomic.Int64 // uncached prompt tokens computed
+	outputs       atomic.Int64 // requests whose output length was observed
+	outputTokens  atomic.Int64
 }
 
 // RoleAdvice is the advice for the fleet behind the router.
@@ -35,11 +36,9 @@ type RoleAdvice struct {
 
 // observeMix counts one routed request.
 func (r *Router) observeMix(isl int, prefill int64) {
-	r.mixMu.Lock()
-	r.mix.requests++
-	r.mix.promptTokens += float64(isl)
-	r.mix.prefillTokens += float64(prefill)
-	r.mixMu.Unlock()
+	r.mix.requests.Add(1)
+	r.mix.promptTokens.Add(int64(isl))
+	r.mix.prefillTokens.Add(prefill)
 }
 
 // ObserveOutput counts the output length of one finished request (the response's usage or
@@ -48,10 +47,8 @@ func (r *Router) ObserveOutput(tokens int) {
 	if tokens <= 0 {
 		return
 	}
-	r.mixMu.Lock()
-	r.mix.outputs++
-	r.mix.outputTokens += float64(tokens)
-	r.mixMu.Unlock()
+	r.mix.outputs.Add(1)
+	r.mix.outputTokens.Add(int64(tokens))
 }
 
 // RoleAdvice prices the observed mix (see the file comment). Without the slo policy's cost
@@ -60,13 +57,12 @@ func (r *Router) RoleAdvice() RoleAdvice {
 	cfg := r.policy.Load()
 	m := cfg.Disagg.Cost
 	out := RoleAdvice{Workers: len(r.models[0].pool.Workers())}
-	r.mixMu.Lock()
-	c := r.mix
-	r.mixMu.Unlock()
-	if m.Name == "" || c.requests == 0 || c.outputs == 0 || out.Workers == 0 {
+	reqs, outs := float64(r.mix.requests.Load()), float64(r.mix.outputs.Load())
+	if m.Name == "" || reqs == 0 || outs == 0 || out.Workers == 0 {
 		return out
 	}
-	isl, eff, osl := c.promptTokens/c.requests, c.prefillTokens/c.requests, c.outputTokens/c.outputs
+	isl, eff := float64(r.mix.promptTokens.Load())/reqs, float64(r.mix.prefillTokens.Load())/reqs
+	osl := float64(r.mix.outputTokens.Load()) / outs
 	cachedTok := isl - eff
 	// Prefill: one request's uncached suffix with attention over its prefix, chunks of the
 	// default budget each paying the fixed step cost.

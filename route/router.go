@@ -81,8 +81,7 @@ type Router struct {
 	scratch  sync.Pool // *scratch
 	shadow   shadowState
 	feedback feedback
-	mixMu    sync.Mutex // guards mix
-	mix      mixCounts  // the observed mix, for RoleAdvice (advice.go)
+	mix      mixCounts // the observed mix, for RoleAdvice (advice.go)
 	now      func() time.Time
 	observe  func(*Outcome)
 }
