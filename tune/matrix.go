@@ -158,29 +158,19 @@ func staticName(d policy.Disagg) string {
 
 // runMatrixJobs simulates jobs, parallel at a time, keeping each run's results.
 func runMatrixJobs(ctx context.Context, parallel int, reqs []workload.Request, jobs []*matrixJob, finished func(string)) error {
-	sem := make(chan struct{}, max(parallel, 1))
-	var wg sync.WaitGroup
 	var mu sync.Mutex // guards finished
-	errs := make([]error, len(jobs))
-	for i, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rep, err := cluster.Run(ctx, j.cfg, reqs, cluster.Options{})
-			if err != nil {
-				errs[i] = fmt.Errorf("matrix: simulate %s: %w", j.name, err)
-				return
-			}
-			j.results, j.putil = rep.Results, rep.PrefillUtil
-			mu.Lock()
-			finished(j.name)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return inParallel(len(jobs), parallel, func(i int) error {
+		j := jobs[i]
+		rep, err := cluster.Run(ctx, j.cfg, reqs, cluster.Options{})
+		if err != nil {
+			return fmt.Errorf("matrix: simulate %s: %w", j.name, err)
+		}
+		j.results, j.putil = rep.Results, rep.PrefillUtil
+		mu.Lock()
+		finished(j.name)
+		mu.Unlock()
+		return nil
+	})
 }
 
 // scoreCells scores every SLO of one (workload, fleet).

@@ -93,29 +93,37 @@ func (r *run) plannedJobs() int {
 
 // runJobs simulates jobs, Parallel at a time, and summarises each.
 func (r *run) runJobs(ctx context.Context, jobs []*job) error {
-	sem := make(chan struct{}, r.c.Parallel)
+	return inParallel(len(jobs), r.c.Parallel, func(i int) error {
+		j := jobs[i]
+		last := 0
+		rep, err := cluster.Run(ctx, j.cfg, r.w.Requests, cluster.Options{Progress: func(done, _ int) {
+			r.prog.Advance(j.name, done-last)
+			last = done
+		}})
+		if err != nil {
+			return fmt.Errorf("tune: simulate %s: %w", j.name, err)
+		}
+		j.rep = rep
+		j.sum = workload.Summarize(j.name, rep.Results, r.p.slo, r.p.ss)
+		for k := range rep.Results {
+			rep.Results[k].Gaps = nil // summarised; a full trace holds millions
+		}
+		return nil
+	})
+}
+
+// inParallel runs do(0..n-1), parallel at a time, and returns the first error by index.
+func inParallel(n, parallel int, do func(i int) error) error {
+	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
-	errs := make([]error, len(jobs))
-	for i, j := range jobs {
+	errs := make([]error, n)
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			last := 0
-			rep, err := cluster.Run(ctx, j.cfg, r.w.Requests, cluster.Options{Progress: func(done, _ int) {
-				r.prog.Advance(j.name, done-last)
-				last = done
-			}})
-			if err != nil {
-				errs[i] = fmt.Errorf("tune: simulate %s: %w", j.name, err)
-				return
-			}
-			j.rep = rep
-			j.sum = workload.Summarize(j.name, rep.Results, r.p.slo, r.p.ss)
-			for k := range rep.Results {
-				rep.Results[k].Gaps = nil // summarised; a full trace holds millions
-			}
+			errs[i] = do(i)
 		}()
 	}
 	wg.Wait()

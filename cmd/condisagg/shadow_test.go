@@ -19,26 +19,12 @@ import (
 // counts both, the metric carries the pair, and `shadow --promote` makes the candidate live.
 func TestServeShadow(t *testing.T) {
 	model := requireModel(t)
-	dir := t.TempDir()
 	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
 	yaml = strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
 		"  kv_events: true\n  conditional_disagg: true\n  conditional_disagg_config: {policy: isl_bounding}\n"+
 			"  shadow_disagg_config: {policy: slo, cost_model: llama3.1-8b-h100}\n", 1)
-	cfgPath := writeFile(t, dir, "condisagg.yaml", yaml+workersYAML)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrs := make(chan listenAddrs, 1)
-	logs := &syncBuffer{}
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{listening: func(a listenAddrs) { addrs <- a }})
-	}()
-	var a listenAddrs
-	select {
-	case a = <-addrs:
-	case code := <-exit:
-		t.Fatalf("serve exited %d:\n%s", code, logs.String())
-	}
+	a := startServe(t, yaml+workersYAML)
+	ctx := context.Background()
 	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -101,10 +87,6 @@ func TestServeShadow(t *testing.T) {
 	out.Reset()
 	if code := run(ctx, []string{"shadow", "--addr", a.adminGRPC, "--promote"}, &out, &errOut); code != 1 {
 		t.Fatalf("a second promotion (no candidate left) exit %d, want 1:\n%s", code, out.String())
-	}
-	cancel()
-	if code := <-exit; code != 0 {
-		t.Fatalf("serve exit %d:\n%s", code, logs.String())
 	}
 }
 
