@@ -128,6 +128,16 @@ func (rep *Report) addSweep(jobs []*job) {
 	rep.Modes = append(rep.Modes, br)
 	rep.Recommend.Sweep = &Thresholds{Rule: "sweep", Policy: string(b.cfg.Disagg.Policy),
 		EffISLThreshold: b.cfg.Disagg.EffISLThreshold, EffISLRatioThreshold: b.cfg.Disagg.EffISLRatioThreshold, Goodput: b.sum.Goodput}
+	// The p-quantile rule's own point is one of the sweep's: its goodput shows how far the rule
+	// is from the best threshold on this workload.
+	q := &rep.Recommend.Quantile
+	for _, j := range jobs {
+		d := j.cfg.Disagg
+		if d.EffISLThreshold == q.EffISLThreshold && d.EffISLRatioThreshold == q.EffISLRatioThreshold && d.Policy == b.cfg.Disagg.Policy {
+			q.Goodput, q.Policy = j.sum.Goodput, string(d.Policy)
+			break
+		}
+	}
 }
 
 func newRow(j *job) Row {
@@ -197,8 +207,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nrecommended thresholds:\n  p-quantile rule (p=%.2f): eff_isl_threshold=%d eff_isl_ratio_threshold=%s\n",
 		rq.P, rq.EffISLThreshold, strconv.FormatFloat(rq.EffISLRatioThreshold, 'f', -1, 64))
 	if s := rep.Recommend.Sweep; s != nil {
-		fmt.Fprintf(&b, "  sweep (%s, best goodput %.3f/s): eff_isl_threshold=%d eff_isl_ratio_threshold=%s\n",
+		fmt.Fprintf(&b, "  sweep (%s, best goodput %.3f/s): eff_isl_threshold=%d eff_isl_ratio_threshold=%s  <- recommended\n",
 			s.Policy, s.Goodput, s.EffISLThreshold, strconv.FormatFloat(s.EffISLRatioThreshold, 'f', -1, 64))
+		if rq.Goodput > 0 && s.Goodput > 0 {
+			fmt.Fprintf(&b, "  the p-quantile rule's threshold measured %.3f/s (%.0f%% of the sweep's best): a starting point only; "+
+				"the slo policy needs no threshold\n", rq.Goodput, 100*rq.Goodput/s.Goodput)
+		}
 	}
 	b.WriteString("\nrouting modes:\n")
 	if err := rowsTable(rep.Modes).Write(&b); err != nil {
