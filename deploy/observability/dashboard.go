@@ -136,7 +136,7 @@ func quantiles(bucket string, matchers ...string) []series {
 
 // rows is the dashboard's content, top to bottom.
 func rows() []row {
-	return []row{decisionsRow(), cacheCreditRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow()}
+	return []row{decisionsRow(), cacheCreditRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow(), sloRow()}
 }
 
 // rateOf is the per-second rate of a counter over Grafana's rate interval, filtered.
@@ -152,7 +152,7 @@ func decisionsRow() row {
 			description: "Routing decisions per second by route and the policy's reason (conditional-disagg.md §8.1).",
 			series:      []series{{fmt.Sprintf("sum by (route, reason) (%s)", rateOf("condisagg_decisions_total")), "{{route}}: {{reason}}"}}},
 		{title: "Placement: decisions by route", kind: "timeseries", unit: "reqps", stack: true,
-			description: "prefill = remote prefill then KV transfer; decode = one decode worker prefills locally (bypass). Rejected requests by reason below them.",
+			description: "prefill = remote prefill then KV transfer; decode = one decode worker prefills locally (bypass); prefill_local = the slo policy ran the whole request on a prefill worker. Rejected requests by reason below them.",
 			series: []series{
 				{fmt.Sprintf("sum by (route) (%s)", rateOf("condisagg_decisions_total")), "{{route}}"},
 				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_requests_rejected_total")), "rejected: {{reason}}"},
@@ -281,6 +281,43 @@ func workersRow() row {
 			series: []series{
 				{fmt.Sprintf("sum(%s)", q("condisagg_extproc_active_streams")), "open streams"},
 				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_extproc_stream_errors_total")), "errors {{reason}}"},
+			}},
+	}}
+}
+
+// sloRow shows the slo policy's controller and role advice, the shadow candidate's agreement,
+// the prefill leg and worker discovery.
+func sloRow() row {
+	same := fmt.Sprintf("sum(%s) / sum(%s)", rateOf("condisagg_shadow_decisions_total", `same_workers="true"`), rateOf("condisagg_shadow_decisions_total"))
+	return row{"SLO policy, shadow and discovery", []spec{
+		{title: "Shadow candidate: route pairs", kind: "timeseries", unit: "reqps", stack: true,
+			description: "Requests the candidate config (router.shadow_disagg_config) decided beside the live one, by live and candidate route. `condisagg shadow` has the detail.",
+			series: []series{
+				{fmt.Sprintf("sum by (live_route, shadow_route) (%s)", rateOf("condisagg_shadow_decisions_total")), "{{live_route}} → {{shadow_route}}"},
+			}},
+		{title: "Shadow candidate: same workers", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
+			description: "Share of requests on which the candidate chose the same route and workers as the live config.",
+			series:      []series{{same, "agreement"}}},
+		{title: "slo controller corrections", kind: "timeseries", unit: "short",
+			description: "Multipliers the slo policy applies to its TTFT and TPOT forecasts per placement (1 = the cost model is right); observed/forecast ratios learned from the response phase.",
+			series: []series{
+				{fmt.Sprintf("max by (route, metric) (%s)", q("condisagg_slo_feedback_factor")), "factor {{route}} {{metric}}"},
+				{fmt.Sprintf("max by (route, metric) (%s)", q("condisagg_slo_feedback_ratio")), "ratio {{route}} {{metric}}"},
+			}},
+		{title: "Role advice", kind: "timeseries", unit: "short",
+			description: "Prefill workers the observed mix calls for (slo policy's cost model, analytic) against the prefill workers discovered.",
+			series: []series{
+				{fmt.Sprintf("max(%s)", q("condisagg_role_advice_prefill_workers")), "advised prefill workers"},
+				{fmt.Sprintf("sum(%s)", q("condisagg_pool_workers", `role="prefill"`)), "prefill workers"},
+			}},
+		{title: "Prefill leg", kind: "timeseries", unit: "s",
+			description: "Remote path: the prefill leg's duration as pd-sidecar reports it (X-Condisagg-Prefill-Ms); the prefill booking ends then.",
+			series:      quantiles("condisagg_prefill_leg_seconds_bucket")},
+		{title: "Kubernetes discovery", kind: "timeseries", unit: "short",
+			description: "Workers discovered from EndpointSlices per role, and discovery errors per second.",
+			series: []series{
+				{fmt.Sprintf("sum by (role) (%s)", q("condisagg_discovery_workers")), "discovered {{role}}"},
+				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_discovery_errors_total")), "errors {{reason}}"},
 			}},
 	}}
 }
