@@ -42,6 +42,8 @@ type respObserver struct {
 	prefillID, decodeID string
 	answered            bool // 2xx response headers
 	judged              bool
+	usage               Usage // the last usage seen (with continuous_usage_stats every chunk has one)
+	hasUsage            bool
 }
 
 func (o *respObserver) start(out *route.Outcome) {
@@ -185,7 +187,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		rt := o.route.String()
 		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
 		m.UsageTokens.WithLabelValues(rt, "completion").Add(float64(obs.Usage.CompletionTokens))
-		o.judgeTransfer(x, true, &obs.Usage)
+		o.usage, o.hasUsage = obs.Usage, true
 		if obs.Usage.CachedTokens >= 0 {
 			m.UsageTokens.WithLabelValues(rt, "cached").Add(float64(obs.Usage.CachedTokens))
 			if o.bypass {
@@ -242,26 +244,23 @@ func (o *respObserver) firstToken(x *exchange) {
 	}
 }
 
-// judgeTransfer classifies a remote-prefill request's decode leg once, by its usage (nil:
-// the answer ended without one), and counts it per prefill/decode pair.
-func (o *respObserver) judgeTransfer(x *exchange, hasUsage bool, u *Usage) {
-	if o.judged {
-		return
-	}
+// judgeTransfer classifies a remote-prefill request's decode leg once, by the last usage of
+// its answer, and counts it per prefill/decode pair.
+func (o *respObserver) judgeTransfer(x *exchange) {
 	o.judged = true
 	rec := TransferRecord{At: time.Now(), RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
-	if hasUsage {
-		rec.PromptTokens, rec.CachedTokens = u.PromptTokens, u.CachedTokens
+	if o.hasUsage {
+		rec.PromptTokens, rec.CachedTokens = o.usage.PromptTokens, o.usage.CachedTokens
 	}
-	out := x.srv.transfers.classify(rec, hasUsage)
+	out := x.srv.transfers.classify(rec, o.hasUsage)
 	x.srv.metrics.DisaggTransfers.WithLabelValues(o.prefillID, o.decodeID, string(out)).Inc()
 }
 
 // finish releases everything the booking still holds (idempotent). A successful remote-prefill
-// answer that ends without usage counts as an unknown transfer.
+// answer is classified here, when its last usage has been seen.
 func (o *respObserver) finish(x *exchange) {
 	if o.answered && !o.judged {
-		o.judgeTransfer(x, false, nil)
+		o.judgeTransfer(x)
 	}
 	o.ended = true
 	if o.booking == "" || o.released {

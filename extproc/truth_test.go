@@ -72,7 +72,9 @@ func TestTransferOutcomeCounted(t *testing.T) {
 			v.recv()
 			body := sseToken
 			if usage != "" {
-				body += "data: {\"choices\":[],\"usage\":" + usage + "}\n\n"
+				// continuous_usage_stats: a usage without details on a token chunk first.
+				body = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":1}}\n\n" +
+					"data: {\"choices\":[],\"usage\":" + usage + "}\n\n"
 			}
 			v.responseBody([]byte(body+"data: [DONE]\n\n"), true)
 		} else {
@@ -85,9 +87,10 @@ func TestTransferOutcomeCounted(t *testing.T) {
 		return h
 	}
 	h := answer(false, `{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":39}}`)
+	answer(true, `{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":39}}`) // the last usage counts
 	answer(true, `{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":16}}`)
 	answer(false, `{"prompt_tokens":40,"completion_tokens":2}`) // vLLM omits a zero count
-	answer(true, "")                                           // no stream_options.include_usage
+	answer(true, "")                                            // no stream_options.include_usage
 	recent := e.server.RecentTransfers(10)
 	pairs := map[[2]string]bool{}
 	for _, r := range recent {
@@ -96,7 +99,7 @@ func TestTransferOutcomeCounted(t *testing.T) {
 		}
 		pairs[[2]string{r.Prefill, r.Decode}] = true
 	}
-	for outcome, want := range map[TransferOutcome]float64{TransferTransferred: 1, TransferRecomputed: 2, TransferUnknown: 1} {
+	for outcome, want := range map[TransferOutcome]float64{TransferTransferred: 2, TransferRecomputed: 2, TransferUnknown: 1} {
 		var got float64
 		for pd := range pairs {
 			got += testutil.ToFloat64(e.metrics.DisaggTransfers.WithLabelValues(pd[0], pd[1], string(outcome)))
@@ -105,7 +108,7 @@ func TestTransferOutcomeCounted(t *testing.T) {
 			t.Errorf("condisagg_disagg_transfers_total{outcome=%q} = %v over %v, want %v", outcome, got, pairs, want)
 		}
 	}
-	if len(recent) != 4 || recent[0].Outcome != TransferUnknown || recent[3].Outcome != TransferTransferred || recent[3].RequestID != "req-1" {
+	if len(recent) != 5 || recent[0].Outcome != TransferUnknown || recent[4].Outcome != TransferTransferred || recent[4].RequestID != "req-1" {
 		t.Fatalf("recent transfers %+v", recent)
 	}
 }
