@@ -64,6 +64,9 @@ type WorkerSpec struct {
 	// Silent workers publish no KV events; the router is still told an events and a replay
 	// endpoint (Worker.KVEvents, KVReplay), which a test may bind to play the publisher.
 	Silent bool
+	// KVTransferFailureRate is vllm-sim --kv-transfer-failure-rate: the share of decode legs
+	// whose KV read fails and is recomputed (docs/disagg-truth.md); 0 = none.
+	KVTransferFailureRate float64
 }
 
 // Config describes a whole stack on loopback.
@@ -231,6 +234,9 @@ func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []stri
 	}
 	if spec.DataParallelSize > 1 {
 		args = append(args, "--data-parallel-size", strconv.Itoa(spec.DataParallelSize))
+	}
+	if spec.KVTransferFailureRate > 0 {
+		args = append(args, "--kv-transfer-failure-rate", strconv.FormatFloat(spec.KVTransferFailureRate, 'g', -1, 64))
 	}
 	if !spec.Silent {
 		ev, _ := json.Marshal(map[string]any{"enable_kv_cache_events": true, "publisher": "zmq",

@@ -18,7 +18,10 @@
 //
 // The response phase parses Server-Sent Events reassembled across chunks (sse.go) to release
 // the prefill booking at the first token and everything at the end, on an upstream error, or
-// when the stream ends before the response did (client cancel).
+// when the stream ends before the response did (client cancel). A remote-prefill answer's last
+// usage tells whether the decode worker used the transferred KV (truth.go,
+// docs/disagg-truth.md); the outcome is counted per prefill/decode pair and kept in a ring
+// behind one mutex (transferLog.mu).
 //
 // Concurrency: a Server and Admin are safe for concurrent use; the settings are swapped
 // atomically on reload. Imports: route, policy, pool, kvindex and the generated admin proto;

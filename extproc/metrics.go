@@ -30,17 +30,20 @@ type Metrics struct {
 	PrefillLegSecs   prometheus.Histogram     // the sidecar's prefill leg (X-Condisagg-Prefill-Ms)
 	ShadowDecisions  *prometheus.CounterVec   // live_route, shadow_route, shadow_reason, same_workers
 	UsageTokens      *prometheus.CounterVec   // route, kind: prompt, completion, cached
-	CachedError      prometheus.Histogram     // bypass: usage cached_tokens − router cached(d)
-	SSEOverflow      prometheus.Counter       // streams whose SSE tail exceeded MaxSSETail
-	ServedMismatch   prometheus.Counter       // gateway served another endpoint than the booked one
-	SilentWorkers    *prometheus.GaugeVec     // pool: workers whose KV event stream is silent (§8.3)
-	StrippedFields   *prometheus.CounterVec   // field: client-sent body fields cut before routing (kv_transfer_params)
-	UnknownModel     *prometheus.CounterVec   // action: reject, passthrough (requests for a model no model serves)
-	BufferedBytes    prometheus.Gauge         // bytes held by open streams (bodies being assembled, SSE tails, JSON copies)
-	IdleTimeouts     prometheus.Counter       // streams ended by stream_idle_timeout
-	DecisionWait     prometheus.Histogram     // seconds waited for a decision slot
-	QueueTimeouts    prometheus.Counter       // decisions that found no slot within decision_queue_timeout
-	ProtocolErrors   *prometheus.CounterVec   // kind: repeated_request_headers
+	// DisaggTransfers counts remote-prefill requests by whether the decode leg used the
+	// transferred KV (docs/disagg-truth.md): prefill, decode (worker ids), outcome.
+	DisaggTransfers *prometheus.CounterVec
+	CachedError     prometheus.Histogram   // bypass: usage cached_tokens − router cached(d)
+	SSEOverflow     prometheus.Counter     // streams whose SSE tail exceeded MaxSSETail
+	ServedMismatch  prometheus.Counter     // gateway served another endpoint than the booked one
+	SilentWorkers   *prometheus.GaugeVec   // pool: workers whose KV event stream is silent (§8.3)
+	StrippedFields  *prometheus.CounterVec // field: client-sent body fields cut before routing (kv_transfer_params)
+	UnknownModel    *prometheus.CounterVec // action: reject, passthrough (requests for a model no model serves)
+	BufferedBytes   prometheus.Gauge       // bytes held by open streams (bodies being assembled, SSE tails, JSON copies)
+	IdleTimeouts    prometheus.Counter     // streams ended by stream_idle_timeout
+	DecisionWait    prometheus.Histogram   // seconds waited for a decision slot
+	QueueTimeouts   prometheus.Counter     // decisions that found no slot within decision_queue_timeout
+	ProtocolErrors  *prometheus.CounterVec // kind: repeated_request_headers
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -90,6 +93,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"live_route", "shadow_route", "shadow_reason", "same_workers"}),
 		UsageTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_usage_tokens_total",
 			Help: "Tokens reported in answer usage, by route and kind."}, []string{"route", "kind"}),
+		DisaggTransfers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_disagg_transfers_total",
+			Help: "Remote-prefill requests by prefill/decode pair and whether the decode leg's usage shows the transferred KV was used (transferred), the prompt was computed again (recomputed) or neither is known (unknown)."},
+			[]string{"prefill", "decode", "outcome"}),
 		CachedError: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "condisagg_cached_tokens_error",
 			Help:    "Bypass requests: reported cached_tokens minus the router's cached(d).",
 			Buckets: []float64{-4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096}}),
@@ -118,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.BufferedBytes, m.IdleTimeouts, m.DecisionWait, m.QueueTimeouts, m.ProtocolErrors, m.StrippedFields, m.Decisions, m.EffectiveISL, m.EffectiveRatio, m.PromptTokens, m.DecisionSeconds,
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
-		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.PrefillLegSecs, m.ShadowDecisions, m.UsageTokens, m.CachedError, m.SSEOverflow,
+		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.PrefillLegSecs, m.ShadowDecisions, m.UsageTokens, m.DisaggTransfers, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers, m.UnknownModel)
 	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)

@@ -37,11 +37,22 @@ type respObserver struct {
 	firstAt                    time.Time
 	tokenEvents                int
 	outputTokens               int64 // usage.completion_tokens when the answer reported it
+	// A remote-prefill request's pair, whose decode leg's usage is classified once
+	// (docs/disagg-truth.md); judged when done or not wanted.
+	prefillID, decodeID string
+	answered            bool // 2xx response headers
+	judged              bool
+	usage               Usage // the last usage seen (with continuous_usage_stats every chunk has one)
+	hasUsage            bool
 }
 
 func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
-		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached}
+		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached,
+		judged: out.Route != policy.RoutePrefill || out.Prefill.ID == "" || out.Decode.ID == ""}
+	if !o.judged {
+		o.prefillID, o.decodeID = out.Prefill.ID, out.Decode.ID
+	}
 	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
 		o.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
 		o.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
@@ -94,6 +105,7 @@ func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
 		o.finish(x)
 		return
 	}
+	o.answered = code >= 200 && code < 300
 	o.streaming = strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
 	if !o.streaming && code >= 200 && code < 300 {
 		o.firstToken(x) // vLLM sends non-streaming headers once the answer is complete
@@ -175,6 +187,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		rt := o.route.String()
 		m.UsageTokens.WithLabelValues(rt, "prompt").Add(float64(obs.Usage.PromptTokens))
 		m.UsageTokens.WithLabelValues(rt, "completion").Add(float64(obs.Usage.CompletionTokens))
+		o.usage, o.hasUsage = obs.Usage, true
 		if obs.Usage.CachedTokens >= 0 {
 			m.UsageTokens.WithLabelValues(rt, "cached").Add(float64(obs.Usage.CachedTokens))
 			if o.bypass {
@@ -183,6 +196,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		}
 	}
 	if obs.Error {
+		o.judged = true // a failed answer says nothing about the transfer
 		m.UpstreamErrors.WithLabelValues(o.route.String(), "stream_error").Inc()
 		o.finish(x)
 	}
@@ -230,8 +244,24 @@ func (o *respObserver) firstToken(x *exchange) {
 	}
 }
 
-// finish releases everything the booking still holds (idempotent).
+// judgeTransfer classifies a remote-prefill request's decode leg once, by the last usage of
+// its answer, and counts it per prefill/decode pair.
+func (o *respObserver) judgeTransfer(x *exchange) {
+	o.judged = true
+	rec := TransferRecord{At: time.Now(), RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
+	if o.hasUsage {
+		rec.PromptTokens, rec.CachedTokens = o.usage.PromptTokens, o.usage.CachedTokens
+	}
+	out := x.srv.transfers.classify(rec, o.hasUsage)
+	x.srv.metrics.DisaggTransfers.WithLabelValues(o.prefillID, o.decodeID, string(out)).Inc()
+}
+
+// finish releases everything the booking still holds (idempotent). A successful remote-prefill
+// answer is classified here, when its last usage has been seen.
 func (o *respObserver) finish(x *exchange) {
+	if o.answered && !o.judged {
+		o.judgeTransfer(x)
+	}
 	o.ended = true
 	if o.booking == "" || o.released {
 		return
@@ -246,5 +276,6 @@ func (o *respObserver) cancel(x *exchange) {
 		return
 	}
 	x.srv.metrics.Cancelled.Inc()
+	o.judged = true // the answer never ended
 	o.finish(x)
 }

@@ -34,6 +34,7 @@ type Server struct {
 	slots       slots          // decision slots (ServerOptions.DecisionConcurrency)
 	receivers   sync.WaitGroup // one receive goroutine per open stream
 	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
+	transfers   *transferLog   // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
 	onHeld      func(int)      // tests: each stream's held bytes after each message
 }
 
@@ -80,7 +81,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.DecisionConcurrency = runtime.GOMAXPROCS(0)
 	}
 	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
-		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent}
+		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent, transfers: newTransferLog(recentTransfers)}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
 	}
@@ -120,6 +121,10 @@ func (s *Server) Reload(set *Settings) error {
 	s.settings.Store(set)
 	return nil
 }
+
+// RecentTransfers returns up to limit of the latest classified remote-prefill requests, newest
+// first (docs/disagg-truth.md).
+func (s *Server) RecentTransfers(limit int) []TransferRecord { return s.transfers.latest(limit) }
 
 // Router returns the decision pipeline the server routes with.
 func (s *Server) Router() *route.Router { return s.router }

@@ -89,6 +89,11 @@ type Request struct {
 	// the local prefix cache by a simulated transfer (CostModel.TransferTime), then computes only
 	// the last prompt token.
 	RemotePrefill bool
+	// TransferFails makes a RemotePrefill request's transfer fail as a NIXL read can: the
+	// transfer time passes, then every block it was to receive is invalid and, as vLLM's
+	// kv_load_failure_policy "recompute" does (Scheduler._update_requests_with_invalid_blocks),
+	// the request is computed from its local prefix-cache hit, which is all it reports cached.
+	TransferFails bool
 	// LoRA is the adapter the request runs with (the zero Adapter: the base model). Its
 	// blocks hash apart from the base model's and other adapters' (vLLM adds the adapter to
 	// every block's extra keys), and its BlockStored events name it.
@@ -159,6 +164,7 @@ type request struct {
 	state     reqState
 	prefill   bool // PrefillOnly
 	remote    bool // RemotePrefill, KV not yet received
+	xferFail  bool // TransferFails
 	readyAt   time.Duration
 	lora      Adapter
 	loraKey   uint64 // mixed into every block hash; 0 for the base model
@@ -244,6 +250,7 @@ func (e *Engine) Add(req Request) (RequestID, error) {
 		id: e.nextID, tokens: req.Prompt, promptLen: len(req.Prompt), maxTokens: maxTok,
 		out: req.Output, stop: req.StopReason, state: stWaiting,
 		prefill: req.PrefillOnly, remote: req.RemotePrefill, lora: req.LoRA,
+		xferFail: req.RemotePrefill && req.TransferFails,
 	}
 	if req.LoRA.Name != "" {
 		r.loraKey = loraKey(req.LoRA)

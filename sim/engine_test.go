@@ -485,3 +485,43 @@ func TestLoRAPrefixCache(t *testing.T) {
 		t.Fatal("the adapter's block 0 hashes like the base model's")
 	}
 }
+
+// TestRemotePrefillTransferFails: a failed NIXL read under kv_load_failure_policy=recompute
+// (docs/disagg-truth.md) recomputes the prompt after its local hit and reports only that hit.
+func TestRemotePrefillTransferFails(t *testing.T) {
+	const bs = 16
+	m := testModel(t)
+	prompt := seqTokens(5*bs+3, 100)
+	for _, tc := range []struct {
+		name     string
+		warm     int // prompt tokens D computed before (its own prefix cache)
+		wantHits int
+	}{
+		{name: "cold_decode_worker_reports_zero", warm: 0, wantHits: 0},
+		{name: "local_hit_is_all_it_reports", warm: 2*bs + 5, wantHits: 2 * bs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newEngine(t, Config{NumGPUBlocks: 100})
+			tr := newTrace()
+			if tc.warm > 0 {
+				mustAdd(t, d, Request{Prompt: prompt[:tc.warm], MaxTokens: 1})
+				drain(t, d, tr, 10)
+			}
+			id := mustAdd(t, d, Request{Prompt: prompt, MaxTokens: 3, RemotePrefill: true, TransferFails: true})
+			tr.record(d.Step(tr.now))
+			ready, ok := d.NextTransfer()
+			if want := tr.now + m.TransferTime(len(prompt)-tc.wantHits); !ok || ready != want {
+				t.Fatalf("transfer ready at %v (ok %v), want %v", ready, ok, want)
+			}
+			steps := len(tr.steps)
+			tr.now = ready
+			drain(t, d, tr, 10)
+			if got := tr.steps[steps]; got.PrefillTokens != len(prompt)-tc.wantHits {
+				t.Fatalf("first step after the failed transfer computed %d prompt tokens, want %d", got.PrefillTokens, len(prompt)-tc.wantHits)
+			}
+			if got := tr.finished[id]; got.CachedTokens != tc.wantHits || got.OutputTokens != 3 {
+				t.Fatalf("decode request finished %+v, want %d cached tokens", got, tc.wantHits)
+			}
+		})
+	}
+}

@@ -240,6 +240,7 @@ func (e *Engine) preempt(r *request) {
 
 // completeTransfers moves requests whose KV arrived by now back to the head of the waiting
 // queue with every prompt token but the last computed, and caches the received full blocks.
+// A failed transfer (Request.TransferFails) goes back with only its local hit computed.
 func (e *Engine) completeTransfers(now time.Duration) {
 	k := 0
 	var ready []*request
@@ -256,9 +257,14 @@ func (e *Engine) completeTransfers(now time.Duration) {
 	for i := len(ready) - 1; i >= 0; i-- {
 		r := ready[i]
 		r.remote = false
-		r.computed = len(r.tokens) - 1
-		r.cachedTok = r.computed
-		e.cacheFull(r)
+		if r.xferFail {
+			// vLLM truncates num_computed_tokens at the first invalid block: the local hit.
+			r.computed = r.cachedTok
+		} else {
+			r.computed = len(r.tokens) - 1
+			r.cachedTok = r.computed
+			e.cacheFull(r)
+		}
 		r.state = stWaiting
 		e.waiting = append(e.waiting, nil)
 		copy(e.waiting[1:], e.waiting)

@@ -137,6 +137,9 @@ func TestStatusPageAPI(t *testing.T) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("%v:\n%s", err, b)
 	}
+	if st.Transfers == nil || len(st.Transfers) != 0 {
+		t.Fatalf("transfers %v; want an empty list before any remote answer", st.Transfers)
+	}
 	if !st.Ready || st.Policy != "isl_bounding" || len(st.Models) != 1 || len(st.Models[0].Workers) != 2 {
 		t.Fatalf("state %+v", st)
 	}

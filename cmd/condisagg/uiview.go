@@ -23,6 +23,20 @@ type stateJSON struct {
 	Mix       mixJSON       `json:"mix"`
 	// Shadow is the candidate config's agreement with the live one (null without a candidate).
 	Shadow *shadowJSON `json:"shadow"`
+	// Transfers are the latest remote-prefill requests whose decode answer was classified
+	// (docs/disagg-truth.md), newest first.
+	Transfers []transferJSON `json:"transfers"`
+}
+
+// transferJSON is one classified remote-prefill request (extproc.TransferRecord).
+type transferJSON struct {
+	At           time.Time `json:"at"`
+	RequestID    string    `json:"request_id"`
+	Prefill      string    `json:"prefill"`
+	Decode       string    `json:"decode"`
+	Outcome      string    `json:"outcome"` // transferred, recomputed, unknown
+	PromptTokens int64     `json:"prompt_tokens"`
+	CachedTokens *int64    `json:"cached_tokens"` // null: not reported
 }
 
 type modelJSON struct {
@@ -195,6 +209,15 @@ func (s *service) stateView(now time.Time, limit int) stateJSON {
 	st.Decisions = decisionsJSON{Total: s.recent.Total(), Kept: s.recent.Size(), Latest: []decisionJSON{}}
 	for _, e := range s.recent.Latest(make([]route.Entry, 0, min(limit, s.recent.Size())), limit) {
 		st.Decisions.Latest = append(st.Decisions.Latest, decisionView(e))
+	}
+	st.Transfers = []transferJSON{}
+	for _, r := range s.ext.RecentTransfers(limit) {
+		tj := transferJSON{At: r.At, RequestID: r.RequestID, Prefill: r.Prefill, Decode: r.Decode, Outcome: string(r.Outcome),
+			PromptTokens: r.PromptTokens}
+		if r.CachedTokens >= 0 {
+			tj.CachedTokens = &r.CachedTokens
+		}
+		st.Transfers = append(st.Transfers, tj)
 	}
 	st.Mix = mixJSON{BucketSeconds: s.recent.Bucket().Seconds(), Placements: route.PlacementNames[:]}
 	for _, b := range s.recent.Mix(now) {

@@ -39,7 +39,7 @@ type options struct {
 	enableLoRA                        bool
 	cfg                               sim.Config
 	maxModelLen                       int
-	timeScale                         float64
+	timeScale, xferFailRate           float64
 	oldReplay, promptDetails          bool
 }
 
@@ -68,6 +68,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.kvEventsHashes, "kv-events-hashes", "int", "block hashes as int or bytes")
 	fs.BoolVar(&o.oldReplay, "kv-events-old-replay-layout", false, "answer replays in the layout of vLLM < 0.26")
 	fs.StringVar(&o.kvTransferConfig, "kv-transfer-config", "", `vLLM KVTransferConfig JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_both"}`)
+	fs.Float64Var(&o.xferFailRate, "kv-transfer-failure-rate", 0, "simulator only: share of decode legs (do_remote_prefill) whose KV read fails and is recomputed, as vLLM's kv_load_failure_policy=recompute does; 1 = every one")
 	fs.BoolVar(&o.promptDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -77,6 +78,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.dataParallelSize < 1 || o.dataParallelSize > 1024 {
 		return nil, fmt.Errorf("vllm-sim: --data-parallel-size %d: must be in [1, 1024]", o.dataParallelSize)
+	}
+	if !(o.xferFailRate >= 0 && o.xferFailRate <= 1) {
+		return nil, fmt.Errorf("vllm-sim: --kv-transfer-failure-rate %v: must be in [0, 1]", o.xferFailRate)
+	}
+	if o.xferFailRate > 0 && o.kvTransferConfig == "" {
+		return nil, fmt.Errorf("vllm-sim: --kv-transfer-failure-rate %v: needs --kv-transfer-config", o.xferFailRate)
 	}
 	if seed == 0 {
 		var b [8]byte
@@ -161,6 +168,9 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	kt, err := kvTransfer(o.kvTransferConfig)
 	if err != nil {
 		return err
+	}
+	if kt != nil {
+		kt.FailureRate = o.xferFailRate
 	}
 	tok, err := tokenizer.LoadModel(ctx, o.tokenizer, tokenizer.HubOptionsFromEnv(), tokenizer.Options{CacheSegments: 4096})
 	if err != nil {

@@ -91,3 +91,26 @@ func TestFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestKVTransferFailureRateFlag: the rate is a share in [0, 1] and needs a connector.
+func TestKVTransferFailureRateFlag(t *testing.T) {
+	nixl := `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--kv-transfer-config", nixl, "--kv-transfer-failure-rate", "1"}, true},
+		{[]string{"--kv-transfer-config", nixl, "--kv-transfer-failure-rate", "0.25"}, true},
+		{[]string{"--kv-transfer-config", nixl, "--kv-transfer-failure-rate", "1.5"}, false},
+		{[]string{"--kv-transfer-config", nixl, "--kv-transfer-failure-rate", "NaN"}, false},
+		{[]string{"--kv-transfer-failure-rate", "0.5"}, false}, // no connector
+	} {
+		o, err := parseFlags(append([]string{"--tokenizer", "x"}, tc.args...))
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "--kv-transfer-failure-rate")) {
+			t.Errorf("%q: %v", tc.args, err)
+		}
+		if err == nil && o.xferFailRate <= 0 {
+			t.Errorf("%q: rate %v", tc.args, o.xferFailRate)
+		}
+	}
+}

@@ -136,7 +136,7 @@ func quantiles(bucket string, matchers ...string) []series {
 
 // rows is the dashboard's content, top to bottom.
 func rows() []row {
-	return []row{decisionsRow(), cacheCreditRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow(), sloRow()}
+	return []row{decisionsRow(), cacheCreditRow(), transfersRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow(), sloRow()}
 }
 
 // rateOf is the per-second rate of a counter over Grafana's rate interval, filtered.
@@ -185,6 +185,21 @@ func cacheCreditRow() row {
 		{title: "Credit error on bypass requests", kind: "timeseries", unit: "short",
 			description: "Quantiles of the engine's cached_tokens minus the router's credited cache on local-prefill requests: near 0 when the index tracks the engines.",
 			series:      quantiles("condisagg_cached_tokens_error_bucket")},
+	}}
+}
+
+// transfersRow shows whether remote-prefill requests' decode legs used the transferred KV
+// (docs/disagg-truth.md).
+func transfersRow() row {
+	classified := `outcome=~"transferred|recomputed"`
+	return row{"Disaggregation truth", []spec{
+		{title: "Recomputed share of KV transfers", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
+			description: "Per prefill/decode pair: remote-prefill requests whose decode worker reported less than the prompt as cached (the transferred KV was not used) over those classified. Answers without usage are left out.",
+			series: []series{{fmt.Sprintf("sum by (prefill, decode) (%s) / sum by (prefill, decode) (%s)",
+				rateOf("condisagg_disagg_transfers_total", `outcome="recomputed"`), rateOf("condisagg_disagg_transfers_total", classified)), "{{prefill}} → {{decode}}"}}},
+		{title: "KV transfers by outcome", kind: "timeseries", unit: "reqps", stack: true,
+			description: "Remote-prefill requests per second: transferred (decode used the KV), recomputed, unknown (no usage in the answer: streams need stream_options.include_usage).",
+			series:      []series{{fmt.Sprintf("sum by (outcome) (%s)", rateOf("condisagg_disagg_transfers_total")), "{{outcome}}"}}},
 	}}
 }
 
@@ -341,7 +356,7 @@ func variables() []variable {
 func build() dashboard {
 	d := dashboard{
 		UID: "condisagg", Title: "condisagg",
-		Description:  "Conditional disaggregation router: decisions, cache credit, booked load, KV event streams, index, latency, workers.",
+		Description:  "Conditional disaggregation router: decisions, cache credit, disaggregation truth, booked load, KV event streams, index, latency, workers.",
 		Tags:         []string{"condisagg", "llm", "envoy"},
 		Timezone:     "browser",
 		Editable:     true,

@@ -6,6 +6,9 @@
 // is stale. Every query is checked by promtool (it must parse) and, in the main module, against
 // the metrics the condisagg binary registers (cmd/condisagg TestObservabilityMetricNames).
 //
+// The "Disaggregation truth" row shows whether remote-prefill requests' decode legs used the
+// transferred KV (condisagg_disagg_transfers_total, docs/disagg-truth.md).
+//
 // Not on the dashboard because condisagg does not measure them yet: shadow-evaluation agreement
-// and the truth of disaggregation decisions (what local prefill would have cost instead).
+// and what local prefill would have cost instead of a remote decision.
 package observability

@@ -43,15 +43,16 @@ func loadTokenizer(t testing.TB, name string) *tokenizer.Tokenizer {
 }
 
 type instOpts struct {
-	events     bool
-	format     EventFormat
-	hashes     HashEncoding
-	oldReplay  bool
-	kvTransfer bool
-	numBlocks  int
-	timeScale  float64
-	details    bool
-	lora       []LoRAModule
+	events       bool
+	format       EventFormat
+	hashes       HashEncoding
+	oldReplay    bool
+	kvTransfer   bool
+	xferFailRate float64 // KVTransfer.FailureRate
+	numBlocks    int
+	timeScale    float64
+	details      bool
+	lora         []LoRAModule
 	// dp is --data-parallel-size; pub and replay override the ephemeral event endpoints
 	// (ports must be concrete to be offset per rank).
 	dp          int
@@ -93,7 +94,8 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 			ReplayEndpoint: &replay, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000}
 	}
 	if o.kvTransfer {
-		cfg.Server.KVTransfer = &KVTransfer{Connector: "NixlConnector", Role: "kv_both", EngineID: "engine-1", Host: "10.0.0.5", Port: 5600}
+		cfg.Server.KVTransfer = &KVTransfer{Connector: "NixlConnector", Role: "kv_both", EngineID: "engine-1", Host: "10.0.0.5", Port: 5600,
+			FailureRate: o.xferFailRate}
 	}
 	in, err := NewInstance(cfg)
 	if err != nil {

@@ -28,6 +28,22 @@ type KVTransfer struct {
 	EngineID  string // remote_engine_id
 	Host      string // remote_host (VLLM_NIXL_SIDE_CHANNEL_HOST)
 	Port      int    // remote_port (VLLM_NIXL_SIDE_CHANNEL_PORT)
+	// FailureRate is the share of decode legs (do_remote_prefill) whose KV read fails, in
+	// [0, 1]; the choice is a hash of the request id, so a retried id fails again. A failed
+	// leg is recomputed as vLLM's kv_load_failure_policy "recompute" does (sim.Request.
+	// TransferFails, docs/disagg-truth.md). Simulator only: vLLM has no such setting.
+	FailureRate float64
+}
+
+// transferFails says whether the decode leg with request id fails its KV read.
+func (kt *KVTransfer) transferFails(id string) bool {
+	switch {
+	case kt.FailureRate <= 0:
+		return false
+	case kt.FailureRate >= 1:
+		return true
+	}
+	return float64(xxh3.HashString(id)>>11)/(1<<53) < kt.FailureRate
 }
 
 // ServerConfig configures the OpenAI HTTP surface of a Worker.
@@ -251,6 +267,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, chat bool) (*pr
 	}
 	p.req.LoRA = adapter
 	p.id = requestID(r, map[bool]string{true: "chatcmpl-", false: "cmpl-"}[chat])
+	if p.req.RemotePrefill && s.cfg.KVTransfer.transferFails(p.id) {
+		p.req.TransferFails = true
+	}
 	p.includeUs = p.body.StreamOptions != nil && p.body.StreamOptions.IncludeUsage
 	return p, true
 }

@@ -398,3 +398,40 @@ func TestChatTurnExtendsPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPDecodeLegCachedTokens: a decode leg reports the transferred prompt as cached
+// (vLLM's L-1), and a failed KV read (--kv-transfer-failure-rate, recomputed as vLLM's
+// kv_load_failure_policy=recompute does) reports only the decode worker's own prefix hit
+// (docs/disagg-truth.md).
+func TestHTTPDecodeLegCachedTokens(t *testing.T) {
+	prompt := strings.Repeat("Summarise the following report about the quarterly results. ", 10)
+	pj, _ := json.Marshal(prompt)
+	const kvp = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],"remote_engine_id":"e","remote_host":"h","remote_port":1}`
+	leg := `{"model":"qwen3","prompt":` + string(pj) + `,"max_tokens":2,"kv_transfer_params":` + kvp + `}`
+	for _, tc := range []struct {
+		name      string
+		rate      float64
+		warmLocal bool // D served the prompt locally before
+		want      func(n int) int
+	}{
+		{name: "transferred_reports_L-1", rate: 0, want: func(n int) int { return n - 1 }},
+		{name: "failed_cold_reports_0", rate: 1, want: func(int) int { return 0 }},
+		{name: "failed_warm_reports_local_hit", rate: 1, warmLocal: true, want: func(n int) int { return (n - 1) / 16 * 16 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startInstance(t, instOpts{kvTransfer: true, details: true, xferFailRate: tc.rate})
+			if tc.warmLocal {
+				d.post(t, "/v1/completions", `{"model":"qwen3","prompt":`+string(pj)+`,"max_tokens":1}`)
+			}
+			code, b := d.post(t, "/v1/completions", leg, "X-Request-Id", "r-"+tc.name)
+			var r chatResp
+			decodeJSON(t, b, &r)
+			if code != 200 || r.Usage.PromptTokensDetails == nil {
+				t.Fatalf("decode leg: %d %s", code, b)
+			}
+			if n := r.Usage.PromptTokens; r.Usage.PromptTokensDetails.CachedTokens != tc.want(n) {
+				t.Fatalf("cached_tokens %d, want %d (prompt %d tokens)", r.Usage.PromptTokensDetails.CachedTokens, tc.want(n), n)
+			}
+		})
+	}
+}

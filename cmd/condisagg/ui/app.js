@@ -175,6 +175,16 @@ function renderDecisions(st) {
   document.querySelector("#decisions tbody").replaceChildren(...rows);
 }
 
+function renderTransfers(st) {
+  const rows = (st.transfers || []).map((x) =>
+    el("tr", {"data-request-id": x.request_id, "data-outcome": x.outcome},
+      el("td", null, new Date(x.at).toLocaleTimeString()), el("td", {class: "request"}, x.request_id || "–"),
+      el("td", null, x.prefill), el("td", null, x.decode), el("td", null, badge(x.outcome)),
+      el("td", {class: "num"}, num(x.prompt_tokens)),
+      el("td", {class: "num"}, x.cached_tokens === null ? "–" : num(x.cached_tokens))));
+  document.querySelector("#transfers tbody").replaceChildren(...rows);
+}
+
 function renderShadow(sh) {
   const p = document.getElementById("shadow");
   if (!sh) { p.textContent = "none (router.shadow_disagg_config)"; return; }
@@ -208,6 +218,7 @@ async function poll() {
     renderFleet(st);
     renderMix(st.mix);
     renderDecisions(st);
+    renderTransfers(st);
     renderShadow(st.shadow);
     if (Date.now() - lastConfig > CONFIG_EVERY_MS) {
       const c = await api("api/config");

@@ -1,0 +1,49 @@
+package e2e
+
+import (
+	"testing"
+)
+
+// TestDisaggTruth: remote-prefill requests through Envoy, pd-sidecar and vllm-sim are counted
+// by condisagg_disagg_transfers_total from the decode leg's usage (docs/disagg-truth.md): the
+// decode worker started with --kv-transfer-failure-rate 1 recomputes every prompt (recomputed,
+// only its own prefix hit cached), the other uses the transferred KV (transferred, L-1 cached).
+func TestDisaggTruth(t *testing.T) {
+	s := startStack(t, Config{
+		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, ModelName: "qwen3",
+		Workers: []WorkerSpec{
+			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
+			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks, KVTransferFailureRate: 1},
+			{Name: "decode-1", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+		},
+	})
+	ctx := scenarioCtx(t)
+	want := map[string]map[string]float64{"decode-0": {}, "decode-1": {}}
+	outcome := map[string]string{"decode-0": "recomputed", "decode-1": "transferred"}
+	for i := uint64(0); i < 12 && (len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0); i++ {
+		body := ChatBody([]Message{{Role: "user", Content: Words(900+i, 2200)}}, maxTokens)
+		r, delta := turn(t, ctx, s, body, nil, 2)
+		wantDecision(t, r, "prefill", "remote_isl_too_long")
+		d := remoteDecode(t, s, delta)
+		switch cached := r.CachedTokens; {
+		case outcome[d] == "transferred" && cached != r.PromptTokens-1:
+			t.Fatalf("request %d on %s: %d of %d prompt tokens cached; want the transferred L-1", i, d, cached, r.PromptTokens)
+		case outcome[d] == "recomputed" && cached != 0:
+			t.Fatalf("request %d on %s (transfer fails): %d of %d prompt tokens cached; want 0 (a fresh prompt)", i, d, cached, r.PromptTokens)
+		}
+		want[d][outcome[d]]++
+	}
+	if len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0 {
+		t.Fatalf("requests reached only one decode worker: %v", want)
+	}
+	t.Logf("requests by decode worker and outcome: %v", want)
+	for d, byOutcome := range want {
+		for _, o := range []string{"transferred", "recomputed", "unknown"} {
+			got, err := s.metric(ctx, "http://"+s.AdminAddr+"/metrics", "condisagg_disagg_transfers_total",
+				`prefill="prefill-0"`, `decode="`+d+`"`, `outcome="`+o+`"`)
+			if err != nil || got != byOutcome[o] {
+				t.Errorf("condisagg_disagg_transfers_total{decode=%q,outcome=%q} = %v (%v); want %v", d, o, got, err, byOutcome[o])
+			}
+		}
+	}
+}

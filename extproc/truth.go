@@ -1,0 +1,102 @@
+package extproc
+
+import (
+	"sync"
+	"time"
+)
+
+// TransferOutcome says whether the decode leg of a remote-prefill request used the KV the
+// prefill worker sent (docs/disagg-truth.md).
+type TransferOutcome string
+
+// The outcomes of condisagg_disagg_transfers_total.
+const (
+	// TransferTransferred: the decode worker reported the prompt as cached up to its last
+	// token (vLLM's L-1 after a NIXL read).
+	TransferTransferred TransferOutcome = "transferred"
+	// TransferRecomputed: it reported less, so it computed part of the prompt again (a
+	// failed read under kv_load_failure_policy=recompute, or the sidecar's local fallback).
+	TransferRecomputed TransferOutcome = "recomputed"
+	// TransferUnknown: the answer said nothing usable (no usage, or no cached_tokens from a
+	// worker not yet seen to report them).
+	TransferUnknown TransferOutcome = "unknown"
+)
+
+// classifyTransfer is the rule of docs/disagg-truth.md §3 for the decode leg's usage:
+// promptTokens is usage.prompt_tokens (L), cachedTokens usage.prompt_tokens_details.
+// cached_tokens (-1: absent or null). vLLM omits prompt_tokens_details when nothing was
+// cached, so an absent value means 0 for a worker that has been seen to report it
+// (reportsDetails) and unknown otherwise.
+func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDetails bool) TransferOutcome {
+	switch {
+	case !hasUsage || promptTokens <= 0:
+		return TransferUnknown
+	case cachedTokens < 0 && !reportsDetails:
+		return TransferUnknown
+	case cachedTokens >= promptTokens-1:
+		return TransferTransferred
+	default:
+		return TransferRecomputed
+	}
+}
+
+// TransferRecord is one classified remote-prefill request, for Explain and the status page.
+type TransferRecord struct {
+	At           time.Time
+	RequestID    string
+	Prefill      string // prefill worker id
+	Decode       string // decode worker id
+	Outcome      TransferOutcome
+	PromptTokens int64
+	CachedTokens int64 // -1: not reported
+}
+
+// transferLog remembers which decode workers report cached_tokens and keeps the most recent
+// classified requests in a ring. Safe for concurrent use.
+type transferLog struct {
+	mu      sync.Mutex      // guards details, ring, next, full
+	details map[string]bool // decode worker id → it has reported cached_tokens
+	ring    []TransferRecord
+	next    int
+	full    bool
+}
+
+// recentTransfers is how many classified requests the log keeps.
+const recentTransfers = 256
+
+func newTransferLog(size int) *transferLog {
+	return &transferLog{details: make(map[string]bool), ring: make([]TransferRecord, size)}
+}
+
+// classify records that decode answered a remote-prefill request with this usage and returns
+// the outcome (the record is filled in and kept).
+func (l *transferLog) classify(rec TransferRecord, hasUsage bool) TransferOutcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if hasUsage && rec.CachedTokens >= 0 {
+		l.details[rec.Decode] = true
+	}
+	rec.Outcome = classifyTransfer(hasUsage, rec.PromptTokens, rec.CachedTokens, l.details[rec.Decode])
+	l.ring[l.next] = rec
+	l.next++
+	if l.next == len(l.ring) {
+		l.next, l.full = 0, true
+	}
+	return rec.Outcome
+}
+
+// latest returns up to limit records, newest first.
+func (l *transferLog) latest(limit int) []TransferRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.next
+	if l.full {
+		n = len(l.ring)
+	}
+	n = min(n, limit)
+	out := make([]TransferRecord, 0, n)
+	for i := range n {
+		out = append(out, l.ring[(l.next-1-i+len(l.ring))%len(l.ring)])
+	}
+	return out
+}
