@@ -357,3 +357,29 @@ func TestRoleAdvice(t *testing.T) {
 		t.Fatalf("text %v:\n%s", err, out.String())
 	}
 }
+
+// TestQuantileRuleScored: with the default sweep the p-quantile rule's threshold is one of the
+// swept points; the report carries its goodput beside the sweep's best and says so.
+func TestQuantileRuleScored(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Requests, c.Cluster = "llm-d-b2b", 120, "1P2D"
+	c.SweepRatio, c.SweepPrefillBusy = []float64{0.7}, nil
+	rep := runConfig(t, c, nil)
+	q, s := rep.Recommend.Quantile, rep.Recommend.Sweep
+	if s == nil || q.Goodput <= 0 || q.Goodput > s.Goodput {
+		t.Fatalf("quantile %+v, sweep %+v", q, s)
+	}
+	found := false
+	for _, r := range rep.Sweep {
+		if strings.Contains(r.Config, fmt.Sprintf(`"eff_isl_threshold":%d,`, q.EffISLThreshold)) && r.Summary.Goodput == q.Goodput {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no sweep row at the rule's threshold %d with goodput %v", q.EffISLThreshold, q.Goodput)
+	}
+	var out bytes.Buffer
+	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "the p-quantile rule's threshold measured") {
+		t.Fatalf("text %v:\n%s", err, out.String())
+	}
+}
