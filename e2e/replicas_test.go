@@ -26,7 +26,8 @@ const (
 	// decodeBusyBlocks is θd·kvcap of mainDisagg on a decodeKVBlocks worker: the decode-busy
 	// guard's threshold in projected blocks.
 	decodeBusyBlocks = 0.8 * decodeKVBlocks
-	samplePeriod     = 20 * time.Millisecond // KV usage and bookings
+	samplePeriod     = 20 * time.Millisecond  // KV usage and bookings
+	settleDelay      = 250 * time.Millisecond // a differing pair is explained again this much later
 )
 
 // replicaRun is what one run measured.
@@ -38,8 +39,10 @@ type replicaRun struct {
 	decisions []float64 // condisagg_decisions_total gained on each replica
 	decSecs   []float64 // mean condisagg_decision_seconds{stage="total"} on each replica
 	// Disagreement: explained pairs, and pairs whose (route, prefill worker, decode worker) differ.
-	samples, differ int
-	diffs           []string
+	// persist counts the differing pairs that still differ when explained again settleDelay
+	// later (no longer a race with the KV events of turn 1 or with bookings about to end).
+	samples, differ, persist int
+	diffs                    []string
 	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
 	// really used (vllm:kv_cache_usage_perc × kvcap) and of the decode blocks booked on it,
 	// summed over the replicas; both as a multiple of the threshold.
@@ -48,6 +51,12 @@ type replicaRun struct {
 	// usage, or the bookings on it summed over the replicas, exceeded the threshold; scrapes
 	// counts the instants.
 	overActual, overBooked, scrapes int
+	// events is each replica's KV event stream health at the end: events applied, skipped,
+	// sequence gaps, dropped messages.
+	events []string
+	// turn2, turn2Local: turn-2 requests, and those decided route=decode (local prefill on the
+	// decode worker, its prefix reused there).
+	turn2, turn2Local int
 }
 
 // TestActiveActiveReplicas (about 20 s, in make test) runs 600 requests of two-turn
@@ -59,7 +68,11 @@ type replicaRun struct {
 //   - disagreement: for every third conversation, the turn-2 body is explained (Admin gRPC
 //     Explain, nothing booked) on replica A and on replica B at the same moment, just before
 //     turn 2 is sent; a pair disagrees when route, prefill worker or decode worker differ. With
-//     one replica both explains go to it: the baseline for state moving between two calls;
+//     one replica both explains go to it: the baseline for state moving between two calls. A
+//     differing pair is explained again 250 ms later to tell a race from a lasting difference;
+//     each replica's KV event counters are logged to show whether their indexes could differ;
+//   - KV reuse: the share of turn-2 requests decided route=decode (prefilled locally on the
+//     decode worker that holds turn 1);
 //   - guard overshoot: every 20 ms, each decode worker's real KV usage (vllm-sim's
 //     vllm:kv_cache_usage_perc × 400) and the decode blocks booked on it (ListWorkers'
 //     active_decode_blocks, summed over the replicas), peaks reported relative to 320;
@@ -73,6 +86,9 @@ func TestActiveActiveReplicas(t *testing.T) {
 	runs := []*replicaRun{runReplicaLoad(t, 1), runReplicaLoad(t, 2)}
 	for _, r := range runs {
 		t.Logf("%d replica(s): %s", r.replicas, r)
+		for i, e := range r.events {
+			t.Logf("  replica %d KV events: %s", i, e)
+		}
 		for _, d := range r.diffs {
 			t.Logf("  disagreement: %s", d)
 		}
@@ -117,7 +133,9 @@ func (r *replicaRun) String() string {
 	for i, d := range r.decisions {
 		fmt.Fprintf(&b, " [%d: %g = %.1f/s, mean %.2f ms]", i, d, d/r.wall.Seconds(), r.decSecs[i]*1e3)
 	}
-	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%)", r.differ, r.samples, 100*float64(r.differ)/float64(max(r.samples, 1)))
+	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%), still after %v: %d", r.differ, r.samples,
+		100*float64(r.differ)/float64(max(r.samples, 1)), settleDelay, r.persist)
+	fmt.Fprintf(&b, "; turn 2 local on decode %d/%d", r.turn2Local, r.turn2)
 	fmt.Fprintf(&b, "; peak decode KV / threshold %.0f blocks: actual", decodeBusyBlocks)
 	for _, w := range []string{"decode-0", "decode-1"} {
 		fmt.Fprintf(&b, " %s %.2f", w, r.peakActual[w])
@@ -258,19 +276,24 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 				}
 				body := ChatBody(nextTurn(msgs, r1.text, c.nextSeed(), 30), replicaMaxTokens)
 				if n%replicaSampleEvery == 0 {
-					var ea, eb *condisaggv1.ExplainResponse
-					var erra, errb error
-					var wg sync.WaitGroup
-					wg.Go(func() { ea, erra = explain(a, body) })
-					wg.Go(func() { eb, errb = explain(b, body) })
-					wg.Wait()
-					if erra == nil && errb == nil {
+					ea, eb, err := explainPair(a, b, explain, body)
+					if err == nil {
+						d := differs(ea, eb)
+						if d {
+							time.Sleep(settleDelay)
+							if xa, xb, err := explainPair(a, b, explain, body); err == nil && differs(xa, xb) {
+								mu.Lock()
+								run.persist++
+								mu.Unlock()
+							}
+						}
 						mu.Lock()
 						run.samples++
-						if ea.Route != eb.Route || ea.PrefillWorker != eb.PrefillWorker || ea.DecodeWorker != eb.DecodeWorker {
+						if d {
 							run.differ++
-							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s vs B %s/%s p=%s d=%s",
-								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker))
+							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d vs B %s/%s p=%s d=%s preview=%s overlap=%d",
+								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(),
+								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks()))
 						}
 						mu.Unlock()
 					}
@@ -289,12 +312,45 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 		if r.problem != "" {
 			run.failed = append(run.failed, r.String()+": "+r.problem)
 		}
+		if r.kind == "turn2" {
+			run.turn2++
+			if strings.HasPrefix(r.decision, "route=decode;") {
+				run.turn2Local++
+			}
+		}
 	}
 	dec1, sum1, cnt1 := counter("condisagg_decisions_total"),
 		counter("condisagg_decision_seconds_sum", `stage="total"`), counter("condisagg_decision_seconds_count", `stage="total"`)
+	kv := map[string][]float64{}
+	for _, m := range []string{"condisagg_kv_events_total", "condisagg_kv_events_skipped_total", "condisagg_kv_gaps_total",
+		"condisagg_kv_messages_dropped_total", "condisagg_kv_history_lost_total"} {
+		kv[m] = counter(m)
+	}
 	for i := range s.Replicas {
+		run.events = append(run.events, fmt.Sprintf("applied %g, skipped %g, gaps %g, dropped %g, history lost %g",
+			kv["condisagg_kv_events_total"][i], kv["condisagg_kv_events_skipped_total"][i], kv["condisagg_kv_gaps_total"][i],
+			kv["condisagg_kv_messages_dropped_total"][i], kv["condisagg_kv_history_lost_total"][i]))
 		run.decisions = append(run.decisions, dec1[i]-dec0[i])
 		run.decSecs = append(run.decSecs, (sum1[i]-sum0[i])/(cnt1[i]-cnt0[i]))
 	}
 	return run
+}
+
+// explainPair explains body on a and b at the same moment.
+func explainPair(a, b condisaggv1.AdminClient, explain func(condisaggv1.AdminClient, []byte) (*condisaggv1.ExplainResponse, error),
+	body []byte) (ea, eb *condisaggv1.ExplainResponse, err error) {
+	var erra, errb error
+	var wg sync.WaitGroup
+	wg.Go(func() { ea, erra = explain(a, body) })
+	wg.Go(func() { eb, errb = explain(b, body) })
+	wg.Wait()
+	if erra != nil {
+		return nil, nil, erra
+	}
+	return ea, eb, errb
+}
+
+// differs: two decisions disagree when route, prefill worker or decode worker differ.
+func differs(a, b *condisaggv1.ExplainResponse) bool {
+	return a.Route != b.Route || a.PrefillWorker != b.PrefillWorker || a.DecodeWorker != b.DecodeWorker
 }
