@@ -97,6 +97,10 @@ type Config struct {
 	FullDuplexEnvoy bool
 	// EnvoyLog receives Envoy's output and access log; nil = kept in memory only.
 	EnvoyLog *os.File
+	// Replicas starts that many condisagg processes (same config, same workers; each its own
+	// listeners) and makes all of them hosts of every Envoy's ext_proc cluster. 0 or 1 = one.
+	// Stack.Condisagg and its addresses are the first replica; Stack.Replicas lists all.
+	Replicas int
 	// AccessLog writes each Envoy's access log to a file of its own, which AccessLog reads
 	// back: which worker every request was sent to, and when (it replaces the access log in
 	// EnvoyLog).
@@ -129,6 +133,15 @@ type Stack struct {
 	Envoy       *envoy.Process // fail-open, BUFFERED (the recommended profile)
 	EnvoyDuplex *envoy.Process // full duplex, fail-closed, when Config.FullDuplexEnvoy
 	accessLogs  map[*envoy.Process]string
+	// Replicas are every condisagg process, Replicas[0] being Condisagg (Config.Replicas).
+	Replicas []*Replica
+}
+
+// Replica is one condisagg process of the stack and its addresses.
+type Replica struct {
+	Proc                           *proc.Proc
+	GRPCAddr, AdminGRPC, AdminAddr string
+	ConfigPath                     string
 }
 
 // startTimeout bounds the start of every process.
@@ -163,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		}
 		s.Workers = append(s.Workers, w)
 	}
-	if s.ConfigPath, err = s.writeRouterConfig(); err != nil {
+	if s.ConfigPath, err = s.writeRouterConfig("condisagg.yaml"); err != nil {
 		return nil, err
 	}
 	for _, w := range s.Workers {
@@ -175,6 +188,14 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	}
 	if err := s.startRouter(ctx); err != nil {
 		return nil, err
+	}
+	s.Replicas = []*Replica{{Proc: s.Condisagg, GRPCAddr: s.GRPCAddr, AdminGRPC: s.AdminGRPC, AdminAddr: s.AdminAddr, ConfigPath: s.ConfigPath}}
+	for i := 1; i < cfg.Replicas; i++ {
+		r, err := s.startReplica(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		s.Replicas = append(s.Replicas, r)
 	}
 	if err := s.startEnvoys(ctx); err != nil {
 		return nil, err
@@ -193,6 +214,11 @@ func (s *Stack) Close() {
 	}
 	if s.Condisagg != nil {
 		s.Condisagg.Stop()
+	}
+	for _, r := range s.Replicas {
+		if r.Proc != s.Condisagg {
+			r.Proc.Stop()
+		}
 	}
 	for _, w := range s.Workers {
 		if w.Sidecar != nil {
@@ -360,7 +386,7 @@ func fixedZMQ(ep string) string {
 	return ep[:i+1] + "*[" + ep[i+1:] + "-" + ep[i+1:] + "]"
 }
 
-func (s *Stack) writeRouterConfig() (string, error) {
+func (s *Stack) writeRouterConfig(file string) (string, error) {
 	// Stable ports, not :0, so that RestartRouter's new process listens where Envoy's ext_proc
 	// cluster and the admin clients already point.
 	var ports [3]int
@@ -412,7 +438,7 @@ func (s *Stack) writeRouterConfig() (string, error) {
 		}
 		b.WriteString("}\n")
 	}
-	path := filepath.Join(s.cfg.Dir, "condisagg.yaml")
+	path := filepath.Join(s.cfg.Dir, file)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("e2e: write router config %s: %w", path, err)
 	}
@@ -447,6 +473,28 @@ func (s *Stack) startRouter(ctx context.Context) error {
 	return Poll(ctx, func() error { return s.ready(ctx) })
 }
 
+// startReplica starts condisagg replica i (>= 1): the first replica's config on listeners of
+// its own, ready like the first.
+func (s *Stack) startReplica(ctx context.Context, i int) (*Replica, error) {
+	path, err := s.writeRouterConfig(fmt.Sprintf("condisagg-%d.yaml", i))
+	if err != nil {
+		return nil, err
+	}
+	p, a, err := startLogging(ctx, fmt.Sprintf("condisagg-%d", i), "serving", s.cfg.Bin.Condisagg, "serve", "--config", path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{Proc: p, GRPCAddr: a["endpoint"], AdminGRPC: a["admin_grpc"], AdminAddr: a["admin"], ConfigPath: path}
+	if s.hasSilent() {
+		return r, nil
+	}
+	if err := Poll(ctx, func() error { return s.readyAt(ctx, r.AdminAddr) }); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return r, nil
+}
+
 func (s *Stack) hasSilent() bool {
 	for _, w := range s.Workers {
 		if w.Spec.Silent {
@@ -456,8 +504,10 @@ func (s *Stack) hasSilent() bool {
 	return false
 }
 
-func (s *Stack) ready(ctx context.Context) error {
-	code, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/readyz")
+func (s *Stack) ready(ctx context.Context) error { return s.readyAt(ctx, s.AdminAddr) }
+
+func (s *Stack) readyAt(ctx context.Context, adminAddr string) error {
+	code, body, err := s.Get(ctx, "http://"+adminAddr+"/readyz")
 	if err != nil {
 		return err
 	}
@@ -476,6 +526,13 @@ func (s *Stack) startEnvoys(ctx context.Context) error {
 	n, _ := strconv.Atoi(port)
 	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailOpen, ExtProc: envoy.Endpoint{Host: host, Port: n},
 		HealthCheckInterval: time.Second}
+	for _, r := range s.Replicas[1:] {
+		e, err := envoy.ParseEndpoint(r.GRPCAddr)
+		if err != nil {
+			return err
+		}
+		p.ExtProcReplicas = append(p.ExtProcReplicas, e)
+	}
 	for _, w := range s.Workers {
 		if w.Spec.Role == Decode {
 			e, err := envoy.ParseEndpoint(w.SimAddr)

@@ -84,6 +84,10 @@ type Params struct {
 	Admin Endpoint
 	// ExtProc is condisagg's ext_proc gRPC address; required.
 	ExtProc Endpoint
+	// ExtProcReplicas are further condisagg replicas (same config, same workers): hosts of the
+	// condisagg cluster besides ExtProc, which Envoy balances ext_proc streams across
+	// (round robin, each host gated by its own gRPC health check). Default none: one replica.
+	ExtProcReplicas []Endpoint
 	// DecodeFallback lists every decode worker for fail-open traffic; required when FailOpen.
 	DecodeFallback []Endpoint
 	// MessageTimeout is ext_proc's per-message timeout; default 2s (no timer in full duplex).
@@ -139,7 +143,6 @@ var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
 	"dur":         protoDuration,
 	"q":           strconv.Quote,
 	"clusterType": clusterType,
-	"list":        func(e Endpoint) []Endpoint { return []Endpoint{e} },
 	"indent":      indent,
 	"stripLua":    func() string { return FallbackStripLua },
 }).Option("missingkey=error").Parse(bootstrapTemplate))
@@ -193,6 +196,9 @@ func (p Params) Validate() error {
 	checkEndpoint(bad, "listen", p.Listen, true)
 	checkEndpoint(bad, "admin", p.Admin, true)
 	checkEndpoint(bad, "ext_proc", p.ExtProc, false)
+	for i, e := range p.ExtProcReplicas {
+		checkEndpoint(bad, fmt.Sprintf("ext_proc_replicas[%d]", i), e, false)
+	}
 	if p.FailOpen && len(p.DecodeFallback) == 0 {
 		bad("decode_fallback", "[]", "must list at least one decode worker when fail_open is set")
 	}
@@ -265,7 +271,8 @@ func Render(p Params) ([]byte, error) {
 	data := struct {
 		Params
 		StrippedHeaders []string
-	}{p, StrippedHeaders()}
+		ExtProcHosts    []Endpoint // ExtProc, then ExtProcReplicas
+	}{p, StrippedHeaders(), append([]Endpoint{p.ExtProc}, p.ExtProcReplicas...)}
 	if err := tmpl.Execute(&buf, data); err != nil {
 		return nil, fmt.Errorf("envoy: render bootstrap mode=%s: %w", p.Mode, err)
 	}

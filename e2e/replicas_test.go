@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/internal/adminclient"
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// Active-active replicas load (issue 16 item 6). The same closed-loop load runs against a stack
+// with one condisagg replica and against one with two replicas behind the same Envoy (an
+// ext_proc cluster with two hosts, round robin per stream). Neither replica knows the other's
+// bookings; both read the same KV event streams.
+const (
+	replicaClients       = 24  // concurrent clients, one request in flight each
+	replicaConversations = 300 // two turns each: 600 requests per run
+	replicaSampleEvery   = 3   // every third conversation is also explained on both replicas
+	replicaMaxTokens     = 48
+	// decodeBusyBlocks is θd·kvcap of mainDisagg on a decodeKVBlocks worker: the decode-busy
+	// guard's threshold in projected blocks.
+	decodeBusyBlocks = 0.8 * decodeKVBlocks
+	samplePeriod     = 20 * time.Millisecond  // KV usage and bookings
+	settleDelay      = 250 * time.Millisecond // a differing pair is explained again this much later
+)
+
+// replicaRun is what one run measured.
+type replicaRun struct {
+	replicas  int
+	requests  int
+	failed    []string
+	wall      time.Duration
+	decisions []float64 // condisagg_decisions_total gained on each replica
+	decSecs   []float64 // mean condisagg_decision_seconds{stage="total"} on each replica
+	// Disagreement: explained pairs, and pairs whose (route, prefill worker, decode worker) differ.
+	// persist counts the differing pairs that still differ when explained again settleDelay
+	// later (no longer a race with the KV events of turn 1 or with bookings about to end).
+	samples, differ, persist int
+	diffs                    []string
+	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
+	// really used (vllm:kv_cache_usage_perc × kvcap) and of the decode blocks booked on it,
+	// summed over the replicas; both as a multiple of the threshold.
+	peakActual, peakBooked map[string]float64
+	// overActual and overBooked count the sampling instants where some decode worker's real
+	// usage, or the bookings on it summed over the replicas, exceeded the threshold; scrapes
+	// counts the instants.
+	overActual, overBooked, scrapes int
+	// events is each replica's KV event stream health at the end: events applied, skipped,
+	// sequence gaps, dropped messages.
+	events []string
+	// turn2, turn2Local: turn-2 requests, and those decided route=decode (local prefill on the
+	// decode worker, its prefix reused there).
+	turn2, turn2Local int
+}
+
+// TestActiveActiveReplicas (about 20 s, in make test) runs 600 requests of two-turn
+// conversations (a fresh prompt of 150-750 words, which goes remote by the ratio rule, then a
+// follow-up that the KV-aware rule sends back to the decode worker holding turn 1) from 24
+// concurrent clients, once against one condisagg replica and once against two behind the same
+// Envoy, with mainDisagg's decode-busy guard (θd 0.8 of 400 blocks = 320 blocks). It measures:
+//
+//   - disagreement: for every third conversation, the turn-2 body is explained (Admin gRPC
+//     Explain, nothing booked) on replica A and on replica B at the same moment, just before
+//     turn 2 is sent; a pair disagrees when route, prefill worker or decode worker differ. With
+//     one replica both explains go to it: the baseline for state moving between two calls. A
+//     differing pair is explained again 250 ms later to tell a race from a lasting difference;
+//     each replica's KV event counters are logged to show whether their indexes could differ;
+//   - KV reuse: the share of turn-2 requests decided route=decode (prefilled locally on the
+//     decode worker that holds turn 1);
+//   - guard overshoot: every 20 ms, each decode worker's real KV usage (vllm-sim's
+//     vllm:kv_cache_usage_perc × 400) and the decode blocks booked on it (ListWorkers'
+//     active_decode_blocks, summed over the replicas), peaks reported relative to 320;
+//   - decisions per replica (condisagg_decisions_total) and per second of the run, and each
+//     replica's mean decision time (stage total), whose inverse bounds one core's rate.
+//
+// It asserts every request succeeds, every request was decided exactly once, both replicas
+// decided a fair share, and every measurement is finite; the numbers are logged (docs/deploy.md
+// records them).
+func TestActiveActiveReplicas(t *testing.T) {
+	runs := []*replicaRun{runReplicaLoad(t, 1), runReplicaLoad(t, 2)}
+	for _, r := range runs {
+		t.Logf("%d replica(s): %s", r.replicas, r)
+		for i, e := range r.events {
+			t.Logf("  replica %d KV events: %s", i, e)
+		}
+		for _, d := range r.diffs {
+			t.Logf("  disagreement: %s", d)
+		}
+	}
+	for _, r := range runs {
+		if len(r.failed) > 0 {
+			t.Errorf("%d replica(s): %d of %d requests failed, first: %s", r.replicas, len(r.failed), r.requests, r.failed[0])
+		}
+		total := 0.0
+		for i, d := range r.decisions {
+			total += d
+			if r.replicas > 1 && d < 0.2*float64(r.requests) {
+				t.Errorf("%d replicas: replica %d decided %g of %d requests; want both to take a share", r.replicas, i, d, r.requests)
+			}
+			if math.IsNaN(r.decSecs[i]) || r.decSecs[i] <= 0 {
+				t.Errorf("%d replica(s): replica %d mean decision time %g", r.replicas, i, r.decSecs[i])
+			}
+		}
+		if int(total) != r.requests {
+			t.Errorf("%d replica(s): %g decisions for %d requests; want one each", r.replicas, total, r.requests)
+		}
+		if r.samples == 0 || r.scrapes == 0 {
+			t.Errorf("%d replica(s): %d explain pairs, %d scrapes; want both > 0", r.replicas, r.samples, r.scrapes)
+		}
+		for w, v := range r.peakActual {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+				t.Errorf("%d replica(s): %s peak actual KV %g", r.replicas, w, v)
+			}
+			if b := r.peakBooked[w]; math.IsNaN(b) || math.IsInf(b, 0) || b <= 0 {
+				t.Errorf("%d replica(s): %s peak booked %g", r.replicas, w, b)
+			}
+		}
+		if len(r.peakActual) != 2 {
+			t.Errorf("%d replica(s): KV usage of %d decode workers, want 2", r.replicas, len(r.peakActual))
+		}
+	}
+}
+
+func (r *replicaRun) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d requests in %v, %d failed; decisions per replica", r.requests, r.wall.Round(time.Millisecond), len(r.failed))
+	for i, d := range r.decisions {
+		fmt.Fprintf(&b, " [%d: %g = %.1f/s, mean %.2f ms]", i, d, d/r.wall.Seconds(), r.decSecs[i]*1e3)
+	}
+	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%), still after %v: %d", r.differ, r.samples,
+		100*float64(r.differ)/float64(max(r.samples, 1)), settleDelay, r.persist)
+	fmt.Fprintf(&b, "; turn 2 local on decode %d/%d", r.turn2Local, r.turn2)
+	fmt.Fprintf(&b, "; peak decode KV / threshold %.0f blocks: actual", decodeBusyBlocks)
+	for _, w := range []string{"decode-0", "decode-1"} {
+		fmt.Fprintf(&b, " %s %.2f", w, r.peakActual[w])
+	}
+	b.WriteString(", booked (sum over replicas)")
+	for _, w := range []string{"decode-0", "decode-1"} {
+		fmt.Fprintf(&b, " %s %.2f", w, r.peakBooked[w])
+	}
+	fmt.Fprintf(&b, "; sampled instants over the threshold: actual %d, booked %d of %d", r.overActual, r.overBooked, r.scrapes)
+	return b.String()
+}
+
+func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
+	t.Helper()
+	s := startStack(t, Config{
+		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, Replicas: replicas,
+		Workers: []WorkerSpec{
+			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
+			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+			{Name: "decode-1", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+		},
+	})
+	if len(s.Replicas) != replicas {
+		t.Fatalf("stack has %d replicas, want %d", len(s.Replicas), replicas)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	run := &replicaRun{replicas: replicas, peakActual: map[string]float64{}, peakBooked: map[string]float64{}}
+	counter := func(metric string, labels ...string) []float64 {
+		out := make([]float64, len(s.Replicas))
+		for i, r := range s.Replicas {
+			v, err := s.metric(ctx, "http://"+r.AdminAddr+"/metrics", metric, labels...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = v
+		}
+		return out
+	}
+	dec0, sum0, cnt0 := counter("condisagg_decisions_total"),
+		counter("condisagg_decision_seconds_sum", `stage="total"`), counter("condisagg_decision_seconds_count", `stage="total"`)
+
+	// Admin gRPC clients: replica A is the first, B the last (the same one with one replica).
+	admins := make([]condisaggv1.AdminClient, len(s.Replicas))
+	for i, r := range s.Replicas {
+		ac, conn, err := adminclient.Dial(r.AdminGRPC, adminclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		admins[i] = ac
+	}
+	a, b := admins[0], admins[len(admins)-1]
+	explain := func(ac condisaggv1.AdminClient, body []byte) (*condisaggv1.ExplainResponse, error) {
+		return ac.Explain(ctx, &condisaggv1.ExplainRequest{Path: chatPath, Body: body})
+	}
+	// The sampler: real KV usage and bookings of each decode worker every 100 ms.
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	var mu sync.Mutex
+	sampler.Go(func() {
+		tick := time.NewTicker(samplePeriod)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			booked := map[string]float64{}
+			var wg sync.WaitGroup
+			for _, ac := range admins {
+				wg.Go(func() {
+					ws, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					for _, w := range ws.Workers {
+						if w.Role == string(Decode) {
+							booked[w.Name] += float64(w.ActiveDecodeBlocks)
+						}
+					}
+				})
+			}
+			actual := map[string]float64{}
+			for _, w := range s.Workers {
+				if w.Spec.Role != Decode {
+					continue
+				}
+				if v, err := s.SimMetric(ctx, w, "vllm:kv_cache_usage_perc"); err == nil {
+					actual[w.Spec.Name] = v * decodeKVBlocks / decodeBusyBlocks
+				}
+			}
+			wg.Wait()
+			mu.Lock()
+			run.scrapes++
+			over := false
+			for w, v := range actual {
+				run.peakActual[w] = max(run.peakActual[w], v)
+				over = over || v > 1
+			}
+			if over {
+				run.overActual++
+			}
+			over = false
+			for w, v := range booked {
+				run.peakBooked[w] = max(run.peakBooked[w], v/decodeBusyBlocks)
+				over = over || v > decodeBusyBlocks
+			}
+			if over {
+				run.overBooked++
+			}
+			mu.Unlock()
+		}
+	})
+
+	c := newChaosClient(s, 30*time.Second)
+	defer c.close()
+	var started atomic.Int64
+	var clients sync.WaitGroup
+	start := time.Now()
+	for i := range replicaClients {
+		delay := time.Second * time.Duration(i) / replicaClients
+		clients.Go(func() {
+			time.Sleep(delay)
+			for {
+				n := started.Add(1)
+				if n > replicaConversations || ctx.Err() != nil {
+					return
+				}
+				seed := c.nextSeed()
+				msgs := []Message{{Role: "user", Content: Words(seed, 150+int(seed%601))}}
+				r1 := c.do(chaosReq{kind: "turn1", via: s.Envoy, body: ChatBody(msgs, replicaMaxTokens), expect: expectOK})
+				if !r1.ok() {
+					continue
+				}
+				body := ChatBody(nextTurn(msgs, r1.text, c.nextSeed(), 30), replicaMaxTokens)
+				if n%replicaSampleEvery == 0 {
+					ea, eb, err := explainPair(a, b, explain, body)
+					if err == nil {
+						d := differs(ea, eb)
+						if d {
+							time.Sleep(settleDelay)
+							if xa, xb, err := explainPair(a, b, explain, body); err == nil && differs(xa, xb) {
+								mu.Lock()
+								run.persist++
+								mu.Unlock()
+							}
+						}
+						mu.Lock()
+						run.samples++
+						if d {
+							run.differ++
+							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d vs B %s/%s p=%s d=%s preview=%s overlap=%d",
+								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(),
+								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks()))
+						}
+						mu.Unlock()
+					}
+				}
+				c.do(chaosReq{kind: "turn2", via: s.Envoy, body: body, expect: expectOK})
+			}
+		})
+	}
+	clients.Wait()
+	run.wall = time.Since(start)
+	close(stop)
+	sampler.Wait()
+
+	for _, r := range c.take() {
+		run.requests++
+		if r.problem != "" {
+			run.failed = append(run.failed, r.String()+": "+r.problem)
+		}
+		if r.kind == "turn2" {
+			run.turn2++
+			if strings.HasPrefix(r.decision, "route=decode;") {
+				run.turn2Local++
+			}
+		}
+	}
+	dec1, sum1, cnt1 := counter("condisagg_decisions_total"),
+		counter("condisagg_decision_seconds_sum", `stage="total"`), counter("condisagg_decision_seconds_count", `stage="total"`)
+	kv := map[string][]float64{}
+	for _, m := range []string{"condisagg_kv_events_total", "condisagg_kv_events_skipped_total", "condisagg_kv_gaps_total",
+		"condisagg_kv_messages_dropped_total", "condisagg_kv_history_lost_total"} {
+		kv[m] = counter(m)
+	}
+	for i := range s.Replicas {
+		run.events = append(run.events, fmt.Sprintf("applied %g, skipped %g, gaps %g, dropped %g, history lost %g",
+			kv["condisagg_kv_events_total"][i], kv["condisagg_kv_events_skipped_total"][i], kv["condisagg_kv_gaps_total"][i],
+			kv["condisagg_kv_messages_dropped_total"][i], kv["condisagg_kv_history_lost_total"][i]))
+		run.decisions = append(run.decisions, dec1[i]-dec0[i])
+		run.decSecs = append(run.decSecs, (sum1[i]-sum0[i])/(cnt1[i]-cnt0[i]))
+	}
+	return run
+}
+
+// explainPair explains body on a and b at the same moment.
+func explainPair(a, b condisaggv1.AdminClient, explain func(condisaggv1.AdminClient, []byte) (*condisaggv1.ExplainResponse, error),
+	body []byte) (ea, eb *condisaggv1.ExplainResponse, err error) {
+	var erra, errb error
+	var wg sync.WaitGroup
+	wg.Go(func() { ea, erra = explain(a, body) })
+	wg.Go(func() { eb, errb = explain(b, body) })
+	wg.Wait()
+	if erra != nil {
+		return nil, nil, erra
+	}
+	return ea, eb, errb
+}
+
+// differs: two decisions disagree when route, prefill worker or decode worker differ.
+func differs(a, b *condisaggv1.ExplainResponse) bool {
+	return a.Route != b.Route || a.PrefillWorker != b.PrefillWorker || a.DecodeWorker != b.DecodeWorker
+}
