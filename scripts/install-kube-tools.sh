@@ -17,17 +17,15 @@
 # them and requires the test to run).
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${TOOLS_BIN:-$root/.tools/bin}"
-case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
-mkdir -p "$bin"
+# shellcheck source=scripts/tools-lib.sh
+source "$(dirname "$0")/tools-lib.sh"
 
 log() { echo "install-kube-tools: $*" >&2; }
 
 # build NAME PACKAGE MODULE VERSION
 build() {
   local name="$1" pkg="$2" module="$3" version="$4"
-  if [ -x "$bin/$name" ] && go version -m "$bin/$name" 2>/dev/null | grep -qE "^[[:space:]]+(mod|dep)[[:space:]]+$module[[:space:]]+$version([[:space:]]|$)"; then
+  if pinned "$name" "$module" "$version"; then
     return 0
   fi
   log "building $name ($module $version) from the Go module proxy into $bin"

@@ -13,17 +13,15 @@
 # binaries the same way ($HELM_BIN / $PROMTOOL_BIN, else $TOOLS_BIN, else <repo>/.tools/bin).
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${TOOLS_BIN:-$root/.tools/bin}"
-case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
-mkdir -p "$bin"
+# shellcheck source=scripts/tools-lib.sh
+source "$(dirname "$0")/tools-lib.sh"
 
 log() { echo "install-tools: $*" >&2; }
 
 # install NAME MODULE PACKAGE VERSION
 install() {
   local name="$1" module="$2" pkg="$3" version="$4"
-  if [ -x "$bin/$name" ] && go version -m "$bin/$name" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+$module[[:space:]]+$version([[:space:]]|$)"; then
+  if pinned "$name" "$module" "$version"; then
     return 0
   fi
   log "building $name $version from the Go module proxy into $bin"
