@@ -10,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 	"github.com/condisagg/condisagg/sim"
@@ -95,35 +92,6 @@ func startSim(t *testing.T, model string, ranks, pub, replay int) string {
 		}
 	})
 	return ln.Addr().String()
-}
-
-// decideHeaders plays Envoy for one BUFFERED chat request and returns the headers set.
-func decideHeaders(t *testing.T, conn *grpc.ClientConn, body string) map[string]string {
-	t.Helper()
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.CloseSend()
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
-	set := map[string]string{}
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := stream.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
-		}
-	}
-	return set
 }
 
 // TestServeDataParallelRanks runs serve against a vllm-sim with two data-parallel ranks: each

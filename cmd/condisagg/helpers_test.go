@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"io"
 	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
 
 	"github.com/condisagg/condisagg/internal/repo"
 )
@@ -17,3 +23,41 @@ const workersYAML = `workers:
   - {name: prefill-0, role: prefill, endpoint: 127.0.0.1:8100, max_num_batched_tokens: 8192}
   - {name: decode-0, role: decode, endpoint: 127.0.0.1:8200, num_gpu_blocks: 40000}
 `
+
+// decideHeaders plays Envoy for one BUFFERED chat request (request headers plus extra header
+// pairs, then the whole body), ends the stream, and returns the headers the decision set.
+func decideHeaders(t *testing.T, conn *grpc.ClientConn, body string, extra ...string) map[string]string {
+	t.Helper()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	for i := 0; i+1 < len(extra); i += 2 {
+		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: extra[i], RawValue: []byte(extra[i+1])})
+	}
+	set := map[string]string{}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("stream end: %v", err)
+	}
+	return set
+}

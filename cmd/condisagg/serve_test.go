@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 	"io"
 	"net"
 	"net/http"
@@ -16,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -267,39 +266,10 @@ func TestServeWithEventStreams(t *testing.T) {
 // extProcDecision plays Envoy for one BUFFERED request on the binary's gRPC port.
 func extProcDecision(t *testing.T, conn *grpc.ClientConn, body string) {
 	t.Helper()
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := stream.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if br := r.GetRequestBody(); br != nil {
-			set := map[string]string{}
-			for _, h := range br.GetResponse().GetHeaderMutation().GetSetHeaders() {
-				set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
-			}
-			if set["x-condisagg-route"] != "prefill" || set["x-gateway-destination-endpoint"] != "127.0.0.1:8100" ||
-				set["x-condisagg-decode-host"] != "127.0.0.1:8200" {
-				t.Fatalf("ext_proc decision over TCP: %v", set)
-			}
-		}
-	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != io.EOF {
-		t.Fatalf("stream end: %v", err)
+	set := decideHeaders(t, conn, body)
+	if set["x-condisagg-route"] != "prefill" || set["x-gateway-destination-endpoint"] != "127.0.0.1:8100" ||
+		set["x-condisagg-decode-host"] != "127.0.0.1:8200" {
+		t.Fatalf("ext_proc decision over TCP: %v", set)
 	}
 }
 

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -42,29 +39,7 @@ func uiGet(t *testing.T, addr, path, token string) (*http.Response, []byte) {
 // headers the decision set.
 func routeRequest(t *testing.T, conn *grpc.ClientConn, requestID, body string) map[string]string {
 	t.Helper()
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.CloseSend()
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")},
-		{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: "x-request-id", RawValue: []byte(requestID)}}}
-	set := map[string]string{}
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := stream.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
-		}
-	}
+	set := decideHeaders(t, conn, body, "x-request-id", requestID)
 	if set["x-condisagg-route"] == "" {
 		t.Fatalf("no decision for %s: %v", requestID, set)
 	}
