@@ -12,6 +12,7 @@ require (
 	istio.io/client-go v1.32.0
 	k8s.io/api v0.37.2
 	sigs.k8s.io/gateway-api v1.6.1
+	sigs.k8s.io/gateway-api-inference-extension v1.6.0
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/yaml v1.6.0
 )
