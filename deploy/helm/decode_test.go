@@ -15,6 +15,7 @@ import (
 	istiov1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
@@ -44,6 +45,7 @@ var apiTypes = map[string]func() any{
 	"gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy": func() any { return new(egv1a1.BackendTrafficPolicy) },
 	"gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy":  func() any { return new(egv1a1.ClientTrafficPolicy) },
 	"inference.networking.k8s.io/v1/InferencePool":        func() any { return new(giev1.InferencePool) },
+	"networking.k8s.io/v1/NetworkPolicy":                  func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // istioSpecs: the Istio client types decode their spec with unknown fields allowed, so the spec is
