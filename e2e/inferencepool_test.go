@@ -3,8 +3,12 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +97,86 @@ func TestInferencePoolGateway(t *testing.T) {
 			}
 		}
 		poolCountersZero(t, ctx, c.env)
+	}
+
+	t.Run("condisagg_down", func(t *testing.T) { testPoolPickerDown(t, s, byHeader, pool) })
+}
+
+// testPoolPickerDown: what the pool's failureMode means with condisagg unreachable, through the
+// gateway configurations above (docs/deploy.md §5d), as Envoy 1.40 does it. An inference request
+// (a POST with a body) gets Envoy's 500 whatever the failure mode: in full duplex the body is
+// already on its way to the picker when the stream fails, and Envoy then ignores
+// failure_mode_allow. Only a bodyless request fails open: a gateway that picks among the pool's
+// endpoints serves it on one of them, an ORIGINAL_DST gateway answers 503 without a destination
+// header and dials the one a client sends, canary included.
+func testPoolPickerDown(t *testing.T, s *Stack, closed *envoy.Process, pool []envoy.Endpoint) {
+	openHeader, _ := startPoolGateway(t, s, "open-header", envoy.PoolGatewayParams{FailOpen: true})
+	openMetadata, _ := startPoolGateway(t, s, "open-metadata", envoy.PoolGatewayParams{
+		Selection: envoy.SelectByMetadata, PoolEndpoints: pool, FailOpen: true})
+	ctx := scenarioCtx(t)
+	s.Condisagg.Kill()
+	body := ChatBody([]Message{{Role: "user", Content: Words(351, 300)}}, maxTokens)
+	before, err := s.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, hits := canary(t)
+	get := func(env *envoy.Process, hdr http.Header) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+env.ListenerAddr("llm")+"/v1/models", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(req.Header, hdr)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		return resp.StatusCode, string(b)
+	}
+
+	for name, env := range map[string]*envoy.Process{"FailClose": closed, "FailOpen metadata": openMetadata, "FailOpen header": openHeader} {
+		for _, hdr := range []http.Header{nil, forgedHeaders(addr)} {
+			r, err := s.ChatVia(ctx, env, body, hdr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != http.StatusInternalServerError {
+				t.Fatalf("%s gateway, condisagg down, chat POST: %d %s; want Envoy's 500", name, r.Status, r.Body)
+			}
+		}
+	}
+	if code, b := get(closed, forgedHeaders(addr)); code != http.StatusInternalServerError {
+		t.Fatalf("FailClose gateway, condisagg down, GET: %d %s; want 500", code, b)
+	}
+	if code, b := get(openMetadata, nil); code != http.StatusOK || !strings.Contains(b, `"qwen3"`) {
+		t.Fatalf("FailOpen metadata gateway, condisagg down, GET /v1/models: %d %s; want a pool endpoint's 200", code, b)
+	}
+	if code, b := get(openHeader, nil); code != http.StatusServiceUnavailable || !strings.Contains(b, "no healthy upstream") {
+		t.Fatalf("FailOpen ORIGINAL_DST gateway, GET without a destination: %d %s; want 503 no healthy upstream", code, b)
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("canary hit %d times before any gateway could dial it", hits.Load())
+	}
+	if code, _ := get(openHeader, forgedHeaders(addr)); code != http.StatusTeapot || hits.Load() != 1 {
+		t.Fatalf("FailOpen ORIGINAL_DST gateway, GET with a forged destination: %d, canary hits %d; want the canary's 418", code, hits.Load())
+	}
+	// Envoy let exactly the bodyless requests pass unprocessed: one GET on the metadata
+	// gateway, two on the header gateway.
+	for env, want := range map[*envoy.Process]uint64{openMetadata: 1, openHeader: 2} {
+		if n, err := env.Counter(ctx, "http.llm.ext_proc.failure_mode_allowed"); err != nil || n != want {
+			t.Fatalf("failure_mode_allowed = %d (%v); want %d (the GETs only)", n, err, want)
+		}
+	}
+	// No chat reached a worker: every engine served exactly what it had before.
+	after, err := s.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(before, after) {
+		t.Fatalf("chat requests reached workers with condisagg down: %v -> %v", before, after)
 	}
 }
 
