@@ -32,7 +32,7 @@ var allowed = map[string][]string{
 	"pool":                 {"policy"},
 	"route":                {"tokenizer", "kvindex", "policy", "pool"},
 	"cluster":              {"route", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "workload", "sim", "policy", "route"},
+	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
 	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},

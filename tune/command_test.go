@@ -1,4 +1,4 @@
-package main
+package tune
 
 import (
 	"bytes"
@@ -10,14 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/condisagg/condisagg/tune"
 )
 
 func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = runTune(context.Background(), args, &out, &errb)
+	code = Command(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -67,7 +65,7 @@ func checkRecordsRun(t *testing.T, seed *uint64, commit string, flags, want map[
 	if commit == "" {
 		t.Error("no commit")
 	}
-	c, f := tune.DefaultConfig(), &tuneFlags{}
+	c, f := DefaultConfig(), &tuneFlags{}
 	tuneFlagSet(&c, f, io.Discard).VisitAll(func(fl *flag.Flag) {
 		if _, ok := flags[fl.Name]; !ok {
 			t.Errorf("flags lack --%s", fl.Name)
