@@ -108,9 +108,7 @@ func TestDataParallelRanksLoopback(t *testing.T) {
 		if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Rank: rank, Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := g.Subscriber("sim-0", rank).Wait(ctx, func(s kvzmq.StreamStatus) bool { return s.Connected }); err != nil {
-			t.Fatal(err)
-		}
+		waitLive(t, ti, g, ix, "qwen3", rank)
 	}
 	overlap := func(tokens []uint32) map[kvindex.WorkerID]int {
 		var o kvindex.Overlaps

@@ -161,7 +161,7 @@ func TestLoRAEventsCreditedByRouter(t *testing.T) {
 		}
 		return 0
 	}
-	waitLive(t, ti, g, ix, "qwen3")
+	waitLive(t, ti, g, ix, "qwen3", 0)
 	_, a := tokenPrompt(100, 1000) // 6 full blocks of 16
 	_, b := tokenPrompt(40, 5000)  // 2
 	ti.post(t, "/v1/completions", `{"model":"sql-lora","prompt":`+a+`,"max_tokens":1}`)
