@@ -197,3 +197,61 @@ func TestSaltAndAdapterKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestPanicAfterBookReleases (issue 12 item 3): a panic after the pool booked the request (here
+// in the Observe hook, the last step of Decide and Fallback) is an ErrInternal (Decide) or
+// ErrNoEligibleWorker (Fallback) error, and the booking it made is released: no worker keeps a
+// request nobody will release.
+func TestPanicAfterBookReleases(t *testing.T) {
+	var ws []pool.WorkerConfig
+	for i := range 2 {
+		ws = append(ws, pool.WorkerConfig{Name: "p" + strconv.Itoa(i), Role: pool.RolePrefill,
+			Endpoint: "10.0.1." + strconv.Itoa(i+1) + ":8000", MaxNumBatchedTokens: 8192})
+		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
+			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
+	}
+	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := enabledConfig()
+	observed := 0
+	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Seed: 7, Observe: func(o *Outcome) {
+		observed++
+		if o.BookingID == "" {
+			t.Errorf("Observe saw an unbooked outcome %+v; the test needs a booking to leak", o)
+		}
+		panic("observer failed")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noBookings := func(what string) {
+		t.Helper()
+		for _, w := range p.Workers() {
+			if w.ActiveRequests != 0 || w.ActivePrefillTokens != 0 || w.ActiveDecodeBlocks != 0 {
+				t.Fatalf("%s: %s keeps %d requests, %d prefill tokens, %d decode blocks after the panic",
+					what, w.ID, w.ActiveRequests, w.ActivePrefillTokens, w.ActiveDecodeBlocks)
+			}
+		}
+	}
+	for _, n := range []int{64, 4096} { // a local and a remote prefill
+		out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: prompt(n)})
+		if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "recovered panic: observer failed") || out.BookingID != "" {
+			t.Fatalf("Decide %d tokens: %+v, %v; want ErrInternal naming the panic and no booking", n, out, err)
+		}
+		noBookings(fmt.Sprintf("Decide %d tokens", n))
+	}
+	out, err := r.Fallback(context.Background(), nil, policy.ReasonPassthrough)
+	if !errors.Is(err, ErrNoEligibleWorker) || !strings.Contains(err.Error(), "recovered panic") || out.BookingID != "" {
+		t.Fatalf("Fallback: %+v, %v; want ErrNoEligibleWorker naming the panic", out, err)
+	}
+	noBookings("Fallback")
+	if observed != 3 {
+		t.Fatalf("Observe ran %d times, want 3", observed)
+	}
+}
