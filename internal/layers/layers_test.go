@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"internal/repo":        {},
 	"internal/flaglist":    {},
 	"internal/adminclient": {"proto/condisagg/v1"},
-	"internal/serveconfig": {"extproc", "policy", "pool", "pool/kube"},
+	"internal/serveconfig": {"extproc", "kvevents", "policy", "pool", "pool/kube"},
 	"internal/statuspage":  {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo"},
 	"pool/kube":            {"pool"},
