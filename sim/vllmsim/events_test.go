@@ -72,6 +72,32 @@ func waitIndex(t *testing.T, g *kvzmq.Group, cond func() bool) {
 	}
 }
 
+// routerIndex is the router's side of an event test: a block-size-16 index and a stream group
+// feeding it (closed when the test ends).
+func routerIndex(t *testing.T) (*kvindex.Index, *kvzmq.Group) {
+	t.Helper()
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return ix, g
+}
+
+// addStream subscribes g to one publisher (a vllm-sim rank).
+func addStream(t *testing.T, g *kvzmq.Group, sc kvzmq.StreamConfig) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Add(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitLive returns once the router's subscription to ti's publisher of rank provably receives
 // live batches. A SUB socket's subscription reaches the PUB some time after it connects
 // (ZeroMQ's slow joiner), and the subscriber's warm-start replay runs once, at connect: a batch
@@ -149,20 +175,8 @@ func TestKVEventsLoopback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ti := startInstance(t, tc.o)
-			ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
-				t.Fatal(err)
-			}
+			ix, g := routerIndex(t)
+			addStream(t, g, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"})
 			waitLive(t, ti, g, ix, "qwen3", 0)
 			a, aj := tokenPrompt(100, 1000)
 			b, bj := tokenPrompt(40, 5000)
