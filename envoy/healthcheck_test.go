@@ -3,12 +3,10 @@ package envoy
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -18,27 +16,7 @@ import (
 // checked that rarely unless the bootstrap says otherwise), or under fail-open every request of
 // that minute passes unrouted. The bound is six check intervals; the fault it catches is ~60 s.
 func TestExtProcHealthRecovers(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	hs := health.NewServer()
-	hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	ep, err := ParseEndpoint(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep, hs := serveGRPC(t, healthpb.HealthCheckResponse_NOT_SERVING, func(*grpc.Server) {})
 	const interval = time.Second
 	p := testParams(Buffered, true)
 	p.ExtProc, p.HealthCheckInterval = ep, interval
