@@ -23,6 +23,12 @@ import (
 // token-only requests.
 func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
 	t.Helper()
+	return testRouterWith(t, Options{Streams: streams})
+}
+
+// testRouterWith is testRouter with more Options (Index, Pool, Policy and Seed are its own).
+func testRouterWith(t *testing.T, opts Options) (*Router, *pool.Pool) {
+	t.Helper()
 	var ws []pool.WorkerConfig
 	for i := range 2 {
 		ws = append(ws, pool.WorkerConfig{Name: "p" + strconv.Itoa(i), Role: pool.RolePrefill,
@@ -41,7 +47,8 @@ func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
 		t.Fatal(err)
 	}
 	cfg := enabledConfig()
-	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Streams: streams, Seed: 7})
+	opts.Index, opts.Pool, opts.Policy, opts.Seed = ix, p, &cfg, 7
+	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,33 +210,14 @@ func TestSaltAndAdapterKeys(t *testing.T) {
 // ErrNoEligibleWorker (Fallback) error, and the booking it made is released: no worker keeps a
 // request nobody will release.
 func TestPanicAfterBookReleases(t *testing.T) {
-	var ws []pool.WorkerConfig
-	for i := range 2 {
-		ws = append(ws, pool.WorkerConfig{Name: "p" + strconv.Itoa(i), Role: pool.RolePrefill,
-			Endpoint: "10.0.1." + strconv.Itoa(i+1) + ":8000", MaxNumBatchedTokens: 8192})
-		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
-			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
-	}
-	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := enabledConfig()
 	observed := 0
-	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Seed: 7, Observe: func(o *Outcome) {
+	r, p := testRouterWith(t, Options{Observe: func(o *Outcome) {
 		observed++
 		if o.BookingID == "" {
 			t.Errorf("Observe saw an unbooked outcome %+v; the test needs a booking to leak", o)
 		}
 		panic("observer failed")
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	noBookings := func(what string) {
 		t.Helper()
 		for _, w := range p.Workers() {
