@@ -183,6 +183,9 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	run := MatrixRun{Seed: *seed, Flags: map[string]string{}}
+	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
+	run.Commit, run.CommitSource = Commit(ctx)
 	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets)}
 	var err error
 	if mc.SLOs, err = ParseSLOList(*slos); err != nil {
@@ -207,7 +210,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		err = WriteMatrixText(stdout, cells)
 	}
 	if err == nil && *jsonOut != "" {
-		err = writeWith(*jsonOut, func(w io.Writer) error { return WriteMatrixJSON(w, cells) })
+		err = writeWith(*jsonOut, func(w io.Writer) error { return WriteMatrixJSON(w, run, cells) })
 	}
 	if err == nil && *svgOut != "" {
 		var b []byte

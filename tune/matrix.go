@@ -244,11 +244,24 @@ func WriteMatrixText(w io.Writer, cells []Cell) error {
 
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
-// WriteMatrixJSON writes the cells as indented JSON.
-func WriteMatrixJSON(w io.Writer, cells []Cell) error {
+// MatrixRun is what reproduces a matrix: the seed, the source commit (Commit) and every flag
+// of `condisagg matrix` with its effective value.
+type MatrixRun struct {
+	Seed         uint64            `json:"seed"`
+	Commit       string            `json:"commit"`
+	CommitSource string            `json:"commit_source"`
+	Flags        map[string]string `json:"flags"`
+}
+
+// WriteMatrixJSON writes the run and its cells as indented JSON: {"seed", "commit",
+// "commit_source", "flags", "cells": [...]}.
+func WriteMatrixJSON(w io.Writer, run MatrixRun, cells []Cell) error {
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
-	return e.Encode(cells)
+	return e.Encode(struct {
+		MatrixRun
+		Cells []Cell `json:"cells"`
+	}{run, cells})
 }
 
 // ParseSLOList parses "2s/100ms,1s/50ms": TTFT/TPOT pairs, every bad one named, none at all
