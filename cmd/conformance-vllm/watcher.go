@@ -193,6 +193,14 @@ func (w *watcher) quiet() int64 {
 	}
 }
 
+// forgetSeq makes the watcher wait for a new publisher: the engine restarted, and its first
+// batch will have seq 0.
+func (w *watcher) forgetSeq() {
+	w.mu.Lock()
+	w.last, w.at = -1, time.Time{}
+	w.mu.Unlock()
+}
+
 func (w *watcher) take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
