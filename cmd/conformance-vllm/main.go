@@ -1,12 +1,15 @@
 // Command conformance-vllm checks condisagg's cached-token credit against a real vLLM engine.
 //
-// It starts one vLLM engine (scripts/vllm-engine.sh) and `condisagg serve` with that engine as
-// its only decode worker, then, for every request of a fixed corpus, asks condisagg's Admin
-// Explain for the cached tokens it credits the engine with, sends the request straight to the
-// engine and compares the prediction with usage.prompt_tokens_details.cached_tokens. It also
-// compares the prompt's token ids (engine /tokenize, condisagg's tokenizer package) and restarts
-// condisagg once mid-run. Any difference makes it exit 1. `make conformance-vllm` runs it; it is
-// not part of `make test` (an engine needs minutes and gigabytes), but it is built there.
+// It starts one vLLM engine (scripts/vllm-engine.sh), `condisagg serve` with that engine as its
+// only decode worker and a real Envoy with condisagg as its ext_proc. For every request of a
+// fixed corpus it asks condisagg's Admin Explain for the cached tokens it credits the engine
+// with, sends the request through Envoy (-envoy=false: straight to the engine), and compares
+// the prediction, and the credit of the request as routed, with the engine's
+// usage.prompt_tokens_details.cached_tokens. It also compares the prompt's token ids (engine
+// /tokenize, condisagg's tokenizer package), resets the engine's cache directly and through
+// condisagg, and restarts condisagg and the engine once each mid-run. Any difference makes it
+// exit 1. `make conformance-vllm` runs it; it is not part of `make test` (an engine needs
+// minutes and gigabytes), but it is built there.
 package main
 
 import (
