@@ -342,6 +342,8 @@ type driver struct {
 	// Requests whose owed BlockStored came more than settleQuiet after the response, or not
 	// within storeWait.
 	storeLate, storeMissing int
+	// Requests whose owed store came from another rank than the one Explain chose.
+	otherRank int
 	// -envoy: the Envoy, requests sent through it, and those whose routed credit equalled the
 	// engine's
 	envoy              *envoy.Process
@@ -423,7 +425,7 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	mark := d.subs[rank].mark()
+	marks := d.marks()
 	routed, routedRoute := int64(-1), ""
 	if d.envoy != nil { // through Envoy: condisagg decides again, books, and Envoy routes
 		if routed, routedRoute, err = d.postEnvoy(ctx, path, raw, &resp); err != nil {
@@ -444,9 +446,16 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	// next sync; so wait for it here before the next prediction.
 	if first := actual / blockSize * blockSize; first == actual && int(first)+blockSize <= len(goIDs) && slices.Equal(goIDs, engineIDs) {
 		t0 := time.Now()
-		if !d.subs[rank].waitStored(goIDs[first:first+blockSize], mark, storeWait) {
+		// Through Envoy the rank is condisagg's second decision, which may break an exact
+		// cost tie differently from Explain's (the tie-break is random): watch every rank.
+		if served, ok := d.waitStored(goIDs[first:first+blockSize], marks, storeWait); !ok {
 			d.storeMissing++
 			fmt.Printf("%4d %-20s no BlockStored of prompt block %d within %s of the response\n", d.total+1, cat, first/blockSize, storeWait)
+		} else if served != rank {
+			d.otherRank++
+			d.perRank[rank]--
+			d.perRank[served]++
+			rank = served
 		} else if dt := time.Since(t0); dt > settleQuiet {
 			d.storeLate++
 			fmt.Printf("%4d %-20s BlockStored of prompt block %d arrived %s after the response\n", d.total+1, cat, first/blockSize, dt.Round(time.Millisecond))
@@ -616,6 +625,9 @@ func (d *driver) report(wall time.Duration) {
 	}
 	fmt.Printf("\nowed BlockStored (a prompt block the request computed): %d arrived more than %s after the response (waited for), %d never within %s\n",
 		d.storeLate, settleQuiet, d.storeMissing, storeWait)
+	if len(d.subs) > 1 {
+		fmt.Printf("requests whose owed BlockStored came from another rank than Explain's (a cost tie broken the other way): %d\n", d.otherRank)
+	}
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
 	}
