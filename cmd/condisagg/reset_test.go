@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -19,11 +20,13 @@ import (
 // resets the engine's prefix cache through `condisagg reset-prefix-cache`: when the command
 // returns, both ranks' index entries are gone and Explain credits nothing (no wait for the
 // engine's AllBlocksCleared), and after the engine's clear the next request is indexed again.
-// An unknown worker is refused with the list of known ones.
+// While a request runs the engine refuses the reset: the command exits 1 and the index keeps
+// its entries (and takes new stores: the fence is lifted). An unknown worker is refused with the
+// list of known ones.
 func TestServeResetPrefixCache(t *testing.T) {
 	model := requireModel(t)
 	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
-	simAddr := startDPSim(t, model, pub, rep)
+	simAddr := startSimScaled(t, model, 2, pub, rep, 1) // real time: a long request keeps running
 	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
 	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + fmt.Sprintf(`workers:
   - {name: decode-0, role: decode, endpoint: %s, num_gpu_blocks: 1000, data_parallel_size: 2,
@@ -114,6 +117,32 @@ func TestServeResetPrefixCache(t *testing.T) {
 	// vllm-sim publishes its AllBlocksCleared at once; after it a request is indexed again.
 	send("0")
 	waitBlocks("the prompt indexed again after the engine's clear", func(n int64) bool { return n > 0 })
+
+	// A request that keeps running (vLLM, and vllm-sim, refuse the reset while blocks are in use).
+	before, _ := blocks()
+	sctx, stop := context.WithCancel(ctx)
+	req, _ := http.NewRequestWithContext(sctx, http.MethodPost, "http://"+simAddr+"/v1/completions",
+		strings.NewReader(`{"model":"qwen3","prompt":"Hello world","max_tokens":5000,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil { // the first token: running
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	code := run(ctx, []string{"reset-prefix-cache", "-addr", a.adminGRPC, "decode-0"}, &out, &errOut)
+	stop()
+	resp.Body.Close()
+	if code != 1 || !strings.Contains(errOut.String(), "did not reset") {
+		t.Fatalf("reset while a request runs: exit %d, stderr %q, want 1 and the engine's refusal", code, errOut.String())
+	}
+	if n, per := blocks(); n < before {
+		t.Fatalf("a refused reset dropped entries: %d blocks before, %v after", before, per)
+	}
+	send("1") // the fence is lifted: a new store is indexed
+	waitBlocks("a store after the refused reset", func(n int64) bool { return n > before })
 
 	out.Reset()
 	errOut.Reset()
