@@ -20,10 +20,11 @@ package kvindex
 // so the engine's clear cannot arrive before it; if the clear is applied before ClearFenced,
 // ClearFenced does nothing, so the stores that followed the clear stay.
 //
-// One order is not covered: a clear from an earlier reset made directly on the engine (not
-// through the router) that is still unpublished when the router's reset starts lifts the new
-// fence early, and stores published between the two resets could then come back. A clear
-// carries no reset identity, so the index cannot tell the two apart.
+// One order is not covered: after an earlier reset made directly on the engine (not through
+// the router), the engine's next batch is [AllBlocksCleared, that step's stores]; if the
+// router has not applied that batch yet when its own reset fences the worker, that older
+// clear lifts the new fence and its stores, which the router's reset removed from the engine,
+// come back. A clear carries no reset identity, so the index cannot tell the two apart.
 
 // FenceID identifies one Fence call; ClearFenced and Unfence act only on the fence they name.
 type FenceID uint64
