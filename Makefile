@@ -83,8 +83,9 @@ conformance: deps
 	git diff --exit-code -- kvevents/testdata
 
 # Opt-in, not part of `make test` (a real engine takes minutes and ~3.5 GiB): one real vLLM 0.32
-# CPU engine and condisagg serve; every request's predicted cached tokens (Admin Explain) against
-# the engine's usage.prompt_tokens_details.cached_tokens. The venv and the tiny model (with its
+# CPU engine, condisagg serve and the real Envoy in front; every request's predicted cached tokens
+# (Admin Explain, and the credit of the request as routed) against the engine's
+# usage.prompt_tokens_details.cached_tokens, through a reset, a router and an engine restart. The venv and the tiny model (with its
 # LoRA adapter, for CONFORMANCE_VLLM_FLAGS=-lora) are built only when missing. Report:
 # docs/conformance.md.
 VLLM_VENV_DIR   := .cache/vllm-venv

@@ -3,6 +3,8 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"net/http"
+
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/route"
 	"time"
@@ -36,6 +38,9 @@ type AdminOptions struct {
 	// Promote makes the shadow candidate live (ReloadConfig{promote_shadow}); nil: unavailable.
 	Promote func(ctx context.Context) error
 	Now     func() time.Time // default time.Now
+	// HTTPClient asks engines to reset their prefix cache (ResetPrefixCache); default: a
+	// client with a 30 s timeout.
+	HTTPClient *http.Client
 }
 
 // Admin implements condisagg.v1.Admin.
@@ -51,6 +56,9 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	return &Admin{opts: opts}, nil
 }

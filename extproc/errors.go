@@ -32,7 +32,7 @@ type httpError struct {
 // decides status codes; internal errors reach it only under --failure-mode closed.
 func toHTTPError(err error) *httpError {
 	switch {
-	case errors.Is(err, route.ErrUnknownModel):
+	case errors.Is(err, route.ErrUnknownModel), errors.Is(err, errUnknownWorker):
 		// vLLM's answer for a model it does not serve (OpenAIServing._check_model).
 		return &httpError{Status: 404, Type: "NotFoundError", Reason: "unknown_model", Message: unknownModelText(err),
 			Param: "model", VLLMCode: true}
@@ -99,7 +99,7 @@ func adminStatus(err error) error {
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, route.ErrInvalidBody):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, route.ErrUnknownModel):
+	case errors.Is(err, route.ErrUnknownModel), errors.Is(err, errUnknownWorker):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, route.ErrNoEligibleWorker), errors.Is(err, route.ErrSubsetNoMatch):
 		return status.Error(codes.Unavailable, err.Error())

@@ -326,6 +326,7 @@ const (
 	skipDuplicateHash                       // kvindex.SkipDuplicateHash (§3.6)
 	skipUnresolved                          // kvindex.SkipUnresolved: placeholder store, EH unknown on GPU
 	skipCapacity                            // kvindex.SkipCapacity
+	skipFenced                              // kvindex.SkipFenced: a reset the router started awaits the engine's clear
 	skipIndexOther                          // a kvindex.SkipReason this package does not know yet
 	numSkipReasons
 )
@@ -333,7 +334,7 @@ const (
 var skipLabels = [numSkipReasons]string{
 	"malformed_event", "unknown_event", "unknown_medium", "hybrid_group", "lora_unresolved",
 	"remote_locality", "short_tokens", "block_not_found", "parent_not_found", "excluded_chain",
-	"block_size_mismatch", "token_mismatch", "duplicate_hash", "unresolved", "capacity", "index_other",
+	"block_size_mismatch", "token_mismatch", "duplicate_hash", "unresolved", "capacity", "fenced", "index_other",
 }
 
 func (r skipReason) String() string { return skipLabels[r] }
@@ -355,6 +356,8 @@ func indexSkipReason(r kvindex.SkipReason) skipReason {
 		return skipUnresolved
 	case kvindex.SkipCapacity:
 		return skipCapacity
+	case kvindex.SkipFenced:
+		return skipFenced
 	}
 	return skipIndexOther
 }

@@ -386,7 +386,7 @@ func TestApplyClearAndDecodeFailure(t *testing.T) {
 // TestApplyIndexSkipReasons: the index's skip reasons reach the counter under the index's own
 // label (§4.2 steps 1, 3, 4; §3.6).
 func TestApplyIndexSkipReasons(t *testing.T) {
-	for r := kvindex.SkipParentNotFound; r <= kvindex.SkipCapacity; r++ {
+	for r := kvindex.SkipParentNotFound; r <= kvindex.SkipFenced; r++ {
 		if got := indexSkipReason(r).String(); got != r.String() {
 			t.Errorf("kvindex reason %v maps to label %q", r, got)
 		}
@@ -600,5 +600,38 @@ func TestApplyParentZeroIsRoot(t *testing.T) {
 	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{5, 6}, parent: ptr[uint64](0), tokens: []uint32{1, 2, 3, 4}, blockSize: 2}))
 	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, "").GPU; got != 2 || e.skipped("parent_not_found") != 0 {
 		t.Fatalf("parent 0: %d blocks, parent_not_found %v; want 2 and 0", got, e.skipped("parent_not_found"))
+	}
+}
+
+// TestApplyFencedReset: a reset the router started (kvindex fence.go) against vLLM's late
+// AllBlocksCleared (docs/vllm-facts.md §b): a batch the engine published before the reset
+// must not put its blocks back; the engine's next batch, [AllBlocksCleared, its own stores],
+// lifts the fence and applies; a restart clear (Applier.Clear) lifts it too.
+func TestApplyFencedReset(t *testing.T) {
+	e := newApplyEnv(t, 2, 0)
+	stale := payload(0, ev{kind: "BlockStored", hashes: []uint64{5, 6}, tokens: []uint32{1, 2, 3, 4}, blockSize: 2})
+	e.mustApply(t, payload(0, ev{kind: "BlockStored", hashes: []uint64{7}, tokens: []uint32{9, 9}, blockSize: 2}))
+	f := e.ix.Fence("w0")
+	if !e.ix.ClearFenced("w0", f) || e.blocks(kvindex.GPU) != 0 {
+		t.Fatalf("ClearFenced left %d blocks", e.blocks(kvindex.GPU))
+	}
+	e.mustApply(t, stale) // emitted before the reset, applied after it
+	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, "").GPU; got != 0 {
+		t.Fatalf("a store from before the reset was applied: overlap %d blocks", got)
+	}
+	if got := e.skipped("fenced"); got != 1 {
+		t.Errorf("skipped{fenced} = %v, want 1", got)
+	}
+	e.mustApply(t, payload(0, ev{kind: "AllBlocksCleared"},
+		ev{kind: "BlockStored", hashes: []uint64{5}, tokens: []uint32{1, 2}, blockSize: 2}))
+	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, "").GPU; got != 1 || e.ix.Fenced("w0") {
+		t.Fatalf("after the engine's clear: overlap %d (want 1), fenced %v", got, e.ix.Fenced("w0"))
+	}
+
+	e.ix.Fence("w0") // a reset whose clear never comes: the engine restarted instead
+	e.app.Clear()
+	e.mustApply(t, stale)
+	if got := e.overlap([]uint32{1, 2, 3, 4}, 2, ""); got.GPU != 2 {
+		t.Errorf("after a restart clear the new engine's store gave overlap %d, want 2", got.GPU)
 	}
 }

@@ -38,6 +38,8 @@
 //     tier resolves its parent in the same medium, else on GPU; a placeholder store without
 //     tokens (OffloadingConnector default) takes the router key of the same EH on GPU.
 //   - ClearWorker and RemoveWorker touch only that worker.
+//   - A fenced worker (Fence, fence.go) applies no Store until its next ClearWorker, which
+//     lifts the fence; ClearFenced and Unfence act only on the fence they name.
 //   - A key row is live iff some bit of it is set; a row without bits stays (dead, not counted
 //     by NumKeys) only while child rows link to it. A worker slot's bits exist only while the
 //     worker is known (RemoveWorker clears them before the slot is reused).
@@ -58,7 +60,7 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use. One sync.RWMutex (Index.mu) guards all state.
-// Store, Remove, ClearWorker, RemoveWorker and SetCapacity take it for writing, one event at a
+// Store, Remove, ClearWorker, RemoveWorker, SetCapacity and the fence methods take it for writing, one event at a
 // time; Update holds it for a whole batch of events (Tx). Overlap, Stats, Workers and NumKeys
 // take it for reading, so lookups run in parallel with each other and wait only for the event
 // (or batch) being applied. An Overlaps value holds the scratch of one lookup and belongs to

@@ -24,6 +24,7 @@ type Index struct {
 	keyBuf  []uint64            // Store's router keys of one event
 	sink    uint64              // keeps Store's prefetching loads alive
 	last    *worker             // the worker of the last event: batches come per worker
+	fences  uint64              // Fence calls so far: the last FenceID handed out
 }
 
 // worker is the state of one WorkerID.
@@ -43,6 +44,7 @@ type worker struct {
 	entries      int // entries over all media, for MaxBlocksPerWorker
 	clears       int
 	capClears    int
+	fence        FenceID // non-zero: stores are refused until the next ClearWorker (fence.go)
 }
 
 // New returns an empty Index for cfg, or the field/value/rule errors of cfg.
@@ -111,8 +113,8 @@ func (ix *Index) refreshFast(wk *worker) {
 	}
 }
 
-// ClearWorker drops every entry of w in all media (AllBlocksCleared, or history lost); w stays
-// known. Unknown workers are ignored.
+// ClearWorker drops every entry of w in all media (AllBlocksCleared, or history lost) and lifts
+// its fence; w stays known. Unknown workers are ignored.
 func (ix *Index) ClearWorker(w WorkerID) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -123,6 +125,7 @@ func (ix *Index) ClearWorker(w WorkerID) {
 func (ix *Index) clearWorker(w WorkerID) {
 	if wk := ix.lookup(w); wk != nil {
 		ix.clear(wk)
+		wk.fence = 0
 	}
 }
 
@@ -188,8 +191,9 @@ func (ix *Index) checkCapacity(wk *worker) bool {
 // WorkerStats describes one worker's share of the index.
 type WorkerStats struct {
 	Blocks         [NumMedia]int // entries per medium, excluded entries included
-	Clears         int           // ClearWorker calls and capacity clears
+	Clears         int           // ClearWorker calls, fenced clears and capacity clears
 	CapacityClears int           // clears by the num_gpu_blocks sanity check
+	Fenced         bool          // stores are refused until the engine's clear (Fence)
 }
 
 // Stats returns w's statistics, or false if w is unknown.
@@ -200,7 +204,7 @@ func (ix *Index) Stats(w WorkerID) (WorkerStats, bool) {
 	if wk == nil {
 		return WorkerStats{}, false
 	}
-	st := WorkerStats{Clears: wk.clears, CapacityClears: wk.capClears}
+	st := WorkerStats{Clears: wk.clears, CapacityClears: wk.capClears, Fenced: wk.fence != 0}
 	for m := range NumMedia {
 		st.Blocks[m] = wk.eh[m].len()
 	}

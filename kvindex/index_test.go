@@ -373,7 +373,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestSkipReasonLabels(t *testing.T) {
 	want := []string{"none", "parent_not_found", "excluded_chain", "block_size_mismatch", "token_mismatch",
-		"duplicate_hash", "unresolved", "capacity"}
+		"duplicate_hash", "unresolved", "capacity", "fenced"}
 	for r, w := range want {
 		if got := SkipReason(r).String(); got != w {
 			t.Errorf("SkipReason(%d) = %q, want %q", r, got, w)

@@ -29,6 +29,7 @@ const (
 	SkipDuplicateHash                       // Hashes repeats a hash or contains the parent
 	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
 	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^29 keys)
+	SkipFenced                              // the worker is fenced: its prefix cache was reset and the engine's clear has not arrived (fence.go)
 )
 
 // String returns the metric label of r.
@@ -50,6 +51,8 @@ func (r SkipReason) String() string {
 		return "unresolved"
 	case SkipCapacity:
 		return "capacity"
+	case SkipFenced:
+		return "fenced"
 	}
 	return "unknown"
 }
@@ -78,6 +81,9 @@ func (ix *Index) store(w WorkerID, s *Store) StoreResult {
 	wk := ix.add(w)
 	if s == nil || len(s.Hashes) == 0 {
 		return StoreResult{}
+	}
+	if wk.fence != 0 {
+		return StoreResult{Skip: SkipFenced}
 	}
 	m := s.Medium
 	if m >= NumMedia {

@@ -32,7 +32,8 @@ const (
 	// UnknownReject refuses the request with an *UnknownModelError (extproc: 404).
 	UnknownReject UnknownModel = iota
 	// UnknownPassthrough routes it like a passthrough request (Fallback, reason passthrough:
-	// by load, no cache credit) to the first model's decode workers and marks the outcome
+	// by load, no cache credit) to the decode workers of the model whose least-loaded decode
+	// worker is the least loaded (the first model on a tie) and marks the outcome
 	// UnknownModel, so the engine answers for the name and the router counts it.
 	UnknownPassthrough
 )

@@ -145,9 +145,9 @@ func active(p *pool.Pool) int64 {
 	return n
 }
 
-// TestUnknownModel: a name no model serves is refused with vLLM's text (reject), or routed to
-// the first model's decode workers by load without cache credit and marked (passthrough);
-// Explain's passthrough books nothing.
+// TestUnknownModel: a name no model serves is refused with vLLM's text (reject), or routed by
+// load without cache credit and marked (passthrough): to the model whose least-loaded decode
+// worker is the least loaded, the first on a tie; Explain's passthrough books nothing.
 func TestUnknownModel(t *testing.T) {
 	body := []byte(`{"model":"gpt-4o","prompt":"hello"}`)
 	t.Run("reject", func(t *testing.T) {
@@ -175,6 +175,38 @@ func TestUnknownModel(t *testing.T) {
 		dry, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: body, DryRun: true})
 		if err != nil || !dry.UnknownModel || dry.BookingID != "" || active(a.Pool) != 0 {
 			t.Fatalf("dry-run passthrough %+v %v (active %d)", dry, err, active(a.Pool))
+		}
+	})
+	t.Run("passthrough_goes_to_the_lightest_model", func(t *testing.T) {
+		// Both of the first model's decode workers are busy: unknown names go to the second
+		// model's idle workers, and back to the first once its load is gone.
+		r, a, b := twoModels(t, UnknownPassthrough)
+		var ids []string
+		for range 2 {
+			out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: prompt(40), Model: "qwen3"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, out.BookingID)
+		}
+		for _, w := range a.Pool.Workers() {
+			if w.Role == pool.RoleDecode && w.ActiveRequests == 0 {
+				t.Fatalf("first model's decode worker %s is idle; want both busy", w.ID)
+			}
+		}
+		out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out.UnknownModel || out.Model != "llama3" || !strings.HasPrefix(out.Decode.ID, "l-d") || active(b.Pool) == 0 {
+			t.Fatalf("unknown model with the first model busy: model %q worker %q (second model active %d)", out.Model, out.Decode.ID, active(b.Pool))
+		}
+		r.Release(out.BookingID)
+		for _, id := range ids {
+			r.Release(id)
+		}
+		if out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: body, DryRun: true}); err != nil || out.Model != "qwen3" {
+			t.Fatalf("idle fleet: model %q, %v; want the first model", out.Model, err)
 		}
 	})
 	t.Run("single_model_form_takes_every_name", func(t *testing.T) {

@@ -502,7 +502,9 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 }
 
 // unknownModel answers a request for a model name no model serves: refused, or routed as a
-// passthrough to the first model's decode workers (Options.UnknownModel).
+// passthrough (Options.UnknownModel) to the model whose least-loaded decode worker is the
+// least loaded (lightestModel): nothing tells which engine may answer for the name, so the
+// load decides, instead of piling every such request onto the first model's workers.
 func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name string) (Outcome, error) {
 	if r.unknown != UnknownPassthrough {
 		return Outcome{Body: body}, &UnknownModelError{Model: name}
@@ -510,7 +512,7 @@ func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name
 	if err := ctx.Err(); err != nil {
 		return Outcome{Body: body}, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
 	}
-	m := r.models[0]
+	m := r.lightestModel()
 	out, err := r.fallback(m, req, policy.ReasonPassthrough)
 	if req.DryRun && out.BookingID != "" {
 		m.pool.Release(out.BookingID) // Explain books nothing
@@ -518,6 +520,28 @@ func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name
 	}
 	out.Body, out.UnknownModel = body, true
 	return out, err
+}
+
+// lightestModel returns the model whose least-loaded eligible decode worker has the fewest
+// active requests (then the fewest active decode blocks); the earlier model wins a tie, so an
+// idle fleet sends unknown names to the first model, and a model without an eligible decode
+// worker is passed over.
+func (r *Router) lightestModel() *model {
+	if len(r.models) == 1 {
+		return r.models[0]
+	}
+	sc := r.scratch.Get().(*scratch)
+	defer r.scratch.Put(sc)
+	best, bestReq, bestBlocks := r.models[0], int64(-1), int64(0)
+	for _, m := range r.models {
+		m.pool.Snapshot(&sc.snap, pool.Request{})
+		for _, w := range sc.snap.Decode {
+			if bestReq < 0 || w.ActiveRequests < bestReq || (w.ActiveRequests == bestReq && w.ActiveDecodeBlocks < bestBlocks) {
+				best, bestReq, bestBlocks = m, w.ActiveRequests, w.ActiveDecodeBlocks
+			}
+		}
+	}
+	return best
 }
 
 // filterSubset keeps the workers whose IP is in subset, in both pools: every worker a decision

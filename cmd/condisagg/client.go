@@ -143,3 +143,29 @@ func runShadow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return a.Shadow(ctx, &condisaggv1.ShadowRequest{})
 	}, adminclient.PrintShadow)
 }
+
+// runResetPrefixCache is `condisagg reset-prefix-cache WORKER`: the router asks the worker's
+// engine to reset its prefix cache and clears the worker's index at once (Admin
+// ResetPrefixCache). Exit 1 when the engine refused (it does while requests are running).
+func runResetPrefixCache(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newClientFlags("reset-prefix-cache", stderr)
+	if err := c.fs.Parse(args); err != nil {
+		return 2
+	}
+	if c.fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "reset-prefix-cache: name one worker (condisagg workers lists them), flags before it")
+		return 2
+	}
+	return call(ctx, c, "reset-prefix-cache", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ResetPrefixCacheResponse, error) {
+		resp, err := a.ResetPrefixCache(ctx, &condisaggv1.ResetPrefixCacheRequest{Worker: c.fs.Arg(0)})
+		if err == nil && !resp.GetSuccess() {
+			err = errors.New(resp.GetMessage())
+		}
+		return resp, err
+	}, func(w io.Writer, r *condisaggv1.ResetPrefixCacheResponse) {
+		fmt.Fprintln(w, r.GetMessage())
+		if len(r.GetCleared()) > 0 {
+			fmt.Fprintf(w, "cleared: %s\n", strings.Join(r.GetCleared(), ", "))
+		}
+	})
+}

@@ -60,6 +60,12 @@ func startDPSim(t *testing.T, model string, pub, replay int) string {
 // on pub.. and replay.., and returns its HTTP address.
 func startSim(t *testing.T, model string, ranks, pub, replay int) string {
 	t.Helper()
+	return startSimScaled(t, model, ranks, pub, replay, 100)
+}
+
+// startSimScaled is startSim with the simulator's time scale (1: real time).
+func startSimScaled(t *testing.T, model string, ranks, pub, replay int, timeScale float64) string {
+	t.Helper()
 	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +76,7 @@ func startSim(t *testing.T, model string, ranks, pub, replay int) string {
 	}
 	rep := fmt.Sprintf("tcp://*:%d", replay)
 	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100, DataParallelSize: ranks,
+		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: timeScale, DataParallelSize: ranks,
 		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", pub),
 			ReplayEndpoint: &rep, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
 		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},

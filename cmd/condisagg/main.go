@@ -1,6 +1,7 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
-// server; `explain`, `workers` and `shadow` query a running router's Admin API; `tune` simulates a
-// workload to choose thresholds.
+// server; `explain`, `workers` and `shadow` query a running router's Admin API and
+// `reset-prefix-cache` resets a worker's engine cache through it; `tune` simulates a workload to
+// choose thresholds.
 package main
 
 import (
@@ -21,6 +22,8 @@ commands:
   explain   show the decision for a request without booking it (--addr, --path, --body @file)
   workers   list workers with load and KV event stream state (--addr)
   shadow    compare the candidate config (router.shadow_disagg_config) with the live one; --promote makes it live
+  reset-prefix-cache WORKER
+            reset the worker's engine prefix cache (vLLM POST /reset_prefix_cache) and clear its index at once
   tune      simulate a workload per routing mode and suggest thresholds
   matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
 
@@ -49,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runWorkers(ctx, args[1:], stdout, stderr)
 	case "shadow":
 		return runShadow(ctx, args[1:], stdout, stderr)
+	case "reset-prefix-cache":
+		return runResetPrefixCache(ctx, args[1:], stdout, stderr)
 	case "tune":
 		return tune.Command(ctx, args[1:], stdout, stderr)
 	case "matrix":

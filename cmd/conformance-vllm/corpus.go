@@ -223,31 +223,15 @@ func (d *driver) corpus(ctx context.Context) error {
 		}
 	}
 
-	// after reset: two prompts cached, POST /reset_prefix_cache, then both again (twice).
-	rp := [][]int{g.ids(150), g.ids(90)}
-	for _, p := range rp {
-		for k := 0; k < 2; k++ {
-			if _, err := send("after reset", pathCompl, compl(p)); err != nil {
-				return err
-			}
-		}
-	}
-	if err := d.sync(ctx); err != nil {
+	// engine reset, direct: two prompts cached, POST /reset_prefix_cache on the engine itself,
+	// then both again (twice). Not counted: the engine's late AllBlocksCleared (catDirectReset).
+	if err := d.resetRow(ctx, g, catDirectReset, d.resetEngineDirect); err != nil {
 		return err
 	}
-	var rr struct {
-		Success *bool `json:"success"`
-	}
-	if err := d.post(ctx, "/reset_prefix_cache", nil, &rr); err != nil {
+	// after reset: the same through condisagg (Admin ResetPrefixCache, what
+	// `condisagg reset-prefix-cache` calls), which clears the index when the engine has reset.
+	if err := d.resetRow(ctx, g, "after reset", d.resetThroughRouter); err != nil {
 		return err
-	}
-	fmt.Printf("POST /reset_prefix_cache: success=%v\n", rr.Success != nil && *rr.Success)
-	for k := 0; k < 2; k++ {
-		for _, p := range rp {
-			if _, err := send("after reset", pathCompl, compl(p)); err != nil {
-				return err
-			}
-		}
 	}
 
 	// after router restart: prompts cached, condisagg killed and started again; it must learn
@@ -281,6 +265,11 @@ func (d *driver) corpus(ctx context.Context) error {
 	if err := d.startRouter(ctx, 1); err != nil {
 		return err
 	}
+	if d.envoy != nil {
+		if err := d.waitEnvoyRouter(ctx); err != nil {
+			return err
+		}
+	}
 	if err := d.sync(ctx); err != nil {
 		return fmt.Errorf("after restart: %w", err)
 	}
@@ -296,5 +285,9 @@ func (d *driver) corpus(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+
+	// after engine restart: prompts cached, the engine killed with SIGKILL and started again on
+	// the same ports. It comes back empty with its seq numbers at 0; condisagg must drop what
+	// it held for the engine and follow the new one.
+	return d.engineRestartRow(ctx, g, kept)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // The driver's watchers, one per data-parallel rank of the engine (vLLM publishes rank r on the
@@ -51,4 +52,30 @@ func (d *driver) collect(f func(*watcher) []string) []string {
 		}
 	}
 	return out
+}
+
+// marks returns every rank's position for waitStored.
+func (d *driver) marks() []int {
+	m := make([]int, len(d.subs))
+	for r, w := range d.subs {
+		m[r] = w.mark()
+	}
+	return m
+}
+
+// waitStored waits until a block with these tokens has been stored on any rank since marks,
+// and returns that rank; false after timeout.
+func (d *driver) waitStored(tokens []uint32, marks []int, timeout time.Duration) (int, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		for r, w := range d.subs {
+			if w.storedSince(tokens, marks[r]) {
+				return r, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return -1, false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

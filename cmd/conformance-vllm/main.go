@@ -1,12 +1,15 @@
 // Command conformance-vllm checks condisagg's cached-token credit against a real vLLM engine.
 //
-// It starts one vLLM engine (scripts/vllm-engine.sh) and `condisagg serve` with that engine as
-// its only decode worker, then, for every request of a fixed corpus, asks condisagg's Admin
-// Explain for the cached tokens it credits the engine with, sends the request straight to the
-// engine and compares the prediction with usage.prompt_tokens_details.cached_tokens. It also
-// compares the prompt's token ids (engine /tokenize, condisagg's tokenizer package) and restarts
-// condisagg once mid-run. Any difference makes it exit 1. `make conformance-vllm` runs it; it is
-// not part of `make test` (an engine needs minutes and gigabytes), but it is built there.
+// It starts one vLLM engine (scripts/vllm-engine.sh), `condisagg serve` with that engine as its
+// only decode worker and a real Envoy with condisagg as its ext_proc. For every request of a
+// fixed corpus it asks condisagg's Admin Explain for the cached tokens it credits the engine
+// with, sends the request through Envoy (-envoy=false: straight to the engine), and compares
+// the prediction, and the credit of the request as routed, with the engine's
+// usage.prompt_tokens_details.cached_tokens. It also compares the prompt's token ids (engine
+// /tokenize, condisagg's tokenizer package), resets the engine's cache directly and through
+// condisagg, and restarts condisagg and the engine once each mid-run. Any difference makes it
+// exit 1. `make conformance-vllm` runs it; it is not part of `make test` (an engine needs
+// minutes and gigabytes), but it is built there.
 package main
 
 import (
@@ -26,10 +29,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/condisagg/condisagg/envoy"
 	"github.com/condisagg/condisagg/internal/adminclient"
 	"github.com/condisagg/condisagg/internal/repo"
 	"github.com/condisagg/condisagg/pool"
@@ -50,7 +53,13 @@ const (
 
 // Categories, in table order.
 var categories = []string{"completion text", "completion ids", "chat", "multi-turn", "exact multiple",
-	"salted", "report mode full", "after eviction", "after reset", "after router restart"}
+	"salted", "report mode full", "after eviction", "after reset", "after router restart", "after engine restart"}
+
+// catDirectReset measures a reset made on the engine itself (POST /reset_prefix_cache, not
+// through condisagg): vLLM publishes its AllBlocksCleared only with its next step, so the
+// first request after it is over-credited by design (docs/conformance.md). It is printed
+// apart from the table, and its differences do not fail the run.
+const catDirectReset = "engine reset, direct"
 
 type config struct {
 	root, model, condisagg, workdir     string
@@ -58,6 +67,7 @@ type config struct {
 	maxLen, listen, adminGRPC, adminWeb int
 	dp                                  int    // --data-parallel-size of the engine
 	lora                                bool   // engine with a LoRA adapter, corpus with the "lora" row
+	viaEnvoy                            bool   // send the corpus through a real Envoy with condisagg as ext_proc
 	loraDir                             string // the adapter (scripts/vllm-tiny-model.py --lora-out)
 	engineStartTimeout                  time.Duration
 	verbose                             bool
@@ -81,6 +91,7 @@ func main() {
 	flag.IntVar(&c.dp, "data-parallel-size", 1, "engine --data-parallel-size: rank r publishes on kv-port+r and replay-port+r, condisagg routes to ranks with X-data-parallel-rank (keep replay-port >= kv-port + size)")
 	flag.BoolVar(&c.lora, "lora", false, "start the engine with the LoRA adapter -lora-adapter as "+loraName+", tell condisagg (model.lora_adapters) and add the \"lora\" row: the same prompts under the base model and the adapter")
 	flag.StringVar(&c.loraDir, "lora-adapter", ".cache/models/tiny-qwen3-lora", "LoRA adapter directory for -lora (scripts/vllm-tiny-model.py --lora-out)")
+	flag.BoolVar(&c.viaEnvoy, "envoy", true, "send every corpus request through a real Envoy (BUFFERED, fail-closed) with condisagg as its ext_proc, and compare the credit condisagg gave the request as routed (x-condisagg-decision) too; -envoy=false sends straight to the engine")
 	flag.Parse()
 	root, err := repo.Root()
 	if err != nil {
@@ -119,15 +130,22 @@ func run(ctx context.Context, c *config) int {
 	start := time.Now()
 	fmt.Printf("workdir %s\n", c.workdir)
 	eng, err := startEngine(ctx, c)
-	if eng != nil {
-		defer eng.stop()
-	}
+	engines := []*proc{eng}
+	// Every engine started, the one of the engine restart too: killing only the first would
+	// leave the second's EngineCore holding the ports.
+	defer func() {
+		for _, e := range engines {
+			if e != nil {
+				e.stop()
+			}
+		}
+	}()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
 		return 2
 	}
 	fmt.Printf("engine up after %s\n", time.Since(start).Round(time.Second))
-	d := &driver{c: c, eng: eng, http: &http.Client{Timeout: 120 * time.Second}, rows: map[string]*row{}, perRank: map[int]int{}}
+	d := &driver{c: c, eng: eng, engines: engines, http: &http.Client{Timeout: 120 * time.Second}, rows: map[string]*row{}, perRank: map[int]int{}}
 	defer d.closeWatchers()
 	if err := d.watch(); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
@@ -138,11 +156,19 @@ func run(ctx context.Context, c *config) int {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
 		return 2
 	}
+	if c.viaEnvoy {
+		defer d.stopEnvoy()
+		if err := d.startEnvoy(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance-vllm: envoy:", err)
+			return 2
+		}
+	}
 	if d.tok, err = tokenizer.Load(filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), tokenizer.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-vllm:", err)
 		return 2
 	}
 	err = d.corpus(ctx)
+	engines = d.engines
 	wall := time.Since(start)
 	d.report(wall)
 	if err != nil {
@@ -153,170 +179,6 @@ func run(ctx context.Context, c *config) int {
 		return 1
 	}
 	return 0
-}
-
-// ---- processes ----
-
-// proc is a child in its own process group, so that stopping it reaches the engine's
-// EngineCore and worker children too; a sampler keeps the group's peak RSS.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	peak int64 // bytes, sum over the process tree
-}
-
-func startProc(name, logPath string, args []string, env []string) (*proc, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
-	go p.sample()
-	return p, nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// sample adds up the RSS of the process and its descendants every half second.
-func (p *proc) sample() {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if rss := treeRSS(p.cmd.Process.Pid); rss > 0 {
-			p.mu.Lock()
-			p.peak = max(p.peak, rss)
-			p.mu.Unlock()
-		}
-		select {
-		case <-p.done:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (p *proc) peakRSS() int64 { p.mu.Lock(); defer p.mu.Unlock(); return p.peak }
-
-// stop sends SIGTERM to the group, then SIGKILL after 30 s.
-func (p *proc) stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
-
-func (p *proc) signal(sig syscall.Signal, grace time.Duration) {
-	if p.exited() {
-		return
-	}
-	syscall.Kill(-p.cmd.Process.Pid, sig)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// treeRSS is the resident set of pid and all its descendants, from /proc.
-func treeRSS(pid int) int64 {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 2 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], n)
-		}
-	}
-	var total int64
-	var walk func(int)
-	walk = func(p int) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
-		if err == nil {
-			f := strings.Fields(string(b))
-			if len(f) > 1 {
-				pages, _ := strconv.ParseInt(f[1], 10, 64)
-				total += pages * int64(os.Getpagesize())
-			}
-		}
-		for _, c := range children[p] {
-			walk(c)
-		}
-	}
-	walk(pid)
-	return total
-}
-
-func startEngine(ctx context.Context, c *config) (*proc, error) {
-	args := []string{"bash", filepath.Join(c.root, "scripts/vllm-engine.sh"), "--model", c.model, "--name", modelName,
-		"--port", strconv.Itoa(c.port), "--kv-port", strconv.Itoa(c.kvPort), "--replay-port", strconv.Itoa(c.replayPort),
-		"--blocks", strconv.Itoa(c.blocks), "--max-model-len", strconv.Itoa(c.maxLen)}
-	var extra []string
-	if c.dp > 1 {
-		extra = append(extra, "--data-parallel-size", strconv.Itoa(c.dp))
-	}
-	if c.lora {
-		// As established in docs/vllm-facts.md §d: a rank-8 adapter, one LoRA slot.
-		extra = append(extra, "--enable-lora", "--lora-modules", loraName+"="+c.loraDir, "--max-lora-rank", "8", "--max-loras", "1")
-	}
-	if len(extra) > 0 {
-		args = append(append(args, "--"), extra...)
-	}
-	logPath := filepath.Join(c.workdir, "engine.log")
-	p, err := startProc("engine", logPath, args, []string{"VLLM_SERVER_DEV_MODE=1"})
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(c.engineStartTimeout)
-	url := fmt.Sprintf("http://127.0.0.1:%d/health", c.port)
-	for {
-		if r, err := http.Get(url); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return p, nil
-			}
-		}
-		if p.exited() {
-			return p, fmt.Errorf("engine exited during startup; log: %s\n%s", logPath, tail(logPath, 30))
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return p, fmt.Errorf("engine not healthy after %s; log: %s", c.engineStartTimeout, logPath)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // ---- condisagg ----
@@ -331,6 +193,8 @@ func (d *driver) routerConfig() string {
 admin_listen: 127.0.0.1:%d
 admin_grpc_listen: 127.0.0.1:%d
 log_level: info
+debug_headers: true # x-condisagg-decision on the answer: the credit of the request as routed (-envoy)
+failure_mode: closed
 unready_delay: 0s
 drain_timeout: 1s
 model: {tokenizer: %s, block_size: %d%s}
@@ -425,7 +289,10 @@ func (d *driver) syncRank(ctx context.Context, r int, want int64) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		w, err := d.stream(ctx, pool.RankID(workerName, r))
-		if err == nil && w.Events != nil && w.Events.HasLastSeq && int64(w.Events.LastSeq) >= want {
+		// After an engine restart the seq numbers start again at 0: a last_seq above want is
+		// the old engine's, not a sign that condisagg caught up.
+		if err == nil && w.Events != nil && w.Events.HasLastSeq && int64(w.Events.LastSeq) >= want &&
+			(d.engineGen == 0 || int64(w.Events.LastSeq) == want) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -457,6 +324,9 @@ type mismatch struct {
 type driver struct {
 	c          *config
 	eng        *proc
+	engines    []*proc     // every engine process started (one more per engine restart), for the peak RSS
+	engineGen  int         // engine restarts so far: afterwards condisagg's last_seq must equal the engine's
+	info       []mismatch  // differences in catDirectReset (expected, not counted)
 	subs       []*watcher  // one per engine rank
 	perRank    map[int]int // requests condisagg routed to each rank
 	http       *http.Client
@@ -472,6 +342,14 @@ type driver struct {
 	// Requests whose owed BlockStored came more than settleQuiet after the response, or not
 	// within storeWait.
 	storeLate, storeMissing int
+	// Requests whose owed store came from another rank than the one Explain chose.
+	otherRank int
+	// -envoy: the Envoy, requests sent through it, and those whose routed credit equalled the
+	// engine's
+	envoy              *envoy.Process
+	envoyOut           io.Closer
+	envoyVersion       string
+	viaEnvoy, routedOK int
 }
 
 func (d *driver) failed() bool { return len(d.bad) > 0 }
@@ -547,9 +425,15 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	// Sent as Envoy would forward condisagg's decision: pinned to the rank it credited.
-	mark := d.subs[rank].mark()
-	if err := d.postRank(ctx, path, raw, rank, &resp); err != nil {
+	marks := d.marks()
+	routed, routedRoute := int64(-1), ""
+	if d.envoy != nil { // through Envoy: condisagg decides again, books, and Envoy routes
+		if routed, routedRoute, err = d.postEnvoy(ctx, path, raw, &resp); err != nil {
+			return result{}, err
+		}
+		d.viaEnvoy++
+	} else if err := d.postRank(ctx, path, raw, rank, &resp); err != nil {
+		// Sent as Envoy would forward condisagg's decision: pinned to the rank it credited.
 		return result{}, err
 	}
 	if resp.Usage.PromptTokensDetails == nil {
@@ -562,9 +446,16 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	// next sync; so wait for it here before the next prediction.
 	if first := actual / blockSize * blockSize; first == actual && int(first)+blockSize <= len(goIDs) && slices.Equal(goIDs, engineIDs) {
 		t0 := time.Now()
-		if !d.subs[rank].waitStored(goIDs[first:first+blockSize], mark, storeWait) {
+		// Through Envoy the rank is condisagg's second decision, which may break an exact
+		// cost tie differently from Explain's (the tie-break is random): watch every rank.
+		if served, ok := d.waitStored(goIDs[first:first+blockSize], marks, storeWait); !ok {
 			d.storeMissing++
 			fmt.Printf("%4d %-20s no BlockStored of prompt block %d within %s of the response\n", d.total+1, cat, first/blockSize, storeWait)
+		} else if served != rank {
+			d.otherRank++
+			d.perRank[rank]--
+			d.perRank[served]++
+			rank = served
 		} else if dt := time.Since(t0); dt > settleQuiet {
 			d.storeLate++
 			fmt.Printf("%4d %-20s BlockStored of prompt block %d arrived %s after the response\n", d.total+1, cat, first/blockSize, dt.Round(time.Millisecond))
@@ -583,11 +474,20 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 	r.n++
 	d.total++
 	var kinds []string
-	if predicted == actual {
+	routedOK := routed < 0 || (routed == actual && routedRoute == ex.Route)
+	if predicted == actual && routedOK {
 		r.match++
 	} else {
 		r.mismatch++
-		kinds = append(kinds, "cached")
+		if predicted != actual {
+			kinds = append(kinds, "cached")
+		}
+		if !routedOK {
+			kinds = append(kinds, fmt.Sprintf("routed(route %s, credit %d)", routedRoute, routed))
+		}
+	}
+	if routed >= 0 && routed == actual {
+		d.routedOK++
 	}
 	tokOK := ex.Tokens == resp.Usage.PromptTokens && slices.Equal(goIDs, engineIDs) && int64(len(goIDs)) == ex.Tokens
 	if engineIDs != nil {
@@ -605,9 +505,14 @@ func (d *driver) send(ctx context.Context, cat, path string, body map[string]any
 			ov = append(ov, fmt.Sprintf("%s gpu=%d", o.Worker, o.GpuBlocks))
 		}
 		d.quiet()
-		d.bad = append(d.bad, mismatch{after: d.peek(), cat: cat, path: path, body: string(raw), predicted: predicted, actual: actual,
+		m := mismatch{after: d.peek(), cat: cat, path: path, body: string(raw), predicted: predicted, actual: actual,
 			explainTok: ex.Tokens, usedTok: resp.Usage.PromptTokens, overlaps: strings.Join(ov, " "), events: events,
-			kind: strings.Join(kinds, "+")})
+			kind: strings.Join(kinds, "+")}
+		if cat == catDirectReset {
+			d.info = append(d.info, m)
+		} else {
+			d.bad = append(d.bad, m)
+		}
 	}
 	if d.c.verbose || len(kinds) > 0 {
 		fmt.Printf("%4d %-20s %-22s %-10s isl=%-4d rank=%d predicted=%-4d actual=%-4d %s\n", d.total, cat, path, body["model"], resp.Usage.PromptTokens,
@@ -657,24 +562,35 @@ func (d *driver) post(ctx context.Context, path string, body []byte, out any) er
 // postRank is post pinned to engine rank rank with X-data-parallel-rank (rank < 0, or an engine
 // without data parallelism: no header).
 func (d *driver) postRank(ctx context.Context, path string, body []byte, rank int, out any) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", d.c.port, path), bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	h := http.Header{}
 	if rank >= 0 && d.c.dp > 1 {
-		req.Header.Set("X-data-parallel-rank", strconv.Itoa(rank))
+		h.Set("X-data-parallel-rank", strconv.Itoa(rank))
+	}
+	_, err := d.postURL(ctx, fmt.Sprintf("http://127.0.0.1:%d%s", d.c.port, path), body, h, out)
+	return err
+}
+
+// postURL posts a JSON body with the extra headers and decodes a 200 answer into out; it
+// returns the answer's headers.
+func (d *driver) postURL(ctx context.Context, url string, body []byte, extra http.Header, out any) (http.Header, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	resp, err := d.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", path, err)
+		return nil, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, b)
+		return nil, fmt.Errorf("POST %s: %s: %s", url, resp.Status, b)
 	}
 	if out == nil {
-		return nil
+		return resp.Header, nil
 	}
-	return json.Unmarshal(b, out)
+	return resp.Header, json.Unmarshal(b, out)
 }
 
 // ---- report ----
@@ -694,6 +610,10 @@ func (d *driver) report(wall time.Duration) {
 		sum.n, sum.match, sum.mismatch, sum.tokOK, sum.tokBad = sum.n+r.n, sum.match+r.match, sum.mismatch+r.mismatch, sum.tokOK+r.tokOK, sum.tokBad+r.tokBad
 	}
 	line("total", sum)
+	if r := d.rows[catDirectReset]; r != nil {
+		fmt.Printf("\nnot counted (the engine's own window, see docs/conformance.md):\n")
+		line(catDirectReset, *r)
+	}
 	for r, sub := range d.subs {
 		st := sub.stats()
 		lora := ""
@@ -705,19 +625,35 @@ func (d *driver) report(wall time.Duration) {
 	}
 	fmt.Printf("\nowed BlockStored (a prompt block the request computed): %d arrived more than %s after the response (waited for), %d never within %s\n",
 		d.storeLate, settleQuiet, d.storeMissing, storeWait)
+	if len(d.subs) > 1 {
+		fmt.Printf("requests whose owed BlockStored came from another rank than Explain's (a cost tie broken the other way): %d\n", d.otherRank)
+	}
 	if d.router != nil {
 		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
 	}
+	var engPeak int64
+	for _, e := range d.engines {
+		engPeak = max(engPeak, e.peakRSS())
+	}
 	fmt.Printf("\nwall time %s; peak RSS engine (process tree) %.2f GiB, condisagg %.1f MiB\n", wall.Round(time.Second),
-		float64(d.eng.peakRSS())/(1<<30), float64(d.routerPeak)/(1<<20))
+		float64(engPeak)/(1<<30), float64(d.routerPeak)/(1<<20))
 	fmt.Printf("versions: %s, Go %s\n", versions(d.c), runtime.Version())
-	for i, m := range d.bad {
+	if d.envoy != nil {
+		fmt.Printf("\nthrough Envoy %s: %d requests; the credit condisagg gave the request as routed equalled the engine's cached_tokens on %d\nenvoy: %s\n",
+			d.envoyVersion, d.viaEnvoy, d.routedOK, d.envoyStats(context.Background()))
+	}
+	printMismatches("MISMATCH", d.bad)
+	printMismatches("NOT COUNTED", d.info)
+}
+
+func printMismatches(title string, l []mismatch) {
+	for i, m := range l {
 		if i == 10 {
-			fmt.Printf("... %d more\n", len(d.bad)-10)
+			fmt.Printf("... %d more\n", len(l)-10)
 			break
 		}
-		fmt.Printf("\nMISMATCH %d (%s) category %q %s\n  predicted cached %d, engine cached %d; condisagg tokens %d, engine prompt_tokens %d\n  overlaps: %s\n  body: %s\n  batches since the previous request:\n",
-			i+1, m.kind, m.cat, m.path, m.predicted, m.actual, m.explainTok, m.usedTok, m.overlaps, abbreviate(m.body, 400))
+		fmt.Printf("\n%s %d (%s) category %q %s\n  predicted cached %d, engine cached %d; condisagg tokens %d, engine prompt_tokens %d\n  overlaps: %s\n  body: %s\n  batches since the previous request:\n",
+			title, i+1, m.kind, m.cat, m.path, m.predicted, m.actual, m.explainTok, m.usedTok, m.overlaps, abbreviate(m.body, 400))
 		for _, e := range m.events {
 			fmt.Printf("    %s\n", abbreviate(e, 300))
 		}

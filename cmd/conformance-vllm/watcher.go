@@ -121,23 +121,12 @@ func blockKey(tokens []uint32) string {
 // mark is the position from which waitStored looks.
 func (w *watcher) mark() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.blocks) }
 
-// waitStored waits until a block with these tokens has been stored since mark; false after
-// timeout.
-func (w *watcher) waitStored(tokens []uint32, mark int, timeout time.Duration) bool {
+// storedSince reports whether a block with these tokens has been stored since mark.
+func (w *watcher) storedSince(tokens []uint32, mark int) bool {
 	key := blockKey(tokens)
-	deadline := time.Now().Add(timeout)
-	for {
-		w.mu.Lock()
-		found := slices.Contains(w.blocks[mark:], key)
-		w.mu.Unlock()
-		if found {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.blocks[mark:], key)
 }
 
 func describe(b *kvevents.Batch) string {
@@ -191,6 +180,14 @@ func (w *watcher) quiet() int64 {
 			time.Sleep(settleQuiet - since)
 		}
 	}
+}
+
+// forgetSeq makes the watcher wait for a new publisher: the engine restarted, and its first
+// batch will have seq 0.
+func (w *watcher) forgetSeq() {
+	w.mu.Lock()
+	w.last, w.at = -1, time.Time{}
+	w.mu.Unlock()
 }
 
 func (w *watcher) take() []string {

@@ -70,8 +70,10 @@ class Engine:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log = open(self.log_path, "w")
         t0 = time.monotonic()
+        # From the repository root, so that paths given relative to it (the LoRA adapter of
+        # probe_lora.py, which vLLM hashes as given) mean the same on every machine.
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=self.env)
+                                     start_new_session=True, env=self.env, cwd=REPO)
         self._ps = psutil.Process(self.proc.pid)
         threading.Thread(target=self._sample, daemon=True).start()
         while time.monotonic() - t0 < timeout:

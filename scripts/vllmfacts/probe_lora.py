@@ -30,7 +30,12 @@ def main():
     idx_path = os.path.join(a.fixtures, "index.json")
     fixtures = json.load(open(idx_path)) if os.path.exists(idx_path) else {}
     report = {}
-    extra = ["--enable-lora", "--lora-modules", f"sql-lora={a.lora}", "--max-lora-rank", "8", "--max-loras", "1"]
+    # vLLM puts the adapter path, exactly as --lora-modules gives it, into every block hash
+    # (docs/vllm-facts.md §d). Relative to the repository root (the engine's working
+    # directory), so that the recorded fixtures name no machine's directory and
+    # check_hashes.py verifies them anywhere.
+    lora_path = os.path.relpath(os.path.abspath(a.lora), REPO)
+    extra = ["--enable-lora", "--lora-modules", f"sql-lora={lora_path}", "--max-lora-rank", "8", "--max-loras", "1"]
     eng = Engine(a.model, blocks=128, max_model_len=1024, extra=extra)
     col = None
     try:
@@ -74,12 +79,12 @@ def main():
                 save_fixture(a.fixtures, "store_lora", r["messages"][0],
                              'BlockStored of a 64-token prompt sent to LoRA adapter "sql-lora" (lora_id 1): '
                              'lora_name set, extra_keys [["sql-lora"], ["sql-lora"]]; the hashes differ from the base model\'s', fixtures,
-                             {"lora_path": os.path.abspath(a.lora)})
+                             {"lora_path": lora_path})
             if name == "lora_with_salt" and r["messages"]:
                 save_fixture(a.fixtures, "store_lora_cache_salt", r["messages"][0],
                              'BlockStored of the same prompt to "sql-lora" with cache_salt "tenant-a": '
                              'extra_keys [["sql-lora", "tenant-a"], ["sql-lora"]]', fixtures,
-                             {"lora_path": os.path.abspath(a.lora)})
+                             {"lora_path": lora_path})
         report["steps"] = out
         report["tokenize_with_lora_model"] = eng.post("/tokenize", {"model": "sql-lora", "prompt": "Hello world"})
         status, metrics = eng.get("/metrics")

@@ -24,6 +24,125 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ResetPrefixCacheRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker's name (workers[].name), or the id of one of its ranks; the reset covers the
+	// whole engine server, all its ranks.
+	Worker        string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetPrefixCacheRequest) Reset() {
+	*x = ResetPrefixCacheRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetPrefixCacheRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetPrefixCacheRequest) ProtoMessage() {}
+
+func (x *ResetPrefixCacheRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetPrefixCacheRequest.ProtoReflect.Descriptor instead.
+func (*ResetPrefixCacheRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResetPrefixCacheRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+type ResetPrefixCacheResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The engine answered that it reset its prefix cache.
+	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	// What happened, in words (the engine's refusal when success is false).
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The worker ids (one per data-parallel rank) whose index entries were cleared; a rank
+	// whose engine clear had already arrived is left as the clear made it.
+	Cleared []string `protobuf:"bytes,3,rep,name=cleared,proto3" json:"cleared,omitempty"`
+	// The URL that was asked.
+	Url           string `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetPrefixCacheResponse) Reset() {
+	*x = ResetPrefixCacheResponse{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetPrefixCacheResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetPrefixCacheResponse) ProtoMessage() {}
+
+func (x *ResetPrefixCacheResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetPrefixCacheResponse.ProtoReflect.Descriptor instead.
+func (*ResetPrefixCacheResponse) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResetPrefixCacheResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *ResetPrefixCacheResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ResetPrefixCacheResponse) GetCleared() []string {
+	if x != nil {
+		return x.Cleared
+	}
+	return nil
+}
+
+func (x *ResetPrefixCacheResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 type ExplainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// OpenAI path: /v1/chat/completions or /v1/completions.
@@ -36,7 +155,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +167,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +180,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExplainRequest) GetPath() string {
@@ -90,7 +209,7 @@ type WorkerOverlap struct {
 
 func (x *WorkerOverlap) Reset() {
 	*x = WorkerOverlap{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +221,7 @@ func (x *WorkerOverlap) String() string {
 func (*WorkerOverlap) ProtoMessage() {}
 
 func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +234,7 @@ func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOverlap.ProtoReflect.Descriptor instead.
 func (*WorkerOverlap) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WorkerOverlap) GetWorker() string {
@@ -170,7 +289,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +301,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +314,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExplainResponse) GetRoute() string {
@@ -346,7 +465,7 @@ type PolicyInputs struct {
 
 func (x *PolicyInputs) Reset() {
 	*x = PolicyInputs{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +477,7 @@ func (x *PolicyInputs) String() string {
 func (*PolicyInputs) ProtoMessage() {}
 
 func (x *PolicyInputs) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +490,7 @@ func (x *PolicyInputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInputs.ProtoReflect.Descriptor instead.
 func (*PolicyInputs) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PolicyInputs) GetSnapshotVersion() uint64 {
@@ -571,7 +690,7 @@ type PlacementEstimate struct {
 
 func (x *PlacementEstimate) Reset() {
 	*x = PlacementEstimate{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +702,7 @@ func (x *PlacementEstimate) String() string {
 func (*PlacementEstimate) ProtoMessage() {}
 
 func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +715,7 @@ func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementEstimate.ProtoReflect.Descriptor instead.
 func (*PlacementEstimate) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PlacementEstimate) GetPlacement() string {
@@ -691,7 +810,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +822,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +835,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type EventStream struct {
@@ -734,7 +853,7 @@ type EventStream struct {
 
 func (x *EventStream) Reset() {
 	*x = EventStream{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +865,7 @@ func (x *EventStream) String() string {
 func (*EventStream) ProtoMessage() {}
 
 func (x *EventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +878,7 @@ func (x *EventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventStream.ProtoReflect.Descriptor instead.
 func (*EventStream) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EventStream) GetConnected() bool {
@@ -834,7 +953,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +965,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +978,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Worker) GetId() string {
@@ -976,7 +1095,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1107,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1120,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1022,7 +1141,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1153,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1166,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReloadConfigRequest) GetPromoteShadow() bool {
@@ -1067,7 +1186,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1198,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1211,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReloadConfigResponse) GetApplied() bool {
@@ -1117,7 +1236,7 @@ type ShadowRequest struct {
 
 func (x *ShadowRequest) Reset() {
 	*x = ShadowRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1248,7 @@ func (x *ShadowRequest) String() string {
 func (*ShadowRequest) ProtoMessage() {}
 
 func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1261,7 @@ func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
 func (*ShadowRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type ShadowResponse struct {
@@ -1166,7 +1285,7 @@ type ShadowResponse struct {
 
 func (x *ShadowResponse) Reset() {
 	*x = ShadowResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1297,7 @@ func (x *ShadowResponse) String() string {
 func (*ShadowResponse) ProtoMessage() {}
 
 func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1310,7 @@ func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
 func (*ShadowResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShadowResponse) GetLiveConfig() string {
@@ -1289,7 +1408,7 @@ type RoutePair struct {
 
 func (x *RoutePair) Reset() {
 	*x = RoutePair{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1420,7 @@ func (x *RoutePair) String() string {
 func (*RoutePair) ProtoMessage() {}
 
 func (x *RoutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1433,7 @@ func (x *RoutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
 func (*RoutePair) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RoutePair) GetLiveRoute() string {
@@ -1342,7 +1461,14 @@ var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
 
 const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x18condisagg/v1/admin.proto\x12\fcondisagg.v1\"8\n" +
+	"\x18condisagg/v1/admin.proto\x12\fcondisagg.v1\"1\n" +
+	"\x17ResetPrefixCacheRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"z\n" +
+	"\x18ResetPrefixCacheResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x18\n" +
+	"\acleared\x18\x03 \x03(\tR\acleared\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"8\n" +
 	"\x0eExplainRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\"\x86\x01\n" +
@@ -1476,12 +1602,13 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"live_route\x18\x01 \x01(\tR\tliveRoute\x12'\n" +
 	"\x0fcandidate_route\x18\x02 \x01(\tR\x0ecandidateRoute\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x04R\x05count2\xbf\x02\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count2\xa2\x03\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
 	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponse\x12C\n" +
-	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
+	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponse\x12a\n" +
+	"\x10ResetPrefixCache\x12%.condisagg.v1.ResetPrefixCacheRequest\x1a&.condisagg.v1.ResetPrefixCacheResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
 
 var (
 	file_condisagg_v1_admin_proto_rawDescOnce sync.Once
@@ -1495,42 +1622,46 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_condisagg_v1_admin_proto_goTypes = []any{
-	(*ExplainRequest)(nil),       // 0: condisagg.v1.ExplainRequest
-	(*WorkerOverlap)(nil),        // 1: condisagg.v1.WorkerOverlap
-	(*ExplainResponse)(nil),      // 2: condisagg.v1.ExplainResponse
-	(*PolicyInputs)(nil),         // 3: condisagg.v1.PolicyInputs
-	(*PlacementEstimate)(nil),    // 4: condisagg.v1.PlacementEstimate
-	(*ListWorkersRequest)(nil),   // 5: condisagg.v1.ListWorkersRequest
-	(*EventStream)(nil),          // 6: condisagg.v1.EventStream
-	(*Worker)(nil),               // 7: condisagg.v1.Worker
-	(*ListWorkersResponse)(nil),  // 8: condisagg.v1.ListWorkersResponse
-	(*ReloadConfigRequest)(nil),  // 9: condisagg.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil), // 10: condisagg.v1.ReloadConfigResponse
-	(*ShadowRequest)(nil),        // 11: condisagg.v1.ShadowRequest
-	(*ShadowResponse)(nil),       // 12: condisagg.v1.ShadowResponse
-	(*RoutePair)(nil),            // 13: condisagg.v1.RoutePair
-	nil,                          // 14: condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
+	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
+	(*ExplainRequest)(nil),           // 2: condisagg.v1.ExplainRequest
+	(*WorkerOverlap)(nil),            // 3: condisagg.v1.WorkerOverlap
+	(*ExplainResponse)(nil),          // 4: condisagg.v1.ExplainResponse
+	(*PolicyInputs)(nil),             // 5: condisagg.v1.PolicyInputs
+	(*PlacementEstimate)(nil),        // 6: condisagg.v1.PlacementEstimate
+	(*ListWorkersRequest)(nil),       // 7: condisagg.v1.ListWorkersRequest
+	(*EventStream)(nil),              // 8: condisagg.v1.EventStream
+	(*Worker)(nil),                   // 9: condisagg.v1.Worker
+	(*ListWorkersResponse)(nil),      // 10: condisagg.v1.ListWorkersResponse
+	(*ReloadConfigRequest)(nil),      // 11: condisagg.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),     // 12: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),            // 13: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),           // 14: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),                // 15: condisagg.v1.RoutePair
+	nil,                              // 16: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
-	1,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
-	3,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
-	4,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
-	6,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
-	7,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	13, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
-	14, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
-	0,  // 7: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	5,  // 8: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	9,  // 9: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	11, // 10: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	2,  // 11: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	8,  // 12: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	10, // 13: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	12, // 14: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
+	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
+	5,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
+	6,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
+	8,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
+	9,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
+	15, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	16, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	2,  // 7: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	7,  // 8: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	11, // 9: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	13, // 10: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 11: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	4,  // 12: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	10, // 13: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	12, // 14: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	14, // 15: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 16: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1547,7 +1678,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,10 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_Explain_FullMethodName      = "/condisagg.v1.Admin/Explain"
-	Admin_ListWorkers_FullMethodName  = "/condisagg.v1.Admin/ListWorkers"
-	Admin_ReloadConfig_FullMethodName = "/condisagg.v1.Admin/ReloadConfig"
-	Admin_Shadow_FullMethodName       = "/condisagg.v1.Admin/Shadow"
+	Admin_Explain_FullMethodName          = "/condisagg.v1.Admin/Explain"
+	Admin_ListWorkers_FullMethodName      = "/condisagg.v1.Admin/ListWorkers"
+	Admin_ReloadConfig_FullMethodName     = "/condisagg.v1.Admin/ReloadConfig"
+	Admin_Shadow_FullMethodName           = "/condisagg.v1.Admin/Shadow"
+	Admin_ResetPrefixCache_FullMethodName = "/condisagg.v1.Admin/ResetPrefixCache"
 )
 
 // AdminClient is the client API for Admin service.
@@ -41,6 +42,12 @@ type AdminClient interface {
 	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
 	// live one on the requests routed since it was set.
 	Shadow(ctx context.Context, in *ShadowRequest, opts ...grpc.CallOption) (*ShadowResponse, error)
+	// ResetPrefixCache asks a worker's engine to drop its prefix cache (vLLM's
+	// POST /reset_prefix_cache) and, when the engine did, clears that worker's index at once,
+	// every data-parallel rank of it. Until the engine's own AllBlocksCleared arrives (vLLM
+	// publishes it only with its next engine step), the worker's stores are refused: every
+	// batch before that clear was published before the reset.
+	ResetPrefixCache(ctx context.Context, in *ResetPrefixCacheRequest, opts ...grpc.CallOption) (*ResetPrefixCacheResponse, error)
 }
 
 type adminClient struct {
@@ -91,6 +98,16 @@ func (c *adminClient) Shadow(ctx context.Context, in *ShadowRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) ResetPrefixCache(ctx context.Context, in *ResetPrefixCacheRequest, opts ...grpc.CallOption) (*ResetPrefixCacheResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetPrefixCacheResponse)
+	err := c.cc.Invoke(ctx, Admin_ResetPrefixCache_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -104,6 +121,12 @@ type AdminServer interface {
 	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
 	// live one on the requests routed since it was set.
 	Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error)
+	// ResetPrefixCache asks a worker's engine to drop its prefix cache (vLLM's
+	// POST /reset_prefix_cache) and, when the engine did, clears that worker's index at once,
+	// every data-parallel rank of it. Until the engine's own AllBlocksCleared arrives (vLLM
+	// publishes it only with its next engine step), the worker's stores are refused: every
+	// batch before that clear was published before the reset.
+	ResetPrefixCache(context.Context, *ResetPrefixCacheRequest) (*ResetPrefixCacheResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -125,6 +148,9 @@ func (UnimplementedAdminServer) ReloadConfig(context.Context, *ReloadConfigReque
 }
 func (UnimplementedAdminServer) Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Shadow not implemented")
+}
+func (UnimplementedAdminServer) ResetPrefixCache(context.Context, *ResetPrefixCacheRequest) (*ResetPrefixCacheResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResetPrefixCache not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -219,6 +245,24 @@ func _Admin_Shadow_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ResetPrefixCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetPrefixCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResetPrefixCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResetPrefixCache_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResetPrefixCache(ctx, req.(*ResetPrefixCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -241,6 +285,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shadow",
 			Handler:    _Admin_Shadow_Handler,
+		},
+		{
+			MethodName: "ResetPrefixCache",
+			Handler:    _Admin_ResetPrefixCache_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
