@@ -354,7 +354,8 @@ func BenchmarkRouterDecide(b *testing.B) {
 					body = conversation([]string{promptText(rng, 8100)})
 				}
 				out, err := be.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: dry})
-				if err != nil || (warm && out.Reason != "bypass_isl") {
+				// A warm turn bypasses; under load a late one fails open (route.DecisionDeadline).
+				if err != nil || (warm && out.Reason != "bypass_isl" && out.Reason != "remote_policy_error") {
 					b.Fatalf("%v %v", out.Reason, err)
 				}
 				if !dry {
