@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,7 +255,13 @@ func BenchmarkDecisionLatency(b *testing.B) {
 // (`make bench-curves`): fleet size at 8k tokens, and prompt length at 64 workers (the points
 // BenchmarkDecisionLatency has are not repeated). Long prompts take fewer samples so the run
 // stays within minutes: scaleSamples.
+//
+// It runs only with CONDISAGG_SCALE_BENCH=1 (scripts/bench-curves.sh sets it): it takes several
+// minutes, and `make bench` reports the 64-worker points through BenchmarkDecisionLatency.
 func BenchmarkDecisionScale(b *testing.B) {
+	if os.Getenv("CONDISAGG_SCALE_BENCH") != "1" {
+		b.Skip("the scale curve points run with CONDISAGG_SCALE_BENCH=1 (make bench-curves)")
+	}
 	type point struct{ workers, tokens int }
 	var points []point
 	for _, w := range []int{8, 256, 1024} {

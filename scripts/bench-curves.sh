@@ -17,7 +17,7 @@ if [[ "${CURVES_PLOT_ONLY:-}" != 1 ]]; then
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   } > "$out/conditions.txt"
-  go test -run '^$' -bench 'DecisionLatency|DecisionScale' -benchtime 1x -count "${CURVES_COUNT:-1}" -timeout 2h ./extproc/ | tee "$out/decisions.txt"
+  CONDISAGG_SCALE_BENCH=1 go test -run '^$' -bench 'DecisionLatency|DecisionScale' -benchtime 1x -count "${CURVES_COUNT:-1}" -timeout 2h ./extproc/ | tee "$out/decisions.txt"
   rm -f "$out/lookups.jsonl"
   go build -o "$out/.bench-peers" ./cmd/bench-peers
   "$out/.bench-peers" -tokens 8192 -workers 8,64,256,1024 -overlap 50 -indexes radix,crtc -out "$out/lookups.jsonl" | tee "$out/lookups-workers.txt"
