@@ -117,3 +117,13 @@ func mustSVG(t *testing.T, c chart) []byte {
 	}
 	return b
 }
+
+func TestTicks125(t *testing.T) {
+	var got []string
+	for _, tk := range (ticks125{}).Ticks(0.3, 12) {
+		got = append(got, tk.Label)
+	}
+	if strings.Join(got, " ") != "0.5 1 2 5 10" {
+		t.Fatalf("ticks in [0.3, 12] = %v, want 0.5 1 2 5 10", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"math"
 	"slices"
 	"strconv"
 
@@ -125,7 +126,7 @@ func (c *chart) svg() ([]byte, error) {
 	}
 	slices.Sort(xs)
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, valueTicks(xs)
-	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, ticks125{}
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
 		a.Label.TextStyle.Font, a.Tick.Label.Font = sans(10, xfont.WeightNormal), sans(9, xfont.WeightNormal)
 	}
@@ -183,6 +184,23 @@ func valueTicks(xs []float64) plot.ConstantTicks {
 			label = strconv.FormatFloat(x/1024, 'f', -1, 64) + "k"
 		}
 		ticks[i] = plot.Tick{Value: x, Label: label}
+	}
+	return ticks
+}
+
+// ticks125 labels 1, 2 and 5 times each power of ten inside the range: gonum's log ticks label
+// only the decades, and a curve spanning less than one has a single label.
+type ticks125 struct{}
+
+func (ticks125) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v >= lo && v <= hi {
+				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
 	}
 	return ticks
 }
