@@ -11,6 +11,7 @@ out=bench.out
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo "go: $(go version)"
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine may be shared: see BENCHMARKS.md)"
   echo "command: go test -run '^\$' -bench . -benchmem -benchtime $benchtime -timeout 2h $pkgs"
 } > "$out.head"
 go test -run '^$' -bench . -benchmem -benchtime "$benchtime" -timeout 2h $pkgs | tee "$out"
