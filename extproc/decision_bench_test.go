@@ -425,3 +425,35 @@ func reportThroughput(b *testing.B, cpu time.Duration) {
 	b.ReportMetric(per/1e3, "cpu-µs/decision")
 	b.ReportMetric(2e9/per, "decisions/s-2-cores")
 }
+
+// BenchmarkRouterDecideSharedPrefix: an 8k-token chat whose first 8,000 tokens every worker of
+// the fleet caches (a fleet-wide system prompt), so the overlap has one entry per worker and
+// the decision matches every worker's load with its overlap (DryRun; stage times as in
+// BenchmarkRouterDecide).
+func BenchmarkRouterDecideSharedPrefix(b *testing.B) {
+	for _, n := range []int{64, 1024} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			be := newBenchEnv(b, n)
+			rng := rand.New(rand.NewPCG(6, 6))
+			prev := []string{promptText(rng, 8000)}
+			for _, w := range benchFleet(n) {
+				be.cacheOn(w.Name, conversation(prev))
+			}
+			body := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
+			var stages [route.NumStages]time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				out, err := be.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: true})
+				if err != nil || len(out.Overlaps) != n {
+					b.Fatalf("%d overlaps, want %d: %v", len(out.Overlaps), n, err)
+				}
+				for i, d := range out.Stages {
+					stages[i] += d
+				}
+			}
+			for i, d := range stages {
+				b.ReportMetric(float64(d.Nanoseconds())/1e3/float64(b.N), route.StageNames[i]+"-µs/op")
+			}
+		})
+	}
+}
