@@ -30,10 +30,7 @@ func (c *Cluster) arrive(i int) {
 	}
 	st.booking = out.BookingID
 	st.route = out.Route
-	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
-		st.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
-		st.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
-	}
+	st.forecastTTFT, st.forecastTPOT = route.Forecasts(&out.Decision, out.Route)
 	c.record(i, &out)
 	switch out.Route {
 	case policy.RouteDecode:

@@ -67,6 +67,10 @@ type WorkerSpec struct {
 	// KVTransferFailureRate is vllm-sim --kv-transfer-failure-rate: the share of decode legs
 	// whose KV read fails and is recomputed (docs/disagg-truth.md); 0 = none.
 	KVTransferFailureRate float64
+	// Host is the loopback address the worker's HTTP servers (vllm-sim, the pd-sidecar) bind;
+	// default 127.0.0.1. Give workers addresses of their own (127.0.0.x) where a test tells
+	// them apart by IP, as a gateway's subset hint does.
+	Host string
 }
 
 // Config describes a whole stack on loopback.
@@ -250,8 +254,15 @@ func (s *Stack) WorkerAt(addr string) *Worker {
 	return nil
 }
 
+func (spec WorkerSpec) host() string {
+	if spec.Host == "" {
+		return "127.0.0.1"
+	}
+	return spec.Host
+}
+
 func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []string {
-	args := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--tokenizer", s.cfg.Tokenizer,
+	args := []string{"--host", spec.host(), "--port", strconv.Itoa(port), "--tokenizer", s.cfg.Tokenizer,
 		"--model", "qwen3", "--time-scale", strconv.FormatFloat(s.cfg.TimeScale, 'g', -1, 64),
 		"--enable-prompt-tokens-details",
 		"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}
@@ -317,7 +328,7 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 		if err != nil {
 			return nil, err
 		}
-		w.Endpoint = "127.0.0.1:" + strconv.Itoa(port)
+		w.Endpoint = net.JoinHostPort(spec.host(), strconv.Itoa(port))
 	}
 	return w, nil
 }

@@ -28,7 +28,7 @@ const venvDir = ".venv-envoy"
 // directory holding go.mod). The error wraps ErrNoBinary and names the paths tried.
 func FindBinary() (string, error) {
 	if bin := os.Getenv("ENVOY_BIN"); bin != "" {
-		if err := executable(bin); err != nil {
+		if err := repo.Executable(bin); err != nil {
 			return "", fmt.Errorf("%w (ENVOY_BIN=%s: %v)", ErrNoBinary, bin, err)
 		}
 		return bin, nil
@@ -46,22 +46,11 @@ func FindBinary() (string, error) {
 		candidates = append(candidates, filepath.Join(root, venvDir, "envoy"))
 	}
 	for _, c := range candidates {
-		if executable(c) == nil {
+		if repo.Executable(c) == nil {
 			return c, nil
 		}
 	}
 	return "", fmt.Errorf("%w (tried %s)", ErrNoBinary, strings.Join(candidates, ", "))
-}
-
-func executable(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", path)
-	}
-	return nil
 }
 
 // BinaryVersion returns the version string of bin ("1.40.0"), from `envoy --version`.

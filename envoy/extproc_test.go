@@ -168,14 +168,24 @@ func (p *testProcessor) decision(path string, contentLength int) *extprocv3.Comm
 // startProcessor serves p on 127.0.0.1 with the gRPC health service Envoy's health check asks.
 func startProcessor(t *testing.T, p *testProcessor) Endpoint {
 	t.Helper()
+	e, _ := serveGRPC(t, healthpb.HealthCheckResponse_SERVING, func(srv *grpc.Server) {
+		extprocv3.RegisterExternalProcessorServer(srv, p)
+	})
+	return e
+}
+
+// serveGRPC serves a gRPC server on 127.0.0.1 with whatever register adds and the health
+// service, whose ext_proc status starts at st; it stops when the test ends.
+func serveGRPC(t *testing.T, st healthpb.HealthCheckResponse_ServingStatus, register func(*grpc.Server)) (Endpoint, *health.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(srv, p)
+	register(srv)
 	hs := health.NewServer()
-	hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", st)
 	healthpb.RegisterHealthServer(srv, hs)
 	done := make(chan struct{})
 	go func() {
@@ -190,5 +200,5 @@ func startProcessor(t *testing.T, p *testProcessor) Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	return e, hs
 }

@@ -65,7 +65,7 @@ func ParseEndpoint(s string) (Endpoint, error) {
 }
 
 // DefaultMaxBodyBytes is condisagg's default max_body_bytes (extproc.DefaultMaxBodyBytes, 10
-// MiB); the e2e suite checks the two agree.
+// MiB); cmd/condisagg TestBodyLimitDefaultsAgree checks the two agree.
 const DefaultMaxBodyBytes = 10 << 20
 
 // Params are the values substituted into bootstrap.yaml.tmpl. Zero fields take the defaults

@@ -64,11 +64,6 @@ func (a *Admin) Explain(ctx context.Context, req *condisaggv1.ExplainRequest) (*
 	return resp, nil
 }
 
-// ExplainHTTP is Explain for /debug/explain: the same answer, or the routing error.
-func (a *Admin) ExplainHTTP(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
-	return a.explain(ctx, path, body)
-}
-
 func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
 	ep := route.ParseEndpoint(path)
 	if ep == route.EndpointOther {

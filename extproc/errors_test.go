@@ -147,8 +147,11 @@ func subsetMetadata(list ...string) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{SubsetNamespace: st}}
 }
 
-// TestSubsetHint: envoy-extproc.md §2 — the hint restricts the decode worker by IP (any
-// port); empty or unmatched is 503 subset_no_match.
+// TestSubsetHint: envoy-extproc.md §2 — the hint restricts the workers by IP (any port);
+// empty or unmatched is 503 subset_no_match. The destination (header and envoy.lb metadata) is
+// always a listed endpoint: a hint without the prefill worker rules out remote prefill, whose
+// destination is the prefill worker (endpoint picker protocol: only listed endpoints may be
+// picked).
 func TestSubsetHint(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	run := func(md *corev3.Metadata) *extprocv3.ProcessingResponse {
@@ -162,9 +165,25 @@ func TestSubsetHint(t *testing.T) {
 		return r
 	}
 	for range 5 {
-		h := setHeaders(run(subsetMetadata("10.0.0.22:9999")).GetRequestBody().GetResponse())
-		if h[HeaderDecodeHost] != d1Addr {
-			t.Fatalf("subset 10.0.0.22 chose %v", h[HeaderDecodeHost])
+		r := run(subsetMetadata("10.0.0.22:9999"))
+		h := setHeaders(r.GetRequestBody().GetResponse())
+		if h[HeaderDecodeHost] != d1Addr || h[HeaderRoute] != "decode" || h[HeaderDestination] != d1Addr {
+			t.Fatalf("subset 10.0.0.22 (no prefill worker) chose %v", h)
+		}
+		if md := destinationMetadata(r); md != d1Addr {
+			t.Fatalf("envoy.lb destination %q, want %s", md, d1Addr)
+		}
+	}
+	// The same cold prompt goes remote when the hint lists the prefill worker: the destination
+	// is the prefill worker, the decode worker the listed one.
+	for range 3 {
+		r := run(subsetMetadata(p0Addr, "10.0.0.21:8000"))
+		h := setHeaders(r.GetRequestBody().GetResponse())
+		if h[HeaderRoute] != "prefill" || h[HeaderDestination] != p0Addr || h[HeaderDecodeHost] != d0Addr {
+			t.Fatalf("subset {prefill-0, decode-0} chose %v", h)
+		}
+		if md := destinationMetadata(r); md != p0Addr {
+			t.Fatalf("envoy.lb destination %q, want %s", md, p0Addr)
 		}
 	}
 	expectImmediate(t, run(subsetMetadata()), 503, "subset_no_match")
@@ -270,4 +289,9 @@ func TestUnknownModelPassthrough(t *testing.T) {
 	if e.totalRequests() != 0 {
 		t.Fatal("passthrough booking not released")
 	}
+}
+
+// destinationMetadata is the envoy.lb x-gateway-destination-endpoint a response sets.
+func destinationMetadata(r *extprocv3.ProcessingResponse) string {
+	return r.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[HeaderDestination].GetStringValue()
 }

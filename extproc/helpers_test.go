@@ -2,7 +2,7 @@ package extproc
 
 import (
 	"context"
-	"github.com/condisagg/condisagg/route"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/route"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -387,20 +389,8 @@ func chatBody(text string, stream bool) []byte {
 	return []byte(b + "}")
 }
 
+// jsonString is s as a JSON string.
 func jsonString(s string) string {
-	var sb strings.Builder
-	sb.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"', '\\':
-			sb.WriteByte('\\')
-			sb.WriteRune(r)
-		case '\n':
-			sb.WriteString(`\n`)
-		default:
-			sb.WriteRune(r)
-		}
-	}
-	sb.WriteByte('"')
-	return sb.String()
+	b, _ := json.Marshal(s) // a string always encodes
+	return string(b)
 }

@@ -53,10 +53,7 @@ func (o *respObserver) start(out *route.Outcome) {
 	if !o.judged {
 		o.prefillID, o.decodeID = out.Prefill.ID, out.Decode.ID
 	}
-	if est := &out.Decision.Inputs.Estimates[out.Route]; est.Valid {
-		o.forecastTTFT = route.UncorrectedForecast(est, route.MetricTTFT)
-		o.forecastTPOT = route.UncorrectedForecast(est, route.MetricTPOT)
-	}
+	o.forecastTTFT, o.forecastTPOT = route.Forecasts(&out.Decision, out.Route)
 }
 
 // served checks the endpoint the gateway reports it used (envoy-extproc.md §2): another one

@@ -38,8 +38,9 @@ type WorkerLoad struct {
 	ActivePrefillTokens int64
 	// ActiveDecodeBlocks is adb: booked decode blocks (unique, reference-counted).
 	ActiveDecodeBlocks int64
-	// NewBlocks is, on decode workers, the blocks of the request not already active there plus
-	// one for a partial tail, so pdb(w,r) = ActiveDecodeBlocks + NewBlocks.
+	// NewBlocks is the blocks of the request not already active on the worker plus one for a
+	// partial tail, so pdb(w,r) = ActiveDecodeBlocks + NewBlocks (on prefill workers it prices
+	// the slo policy's whole-request placements).
 	NewBlocks int64
 	// ActiveRequests is max(booked requests, scraped running+waiting when the scrape is fresh).
 	ActiveRequests int64

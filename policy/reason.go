@@ -66,6 +66,11 @@ const (
 	ReasonSLOBypass
 	ReasonSLORemote
 	ReasonSLOPrefillLocal
+	// ReasonSLOOverloadBypass and ReasonSLOOverloadPrefillLocal: the slo policy forecast no
+	// placement meeting the objective, so the whole request went to the worker of either pool
+	// with the lowest aggregated selection cost (a decode worker, or a prefill worker).
+	ReasonSLOOverloadBypass
+	ReasonSLOOverloadPrefillLocal
 	numReasons
 )
 
@@ -92,6 +97,8 @@ var reasonNames = [numReasons]string{
 	ReasonSLOBypass:                 "slo_bypass",
 	ReasonSLORemote:                 "slo_remote",
 	ReasonSLOPrefillLocal:           "slo_prefill_local",
+	ReasonSLOOverloadBypass:         "slo_overload_bypass",
+	ReasonSLOOverloadPrefillLocal:   "slo_overload_prefill_local",
 }
 
 func (r Reason) String() string {
@@ -114,9 +121,9 @@ func Reasons() []Reason {
 func (r Reason) Route() Route {
 	switch r {
 	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
-		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass:
+		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass:
 		return RouteDecode
-	case ReasonSLOPrefillLocal:
+	case ReasonSLOPrefillLocal, ReasonSLOOverloadPrefillLocal:
 		return RoutePrefillLocal
 	}
 	return RoutePrefill

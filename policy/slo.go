@@ -99,7 +99,7 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	}
 	bestP, bestPScore := -1, math.Inf(-1) // prefill side of the remote path (shortest prefill)
 	localP, localPScore := -1, math.Inf(-1)
-	var whole Estimate
+	var whole Estimate // the best prefill_local forecast, recorded in Inputs
 	for i := range snap.Prefill {
 		c := 0
 		if in.Prefill != nil {
@@ -129,15 +129,7 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	}
 	x.Estimates = [numRoutes]Estimate{RoutePrefill: remoteEst, RouteDecode: bypass, RoutePrefillLocal: whole}
 	for r := range x.Estimates {
-		est := &x.Estimates[r]
-		est.TTFTFactor, est.TPOTFactor = 1, 1
-		if cfg.Disagg.SLOFeedback && est.Valid {
-			est.TTFTFactor, est.TPOTFactor = in.Feedback[r].factors()
-			est.TTFTms *= est.TTFTFactor
-			est.TPOTms *= est.TPOTFactor
-			est.ExistingTPOTms *= est.TPOTFactor
-			est.Headroom = e.headroom(est)
-		}
+		e.correct(cfg, in, Route(r), &x.Estimates[r])
 	}
 
 	// The most headroom wins; ties keep the order bypass, remote, prefill_local (the cheapest
@@ -148,18 +140,45 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 			choice, best = r, est.Headroom
 		}
 	}
+	bypassReason, localReason := ReasonSLOBypass, ReasonSLOPrefillLocal
+	if best < 0 {
+		// No placement is forecast to meet the objective (or none has KV room): placement
+		// cannot save this request, so it goes where it costs the fleet least.
+		if r, i := e.overloadPlacement(cfg, in, snap, only); i >= 0 {
+			choice, best = r, 0
+			bypassReason, localReason = ReasonSLOOverloadBypass, ReasonSLOOverloadPrefillLocal
+			// The forecast recorded for the route is the chosen worker's, so Explain and the
+			// controller compare what happens there with what was expected there.
+			var est Estimate
+			if r == RouteDecode {
+				bestD = i
+				est = e.forecastLocal(sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)})
+				est.Decode = snap.Decode[i].ID
+			} else {
+				localP = i
+				c := 0
+				if in.Prefill != nil {
+					c = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
+				}
+				est = e.forecastLocal(sloWorker{l: &snap.Prefill[i], cached: c})
+				est.Prefill = snap.Prefill[i].ID
+			}
+			e.correct(cfg, in, r, &est)
+			x.Estimates[r] = est
+		}
+	}
 	switch {
 	case best == math.Inf(-1):
 		remote(cfg, in, snap, rng, dec, ReasonRemoteDecodeRejected)
 	case choice == RouteDecode:
 		previewDecode(cfg, in, snap, bestD, dec)
-		dec.Route, dec.Reason = RouteDecode, ReasonSLOBypass
+		dec.Route, dec.Reason = RouteDecode, bypassReason
 		dec.Decode, dec.DecodeID = bestD, snap.Decode[bestD].ID
 		dec.PrefillTokens = int64(dec.Inputs.Eff)
 		dec.Guard = cfg.Guard()
 	case choice == RoutePrefillLocal:
 		c := x.Estimates[RoutePrefillLocal].CachedTokens
-		dec.Route, dec.Reason = RoutePrefillLocal, ReasonSLOPrefillLocal
+		dec.Route, dec.Reason = RoutePrefillLocal, localReason
 		dec.Prefill, dec.PrefillID = localP, snap.Prefill[localP].ID
 		dec.PrefillTokens = int64(in.ISL - min(c, in.ISL))
 		x.PrefillCached, x.Eff = c, in.ISL-min(c, in.ISL)
@@ -228,6 +247,19 @@ func (e *estimator) fits(l *WorkerLoad, newBlocks int64) bool {
 	return float64(l.ActiveDecodeBlocks+newBlocks) <= limit
 }
 
+// correct applies route r's feedback corrections to est (factors 1 without feedback) and
+// recomputes its headroom.
+func (e *estimator) correct(cfg *Config, in *Input, r Route, est *Estimate) {
+	est.TTFTFactor, est.TPOTFactor = 1, 1
+	if cfg.Disagg.SLOFeedback && est.Valid {
+		est.TTFTFactor, est.TPOTFactor = in.Feedback[r].factors()
+		est.TTFTms *= est.TTFTFactor
+		est.TPOTms *= est.TPOTFactor
+		est.ExistingTPOTms *= est.TPOTFactor
+		est.Headroom = e.headroom(est)
+	}
+}
+
 // headroom is the smallest remaining fraction of the objectives.
 func (e *estimator) headroom(est *Estimate) float64 {
 	h := 1 - est.TTFTms/ms(e.slo.TTFT)
@@ -251,6 +283,11 @@ func (e *estimator) local(w sloWorker, decodeWorker bool) Estimate {
 	if !e.fits(w.l, blocks) {
 		return Estimate{}
 	}
+	return e.forecastLocal(w)
+}
+
+// forecastLocal is local's forecast without the KV room check.
+func (e *estimator) forecastLocal(w sloWorker) Estimate {
 	n := int64(e.isl - min(w.cached, e.isl))
 	est := Estimate{Valid: true, CachedTokens: w.cached, PrefillQueueToks: w.l.ActivePrefillTokens}
 	est.TTFTms = e.prefillMS(w)
@@ -294,4 +331,37 @@ func (e *estimator) remote(p, d sloWorker) Estimate {
 	}
 	est.Headroom = e.headroom(&est)
 	return est
+}
+
+// overloadPlacement runs the whole request where the aggregated selection of §6 would: the
+// lowest bypass cost (queued prefill less cache credit, plus decode blocks and requests) over
+// the decode and the prefill pool together. A fleet that cannot meet the objective serves the
+// most requests when it works as one aggregated pool, without the transfer and with every
+// cache hit; the decode-busy guard, when on, still bars a worker above θd. It returns the
+// placement and worker index, or -1 when no worker is a candidate.
+func (e *estimator) overloadPlacement(cfg *Config, in *Input, snap *Snapshot, only int) (Route, int) {
+	route, best, bestCost := RouteDecode, -1, math.Inf(1)
+	consider := func(r Route, sel *selector, i int) {
+		l := &sel.loads[i]
+		if e.guard.Enabled && !e.fits(l, l.NewBlocks) {
+			return
+		}
+		if c := sel.cost(i); c < bestCost {
+			route, best, bestCost = r, i, c
+		}
+	}
+	sd := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
+	sd.only = only
+	for i := range snap.Decode {
+		if sd.candidate(i) {
+			consider(RouteDecode, &sd, i)
+		}
+	}
+	if only < 0 { // a decode pin keeps the request on that worker
+		sp := newSelector(cfg, in, snap.Prefill, in.Prefill, modeBypass)
+		for i := range snap.Prefill {
+			consider(RoutePrefillLocal, &sp, i)
+		}
+	}
+	return route, best
 }

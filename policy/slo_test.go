@@ -158,6 +158,78 @@ func TestSLOPlacements(t *testing.T) {
 	}
 }
 
+// TestSLOOverload: when no placement is forecast to meet the objective, the whole request goes
+// to the worker of either pool with the lowest aggregated selection cost (cache credit first),
+// under its own reason; the decode-busy guard still bars a worker above θd.
+func TestSLOOverload(t *testing.T) {
+	impossible := SLO{TTFT: time.Millisecond, TPOT: time.Millisecond}
+	busy := func(l *WorkerLoad) { l.ActivePrefillTokens, l.DecodeRequests, l.ActiveDecodeBlocks = 20000, 50, 5000 }
+	tests := []struct {
+		name       string
+		guard      string
+		load       func(d, p []WorkerLoad)
+		decodeGPU  []int
+		prefillGPU []int
+		want       Route
+		reason     Reason
+		worker     string
+		tokens     int64 // prefill_local: uncached tokens the prefill worker computes
+	}{
+		// The prompt is cached on p1 and every decode worker is busy: p1 runs it whole.
+		{"cached_prefill_worker", ``, func(d, p []WorkerLoad) { busy(&d[0]); busy(&d[1]); busy(&p[0]) }, nil, []int{0, 480},
+			RoutePrefillLocal, ReasonSLOOverloadPrefillLocal, "p1", 8000 - 480*16},
+		// The prompt is cached on d1 and the prefill pool is queued deep: d1 prefills locally.
+		{"cached_decode_worker", ``, func(d, p []WorkerLoad) { busy(&p[0]); busy(&p[1]); busy(&d[0]) }, []int{0, 480}, nil,
+			RouteDecode, ReasonSLOOverloadBypass, "d1", 0},
+		// Nothing cached anywhere: the least loaded of all four (p0, the only idle one).
+		{"least_loaded_of_both_pools", ``, func(d, p []WorkerLoad) { busy(&d[0]); busy(&d[1]); busy(&p[1]) }, nil, nil,
+			RoutePrefillLocal, ReasonSLOOverloadPrefillLocal, "p0", 8000},
+		// Every worker is past θd = 0.1 (3,000 of 30,000 blocks): no candidate, the old
+		// fallback (remote, decode target by load) stands.
+		{"guard_bars_every_worker", `,"decode_busy_threshold":0.1`, func(d, p []WorkerLoad) {
+			for _, l := range []*WorkerLoad{&d[0], &d[1], &p[0], &p[1]} {
+				l.ActiveDecodeBlocks = 5000
+			}
+		}, nil, nil, RoutePrefill, ReasonRemoteDecodeRejected, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sloConfig(t, tc.guard)
+			s := sloFleet(tc.load)
+			in := sloInput(s, 8000, tc.decodeGPU...)
+			for i, g := range tc.prefillGPU {
+				in.Prefill[i].GPU = g
+				s.Prefill[i].NewBlocks = int64(500 - g)
+			}
+			for i := range s.Prefill {
+				if i >= len(tc.prefillGPU) {
+					s.Prefill[i].NewBlocks = 500
+				}
+			}
+			in.SLO = impossible
+			dec := Decide(&cfg, in, s, newRand(1))
+			if dec.Route != tc.want || dec.Reason != tc.reason {
+				t.Fatalf("route %v reason %v, want %v %v (estimates %+v)", dec.Route, dec.Reason, tc.want, tc.reason, dec.Inputs.Estimates)
+			}
+			for r, e := range dec.Inputs.Estimates {
+				if e.Valid && e.Headroom >= 0 {
+					t.Fatalf("%v forecast headroom %.3f under an impossible objective", Route(r), e.Headroom)
+				}
+			}
+			switch tc.want {
+			case RoutePrefillLocal:
+				if dec.PrefillID != tc.worker || dec.Decode != -1 || dec.PrefillTokens != tc.tokens {
+					t.Fatalf("prefill %q decode %d prefill tokens %d, want %s, -1, %d", dec.PrefillID, dec.Decode, dec.PrefillTokens, tc.worker, tc.tokens)
+				}
+			case RouteDecode:
+				if dec.DecodeID != tc.worker || !dec.Routable() {
+					t.Fatalf("decode %q, want %s", dec.DecodeID, tc.worker)
+				}
+			}
+		})
+	}
+}
+
 // TestSLOPerRequestObjective: a request's own tighter TPOT objective changes the choice the
 // configured one makes, and is what Inputs records.
 func TestSLOPerRequestObjective(t *testing.T) {

@@ -259,6 +259,20 @@ func TestActivePrefixMatchesNaive(t *testing.T) {
 	}
 }
 
+// TestSnapshotPrefillNewBlocks: a prefill worker's NewBlocks counts the request's blocks not
+// active there (what the slo policy prices a whole request on it by), as on decode workers.
+func TestSnapshotPrefillNewBlocks(t *testing.T) {
+	f := newFixture(t, basic())
+	if err := f.p.Book(Booking{RequestID: "r", Mode: ModePrefillLocal, Prefill: "p0", Keys: keys(1, 5), ISL: 90, PrefillTokens: 90}); err != nil {
+		t.Fatal(err)
+	}
+	var s policy.Snapshot
+	f.p.Snapshot(&s, Request{Keys: keys(1, 8), ISL: 128})
+	if len(s.Prefill) != 1 || s.Prefill[0].NewBlocks != 3 || s.Prefill[0].ActiveDecodeBlocks != 6 {
+		t.Fatalf("prefill = %+v, want NewBlocks 3 (8 keys, 5 active, no partial tail) over 6 active blocks", s.Prefill)
+	}
+}
+
 func TestSnapshot(t *testing.T) {
 	f := newFixture(t, basic())
 	if err := f.p.Book(Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", Keys: keys(1, 5), ISL: 90, PrefillTokens: 50}); err != nil {
@@ -274,7 +288,8 @@ func TestSnapshot(t *testing.T) {
 	if got := s.Decode[0].ProjectedDecodeBlocks(); got != 10 {
 		t.Fatalf("pdb = %d, want 10", got)
 	}
-	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: -1, ReportedKVUsage: -1}
+	wantP := policy.WorkerLoad{ID: "p0", Endpoint: "10.0.0.11:8000", DPSize: 1, MaxBatchedTokens: 8192, KVCapacityBlocks: -1, ReportedKVUsage: -1,
+		NewBlocks: 8 + 1}
 	if len(s.Prefill) != 1 || s.Prefill[0] != wantP {
 		t.Fatalf("prefill = %+v, want %+v", s.Prefill, wantP)
 	}

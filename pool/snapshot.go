@@ -36,7 +36,9 @@ func (p *Pool) Snapshot(dst *policy.Snapshot, r Request) {
 	dst.Prefill = dst.Prefill[:0]
 	for _, w := range p.prefill {
 		if p.healthyLocked(w) {
-			dst.Prefill = append(dst.Prefill, p.loadLocked(w, fresh))
+			l := p.loadLocked(w, fresh)
+			l.NewBlocks = int64(len(r.Keys)-activePrefix(w.active, r.Keys)) + partial
+			dst.Prefill = append(dst.Prefill, l)
 		}
 	}
 }

@@ -156,18 +156,23 @@ func (r *Router) Feedback() []FeedbackState {
 	return out
 }
 
-// UncorrectedForecast is the cost model's own forecast of metric m in a decision's Estimate
-// (the correction it carried taken out); 0 when the estimate is not valid.
-func UncorrectedForecast(e *policy.Estimate, m Metric) float64 {
-	if !e.Valid {
-		return 0
+// Forecasts is the cost model's own forecast of TTFT and TPOT (the corrections they carried
+// taken out) for placement r of decision d: what the controller compares the observations of
+// that request with. Both are 0 when no forecast chose the placement: another policy, or the
+// slo policy's overload placement, chosen by cost after every forecast missed the objective
+// (its observations say nothing of the error of forecasts that steer a choice, and feeding
+// them made the controller turn back and forth under a load step).
+func Forecasts(d *policy.Decision, r policy.Route) (ttft, tpot float64) {
+	e := &d.Inputs.Estimates[r]
+	if !e.Valid || d.Reason == policy.ReasonSLOOverloadBypass || d.Reason == policy.ReasonSLOOverloadPrefillLocal {
+		return 0, 0
 	}
-	v, f := e.TTFTms, e.TTFTFactor
-	if m == MetricTPOT {
-		v, f = e.TPOTms, e.TPOTFactor
-	}
+	return e.TTFTms / factor(e.TTFTFactor), e.TPOTms / factor(e.TPOTFactor)
+}
+
+func factor(f float64) float64 {
 	if f <= 0 {
-		f = 1
+		return 1
 	}
-	return v / f
+	return f
 }

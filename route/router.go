@@ -559,16 +559,25 @@ func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name
 	return out, err
 }
 
-// filterSubset keeps the decode workers whose IP is in subset; false if none is left.
+// filterSubset keeps the workers whose IP is in subset, in both pools: every worker a decision
+// names can become the gateway's destination (the prefill worker on the prefill and
+// prefill_local routes, the decode worker on the decode route), and the endpoint picker
+// protocol allows only listed endpoints there. It reports false if no decode worker is left
+// (nothing can serve); an emptied prefill pool only rules out the prefill placements.
 func filterSubset(snap *policy.Snapshot, subset []string) bool {
-	kept := snap.Decode[:0]
-	for _, w := range snap.Decode {
+	snap.Decode = keepInSubset(snap.Decode, subset)
+	snap.Prefill = keepInSubset(snap.Prefill, subset)
+	return len(snap.Decode) > 0
+}
+
+func keepInSubset(ws []policy.WorkerLoad, subset []string) []policy.WorkerLoad {
+	kept := ws[:0]
+	for _, w := range ws {
 		if inSubset(w.Endpoint, subset) {
 			kept = append(kept, w)
 		}
 	}
-	snap.Decode = kept
-	return len(kept) > 0
+	return kept
 }
 
 func inSubset(endpoint string, subset []string) bool {

@@ -23,6 +23,12 @@ import (
 // token-only requests.
 func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
 	t.Helper()
+	return testRouterWith(t, Options{Streams: streams})
+}
+
+// testRouterWith is testRouter with more Options (Index, Pool, Policy and Seed are its own).
+func testRouterWith(t *testing.T, opts Options) (*Router, *pool.Pool) {
+	t.Helper()
 	var ws []pool.WorkerConfig
 	for i := range 2 {
 		ws = append(ws, pool.WorkerConfig{Name: "p" + strconv.Itoa(i), Role: pool.RolePrefill,
@@ -41,7 +47,8 @@ func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
 		t.Fatal(err)
 	}
 	cfg := enabledConfig()
-	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Streams: streams, Seed: 7})
+	opts.Index, opts.Pool, opts.Policy, opts.Seed = ix, p, &cfg, 7
+	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,5 +279,44 @@ func TestDecisionSeesOverlapOnLargeFleet(t *testing.T) {
 	}
 	if rec := out.Record(); rec.Decode != "d19" || rec.Overlap != 20 {
 		t.Fatalf("decision previewed %s with overlap %d, want d19 with 20: %+v", rec.Decode, rec.Overlap, rec)
+	}
+}
+
+// TestPanicAfterBookReleases (issue 12 item 3): a panic after the pool booked the request (here
+// in the Observe hook, the last step of Decide and Fallback) is an ErrInternal (Decide) or
+// ErrNoEligibleWorker (Fallback) error, and the booking it made is released: no worker keeps a
+// request nobody will release.
+func TestPanicAfterBookReleases(t *testing.T) {
+	observed := 0
+	r, p := testRouterWith(t, Options{Observe: func(o *Outcome) {
+		observed++
+		if o.BookingID == "" {
+			t.Errorf("Observe saw an unbooked outcome %+v; the test needs a booking to leak", o)
+		}
+		panic("observer failed")
+	}})
+	noBookings := func(what string) {
+		t.Helper()
+		for _, w := range p.Workers() {
+			if w.ActiveRequests != 0 || w.ActivePrefillTokens != 0 || w.ActiveDecodeBlocks != 0 {
+				t.Fatalf("%s: %s keeps %d requests, %d prefill tokens, %d decode blocks after the panic",
+					what, w.ID, w.ActiveRequests, w.ActivePrefillTokens, w.ActiveDecodeBlocks)
+			}
+		}
+	}
+	for _, n := range []int{64, 4096} { // a local and a remote prefill
+		out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: prompt(n)})
+		if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "recovered panic: observer failed") || out.BookingID != "" {
+			t.Fatalf("Decide %d tokens: %+v, %v; want ErrInternal naming the panic and no booking", n, out, err)
+		}
+		noBookings(fmt.Sprintf("Decide %d tokens", n))
+	}
+	out, err := r.Fallback(context.Background(), nil, policy.ReasonPassthrough)
+	if !errors.Is(err, ErrNoEligibleWorker) || !strings.Contains(err.Error(), "recovered panic") || out.BookingID != "" {
+		t.Fatalf("Fallback: %+v, %v; want ErrNoEligibleWorker naming the panic", out, err)
+	}
+	noBookings("Fallback")
+	if observed != 3 {
+		t.Fatalf("Observe ran %d times, want 3", observed)
 	}
 }

@@ -20,6 +20,9 @@
 // before it returns; it calls Progress.Advance from those goroutines. A Report is not safe for
 // concurrent mutation.
 //
-// Imports: cluster and workload, plus the value types cluster.Config carries (policy, sim);
-// never extproc, kvevents, tokenizer or cmd.
+// Command and MatrixCommand are the `condisagg tune` and `condisagg matrix` commands, flags
+// included; cmd/condisagg only dispatches to them.
+//
+// Imports: cluster and workload, plus the value types cluster.Config carries (policy, sim),
+// route and internal/flaglist; never extproc, kvevents, tokenizer or cmd.
 package tune

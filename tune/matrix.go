@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/cluster"
+	"github.com/condisagg/condisagg/internal/flaglist"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/workload"
 )
@@ -243,26 +244,42 @@ func WriteMatrixText(w io.Writer, cells []Cell) error {
 
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
-// WriteMatrixJSON writes the cells as indented JSON.
-func WriteMatrixJSON(w io.Writer, cells []Cell) error {
-	e := json.NewEncoder(w)
-	e.SetIndent("", "  ")
-	return e.Encode(cells)
+// MatrixRun is what reproduces a matrix: the seed, the source commit (Commit) and every flag
+// of `condisagg matrix` with its effective value.
+type MatrixRun struct {
+	Seed         uint64            `json:"seed"`
+	Commit       string            `json:"commit"`
+	CommitSource string            `json:"commit_source"`
+	Flags        map[string]string `json:"flags"`
 }
 
-// ParseSLOList parses "2s/100ms,1s/50ms": TTFT/TPOT pairs.
+// WriteMatrixJSON writes the run and its cells as indented JSON: {"seed", "commit",
+// "commit_source", "flags", "cells": [...]}.
+func WriteMatrixJSON(w io.Writer, run MatrixRun, cells []Cell) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(struct {
+		MatrixRun
+		Cells []Cell `json:"cells"`
+	}{run, cells})
+}
+
+// ParseSLOList parses "2s/100ms,1s/50ms": TTFT/TPOT pairs, every bad one named, none at all
+// an error.
 func ParseSLOList(s string) ([]workload.SLO, error) {
-	var out []workload.SLO
-	for _, part := range strings.Split(s, ",") {
-		a, b, ok := strings.Cut(strings.TrimSpace(part), "/")
+	out, errs := flaglist.Parse("--slos", s, "TTFT/TPOT durations > 0 such as 2s/100ms", func(part string) (workload.SLO, error) {
+		a, b, ok := strings.Cut(part, "/")
 		ttft, err1 := time.ParseDuration(a)
 		tpot, err2 := time.ParseDuration(b)
 		if !ok || err1 != nil || err2 != nil || ttft <= 0 || tpot <= 0 {
-			return nil, fmt.Errorf("--slos: %q must be TTFT/TPOT durations such as 2s/100ms", part)
+			return workload.SLO{}, errors.New("bad")
 		}
-		out = append(out, workload.SLO{TTFT: ttft, TPOT: tpot})
+		return workload.SLO{TTFT: ttft, TPOT: tpot}, nil
+	})
+	if len(out) == 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("--slos: %q names no objective", s))
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // MatrixWorkloadNames are the workloads MatrixWorkloadByName knows.

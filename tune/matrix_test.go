@@ -49,10 +49,13 @@ func TestMatrixSmall(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("b2b")) {
 		t.Fatalf("heat map %v", err)
 	}
-	for _, bad := range []string{"2s", "2s/0ms", "x/y"} {
-		if _, err := ParseSLOList(bad); err == nil {
-			t.Errorf("--slos %q accepted", bad)
+	for _, bad := range []string{"2s", "2s/0ms", "x/y", "", " , "} {
+		if _, err := ParseSLOList(bad); err == nil || !strings.HasPrefix(err.Error(), "--slos: ") {
+			t.Errorf("--slos %q: %v, want an error naming --slos", bad, err)
 		}
+	}
+	if _, err := ParseSLOList("2s/100ms,x,1s/0s"); err == nil || !strings.Contains(err.Error(), `"x"`) || !strings.Contains(err.Error(), `"1s/0s"`) {
+		t.Errorf("every bad objective named: %v", err)
 	}
 	if _, err := MatrixWorkloadByName("conversation", "", time.Minute); err == nil {
 		t.Error("a trace workload without --trace-dir accepted")

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/condisagg/condisagg/tune"
 )
 
 const usage = `usage: condisagg <command> [flags]
@@ -48,9 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "shadow":
 		return runShadow(ctx, args[1:], stdout, stderr)
 	case "tune":
-		return runTune(ctx, args[1:], stdout, stderr)
+		return tune.Command(ctx, args[1:], stdout, stderr)
 	case "matrix":
-		return runMatrix(ctx, args[1:], stdout, stderr)
+		return tune.MatrixCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -39,10 +40,10 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 			reloaded:  func(trigger string, err error) { reloads <- reloadEvent{trigger, err} },
 		})
 	}()
-	var grpcAddr string
+	var grpcAddr, httpAddr string
 	select {
 	case a := <-addrs:
-		grpcAddr = a.adminGRPC
+		grpcAddr, httpAddr = a.adminGRPC, a.http
 	case code := <-exit:
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	}
@@ -84,6 +85,35 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 	if code := run(ctx, []string{"explain", "--addr", grpcAddr, "--body", body}, &out, &errOut); code != 0 ||
 		strings.Contains(out.String(), "remote_disabled") {
 		t.Fatalf("after reload the feature is still off (exit %d):\n%s%s", code, out.String(), errOut.String())
+	}
+
+	// max_body_bytes above what the gRPC message limit fixed at startup carries (the 10 MiB
+	// default) is refused, naming the field and the fix; one below it applies at once (a 2 MiB
+	// body then gets 413 from /debug/explain, which reads the live limit).
+	explain2MiB := func() int {
+		t.Helper()
+		big := `{"model":"qwen3","messages":[{"role":"user","content":"` + strings.Repeat("a", 2<<20) + `"}]}`
+		resp, err := http.Post("http://"+httpAddr+"/debug/explain", "application/json", strings.NewReader(big))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := explain2MiB(); code != http.StatusOK {
+		t.Fatalf("a 2 MiB explain under the 10 MiB limit: %d", code)
+	}
+	replaceFile(t, cfgPath, enabled+"max_body_bytes: 67108864\n")
+	if ev := wait("file_changed"); ev.err == nil || !strings.Contains(ev.err.Error(),
+		"max_body_bytes: 67108864 is above 10485760, the most the ext_proc gRPC message limit set at startup carries; restart to raise it") {
+		t.Fatalf("max_body_bytes over the startup ceiling: %+v", ev)
+	}
+	replaceFile(t, cfgPath, enabled+"max_body_bytes: 1048576\n")
+	if ev := wait("file_changed"); ev.err != nil {
+		t.Fatalf("max_body_bytes below the ceiling rejected: %v", ev.err)
+	}
+	if code := explain2MiB(); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a 2 MiB explain after max_body_bytes went to 1 MiB: %d, want 413", code)
 	}
 	cancel()
 	if code := <-exit; code != 0 {

@@ -194,7 +194,8 @@ func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc se
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
 	if cfg.KVEvents {
-		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log}, m.index, kvevents.Limits{}); err != nil {
+		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log,
+			MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, m.index, kvevents.Limits{}); err != nil {
 			return nil, err
 		}
 		m.streams = newEventStreams(m.group)

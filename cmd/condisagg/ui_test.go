@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/condisagg/condisagg/internal/statuspage"
 )
 
 const uiToken = "0123456789abcdef-ui-token"
@@ -108,7 +110,7 @@ func TestStatusPageAPI(t *testing.T) {
 	h := routeRequest(t, conn, "api-test-1", body)
 
 	_, b := uiGet(t, a.http, "/ui/api/state", uiToken)
-	var st stateJSON
+	var st statuspage.State
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("%v:\n%s", err, b)
 	}
@@ -118,7 +120,7 @@ func TestStatusPageAPI(t *testing.T) {
 	if !st.Ready || st.Policy != "isl_bounding" || len(st.Models) != 1 || len(st.Models[0].Workers) != 2 {
 		t.Fatalf("state %+v", st)
 	}
-	workers := map[string]workerJSON{}
+	workers := map[string]statuspage.Worker{}
 	for _, w := range st.Models[0].Workers {
 		workers[w.ID] = w
 	}
@@ -145,7 +147,7 @@ func TestStatusPageAPI(t *testing.T) {
 	}
 
 	_, b = uiGet(t, a.http, "/ui/api/config", uiToken)
-	var c configJSON
+	var c statuspage.Configuration
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatalf("%v:\n%s", err, b)
 	}

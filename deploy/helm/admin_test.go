@@ -105,6 +105,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"misspelt_key":       {[]string{"gateway.istio.hostt=x"}, "additional properties 'hostt' not allowed"},
 		"unknown_envoy_mode": {[]string{"gateway.type=envoy", "gateway.envoy.mode=streamed"}, "/gateway/envoy/mode"},
 		"unknown_gateway":    {[]string{"gateway.type=kgateway"}, "/gateway/type"},
+		"pool_failure_mode":  {[]string{"gateway.type=inference-pool", "gateway.inferencePool.failureMode=Open"}, "/gateway/inferencePool/failureMode"},
+		"pool_no_ports":      {[]string{"gateway.type=inference-pool", "gateway.inferencePool.targetPorts={}"}, "/gateway/inferencePool/targetPorts"},
 		// the templates' own checks
 		"listen_in_config": {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
 		"token_in_config":  {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},
@@ -112,6 +114,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"no_workers":       {[]string{"config.workers=null"}, "config.workers: list at least one"},
 		"several_models":   {[]string{"config.models[0].name=a"}, "config.models: the chart serves one model"},
 		"no_model_volume":  {[]string{"model.volume=null"}, "model.volume: give the volume"},
+		// a worker whose port no pool endpoint has: the gateway could not dial what condisagg names
+		"worker_outside_pool": {[]string{"gateway.type=inference-pool", "gateway.inferencePool.targetPorts={8000}"},
+			"config.workers[prefill].endpoint: port 8100 is not in gateway.inferencePool.targetPorts [8000]"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -15,8 +15,10 @@ import (
 	istiov1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	sigsjson "sigs.k8s.io/json"
 )
@@ -42,6 +44,8 @@ var apiTypes = map[string]func() any{
 	"gateway.envoyproxy.io/v1alpha1/EnvoyExtensionPolicy": func() any { return new(egv1a1.EnvoyExtensionPolicy) },
 	"gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy": func() any { return new(egv1a1.BackendTrafficPolicy) },
 	"gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy":  func() any { return new(egv1a1.ClientTrafficPolicy) },
+	"inference.networking.k8s.io/v1/InferencePool":        func() any { return new(giev1.InferencePool) },
+	"networking.k8s.io/v1/NetworkPolicy":                  func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // istioSpecs: the Istio client types decode their spec with unknown fields allowed, so the spec is
@@ -107,6 +111,7 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 		"istio":                   {"EnvoyFilter/condisagg", "Gateway/llm", "VirtualService/llm"},
 		"envoy_gateway": {"BackendTrafficPolicy/condisagg", "ClientTrafficPolicy/condisagg", "EnvoyExtensionPolicy/condisagg",
 			"EnvoyProxy/condisagg", "Gateway/llm", "HTTPRoute/llm"},
+		"inference_pool": {"InferencePool/vllm", "HTTPRoute/llm"},
 	}
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
@@ -152,10 +157,18 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 		"prometheusrule_unknown":   {"PrometheusRule", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["group"] = []any{} }},
 		"servicemonitor_unknown":   {"ServiceMonitor", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["endpoint"] = []any{} }},
 		"envoyfilter_spec_unknown": {"EnvoyFilter", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["configPatch"] = []any{} }},
+		"inferencepool_picker_typo": {"InferencePool", "vllm", func(d map[string]any) {
+			d["spec"].(map[string]any)["endpointPickerRef"].(map[string]any)["failuremode"] = "FailOpen"
+		}},
 	}
+	poolObjs := render(t, variants()[8]) // inference_pool
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			o := find(t, objs, c.kind, c.name)
+			from := objs
+			if c.kind == "InferencePool" {
+				from = poolObjs
+			}
+			o := find(t, from, c.kind, c.name)
 			var doc map[string]any
 			if err := json.Unmarshal(o.JSON, &doc); err != nil {
 				t.Fatal(err)
@@ -175,7 +188,7 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 
 // TestChartLints: `helm lint --strict` passes with each gateway's example values.
 func TestChartLints(t *testing.T) {
-	for _, gw := range []string{"plain-envoy.yaml", "istio.yaml", "envoy-gateway.yaml"} {
+	for _, gw := range []string{"plain-envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "inference-pool.yaml"} {
 		t.Run(gw, func(t *testing.T) {
 			t.Parallel()
 			if _, err := helmRun(t, "lint", chartDir, "--strict", "--namespace", namespace,

@@ -52,6 +52,7 @@ func variants() []variant {
 		{name: "admin_grpc_exposed", values: []string{"common.yaml"}, set: []string{"admin.grpc.expose=true"}},
 		{name: "existing_token_secret", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=ops-token", "admin.token.secretKey=bearer"}},
 		{name: "kubernetes_discovery", values: []string{"common.yaml", "discovery.yaml"}},
+		{name: "inference_pool", values: []string{"common.yaml", "inference-pool.yaml"}},
 	}
 }
 

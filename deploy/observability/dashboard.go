@@ -314,10 +314,12 @@ func sloRow() row {
 			description: "Share of requests on which the candidate chose the same route and workers as the live config.",
 			series:      []series{{same, "agreement"}}},
 		{title: "slo controller corrections", kind: "timeseries", unit: "short",
-			description: "Multipliers the slo policy applies to its TTFT and TPOT forecasts per placement (1 = the cost model is right); observed/forecast ratios learned from the response phase.",
+			description: "Multipliers the slo policy applies to its TTFT and TPOT forecasts per placement (1 = the cost model is right) within [1/bound, bound]; observed/forecast ratios learned from the response phase; how often a correction turned back in the last hour (alerts: CondisaggSLOFeedbackPinned, CondisaggSLOFeedbackOscillating).",
 			series: []series{
 				{fmt.Sprintf("max by (route, metric) (%s)", q("condisagg_slo_feedback_factor")), "factor {{route}} {{metric}}"},
 				{fmt.Sprintf("max by (route, metric) (%s)", q("condisagg_slo_feedback_ratio")), "ratio {{route}} {{metric}}"},
+				{fmt.Sprintf("max(%s)", q("condisagg_slo_feedback_bound")), "bound"},
+				{fmt.Sprintf("sum by (route, metric) (increase(%s[1h]))", q("condisagg_slo_feedback_reversals_total")), "reversals/h {{route}} {{metric}}"},
 			}},
 		{title: "Role advice", kind: "timeseries", unit: "short",
 			description: "Prefill workers the observed mix calls for (slo policy's cost model, analytic) against the prefill workers discovered.",

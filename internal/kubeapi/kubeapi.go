@@ -43,45 +43,17 @@ var ErrNoBinary = errors.New("kubeapi: not installed: run scripts/install-kube-t
 // $TOOLS_BIN/<name>, else <root>/.tools/bin/<name>.
 func Find() (apiserver, etcd string, err error) {
 	find := func(name, env string) (string, error) {
-		if p := os.Getenv(env); p != "" {
-			return p, executable(p)
+		p, err := repo.Tool(name, env)
+		if errors.Is(err, repo.ErrNoTool) {
+			return "", fmt.Errorf("%w: %w", ErrNoBinary, err)
 		}
-		root, err := repo.Root()
-		if err != nil {
-			return "", err
-		}
-		var tried []string
-		for _, dir := range []string{os.Getenv("TOOLS_BIN"), filepath.Join(root, ".tools", "bin")} {
-			if dir == "" {
-				continue
-			}
-			if !filepath.IsAbs(dir) {
-				dir = filepath.Join(root, dir)
-			}
-			p := filepath.Join(dir, name)
-			if executable(p) == nil {
-				return p, nil
-			}
-			tried = append(tried, p)
-		}
-		return "", fmt.Errorf("%w: %s (tried %s)", ErrNoBinary, name, strings.Join(tried, ", "))
+		return p, err
 	}
 	if apiserver, err = find("kube-apiserver", "KUBE_APISERVER_BIN"); err != nil {
 		return "", "", err
 	}
 	etcd, err = find("etcd", "ETCD_BIN")
 	return apiserver, etcd, err
-}
-
-func executable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", p)
-	}
-	return nil
 }
 
 // Start runs etcd and kube-apiserver (RBAC authorization, static bearer tokens: "admin" in

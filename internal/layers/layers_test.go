@@ -32,7 +32,7 @@ var allowed = map[string][]string{
 	"pool":                 {"policy"},
 	"route":                {"tokenizer", "kvindex", "policy", "pool"},
 	"cluster":              {"route", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "workload", "sim", "policy", "route"},
+	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
 	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
@@ -40,7 +40,8 @@ var allowed = map[string][]string{
 	"internal/repo":        {},
 	"internal/flaglist":    {},
 	"internal/adminclient": {"proto/condisagg/v1"},
-	"internal/serveconfig": {"extproc", "policy", "pool", "pool/kube"},
+	"internal/serveconfig": {"extproc", "kvevents", "policy", "pool", "pool/kube"},
+	"internal/statuspage":  {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo"},
 	"pool/kube":            {"pool"},
 	"internal/proc":        {},
@@ -133,7 +134,7 @@ func TestCoresWithoutCgo(t *testing.T) {
 
 // serverSide are the packages that belong to the binary's side of the graph: they may reach
 // extproc (serve's configuration builds extproc.Settings; the golden test drives the server).
-var serverSide = []string{"extproc", "internal/serveconfig", "internal/golden", "internal/layers"}
+var serverSide = []string{"extproc", "internal/serveconfig", "internal/statuspage", "internal/golden", "internal/layers"}
 
 // TestNobodyImportsServers: no other library package reaches extproc or a binary transitively.
 func TestNobodyImportsServers(t *testing.T) {

@@ -2,6 +2,7 @@ package serveconfig
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
@@ -60,10 +62,14 @@ type File struct {
 		// conditional_disagg_config) that decides beside the live one on every request without
 		// routing anything; `condisagg shadow` shows the agreement, ReloadConfig{promote_shadow}
 		// makes it live.
-		ShadowDisaggConfig yaml.Node        `yaml:"shadow_disagg_config"`
-		QueueThreshold     *float64         `yaml:"queue_threshold"`
-		Selection          policy.Selection `yaml:",inline"`
-		Silence            policy.Silence   `yaml:",inline"`
+		ShadowDisaggConfig yaml.Node `yaml:"shadow_disagg_config"`
+		QueueThreshold     *float64  `yaml:"queue_threshold"`
+		// KVEventsMaxMessageBytes bounds one KV event batch; 0 = kvevents.DefaultMaxPayloadBytes.
+		// It is each event socket's ZMQ_MAXMSGSIZE (plus room for the topic and sequence
+		// frames): libzmq drops a peer that sends more before allocating it. Restart to change.
+		KVEventsMaxMessageBytes int              `yaml:"kv_events_max_message_bytes"`
+		Selection               policy.Selection `yaml:",inline"`
+		Silence                 policy.Silence   `yaml:",inline"`
 	} `yaml:"router"`
 	Pool struct {
 		BookingTTL      time.Duration `yaml:"booking_ttl"`
@@ -103,8 +109,11 @@ type Config struct {
 	Tokenizer     string // the first model's directory
 	CacheSegments int
 	KVEvents      bool
-	Settings      *extproc.Settings
-	Pool          pool.Config // the first model's pool
+	// KVEventsMaxMessageBytes is router.kv_events_max_message_bytes with its default
+	// (kvzmq.Config.MaxPayloadBytes).
+	KVEventsMaxMessageBytes int
+	Settings                *extproc.Settings
+	Pool                    pool.Config // the first model's pool
 	// Models are the served models in configuration order (one for the single-model form).
 	Models       []Model
 	UnknownModel string // reject or passthrough
@@ -176,6 +185,13 @@ func NewFlags() *Flags {
 
 // MaxDecisionConcurrency bounds decision_concurrency: decisions beyond the cores only share them.
 const MaxDecisionConcurrency = 1024
+
+// The range of router.kv_events_max_message_bytes: below 64 KiB a long prompt's BlockStored
+// batch would be refused; above 256 MiB one hostile frame could cost gigabytes of memory.
+const (
+	MinKVEventsMessageBytes = 64 << 10
+	MaxKVEventsMessageBytes = 256 << 20
+)
 
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
@@ -318,6 +334,11 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	}
 	if fc.DecisionQueueTimeout == 0 {
 		bad("decision_queue_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinDecisionQueueTimeout, extproc.MaxDecisionQueueTimeout))
+	}
+	c.KVEventsMaxMessageBytes = cmp.Or(fc.Router.KVEventsMaxMessageBytes, kvevents.DefaultMaxPayloadBytes)
+	if m := c.KVEventsMaxMessageBytes; m < MinKVEventsMessageBytes || m > MaxKVEventsMessageBytes {
+		bad("router.kv_events_max_message_bytes", m, fmt.Sprintf("is outside [%d, %d] (0 = %d)",
+			MinKVEventsMessageBytes, MaxKVEventsMessageBytes, kvevents.DefaultMaxPayloadBytes))
 	}
 	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
 		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))

@@ -9,6 +9,7 @@ import (
 	"github.com/condisagg/condisagg/internal/repo"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
 )
 
@@ -53,6 +54,7 @@ router:
   queue_threshold: 2
   credit_weight: 0.5
   kv_events_silence: 60s
+  kv_events_max_message_bytes: 1048576
 `+workersYAML)
 	c, err := loadArgs(t, "--config", path, "--failure-mode", "open", "--debug-headers")
 	if err != nil {
@@ -72,6 +74,9 @@ router:
 	if len(c.Pool.Workers) != 2 || c.Pool.BlockSize != 16 {
 		t.Fatalf("pool %+v", c.Pool)
 	}
+	if c.KVEventsMaxMessageBytes != 1<<20 {
+		t.Fatalf("kv_events_max_message_bytes %d, want 1048576", c.KVEventsMaxMessageBytes)
+	}
 	// Dynamo's JSON flag replaces the file's object.
 	c, err = loadArgs(t, "--config", path, "--router-conditional-disagg-config", `{"policy":"prefill_load"}`)
 	if err != nil || c.Settings.Policy.Disagg.Policy != policy.PrefillLoad {
@@ -80,7 +85,8 @@ router:
 	// The resource bounds' defaults.
 	c, err = loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "w.yaml", workersYAML))
 	if err != nil || c.Settings.StreamIdleTimeout != extproc.DefaultStreamIdleTimeout ||
-		c.Settings.DecisionQueueTimeout != extproc.DefaultDecisionQueueTimeout || c.DecisionConcurrency != 0 {
+		c.Settings.DecisionQueueTimeout != extproc.DefaultDecisionQueueTimeout || c.DecisionConcurrency != 0 ||
+		c.KVEventsMaxMessageBytes != kvevents.DefaultMaxPayloadBytes {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 }
@@ -100,6 +106,7 @@ router:
   mode: round_robin
   conditional_disagg: true
   conditional_disagg_config: {eff_isl_ratio_threshold: 1.5, polcy: x}
+  kv_events_max_message_bytes: 1073741824
 workers:
   - {name: d, role: decode, endpoint: 127.0.0.1:8200}
 `)
@@ -113,6 +120,7 @@ workers:
 		"stream_idle_timeout: 2h0m0s is outside [1s, 1h0m0s]",
 		"decision_queue_timeout: 0s is outside [1ms, 1m0s]",
 		"decision_concurrency: -1 is outside [0, 1024] (0 = GOMAXPROCS)",
+		"router.kv_events_max_message_bytes: 1073741824 is outside [65536, 268435456] (0 = 16777216)",
 		"log_level: loud must be one of",
 		"model.tokenizer: /nonexistent/model must be an existing model directory",
 		"tls_cert/tls_key: cert.pem/ must be given together",

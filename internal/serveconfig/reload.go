@@ -49,6 +49,9 @@ func RestartNeeded(old, cur *Config) string {
 	if old.KVEvents != cur.KVEvents {
 		fields = append(fields, "router.kv_events")
 	}
+	if old.KVEventsMaxMessageBytes != cur.KVEventsMaxMessageBytes {
+		fields = append(fields, "router.kv_events_max_message_bytes")
+	}
 	if len(fields) == 0 {
 		return ""
 	}

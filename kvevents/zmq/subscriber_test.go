@@ -121,14 +121,21 @@ func TestSubscriberGapReplayHeals(t *testing.T) {
 			if got := h.blocks("w", c); got != 12 {
 				t.Fatalf("index holds %d blocks of the chain, want 12 (as with no drop)", got)
 			}
-			if st.Gaps < 2 || st.HistoryLost != 0 || st.Clears != 0 {
-				t.Fatalf("gaps=%d history_lost=%d clears=%d, want >=2, 0, 0 (status %+v)", st.Gaps, st.HistoryLost, st.Clears, st)
+			// The drops make one or two gaps: when the subscriber is slow (a loaded machine), the
+			// replay for 4..5 is served after 9 was dropped too and heals both at once.
+			if st.Gaps < 1 || st.HistoryLost != 0 || st.Clears != 0 {
+				t.Fatalf("gaps=%d history_lost=%d clears=%d, want >=1, 0, 0 (status %+v)", st.Gaps, st.HistoryLost, st.Clears, st)
 			}
 			if st.LastStored.IsZero() || st.LastStored.After(st.LastEvent) {
 				t.Fatalf("LastStored=%v LastEvent=%v: stored batches were applied, so LastStored must be set and not after LastEvent", st.LastStored, st.LastEvent)
 			}
-			if n := h.counter(h.m.Replays, "w", string(kvevents.ReplaySuccess)); n < 2 {
-				t.Fatalf("successful replays counted %v, want >= 2", n)
+			if n := h.counter(h.m.Replays, "w", string(kvevents.ReplaySuccess)); n < float64(st.Gaps) {
+				t.Fatalf("successful replays counted %v, want >= %d (one per gap)", n, st.Gaps)
+			}
+			for _, bad := range []kvevents.ReplayOutcome{kvevents.ReplayLost, kvevents.ReplayMismatch} {
+				if n := h.counter(h.m.Replays, "w", string(bad)); n != 0 {
+					t.Fatalf("replays counted %s: %v, want 0", bad, n)
+				}
 			}
 		})
 	}

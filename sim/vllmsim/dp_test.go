@@ -13,7 +13,6 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // freePorts returns a base port p such that p .. p+n-1 are free on 127.0.0.1 right now.
@@ -85,15 +84,7 @@ func TestDataParallelRanksLoopback(t *testing.T) {
 	if len(ti.Workers) != 2 || len(ti.Publishers) != 2 {
 		t.Fatalf("instance has %d workers, %d publishers; want 2, 2", len(ti.Workers), len(ti.Publishers))
 	}
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	ix, g := routerIndex(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for rank := range int64(2) {
@@ -105,12 +96,8 @@ func TestDataParallelRanksLoopback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Rank: rank, Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := g.Subscriber("sim-0", rank).Wait(ctx, func(s kvzmq.StreamStatus) bool { return s.Connected }); err != nil {
-			t.Fatal(err)
-		}
+		addStream(t, g, kvzmq.StreamConfig{Worker: "sim-0", Rank: rank, Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"})
+		waitLive(t, ti, g, ix, "qwen3", rank)
 	}
 	overlap := func(tokens []uint32) map[kvindex.WorkerID]int {
 		var o kvindex.Overlaps

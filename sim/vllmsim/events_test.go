@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,76 @@ func waitIndex(t *testing.T, g *kvzmq.Group, cond func() bool) {
 	}
 }
 
+// routerIndex is the router's side of an event test: a block-size-16 index and a stream group
+// feeding it (closed when the test ends).
+func routerIndex(t *testing.T) (*kvindex.Index, *kvzmq.Group) {
+	t.Helper()
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return ix, g
+}
+
+// addStream subscribes g to one publisher (a vllm-sim rank).
+func addStream(t *testing.T, g *kvzmq.Group, sc kvzmq.StreamConfig) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Add(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLive returns once the router's subscription to ti's publisher of rank provably receives
+// live batches. A SUB socket's subscription reaches the PUB some time after it connects
+// (ZeroMQ's slow joiner), and the subscriber's warm-start replay runs once, at connect: a batch
+// published between the two arrives neither way, and if no later batch follows (a test's last
+// request), nothing reveals the gap. So after the warm replay, waitLive sends probe requests
+// (pinned to rank with the data-parallel header) until one's blocks are indexed: a batch
+// applied after the warm replay came live, or by a gap replay that a live batch started. Probe
+// prompts share no block with any test prompt (tokens from 900000).
+func waitLive(t *testing.T, ti *testInstance, g *kvzmq.Group, ix *kvindex.Index, model string, rank int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sub := g.Subscriber("sim-0", rank)
+	if _, err := sub.Wait(ctx, func(s kvzmq.StreamStatus) bool { return s.Connected && s.Replays >= 1 && !s.Replaying }); err != nil {
+		t.Fatalf("rank %d warm-start replay: %v (status %+v)", rank, err, g.Status())
+	}
+	worker := kvevents.IndexWorkerID("sim-0", rank)
+	for i := 0; ctx.Err() == nil; i++ {
+		probe, pj := tokenPrompt(32, 900000+uint32(rank)*10000+uint32(i)*100)
+		body := `{"model":"` + model + `","prompt":` + pj + `,"max_tokens":1}`
+		if code, b := ti.post(t, "/v1/completions", body, HeaderDPRank, strconv.FormatInt(rank, 10)); code != 200 {
+			t.Fatalf("probe request: %d %s", code, b)
+		}
+		wait, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := sub.Wait(wait, func(kvzmq.StreamStatus) bool { return workerOverlap(ix, probe, worker) == 2 })
+		stop()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("rank %d: no probe batch reached the index: %v (status %+v)", rank, ctx.Err(), g.Status())
+}
+
+func workerOverlap(ix *kvindex.Index, tokens []uint32, worker kvindex.WorkerID) int {
+	var o kvindex.Overlaps
+	ix.Overlap(kvindex.Keys(tokens, 16, nil), &o)
+	for _, w := range o.Workers {
+		if w.Worker == worker {
+			return w.GPU
+		}
+	}
+	return 0
+}
+
 func gpuOverlap(ix *kvindex.Index, tokens []uint32) int {
 	var o kvindex.Overlaps
 	ix.Overlap(kvindex.Keys(tokens, 16, nil), &o)
@@ -104,25 +175,9 @@ func TestKVEventsLoopback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ti := startInstance(t, tc.o)
-			ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := g.Subscriber("sim-0", 0).Wait(ctx, func(s kvzmq.StreamStatus) bool { return s.Connected }); err != nil {
-				t.Fatal(err)
-			}
-			// Two requests: if the first batch beat the subscription (slow joiner), the second
-			// one's seq 1 makes the subscriber replay from 0.
+			ix, g := routerIndex(t)
+			addStream(t, g, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"})
+			waitLive(t, ti, g, ix, "qwen3", 0)
 			a, aj := tokenPrompt(100, 1000)
 			b, bj := tokenPrompt(40, 5000)
 			ti.post(t, "/v1/completions", `{"prompt":`+aj+`,"max_tokens":1}`)

@@ -2,16 +2,15 @@ package vllmsim
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
-	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
@@ -92,21 +91,10 @@ func TestDetokenize(t *testing.T) {
 	}
 }
 
+// jsonQuote is s as a JSON string.
 func jsonQuote(s string) string {
-	var sb strings.Builder
-	sb.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"', '\\':
-			sb.WriteByte('\\')
-			sb.WriteRune(r)
-		case '\n':
-			sb.WriteString(`\n`)
-		default:
-			sb.WriteRune(r)
-		}
-	}
-	return sb.String() + `"`
+	b, _ := json.Marshal(s) // a string always encodes
+	return string(b)
 }
 
 func idList(ids []uint32) string {
@@ -123,20 +111,8 @@ func idList(ids []uint32) string {
 // and a request for the base model with none, and the other way round.
 func TestLoRAEventsCreditedByRouter(t *testing.T) {
 	ti := startInstance(t, instOpts{events: true, format: FormatMap, hashes: HashInt, lora: sqlLoRA})
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(prometheus.NewRegistry()), PollInterval: 10 * time.Millisecond}, ix, kvevents.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := g.Add(ctx, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"}); err != nil {
-		t.Fatal(err)
-	}
+	ix, g := routerIndex(t)
+	addStream(t, g, kvzmq.StreamConfig{Worker: "sim-0", Endpoint: ti.pub, ReplayEndpoint: ti.replay, Topic: "kv"})
 	p, err := pool.New(pool.Config{BlockSize: 16, Workers: []pool.WorkerConfig{{Name: "sim-0", Role: pool.RoleDecode,
 		Endpoint: strings.TrimPrefix(ti.url, "http://"), NumGPUBlocks: 1000}}}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
@@ -161,6 +137,7 @@ func TestLoRAEventsCreditedByRouter(t *testing.T) {
 		}
 		return 0
 	}
+	waitLive(t, ti, g, ix, "qwen3", 0)
 	_, a := tokenPrompt(100, 1000) // 6 full blocks of 16
 	_, b := tokenPrompt(40, 5000)  // 2
 	ti.post(t, "/v1/completions", `{"model":"sql-lora","prompt":`+a+`,"max_tokens":1}`)

@@ -1,4 +1,4 @@
-package main
+package tune
 
 import (
 	"bytes"
@@ -10,14 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/condisagg/condisagg/tune"
 )
 
 func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = runTune(context.Background(), args, &out, &errb)
+	code = Command(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -67,7 +65,7 @@ func checkRecordsRun(t *testing.T, seed *uint64, commit string, flags, want map[
 	if commit == "" {
 		t.Error("no commit")
 	}
-	c, f := tune.DefaultConfig(), &tuneFlags{}
+	c, f := DefaultConfig(), &tuneFlags{}
 	tuneFlagSet(&c, f, io.Discard).VisitAll(func(fl *flag.Flag) {
 		if _, ok := flags[fl.Name]; !ok {
 			t.Errorf("flags lack --%s", fl.Name)
@@ -114,6 +112,40 @@ func TestTuneFlagErrors(t *testing.T) {
 	for _, want := range []string{"--cluster", "-o:", "--parallel: 0", "--sweep-eff", "exactly one of"} {
 		if code != 2 || !strings.Contains(errOut, want) {
 			t.Errorf("all problems at once: %q lacks %q", errOut, want)
+		}
+	}
+}
+
+// TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
+// flag with its effective value beside the cells, so a reader can run the same matrix again.
+func TestMatrixCommandRecordsRun(t *testing.T) {
+	jsonOut := filepath.Join(t.TempDir(), "cells.json")
+	var out, errb bytes.Buffer
+	code := MatrixCommand(context.Background(), []string{"--workloads", "b2b", "--fleets", "1P2D", "--slos", "2s/100ms",
+		"--duration", "5s", "--json-out", jsonOut, "--quiet"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	data, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Seed   *uint64           `json:"seed"`
+		Commit string            `json:"commit"`
+		Flags  map[string]string `json:"flags"`
+		Cells  []Cell            `json:"cells"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil || len(doc.Cells) != 1 || doc.Cells[0].Workload != "b2b" {
+		t.Fatalf("--json-out: %v, %d cells:\n%s", err, len(doc.Cells), data)
+	}
+	if doc.Seed == nil || *doc.Seed != 1 || doc.Commit == "" {
+		t.Errorf("seed %v, commit %q; want 1 and a commit", doc.Seed, doc.Commit)
+	}
+	for k, v := range map[string]string{"workloads": "b2b", "fleets": "1P2D", "slos": "2s/100ms", "duration": "5s",
+		"json-out": jsonOut, "quiet": "true", "seed": "1", "parallel": "2", "trace-dir": "", "svg": "", "model": "llama3.1-8b-h100"} {
+		if got, ok := doc.Flags[k]; !ok || got != v {
+			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}
 	}
 }

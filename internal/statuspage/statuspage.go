@@ -1,4 +1,4 @@
-package main
+package statuspage
 
 import (
 	"embed"
@@ -9,8 +9,26 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/internal/serveconfig"
 	"github.com/condisagg/condisagg/route"
 )
+
+// Sources are what the page reads, each at request time. The router, the ext_proc server and
+// the ring are built once per process; readiness, streams and the configuration are read
+// through functions because they change while serving.
+type Sources struct {
+	Router *route.Router
+	Server *extproc.Server // its ring of classified remote-prefill transfers
+	Recent *route.Recent   // the last decisions and the placement mix
+	// Ready reports whether the router can route (a healthy decode worker exists).
+	Ready func() bool
+	// Streams reports the KV event streams; it may return nil (no event streams).
+	Streams func() extproc.StreamReporter
+	// Config is the configuration in force (the last accepted reload).
+	Config func() *serveconfig.Config
+	// ConfigPath is the configuration file ("" : flags only).
+	ConfigPath string
+}
 
 // uiFiles is the status page: static HTML, JS and CSS, no build step. The shell holds no data;
 // the script fetches everything from /ui/api/*, which the admin token protects.
@@ -18,13 +36,17 @@ import (
 //go:embed ui
 var uiFiles embed.FS
 
+// page serves the status page from its sources.
+type page struct{ Sources }
+
 // uiDecisionsDefault is how many decisions /ui/api/state returns without ?decisions=.
 const uiDecisionsDefault = 50
 
-// uiRoutes adds the read-only status page to mux: the static shell under /ui/ and its JSON
+// Register adds the read-only status page to mux: the static shell under /ui/ and its JSON
 // under /ui/api/ (with a token configured, every API call needs it as a bearer header, like
 // /debug/explain).
-func (s *service) uiRoutes(mux *http.ServeMux, token string) {
+func Register(mux *http.ServeMux, src Sources, token string) {
+	s := &page{src}
 	static, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
@@ -34,9 +56,9 @@ func (s *service) uiRoutes(mux *http.ServeMux, token string) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
 	mux.Handle("GET /ui/", uiHeaders(files))
-	mux.Handle("GET /ui/api/state", uiHeaders(requireToken(token, http.HandlerFunc(s.uiState))))
-	mux.Handle("GET /ui/api/config", uiHeaders(requireToken(token, http.HandlerFunc(s.uiConfig))))
-	mux.Handle("GET /ui/api/", uiHeaders(requireToken(token, http.NotFoundHandler())))
+	mux.Handle("GET /ui/api/state", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiState))))
+	mux.Handle("GET /ui/api/config", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiConfig))))
+	mux.Handle("GET /ui/api/", uiHeaders(extproc.RequireToken(token, http.NotFoundHandler())))
 }
 
 // uiHeaders sets what every status page answer carries: no caching, no framing, no sniffing,
@@ -54,20 +76,8 @@ func uiHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// requireToken answers 401 unless the request carries the bearer token (when one is set).
-func requireToken(token string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" && !extproc.TokenValid(r.Header.Get("Authorization"), token) {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			http.Error(w, "admin: missing or wrong bearer token", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // uiState is GET /ui/api/state[?decisions=N]: the fleet, the latest decisions and the mix.
-func (s *service) uiState(w http.ResponseWriter, r *http.Request) {
+func (s *page) uiState(w http.ResponseWriter, r *http.Request) {
 	limit := uiDecisionsDefault
 	if q := r.URL.Query().Get("decisions"); q != "" {
 		n, err := strconv.Atoi(q)
@@ -81,7 +91,7 @@ func (s *service) uiState(w http.ResponseWriter, r *http.Request) {
 }
 
 // uiConfig is GET /ui/api/config: the configuration in force, secrets redacted.
-func (s *service) uiConfig(w http.ResponseWriter, _ *http.Request) {
+func (s *page) uiConfig(w http.ResponseWriter, _ *http.Request) {
 	v, err := s.configView()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -1,4 +1,4 @@
-package main
+package tune
 
 import (
 	"context"
@@ -6,15 +6,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/condisagg/condisagg/internal/flaglist"
-
 	"github.com/condisagg/condisagg/sim"
-	"github.com/condisagg/condisagg/tune"
 	"github.com/condisagg/condisagg/workload"
 )
+
+// The commands `condisagg tune` and `condisagg matrix`: their flags, how the flags become a
+// Config or a MatrixConfig, and what each writes where. cmd/condisagg only dispatches to them,
+// as it hands `serve` to internal/serveconfig's flags.
 
 const tuneUsage = `usage: condisagg tune (--trace FILE | --synthetic NAME) [flags]
 
@@ -27,8 +31,8 @@ the loop, once per routing mode, and recommends conditional-disaggregation thres
 // --progress: shorter runs finish before a bar would tell anything.
 const progressMinRequests = 2000
 
-// tuneFlags are the flags of `condisagg tune` that are not fields of tune.Config, and all of
-// them as the report records them.
+// tuneFlags are the flags of `condisagg tune` that are not fields of Config, and all of them as
+// the report records them.
 type tuneFlags struct {
 	output, jsonOut, plots          string
 	sweepEff, sweepRatio, sweepBusy string
@@ -37,7 +41,7 @@ type tuneFlags struct {
 }
 
 // tuneFlagSet defines the flags of `condisagg tune` on c and f; their defaults are c's.
-func tuneFlagSet(c *tune.Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
+func tuneFlagSet(c *Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -79,8 +83,8 @@ func tuneFlagSet(c *tune.Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseTuneFlags returns the run's configuration, or false after printing every problem.
-func parseTuneFlags(args []string, stderr io.Writer) (*tune.Config, *tuneFlags, bool) {
-	c, f := tune.DefaultConfig(), &tuneFlags{}
+func parseTuneFlags(args []string, stderr io.Writer) (*Config, *tuneFlags, bool) {
+	c, f := DefaultConfig(), &tuneFlags{}
 	fs := tuneFlagSet(&c, f, stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, false // the flag package has printed it
@@ -123,22 +127,23 @@ func joinNums(v []float64) string {
 	return strings.Join(s, ",")
 }
 
-// runTune is `condisagg tune`.
-func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Command is `condisagg tune` with the arguments after the command name. It returns the exit
+// code: 2 for bad flags or an unreadable workload, 1 for a failed run or write, 0 otherwise.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, f, ok := parseTuneFlags(args, stderr)
 	if !ok {
 		return 2
 	}
-	w, err := tune.Load(c)
+	w, err := Load(c)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	bar := tune.NewBar(stderr, !f.quiet && (f.progress || len(w.Requests) >= progressMinRequests))
-	rep, err := tune.Run(ctx, c, w, tune.Options{Progress: bar, Flags: f.all})
+	bar := NewBar(stderr, !f.quiet && (f.progress || len(w.Requests) >= progressMinRequests))
+	rep, err := Run(ctx, c, w, Options{Progress: bar, Flags: f.all})
 	bar.End(err)
 	if err == nil && f.plots != "" {
-		rep.Plots, err = tune.WritePlots(f.plots, rep)
+		rep.Plots, err = WritePlots(f.plots, rep)
 	}
 	if err == nil && f.jsonOut != "" {
 		err = rep.WriteJSONFile(f.jsonOut)
@@ -157,4 +162,77 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// MatrixCommand is `condisagg matrix` with the arguments after the command name: the evaluation
+// matrix of workloads × fleets × SLOs (RunMatrix). It returns the exit code as Command does.
+func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("matrix", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	traceDir := fs.String("trace-dir", "", "folder holding mooncake/conversation_trace.jsonl and azure2023/*.csv")
+	workloads := fs.String("workloads", strings.Join(MatrixWorkloadNames(), ","), "workloads: "+strings.Join(MatrixWorkloadNames(), ", "))
+	fleets := fs.String("fleets", "4P4D,2P6D,6P2D", "fleet shapes")
+	slos := fs.String("slos", "2s/100ms,1s/50ms,500ms/30ms", "objectives TTFT/TPOT")
+	duration := fs.Duration("duration", 600*time.Second, "first arrivals of each workload kept (0 = all)")
+	model := fs.String("model", sim.DefaultPerfModel, "cost model of the engines: "+strings.Join(sim.PerfModelNames(), ", "))
+	seed := fs.Uint64("seed", 1, "seed of the synthetic workloads, tie-breaks and engine hashes")
+	parallel := fs.Int("parallel", 2, "simulations at once")
+	jsonOut := fs.String("json-out", "", "write the cells as JSON to this file")
+	svgOut := fs.String("svg", "", "write the heat map of the ratios to this SVG file")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	run := MatrixRun{Seed: *seed, Flags: map[string]string{}}
+	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
+	run.Commit, run.CommitSource = Commit(ctx)
+	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets)}
+	var err error
+	if mc.SLOs, err = ParseSLOList(*slos); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	for _, name := range flaglist.Items(*workloads) {
+		w, err := MatrixWorkloadByName(name, *traceDir, *duration)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		mc.Workloads = append(mc.Workloads, w)
+	}
+	progress := func(done, total int, name string) {
+		if !*quiet {
+			fmt.Fprintf(stderr, "matrix: %d/%d %s\n", done, total, name)
+		}
+	}
+	cells, err := RunMatrix(ctx, mc, progress)
+	if err == nil {
+		err = WriteMatrixText(stdout, cells)
+	}
+	if err == nil && *jsonOut != "" {
+		err = writeWith(*jsonOut, func(w io.Writer) error { return WriteMatrixJSON(w, run, cells) })
+	}
+	if err == nil && *svgOut != "" {
+		var b []byte
+		if b, err = MatrixHeatmapSVG(cells); err == nil {
+			err = os.WriteFile(*svgOut, b, 0o644)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func writeWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

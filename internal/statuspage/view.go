@@ -1,4 +1,4 @@
-package main
+package statuspage
 
 import (
 	"time"
@@ -13,8 +13,8 @@ import (
 // The JSON of the status page. Each object may gain fields; clients ignore what they do not
 // know. Absent data is null, never a made-up zero (a worker never scraped has "scraped": null).
 
-// stateJSON is /ui/api/state.
-type stateJSON struct {
+// State is /ui/api/state.
+type State struct {
 	Now       time.Time     `json:"now"`
 	Ready     bool          `json:"ready"`
 	Policy    string        `json:"policy"`
@@ -40,13 +40,13 @@ type transferJSON struct {
 }
 
 type modelJSON struct {
-	Name         string       `json:"name"` // "" : the one model, which takes every name
-	BlockSize    int          `json:"block_size"`
-	LoRAAdapters []string     `json:"lora_adapters,omitempty"`
-	Workers      []workerJSON `json:"workers"`
+	Name         string   `json:"name"` // "" : the one model, which takes every name
+	BlockSize    int      `json:"block_size"`
+	LoRAAdapters []string `json:"lora_adapters,omitempty"`
+	Workers      []Worker `json:"workers"`
 }
 
-type workerJSON struct {
+type Worker struct {
 	ID           string    `json:"id"`
 	Name         string    `json:"name"`
 	Role         string    `json:"role"`
@@ -195,23 +195,23 @@ func shadowView(st route.ShadowStats) *shadowJSON {
 }
 
 // stateView gathers the state for /ui/api/state at now, with up to limit decisions.
-func (s *service) stateView(now time.Time, limit int) stateJSON {
-	ready, _ := s.readiness()
-	st := stateJSON{Now: now, Ready: ready, Policy: string(s.router.Policy().Disagg.Policy), Shadow: shadowView(s.router.ShadowStats())}
-	streams := s.reporter()
-	for _, m := range s.router.Models() {
-		mj := modelJSON{Name: m.Name, BlockSize: m.BlockSize, LoRAAdapters: m.LoRAAdapters, Workers: []workerJSON{}}
+func (s *page) stateView(now time.Time, limit int) State {
+	ready := s.Ready()
+	st := State{Now: now, Ready: ready, Policy: string(s.Router.Policy().Disagg.Policy), Shadow: shadowView(s.Router.ShadowStats())}
+	streams := s.Streams()
+	for _, m := range s.Router.Models() {
+		mj := modelJSON{Name: m.Name, BlockSize: m.BlockSize, LoRAAdapters: m.LoRAAdapters, Workers: []Worker{}}
 		for _, w := range m.Pool.Workers() {
 			mj.Workers = append(mj.Workers, workerView(now, w, m.Index, streams))
 		}
 		st.Models = append(st.Models, mj)
 	}
-	st.Decisions = decisionsJSON{Total: s.recent.Total(), Kept: s.recent.Size(), Latest: []decisionJSON{}}
-	for _, e := range s.recent.Latest(make([]route.Entry, 0, min(limit, s.recent.Size())), limit) {
+	st.Decisions = decisionsJSON{Total: s.Recent.Total(), Kept: s.Recent.Size(), Latest: []decisionJSON{}}
+	for _, e := range s.Recent.Latest(make([]route.Entry, 0, min(limit, s.Recent.Size())), limit) {
 		st.Decisions.Latest = append(st.Decisions.Latest, decisionView(e))
 	}
 	st.Transfers = []transferJSON{}
-	for _, r := range s.ext.RecentTransfers(limit) {
+	for _, r := range s.Server.RecentTransfers(limit) {
 		tj := transferJSON{At: r.At, RequestID: r.RequestID, Prefill: r.Prefill, Decode: r.Decode, Outcome: string(r.Outcome),
 			PromptTokens: r.PromptTokens}
 		if r.CachedTokens >= 0 {
@@ -219,8 +219,8 @@ func (s *service) stateView(now time.Time, limit int) stateJSON {
 		}
 		st.Transfers = append(st.Transfers, tj)
 	}
-	st.Mix = mixJSON{BucketSeconds: s.recent.Bucket().Seconds(), Placements: route.PlacementNames[:]}
-	for _, b := range s.recent.Mix(now) {
+	st.Mix = mixJSON{BucketSeconds: s.Recent.Bucket().Seconds(), Placements: route.PlacementNames[:]}
+	for _, b := range s.Recent.Mix(now) {
 		bj := mixBucketJSON{Start: b.Start, Counts: make(map[string]int64, route.NumPlacements)}
 		for p, n := range b.Counts {
 			bj.Counts[route.PlacementNames[p]] = n
@@ -231,8 +231,8 @@ func (s *service) stateView(now time.Time, limit int) stateJSON {
 }
 
 // workerView describes one worker of a model with index ix; streams may be nil.
-func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams extproc.StreamReporter) workerJSON {
-	wj := workerJSON{ID: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, DPRank: w.Rank,
+func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams extproc.StreamReporter) Worker {
+	wj := Worker{ID: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, DPRank: w.Rank,
 		DPSize: w.DataParallelSize, Healthy: w.Healthy, HealthReason: string(w.HealthReason), HealthSince: w.HealthSince,
 		Booked:           bookedJSON{Requests: w.ActiveRequests, PrefillTokens: w.ActivePrefillTokens, DecodeBlocks: w.ActiveDecodeBlocks},
 		KVCapacityBlocks: w.KVCapacityBlocks, MaxBatchedTokens: w.MaxBatchedTokens}
@@ -296,8 +296,8 @@ func decisionView(e route.Entry) decisionJSON {
 	return d
 }
 
-// configJSON is /ui/api/config.
-type configJSON struct {
+// Configuration is /ui/api/config.
+type Configuration struct {
 	ConfigFile string         `json:"config_file"` // "" : flags only
 	Admin      adminJSON      `json:"admin"`
 	File       map[string]any `json:"file"` // the file merged with the flags, secrets redacted
@@ -311,12 +311,12 @@ type adminJSON struct {
 }
 
 // configView describes the configuration in force (the last accepted reload).
-func (s *service) configView() (configJSON, error) {
-	cfg := s.cfg.Load()
+func (s *page) configView() (Configuration, error) {
+	cfg := s.Config()
 	file, err := cfg.File.View()
 	if err != nil {
-		return configJSON{}, err
+		return Configuration{}, err
 	}
-	return configJSON{ConfigFile: s.flags.ConfigPath, File: file, Admin: adminJSON{Token: cfg.Admin.Token != "",
+	return Configuration{ConfigFile: s.ConfigPath, File: file, Admin: adminJSON{Token: cfg.Admin.Token != "",
 		TLS: cfg.Admin.TLS != nil, ClientCA: cfg.File.AdminClientCA != ""}}, nil
 }

@@ -1,0 +1,57 @@
+package extproc
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/condisagg/condisagg/route"
+)
+
+// RequireToken answers 401 unless the request carries the bearer token (when one is set): the
+// admin HTTP port's guard for everything that reveals cache contents or routing.
+func RequireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !TokenValid(r.Header.Get("Authorization"), token) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "admin: missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ExplainHandler is POST /debug/explain?path=/v1/chat/completions with the OpenAI body: the
+// Admin Explain answer as JSON. Bodies over maxBody() bytes (the live max_body_bytes) get 413,
+// an invalid body 400, an unknown model 404, any other routing error 503.
+func (a *Admin) ExplainHandler(maxBody func() int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Query().Get("path")
+		if path == "" {
+			path = "/v1/chat/completions"
+		}
+		limit := int64(maxBody())
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil || int64(len(body)) > limit {
+			http.Error(w, "body unreadable or over --max-body-bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		resp, err := a.explain(r.Context(), path, body)
+		if err != nil {
+			code := http.StatusServiceUnavailable
+			switch {
+			case errors.Is(err, route.ErrInvalidBody):
+				code = http.StatusBadRequest
+			case errors.Is(err, route.ErrUnknownModel):
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		out, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+		w.Header().Set("content-type", "application/json")
+		_, _ = w.Write(out)
+	})
+}
