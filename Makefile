@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers chaos fuzz demo conformance conformance-vllm clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm clean
 
 all: build
 
@@ -63,6 +63,14 @@ PEERS_FLAGS ?=
 bench-peers: deps
 	cd bench/peers && cargo build --release --locked
 	$(GO) run ./cmd/bench-peers $(PEERS_FLAGS)
+
+# The scale curves of BENCHMARKS.md "Scale curves": decision p99 (extproc, through gRPC) and the
+# overlap lookup next to Dynamo's indexes (bench-peers), against workers (8 to 1,024) and prompt
+# length (1k to 128k tokens); raw outputs and SVG files in bench/curves/. Takes about 15 minutes
+# here. CURVES_COUNT=3 repeats the decision runs; CURVES_PLOT_ONLY=1 redraws from the raw files.
+bench-curves: deps
+	cd bench/peers && cargo build --release --locked
+	bash scripts/bench-curves.sh
 
 # The chaos suite at full size through the real Envoy (1,000 concurrent streams; kill -9 of
 # workers and of condisagg, hostile clients and KV event publishers) and rewrites the measured

@@ -90,6 +90,8 @@ type env struct {
 	metrics *Metrics
 	recent  *route.Recent
 	client  extprocv3.ExternalProcessorClient
+	// nextHash is the last engine block hash storePrompt handed out (hashes are never reused).
+	nextHash uint64
 }
 
 func newEnv(t testing.TB, o envOptions) *env {

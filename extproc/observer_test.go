@@ -16,24 +16,35 @@ import (
 )
 
 // cacheOn stores the full blocks of a chat body's prompt in worker's GPU cache, as its KV
-// events would.
+// events would, and returns the prompt's token count.
 func (e *env) cacheOn(worker string, body []byte) int {
+	e.t.Helper()
+	n, _ := e.storePrompt(worker, body)
+	return n
+}
+
+// storePrompt is cacheOn that also returns the engine hashes it stored, for a later Remove.
+// Every call takes fresh engine hashes: a parentless store of hashes the worker already holds
+// is a re-announcement of cache hits, which the index does not count (kvindex store.go), so
+// reusing hashes across calls would store nothing.
+func (e *env) storePrompt(worker string, body []byte) (tokens int, hashes []uint64) {
 	e.t.Helper()
 	toks, err := qwen3(e.t).EncodeChat(nil, body, tokenizer.ChatOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	n := len(toks) / 16
-	hashes := make([]uint64, n)
+	hashes = make([]uint64, n)
 	for i := range hashes {
-		hashes[i] = uint64(len(worker))<<40 | uint64(i+1)
+		e.nextHash++
+		hashes[i] = e.nextHash
 	}
 	res := e.index.Store(kvindex.WorkerID(worker), &kvindex.Store{Medium: kvindex.GPU, Hashes: hashes,
 		Tokens: toks[:n*16], BlockSize: 16, PlainBlocks: n})
 	if res.Skip != kvindex.SkipNone || res.Stored != n {
 		e.t.Fatalf("store on %s: %+v", worker, res)
 	}
-	return len(toks)
+	return len(toks), hashes
 }
 
 func (e *env) worker(id string) pool.WorkerInfo {

@@ -88,7 +88,7 @@ func (p *Pool) Book(b Booking) error {
 		case policy.VerdictCapacityUnknown:
 			return fmt.Errorf("pool: book request=%s worker=%s: %w", b.RequestID, d.id, policy.ErrCapacityUnknown)
 		}
-		r.keys = slices.Clone(b.Keys)
+		r.keys = p.copyKeysLocked(b.Keys)
 		for _, k := range r.keys {
 			d.active[k]++
 		}
@@ -99,7 +99,7 @@ func (p *Pool) Book(b Booking) error {
 		if b.ISL%p.cfg.BlockSize != 0 {
 			r.unique = 1
 		}
-		r.keys = slices.Clone(b.Keys)
+		r.keys = p.copyKeysLocked(b.Keys)
 		for _, k := range r.keys {
 			d.active[k]++
 		}
@@ -131,6 +131,25 @@ func (p *Pool) Book(b Booking) error {
 		p.publishLocked(r.p)
 	}
 	return nil
+}
+
+// copyKeysLocked copies keys into a released booking's slice when one is free.
+func (p *Pool) copyKeysLocked(keys []uint64) []uint64 {
+	n := len(p.freeKeys)
+	if n == 0 {
+		return slices.Clone(keys)
+	}
+	s := p.freeKeys[n-1]
+	p.freeKeys[n-1] = nil
+	p.freeKeys = p.freeKeys[:n-1]
+	return append(s[:0], keys...)
+}
+
+// freeKeysLocked keeps the keys of a released booking for reuse, within the bounds.
+func (p *Pool) freeKeysLocked(keys []uint64) {
+	if keys != nil && cap(keys) <= maxFreeKeyCap && len(p.freeKeys) < maxFreeKeySlices {
+		p.freeKeys = append(p.freeKeys, keys[:0])
+	}
 }
 
 func (p *Pool) checkBooking(b Booking) error {
@@ -231,6 +250,8 @@ func (p *Pool) releaseLocked(id string, r *record) {
 		w.requests--
 		p.publishLocked(w)
 	}
+	p.freeKeysLocked(r.keys)
+	r.keys = nil
 	delete(p.bookings, id)
 	p.m.Bookings.Set(float64(len(p.bookings)))
 }

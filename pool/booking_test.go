@@ -4,6 +4,7 @@ import (
 	"github.com/condisagg/condisagg/policy"
 
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -379,5 +380,60 @@ func TestReportedUsageGuard(t *testing.T) {
 	f.p.Snapshot(&s, Request{})
 	if err := book("r3"); !errors.Is(err, policy.ErrCapacityUnknown) || s.Decode[0].ReportedKVUsage != -1 {
 		t.Fatalf("stale scrape: %v, snapshot usage %v", err, s.Decode[0].ReportedKVUsage)
+	}
+}
+
+// TestBookReusesReleasedKeys: a booking takes the key slice a released booking freed, and
+// each booking still counts exactly its own keys: releasing one leaves the other's blocks, and
+// a caller's later change to the keys it passed changes nothing. The free list stays bounded.
+func TestBookReusesReleasedKeys(t *testing.T) {
+	f := newFixture(t, basic())
+	a, b := keys(1, 10), keys(2, 4)
+	if err := f.p.Book(Booking{RequestID: "a", Mode: ModeBypass, Decode: "d0", Keys: a, ISL: 160}); err != nil {
+		t.Fatal(err)
+	}
+	f.p.Release("a")
+	if len(f.p.freeKeys) != 1 {
+		t.Fatalf("free key slices after one release = %d, want 1", len(f.p.freeKeys))
+	}
+	if err := f.p.Book(Booking{RequestID: "b", Mode: ModeBypass, Decode: "d0", Keys: b, ISL: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.p.freeKeys) != 0 {
+		t.Fatal("the second booking did not take the freed slice")
+	}
+	if err := f.p.Book(Booking{RequestID: "c", Mode: ModeBypass, Decode: "d0", Keys: a, ISL: 160}); err != nil {
+		t.Fatal(err)
+	}
+	a[0], b[0] = 99, 99 // the pool holds copies
+	if got := f.load(t, "d0").ADB; got != 14 {
+		t.Fatalf("active decode blocks with b (4) and c (10) booked = %d, want 14", got)
+	}
+	f.p.Release("b")
+	if got := f.load(t, "d0").ADB; got != 10 {
+		t.Fatalf("after releasing b = %d, want c's 10", got)
+	}
+	f.p.Release("c")
+	if got := f.load(t, "d0").ADB; got != 0 {
+		t.Fatalf("after releasing everything = %d, want 0", got)
+	}
+	for i := range maxFreeKeySlices + 10 {
+		id := fmt.Sprint("r", i)
+		if err := f.p.Book(Booking{RequestID: id, Mode: ModeRemote, Decode: "d0", Prefill: "p0", ISL: 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range maxFreeKeySlices + 10 {
+		f.p.freeKeysLocked(make([]uint64, 1))
+		f.p.Release(fmt.Sprint("r", i))
+	}
+	f.p.freeKeysLocked(make([]uint64, maxFreeKeyCap+1))
+	if n := len(f.p.freeKeys); n > maxFreeKeySlices {
+		t.Fatalf("free key slices = %d, want at most %d", n, maxFreeKeySlices)
+	}
+	for _, s := range f.p.freeKeys {
+		if cap(s) > maxFreeKeyCap {
+			t.Fatalf("kept a slice of capacity %d > %d", cap(s), maxFreeKeyCap)
+		}
 	}
 }

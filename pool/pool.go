@@ -79,7 +79,16 @@ type Pool struct {
 	changed  chan struct{}      // closed and replaced with every version bump (Changed)
 	probing  bool               // the probe loop runs: passive signals count
 	bookings map[string]*record // open bookings by request id
+	// freeKeys are key slices of released bookings, reused by Book so that a steady stream of
+	// decisions does not allocate a copy of every prompt's keys (at most maxFreeKeySlices,
+	// each of capacity at most maxFreeKeyCap: 8 MiB retained at most).
+	freeKeys [][]uint64
 }
+
+const (
+	maxFreeKeySlices = 128
+	maxFreeKeyCap    = 8192 // keys: a 128k-token prompt at 16-token blocks
+)
 
 // worker is one discovered worker. Immutable fields are set at discovery; the rest is guarded
 // by Pool.mu.

@@ -205,6 +205,83 @@ func TestSaltAndAdapterKeys(t *testing.T) {
 	}
 }
 
+// TestOverlapOfFindsEveryWorker: a worker's overlap is found by scanning a short overlap list
+// and through the index past linearOverlaps entries, for every worker, and a worker without an
+// entry has none; the index is rebuilt (not appended to) for the next decision.
+func TestOverlapOfFindsEveryWorker(t *testing.T) {
+	for _, n := range []int{0, 3, linearOverlaps, linearOverlaps + 1, 40} {
+		var sc scratch
+		for round := range 2 {
+			sc.ov.Workers = sc.ov.Workers[:0]
+			for i := range n {
+				sc.ov.Workers = append(sc.ov.Workers, kvindex.WorkerOverlap{Worker: kvindex.WorkerID(fmt.Sprintf("w%d-%d", round, i)), GPU: 100*round + i + 1, CPU: i})
+			}
+			sc.indexOverlaps()
+			for i := range n {
+				o, ok := sc.overlapOf(fmt.Sprintf("w%d-%d", round, i))
+				if !ok || o.GPU != 100*round+i+1 || o.CPU != i {
+					t.Fatalf("n=%d round %d: worker %d = %+v, %v", n, round, i, o, ok)
+				}
+			}
+			if _, ok := sc.overlapOf("w9-0"); ok {
+				t.Fatalf("n=%d: a worker without an overlap entry was found", n)
+			}
+			if round == 1 && n > 0 {
+				if _, ok := sc.overlapOf("w0-0"); ok {
+					t.Fatalf("n=%d: the previous decision's worker is still indexed", n)
+				}
+			}
+		}
+	}
+}
+
+// TestDecisionSeesOverlapOnLargeFleet: with more overlapping workers than linearOverlaps, the
+// decision still credits each decode worker with its own overlap: of 20 decode workers holding
+// 1..20 blocks of the prompt's prefix, the one holding the most is previewed with its 20.
+func TestDecisionSeesOverlapOnLargeFleet(t *testing.T) {
+	var ws []pool.WorkerConfig
+	ws = append(ws, pool.WorkerConfig{Name: "p0", Role: pool.RolePrefill, Endpoint: "10.0.1.1:8000", MaxNumBatchedTokens: 8192})
+	for i := range 20 {
+		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
+			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
+	}
+	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := prompt(16 * 24)
+	for i := range 20 {
+		n := i + 1
+		hashes := make([]uint64, n)
+		for j := range hashes {
+			hashes[j] = uint64(i*1000 + j + 1)
+		}
+		if res := ix.Store(kvindex.WorkerID("d"+strconv.Itoa(i)), &kvindex.Store{Medium: kvindex.GPU, Hashes: hashes,
+			Tokens: toks[:16*n], BlockSize: 16, PlainBlocks: n}); res.Stored != n {
+			t.Fatalf("store on d%d: %+v", i, res)
+		}
+	}
+	cfg := enabledConfig()
+	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: toks, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Overlaps) != 20 {
+		t.Fatalf("%d overlapping workers, want 20", len(out.Overlaps))
+	}
+	if rec := out.Record(); rec.Decode != "d19" || rec.Overlap != 20 {
+		t.Fatalf("decision previewed %s with overlap %d, want d19 with 20: %+v", rec.Decode, rec.Overlap, rec)
+	}
+}
+
 // TestPanicAfterBookReleases (issue 12 item 3): a panic after the pool booked the request (here
 // in the Observe hook, the last step of Decide and Fallback) is an ErrInternal (Decide) or
 // ErrNoEligibleWorker (Fallback) error, and the booking it made is released: no worker keeps a

@@ -219,13 +219,13 @@ func runCase(ctx context.Context, o options, dir, self string, indexes []string,
 	f := caseFiles(dir, c)
 	defer func() { os.Remove(f.events); os.Remove(f.lookups); os.Remove(f.expect) }()
 	ms := strconv.Itoa(o.lookupMS)
-	cr.ours, err = runHarness(ctx, log, self, "-mode", "ours", "-dir", dir, "-case", c.Name(), "-engine-hashes", string(c.Hashes), "-lookup-ms", ms)
+	cr.ours, err = runHarness(ctx, log, c, self, "-mode", "ours", "-dir", dir, "-case", c.Name(), "-engine-hashes", string(c.Hashes), "-lookup-ms", ms)
 	if err != nil {
 		return cr, err
 	}
 	cr.errs = append(cr.errs, check(ex, cr.ours)...)
 	for _, ix := range indexes {
-		r, err := runHarness(ctx, log, o.dynamo, "--index", ix, "--events", f.events, "--lookups", f.lookups, "--lookup-ms", ms)
+		r, err := runHarness(ctx, log, c, o.dynamo, "--index", ix, "--events", f.events, "--lookups", f.lookups, "--lookup-ms", ms)
 		if err != nil {
 			return cr, err
 		}
@@ -235,8 +235,9 @@ func runCase(ctx context.Context, o options, dir, self string, indexes []string,
 	return cr, nil
 }
 
-// runHarness runs one harness process and decodes the JSON line it prints.
-func runHarness(ctx context.Context, log io.Writer, name string, args ...string) (Result, error) {
+// runHarness runs one harness process on case c and decodes the JSON line it prints; log gets
+// that line with the case's name as its first field ("case"), which cmd/bench-curves reads.
+func runHarness(ctx context.Context, log io.Writer, c Case, name string, args ...string) (Result, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
@@ -254,7 +255,9 @@ func runHarness(ctx context.Context, log io.Writer, name string, args ...string)
 	if err := json.Unmarshal(last, &r); err != nil {
 		return r, fmt.Errorf("bench-peers: %s printed no result line: %w", filepath.Base(name), err)
 	}
-	fmt.Fprintf(log, "%s\n", last)
+	if len(last) > 2 {
+		fmt.Fprintf(log, "{\"case\":%q,%s\n", c.Name(), last[1:])
+	}
 	return r, nil
 }
 

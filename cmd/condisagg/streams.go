@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/condisagg/condisagg/extproc"
@@ -12,25 +13,50 @@ import (
 
 // eventStreams adapts the kvzmq group to extproc's EventStreams and StreamReporter: streams
 // keyed by pool worker id, which names the data-parallel rank ("<engine>/dp<rank>").
+//
+// Stream runs for every worker of every decision, so it takes no lock: the group's subscriber
+// table and each subscriber's RouteView are read lock-free, and the routed counts are one
+// atomic word per worker (three mutexes per worker per decision before).
 type eventStreams struct {
 	group *kvzmq.Group
-	mu    sync.Mutex        // guards routed and seen
-	seen  map[string]bool   // workers whose stream connected at least once (readiness)
-	route map[string]routed // requests routed since the worker's last accepted BlockStored
+	mu    sync.Mutex      // guards seen
+	seen  map[string]bool // workers whose stream connected at least once (readiness)
+	// route holds one *atomic.Uint64 per worker: the requests routed to it since its last
+	// accepted BlockStored, packed with that store's number (routedWord).
+	route sync.Map
 }
 
-type routed struct {
-	since time.Time // the LastStored the count refers to
-	n     int
+// A routed word packs the stream's StoredBatches (low 40 bits) above the count (24 bits,
+// saturating): a count whose batch number is not the stream's current one is stale, i.e. 0.
+const (
+	routedCountBits = 24
+	routedCountMax  = 1<<routedCountBits - 1
+	routedGenMask   = 1<<(64-routedCountBits) - 1
+)
+
+func routedWord(stores uint64, n uint64) uint64 {
+	return (stores&routedGenMask)<<routedCountBits | n
+}
+
+// routedSince is the count of word w if it belongs to batch number stores, else 0.
+func routedSince(w, stores uint64) int {
+	if w>>routedCountBits != stores&routedGenMask {
+		return 0
+	}
+	return int(w & routedCountMax)
 }
 
 func newEventStreams(g *kvzmq.Group) *eventStreams {
-	return &eventStreams{group: g, seen: map[string]bool{}, route: map[string]routed{}}
+	return &eventStreams{group: g, seen: map[string]bool{}}
+}
+
+func (s *eventStreams) subscriber(worker string) *kvzmq.Subscriber {
+	engine, rank := pool.SplitRankID(worker)
+	return s.group.Subscriber(engine, int64(rank))
 }
 
 func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
-	engine, rank := pool.SplitRankID(worker)
-	sub := s.group.Subscriber(engine, int64(rank))
+	sub := s.subscriber(worker)
 	if sub == nil {
 		return kvzmq.StreamStatus{}, false
 	}
@@ -39,34 +65,37 @@ func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
 
 // Stream is the policy's view of a worker's stream; a worker without one is down.
 func (s *eventStreams) Stream(worker string, _ time.Time) policy.Stream {
-	st, ok := s.status(worker)
-	if !ok {
+	sub := s.subscriber(worker)
+	if sub == nil {
 		return policy.Stream{}
 	}
-	s.mu.Lock()
-	r := s.route[worker]
-	s.mu.Unlock()
+	v := sub.View()
 	n := 0
-	if r.since.Equal(st.LastStored) {
-		n = r.n
+	if c, ok := s.route.Load(worker); ok {
+		n = routedSince(c.(*atomic.Uint64).Load(), v.StoredBatches)
 	}
-	return policy.Stream{Connected: st.Connected, LastStored: st.LastStored, RoutedSinceStored: n}
+	return policy.Stream{Connected: v.Connected, LastStored: v.LastStored, RoutedSinceStored: n}
 }
 
 // Routed counts one request routed to worker since its last accepted BlockStored.
 func (s *eventStreams) Routed(worker string) {
-	st, ok := s.status(worker)
-	if !ok {
+	sub := s.subscriber(worker)
+	if sub == nil {
 		return
 	}
-	s.mu.Lock()
-	r := s.route[worker]
-	if !r.since.Equal(st.LastStored) {
-		r = routed{since: st.LastStored}
+	stores := sub.View().StoredBatches
+	c, ok := s.route.Load(worker)
+	if !ok {
+		c, _ = s.route.LoadOrStore(worker, new(atomic.Uint64))
 	}
-	r.n++
-	s.route[worker] = r
-	s.mu.Unlock()
+	ctr := c.(*atomic.Uint64)
+	for {
+		old := ctr.Load()
+		n := uint64(routedSince(old, stores))
+		if ctr.CompareAndSwap(old, routedWord(stores, min(n+1, routedCountMax))) {
+			return
+		}
+	}
 }
 
 // StreamInfo reports the stream for ListWorkers.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
@@ -23,6 +24,10 @@ type Group struct {
 	mu      sync.Mutex // guards streams, closed
 	streams map[streamKey]*member
 	closed  bool
+	// subs is a copy of streams' subscribers, replaced (never modified) under mu whenever
+	// streams changes, so that Subscriber, which the router calls for every worker of every
+	// decision, takes no lock.
+	subs atomic.Pointer[map[streamKey]*Subscriber]
 }
 
 type streamKey struct {
@@ -44,7 +49,18 @@ func NewGroup(cfg Config, ix *kvindex.Index, lim kvevents.Limits) (*Group, error
 	if ix == nil {
 		return nil, errors.New("kvzmq: new group: nil index")
 	}
-	return &Group{cfg: cfg.withDefaults(), ix: ix, lim: lim, streams: make(map[streamKey]*member)}, nil
+	g := &Group{cfg: cfg.withDefaults(), ix: ix, lim: lim, streams: make(map[streamKey]*member)}
+	g.subs.Store(&map[streamKey]*Subscriber{})
+	return g, nil
+}
+
+// publishSubsLocked replaces subs with the subscribers of streams; g.mu is held.
+func (g *Group) publishSubsLocked() {
+	subs := make(map[streamKey]*Subscriber, len(g.streams))
+	for k, m := range g.streams {
+		subs[k] = m.sub
+	}
+	g.subs.Store(&subs)
 }
 
 // Add starts ingesting stream sc on a goroutine the group owns. It returns once the stream's
@@ -71,6 +87,7 @@ func (g *Group) Add(ctx context.Context, sc StreamConfig) error {
 		return fmt.Errorf("kvzmq: add stream worker=%s rank=%d: already running", sc.Worker, sc.Rank)
 	}
 	g.streams[key] = m
+	g.publishSubsLocked()
 	g.mu.Unlock()
 
 	ready := make(chan error, 1)
@@ -98,6 +115,7 @@ func (g *Group) drop(key streamKey, m *member) {
 	g.mu.Lock()
 	if g.streams[key] == m {
 		delete(g.streams, key)
+		g.publishSubsLocked()
 	}
 	g.mu.Unlock()
 	m.cancel()
@@ -124,14 +142,9 @@ func (g *Group) Remove(ctx context.Context, worker string, rank int64) error {
 	return nil
 }
 
-// Subscriber returns the running subscriber of (worker, rank), or nil.
+// Subscriber returns the running subscriber of (worker, rank), or nil. It takes no lock.
 func (g *Group) Subscriber(worker string, rank int64) *Subscriber {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if m := g.streams[streamKey{worker, rank}]; m != nil {
-		return m.sub
-	}
-	return nil
+	return (*g.subs.Load())[streamKey{worker, rank}]
 }
 
 // Status returns a snapshot of every stream, sorted by worker and rank.
@@ -160,6 +173,7 @@ func (g *Group) Close() {
 		ms = append(ms, m)
 		delete(g.streams, k)
 	}
+	g.publishSubsLocked()
 	g.mu.Unlock()
 	for _, m := range ms {
 		m.cancel()

@@ -41,6 +41,7 @@ type streamShell struct {
 	dirty          bool               // the status snapshot is stale
 	lastEvent      time.Time
 	lastStored     time.Time
+	storedBatches  uint64
 	warned         warnLimiter // per-batch warnings: at most one per warnEvery, the rest counted
 	dropped        uint64
 	malformed      uint64
@@ -89,6 +90,7 @@ func (sh *streamShell) publish(connected, monitored bool) {
 		ss.Monitored = monitored
 		ss.LastEvent = sh.lastEvent
 		ss.LastStored = sh.lastStored
+		ss.StoredBatches = sh.storedBatches
 		ss.Dropped = sh.dropped
 		ss.MalformedClear = sh.malformed
 		ss.StreamState = sh.st.State()
@@ -177,6 +179,7 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 		}
 		if sh.storedOf != nil && sh.storedOf.StoredInLastBatch() > 0 {
 			sh.lastStored = now
+			sh.storedBatches++
 		}
 		sh.s.ctr.lastSeq.Set(float64(seq))
 		sh.s.ctr.lastEvent.Set(float64(now.UnixNano()) / 1e9)

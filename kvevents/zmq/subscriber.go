@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/condisagg/condisagg/kvevents"
@@ -141,6 +142,7 @@ type StreamStatus struct {
 	Monitored            bool      // the socket monitor runs: transport reconnects are detected
 	LastEvent            time.Time // wall clock when the last batch was applied; zero if none
 	LastStored           time.Time // wall clock of the last batch with an accepted BlockStored; zero if none
+	StoredBatches        uint64    // batches with an accepted BlockStored (each one moves LastStored)
 	Dropped              uint64    // messages dropped (frames, seq size, too large)
 	MalformedClear       uint64    // clears after a batch-level decode failure
 	kvevents.StreamState           // position and counters of the sequence machine
@@ -159,6 +161,21 @@ type Subscriber struct {
 	mu      sync.Mutex    // guards status, changed
 	status  StreamStatus  // latest snapshot, published by the Run goroutine
 	changed chan struct{} // closed and replaced whenever status changes
+	// view is status's RouteView, replaced by publish when it changes; View reads it lock-free.
+	view atomic.Pointer[RouteView]
+}
+
+// RouteView is the part of a stream's status that the router reads for every worker of every
+// decision (the policy's stream signal, conditional-disagg.md §8.3).
+type RouteView struct {
+	Connected     bool
+	LastStored    time.Time
+	StoredBatches uint64 // changes exactly when LastStored does
+}
+
+// View returns the stream's RouteView as of the last published snapshot, without locking.
+func (s *Subscriber) View() RouteView {
+	return *s.view.Load()
 }
 
 // NewSubscriber validates the configs and returns a subscriber for one stream. It starts
@@ -178,6 +195,7 @@ func NewSubscriber(cfg Config, sc StreamConfig, a batchApplier) (*Subscriber, er
 		changed: make(chan struct{}),
 	}
 	s.status = StreamStatus{Worker: sc.Worker, Rank: sc.Rank, Endpoint: sc.Endpoint, ReplayEndpoint: sc.ReplayEndpoint}
+	s.view.Store(&RouteView{})
 	return s, nil
 }
 
@@ -212,6 +230,9 @@ func (s *Subscriber) publish(update func(*StreamStatus)) {
 	update(&s.status)
 	close(s.changed)
 	s.changed = make(chan struct{})
+	if v := (RouteView{Connected: s.status.Connected, LastStored: s.status.LastStored, StoredBatches: s.status.StoredBatches}); v != *s.view.Load() {
+		s.view.Store(&v)
+	}
 	s.mu.Unlock()
 }
 
