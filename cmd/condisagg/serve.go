@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/internal/eventstreams"
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
@@ -57,7 +58,7 @@ type servedModel struct {
 	name    string
 	pool    *pool.Pool
 	index   *kvindex.Index
-	streams *eventStreams // nil without --router-kv-events
+	streams *eventstreams.Streams // nil without --router-kv-events
 	group   *kvzmq.Group
 	watcher *kube.Watcher // nil without discovery.kubernetes entries for the model
 }
@@ -198,7 +199,7 @@ func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc se
 			MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, m.index, kvevents.Limits{}); err != nil {
 			return nil, err
 		}
-		m.streams = newEventStreams(m.group)
+		m.streams = eventstreams.New(m.group)
 		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, m, added, removed) }
 	}
 	// pool.New reports the workers it starts with through OnChange, so their event streams
@@ -349,7 +350,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 
 // reporter is the admin's stream reporter (nil without event streams).
 func (s *service) reporter() extproc.StreamReporter {
-	var all modelStreams
+	var all eventstreams.Models
 	for _, m := range s.models {
 		if m.streams != nil {
 			all = append(all, m.streams)

@@ -20,36 +20,37 @@ const module = "github.com/condisagg/condisagg"
 // anything and are not listed; a library package missing from this table fails the test, so a
 // new package must take its place in the graph.
 var allowed = map[string][]string{
-	"policy":               {"cost"},
-	"cost":                 {},
-	"kvindex":              {},
-	"workload":             {},
-	"tokenizer":            {},
-	"sidecar":              {},
-	"proto/condisagg/v1":   {},
-	"sim":                  {"kvindex", "cost"},
-	"kvevents":             {"kvindex"},
-	"pool":                 {"policy"},
-	"route":                {"tokenizer", "kvindex", "policy", "pool"},
-	"cluster":              {"route", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist"},
-	"kvevents/zmq":         {"kvevents", "kvindex"},
-	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
-	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
-	"envoy":                {"internal/proc", "internal/repo"},
-	"internal/repo":        {},
-	"internal/flaglist":    {},
-	"internal/adminclient": {"proto/condisagg/v1"},
-	"internal/serveconfig": {"extproc", "kvevents", "policy", "pool", "pool/kube"},
-	"internal/statuspage":  {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
-	"internal/kubeapi":     {"internal/proc", "internal/repo"},
-	"pool/kube":            {"pool"},
-	"internal/proc":        {},
-	"internal/importcheck": {},
-	"internal/leakcheck":   {},
-	"scripts/benchtable":   {},
-	"internal/golden":      {},
-	"internal/layers":      {},
+	"policy":                {"cost"},
+	"cost":                  {},
+	"kvindex":               {},
+	"workload":              {},
+	"tokenizer":             {},
+	"sidecar":               {},
+	"proto/condisagg/v1":    {},
+	"sim":                   {"kvindex", "cost"},
+	"kvevents":              {"kvindex"},
+	"pool":                  {"policy"},
+	"route":                 {"tokenizer", "kvindex", "policy", "pool"},
+	"cluster":               {"route", "sim", "workload", "kvindex", "policy", "pool"},
+	"tune":                  {"cluster", "workload", "sim", "policy", "route", "internal/flaglist"},
+	"kvevents/zmq":          {"kvevents", "kvindex"},
+	"sim/vllmsim":           {"sim", "tokenizer", "kvevents"},
+	"extproc":               {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
+	"envoy":                 {"internal/proc", "internal/repo"},
+	"internal/repo":         {},
+	"internal/flaglist":     {},
+	"internal/adminclient":  {"proto/condisagg/v1"},
+	"internal/serveconfig":  {"extproc", "kvevents", "policy", "pool", "pool/kube"},
+	"internal/statuspage":   {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
+	"internal/eventstreams": {"extproc", "kvevents/zmq", "policy", "pool"},
+	"internal/kubeapi":      {"internal/proc", "internal/repo"},
+	"pool/kube":             {"pool"},
+	"internal/proc":         {},
+	"internal/importcheck":  {},
+	"internal/leakcheck":    {},
+	"scripts/benchtable":    {},
+	"internal/golden":       {},
+	"internal/layers":       {},
 }
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
@@ -134,7 +135,7 @@ func TestCoresWithoutCgo(t *testing.T) {
 
 // serverSide are the packages that belong to the binary's side of the graph: they may reach
 // extproc (serve's configuration builds extproc.Settings; the golden test drives the server).
-var serverSide = []string{"extproc", "internal/serveconfig", "internal/statuspage", "internal/golden", "internal/layers"}
+var serverSide = []string{"extproc", "internal/serveconfig", "internal/statuspage", "internal/eventstreams", "internal/golden", "internal/layers"}
 
 // TestNobodyImportsServers: no other library package reaches extproc or a binary transitively.
 func TestNobodyImportsServers(t *testing.T) {

@@ -1,4 +1,7 @@
-package main
+// Package eventstreams adapts a model's KV event subscriptions (a kvzmq.Group) to what the
+// router reads of them: the policy's per-worker stream signal (connected, last accepted
+// BlockStored, requests routed since) and extproc's stream report for ListWorkers.
+package eventstreams
 
 import (
 	"sync"
@@ -11,13 +14,13 @@ import (
 	"github.com/condisagg/condisagg/pool"
 )
 
-// eventStreams adapts the kvzmq group to extproc's EventStreams and StreamReporter: streams
+// Streams adapts the kvzmq group to extproc's EventStreams and StreamReporter: streams
 // keyed by pool worker id, which names the data-parallel rank ("<engine>/dp<rank>").
 //
 // Stream runs for every worker of every decision, so it takes no lock: the group's subscriber
 // table and each subscriber's RouteView are read lock-free, and the routed counts are one
 // atomic word per worker (three mutexes per worker per decision before).
-type eventStreams struct {
+type Streams struct {
 	group *kvzmq.Group
 	mu    sync.Mutex      // guards seen
 	seen  map[string]bool // workers whose stream connected at least once (readiness)
@@ -46,16 +49,17 @@ func routedSince(w, stores uint64) int {
 	return int(w & routedCountMax)
 }
 
-func newEventStreams(g *kvzmq.Group) *eventStreams {
-	return &eventStreams{group: g, seen: map[string]bool{}}
+// New adapts group g.
+func New(g *kvzmq.Group) *Streams {
+	return &Streams{group: g, seen: map[string]bool{}}
 }
 
-func (s *eventStreams) subscriber(worker string) *kvzmq.Subscriber {
+func (s *Streams) subscriber(worker string) *kvzmq.Subscriber {
 	engine, rank := pool.SplitRankID(worker)
 	return s.group.Subscriber(engine, int64(rank))
 }
 
-func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
+func (s *Streams) status(worker string) (kvzmq.StreamStatus, bool) {
 	sub := s.subscriber(worker)
 	if sub == nil {
 		return kvzmq.StreamStatus{}, false
@@ -64,7 +68,7 @@ func (s *eventStreams) status(worker string) (kvzmq.StreamStatus, bool) {
 }
 
 // Stream is the policy's view of a worker's stream; a worker without one is down.
-func (s *eventStreams) Stream(worker string, _ time.Time) policy.Stream {
+func (s *Streams) Stream(worker string, _ time.Time) policy.Stream {
 	sub := s.subscriber(worker)
 	if sub == nil {
 		return policy.Stream{}
@@ -78,7 +82,7 @@ func (s *eventStreams) Stream(worker string, _ time.Time) policy.Stream {
 }
 
 // Routed counts one request routed to worker since its last accepted BlockStored.
-func (s *eventStreams) Routed(worker string) {
+func (s *Streams) Routed(worker string) {
 	sub := s.subscriber(worker)
 	if sub == nil {
 		return
@@ -99,7 +103,7 @@ func (s *eventStreams) Routed(worker string) {
 }
 
 // StreamInfo reports the stream for ListWorkers.
-func (s *eventStreams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
+func (s *Streams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
 	st, ok := s.status(worker)
 	if !ok {
 		return extproc.StreamInfo{}, false
@@ -109,7 +113,7 @@ func (s *eventStreams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
 }
 
 // Seen reports whether worker's stream has connected or delivered a batch at least once.
-func (s *eventStreams) Seen(worker string) bool {
+func (s *Streams) Seen(worker string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen[worker] {
@@ -122,12 +126,12 @@ func (s *eventStreams) Seen(worker string) bool {
 	return s.seen[worker]
 }
 
-// modelStreams reports the streams of every model to ListWorkers (worker ids are unique
+// Models reports the streams of every model to ListWorkers (worker ids are unique
 // across models).
-type modelStreams []*eventStreams
+type Models []*Streams
 
 // StreamInfo reports the worker's stream from the model that has it.
-func (ms modelStreams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
+func (ms Models) StreamInfo(worker string) (extproc.StreamInfo, bool) {
 	for _, s := range ms {
 		if si, ok := s.StreamInfo(worker); ok {
 			return si, true

@@ -1,4 +1,4 @@
-package main
+package eventstreams
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // startStreams runs a kvzmq group on a real index with one stream per publisher endpoint
 // (workers w0, w1, ...) and returns the policy's view of them.
-func startStreams(t testing.TB, endpoints []string) (*eventStreams, *kvzmq.Group) {
+func startStreams(t testing.TB, endpoints []string) (*Streams, *kvzmq.Group) {
 	t.Helper()
 	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
 	if err != nil {
@@ -35,7 +35,7 @@ func startStreams(t testing.TB, endpoints []string) (*eventStreams, *kvzmq.Group
 			t.Fatal(err)
 		}
 	}
-	return newEventStreams(g), g
+	return New(g), g
 }
 
 // TestEventStreamsCountRoutedSinceStored: the routed count of a worker grows with Routed,
