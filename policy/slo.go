@@ -141,30 +141,44 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		}
 	}
 	bypassReason, localReason := ReasonSLOBypass, ReasonSLOPrefillLocal
-	if best < 0 {
+	var r Route
+	var i int
+	var est Estimate
+	switch {
+	case best >= satisficeMargin:
+		// The objective has room: latency below it buys no goodput, so run the request whole
+		// where the aggregated selection would, among the workers that keep the margin.
+		r, i, est = e.aggregatedPlacement(cfg, in, snap, only, func(r Route, w sloWorker) (Estimate, bool) {
+			est := e.local(w, r == RouteDecode)
+			e.correct(cfg, in, r, &est)
+			return est, est.Valid && est.Headroom >= satisficeMargin
+		})
+	case best < 0:
 		// No placement is forecast to meet the objective (or none has KV room): placement
 		// cannot save this request, so it goes where it costs the fleet least.
-		if r, i := e.overloadPlacement(cfg, in, snap, only); i >= 0 {
-			choice, best = r, 0
-			bypassReason, localReason = ReasonSLOOverloadBypass, ReasonSLOOverloadPrefillLocal
-			// The forecast recorded for the route is the chosen worker's, so Explain and the
-			// controller compare what happens there with what was expected there.
-			var est Estimate
-			if r == RouteDecode {
-				bestD = i
-				est = e.forecastLocal(sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)})
-				est.Decode = snap.Decode[i].ID
-			} else {
-				localP = i
-				c := 0
-				if in.Prefill != nil {
-					c = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
-				}
-				est = e.forecastLocal(sloWorker{l: &snap.Prefill[i], cached: c})
-				est.Prefill = snap.Prefill[i].ID
+		r, i, est = e.aggregatedPlacement(cfg, in, snap, only, func(r Route, w sloWorker) (Estimate, bool) {
+			if e.guard.Enabled && !e.fits(w.l, w.l.NewBlocks) {
+				return Estimate{}, false
 			}
+			est := e.forecastLocal(w)
 			e.correct(cfg, in, r, &est)
-			x.Estimates[r] = est
+			return est, true
+		})
+		if i >= 0 {
+			best = 0
+			bypassReason, localReason = ReasonSLOOverloadBypass, ReasonSLOOverloadPrefillLocal
+		}
+	default:
+		i = -1
+	}
+	if i >= 0 {
+		// The forecast recorded for the route is the chosen worker's, so Explain and the
+		// controller compare what happens there with what was expected there.
+		choice, x.Estimates[r] = r, est
+		if r == RouteDecode {
+			bestD = i
+		} else {
+			localP = i
 		}
 	}
 	switch {
@@ -333,35 +347,51 @@ func (e *estimator) remote(p, d sloWorker) Estimate {
 	return est
 }
 
-// overloadPlacement runs the whole request where the aggregated selection of §6 would: the
+// satisficeMargin is the headroom (share of the objective) a placement must keep for the slo
+// policy to stop maximising headroom and place the request by aggregated cost instead.
+const satisficeMargin = 0.2
+
+// aggregatedPlacement runs the whole request where the aggregated selection of §6 would: the
 // lowest bypass cost (queued prefill less cache credit, plus decode blocks and requests) over
-// the decode and the prefill pool together. A fleet that cannot meet the objective serves the
-// most requests when it works as one aggregated pool, without the transfer and with every
-// cache hit; the decode-busy guard, when on, still bars a worker above θd. It returns the
-// placement and worker index, or -1 when no worker is a candidate.
-func (e *estimator) overloadPlacement(cfg *Config, in *Input, snap *Snapshot, only int) (Route, int) {
+// the decode and the prefill pool together, among the workers admit accepts (admit also
+// returns the worker's forecast, recorded for the choice). A fleet works best as one
+// aggregated pool when placement cannot change whether the objective is met: every placement
+// keeps a margin, or none meets it. It returns the placement, the worker index (-1 when no
+// worker is admitted) and its forecast.
+func (e *estimator) aggregatedPlacement(cfg *Config, in *Input, snap *Snapshot, only int,
+	admit func(Route, sloWorker) (Estimate, bool)) (Route, int, Estimate) {
 	route, best, bestCost := RouteDecode, -1, math.Inf(1)
-	consider := func(r Route, sel *selector, i int) {
-		l := &sel.loads[i]
-		if e.guard.Enabled && !e.fits(l, l.NewBlocks) {
+	var chosen Estimate
+	consider := func(r Route, sel *selector, i int, w sloWorker) {
+		c := sel.cost(i)
+		if c >= bestCost {
 			return
 		}
-		if c := sel.cost(i); c < bestCost {
-			route, best, bestCost = r, i, c
+		if est, ok := admit(r, w); ok {
+			route, best, bestCost, chosen = r, i, c, est
+			if r == RouteDecode {
+				chosen.Decode = w.l.ID
+			} else {
+				chosen.Prefill = w.l.ID
+			}
 		}
 	}
 	sd := newSelector(cfg, in, snap.Decode, in.Decode, modeBypass)
 	sd.only = only
 	for i := range snap.Decode {
 		if sd.candidate(i) {
-			consider(RouteDecode, &sd, i)
+			consider(RouteDecode, &sd, i, sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)})
 		}
 	}
 	if only < 0 { // a decode pin keeps the request on that worker
 		sp := newSelector(cfg, in, snap.Prefill, in.Prefill, modeBypass)
 		for i := range snap.Prefill {
-			consider(RoutePrefillLocal, &sp, i)
+			c := 0
+			if in.Prefill != nil {
+				c = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
+			}
+			consider(RoutePrefillLocal, &sp, i, sloWorker{l: &snap.Prefill[i], cached: c})
 		}
 	}
-	return route, best
+	return route, best, chosen
 }

@@ -80,14 +80,16 @@ func sloInput(s *Snapshot, isl int, decodeGPU ...int) *Input {
 		in.Decode = append(in.Decode, Signal{Worker: w.ID, GPU: g, Stream: live()})
 		s.Decode[i].NewBlocks = int64((isl+15)/16 - g)
 	}
-	for _, w := range s.Prefill {
+	for i, w := range s.Prefill {
 		in.Prefill = append(in.Prefill, Signal{Worker: w.ID, Stream: live()})
+		s.Prefill[i].NewBlocks = int64((isl + 15) / 16) // as pool.Snapshot sets it
 	}
 	return in
 }
 
 // TestSLOPlacements: the forecast picks the placement the cost model says keeps the most SLO
-// headroom, in the four regimes that matter, and records the three forecasts.
+// headroom, in the regimes that matter, and records the three forecasts (in these cases the
+// aggregated choice of TestSLOSatisfice agrees with it).
 func TestSLOPlacements(t *testing.T) {
 	heavyDecode := func(d []WorkerLoad) { // 200 sequences of 4k context each
 		for i := range d {
@@ -155,6 +157,42 @@ func TestSLOPlacements(t *testing.T) {
 				t.Fatalf("prefill_local decision decode=%d prefill tokens %d", dec.Decode, dec.PrefillTokens)
 			}
 		})
+	}
+}
+
+// TestSLOSatisfice: while the best placement keeps a 20% margin under the objective, the slo
+// policy stops maximising headroom and runs the request whole where aggregated selection
+// would (here the decode worker holding its prefix, though remote prefill forecasts more
+// headroom); when no local placement keeps the margin, the most headroom wins again.
+func TestSLOSatisfice(t *testing.T) {
+	load := func(d, p []WorkerLoad) {
+		for i := range d {
+			d[i].DecodeRequests, d[i].ActiveDecodeBlocks = 40, 40*256
+		}
+		for i := range p {
+			p[i].ActiveDecodeBlocks = 29900 // no KV room for a whole request
+		}
+	}
+	cfg := sloConfig(t, ``)
+	s := sloFleet(load)
+	in := sloInput(s, 8000, 0, 480)
+	dec := Decide(&cfg, in, s, newRand(1))
+	est := dec.Inputs.Estimates
+	if dec.Route != RouteDecode || dec.Reason != ReasonSLOBypass || dec.DecodeID != "d1" {
+		t.Fatalf("route %v reason %v decode %q, want slo_bypass on d1 (estimates %+v)", dec.Route, dec.Reason, dec.DecodeID, est)
+	}
+	if !(est[RoutePrefill].Headroom > est[RouteDecode].Headroom && est[RouteDecode].Headroom >= satisficeMargin) {
+		t.Fatalf("want remote to forecast more headroom than the chosen bypass, which keeps the margin: %+v", est)
+	}
+	// A 25 ms TPOT objective: a local prefill on d1 would slow its 40 decodes past the margin
+	// (and the prefill workers have no KV room), so the remote prefill with the most headroom
+	// wins.
+	cfg = sloConfig(t, `,"slo_tpot_ms":25`)
+	s = sloFleet(load)
+	in = sloInput(s, 8000, 0, 480)
+	dec = Decide(&cfg, in, s, newRand(1))
+	if dec.Route != RoutePrefill || dec.Reason != ReasonSLORemote {
+		t.Fatalf("25 ms TPOT: route %v reason %v (estimates %+v)", dec.Route, dec.Reason, dec.Inputs.Estimates)
 	}
 }
 
@@ -231,7 +269,8 @@ func TestSLOOverload(t *testing.T) {
 }
 
 // TestSLOPerRequestObjective: a request's own tighter TPOT objective changes the choice the
-// configured one makes, and is what Inputs records.
+// configured one makes (from the aggregated choice under a loose objective to the remote
+// prefill that protects TPOT), and is what Inputs records.
 func TestSLOPerRequestObjective(t *testing.T) {
 	cfg := sloConfig(t, `,"slo_tpot_ms":1000`)
 	s := sloFleet(func(d, p []WorkerLoad) {
@@ -241,8 +280,11 @@ func TestSLOPerRequestObjective(t *testing.T) {
 		p[0].ActivePrefillTokens, p[1].ActivePrefillTokens = 16000, 16000
 	})
 	in := sloInput(s, 8000)
-	if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != RouteDecode {
-		t.Fatalf("a 1 s TPOT objective: route %v, want the local prefill", dec.Route)
+	// A 1 s TPOT leaves every local placement room: the whole request goes where aggregated
+	// selection puts it, a prefill worker (queued prefill) rather than a decode worker holding
+	// 200 sequences.
+	if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != RoutePrefillLocal || dec.Reason != ReasonSLOPrefillLocal {
+		t.Fatalf("a 1 s TPOT objective: route %v reason %v, want prefill_local by aggregated cost", dec.Route, dec.Reason)
 	}
 	in.SLO = SLO{TPOT: 60 * time.Millisecond}
 	dec := Decide(&cfg, in, s, newRand(1))

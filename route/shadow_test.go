@@ -57,8 +57,10 @@ func TestShadowCountsAndNeverSteers(t *testing.T) {
 	if st.Decisions != n || pairs != n || reasons != n || st.SameWorkers > st.SameRoute || st.SameRoute > n {
 		t.Fatalf("stats %+v", st)
 	}
-	if st.Forecasts == 0 || st.ShadowHeadroomSum < st.LiveHeadroomSum {
-		t.Fatalf("an slo candidate forecast %d decisions, headroom live %.2f vs its own %.2f (its choice is its best)", st.Forecasts, st.LiveHeadroomSum, st.ShadowHeadroomSum)
+	// On an idle fleet every choice of the slo candidate keeps the objective with room (it
+	// places by aggregated cost among those that keep a 20% margin).
+	if st.Forecasts == 0 || st.ShadowHeadroomSum < 0.2*float64(st.Forecasts) {
+		t.Fatalf("an slo candidate forecast %d decisions, headroom live %.2f vs its own %.2f", st.Forecasts, st.LiveHeadroomSum, st.ShadowHeadroomSum)
 	}
 	if st.Config == "" || st.ByRoute[policy.RoutePrefill][policy.RouteDecode] == 0 {
 		t.Fatalf("config %q, pairs %v: want fresh remote prompts the slo candidate prefills locally on an idle fleet", st.Config, st.ByRoute)
