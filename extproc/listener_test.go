@@ -22,7 +22,13 @@ import (
 // a stop function that cancels Serve and waits for it.
 func startServer(t *testing.T, e *env, drain time.Duration) (*grpc.ClientConn, func() error) {
 	t.Helper()
-	g, hs := NewGRPCServer(e.server, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})
+	return startServerWith(t, e, drain, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})
+}
+
+// startServerWith is startServer with the ext_proc server's options.
+func startServerWith(t *testing.T, e *env, drain time.Duration, opts GRPCOptions) (*grpc.ClientConn, func() error) {
+	t.Helper()
+	g, hs := NewGRPCServer(e.server, opts)
 	SetReady(hs, true)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,6 +52,51 @@ func startServer(t *testing.T, e *env, drain time.Duration) (*grpc.ClientConn, f
 	}
 	t.Cleanup(func() { conn.Close(); _ = stop() })
 	return conn, stop
+}
+
+// TestMaxConcurrentStreamsPerConnection: the ext_proc server admits at most
+// MaxConcurrentStreams streams per connection (each may buffer a whole body); one more waits
+// for a slot, here until its deadline, and gets one as soon as a stream ends.
+func TestMaxConcurrentStreamsPerConnection(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	conn, _ := startServerWith(t, e, time.Minute, GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes, MaxConcurrentStreams: 2})
+	client := extprocv3.NewExternalProcessorClient(conn)
+	open := func(ctx context.Context, name string) (*envoy, error) {
+		stream, err := client.Process(ctx)
+		if err != nil {
+			return nil, err
+		}
+		v := &envoy{t: t, stream: stream, reqMode: buffered, respMode: streamed, first: true}
+		if h := decideBuffered(t, v, chatBody(name, true)); h[HeaderRoute] == "" {
+			t.Fatalf("%s: no decision", name)
+		}
+		return v, nil
+	}
+	first, err := open(context.Background(), "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(context.Background(), "second"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	stream, err := client.Process(ctx)
+	if err == nil {
+		// gRPC may hand out the stream and block its first message instead.
+		err = stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs(":method", "GET", ":path", "/health"), EndOfStream: true}}})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a third stream on a 2-stream connection: %v, want it to wait for a slot until its deadline", err)
+	}
+	first.closeAndDrain()
+	if _, err := open(context.Background(), "after"); err != nil {
+		t.Fatalf("a stream after one ended: %v", err)
+	}
 }
 
 // TestHealthNames: envoy-extproc.md §2 — liveness, readiness, the ext_proc service and "".
