@@ -1,9 +1,10 @@
 package tune
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
+
+	"github.com/condisagg/condisagg/internal/svgplot"
 
 	xfont "golang.org/x/image/font"
 	"gonum.org/v1/plot"
@@ -11,7 +12,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // ratioGrid is the matrix as a gonum heat map: columns are (fleet, SLO), rows are workloads,
@@ -94,15 +94,9 @@ func MatrixHeatmapSVG(cells []Cell) ([]byte, error) {
 	p.X.Tick.Label.Font, p.Y.Tick.Label.Font = sans(7, xfont.WeightNormal), sans(8, xfont.WeightNormal)
 	p.X.Tick.Label.Rotation, p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = 0.6, draw.XRight, draw.YTop
 	w, h := vg.Points(float64(max(420, 90+48*len(g.cols)))), vg.Points(float64(110+28*len(g.rows)))
-	canvas := vgsvg.New(w, h)
-	dc := draw.New(canvas)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	p.BackgroundColor = nil
-	p.Draw(draw.Crop(dc, chartMargin, -chartMargin, chartMargin, -chartMargin))
-	var b bytes.Buffer
-	if _, err := canvas.WriteTo(&b); err != nil {
+	out, err := svgplot.Render(p, nil, svgplot.Page{W: w, H: h, Margin: chartMargin})
+	if err != nil {
 		return nil, fmt.Errorf("tune: heat map: %w", err)
 	}
-	return b.Bytes(), nil
+	return out, nil
 }

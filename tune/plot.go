@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"math"
@@ -11,13 +10,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/condisagg/condisagg/internal/svgplot"
+
 	xfont "golang.org/x/image/font"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/condisagg/condisagg/policy"
 )
@@ -96,23 +96,11 @@ func (c *plotChart) svg() ([]byte, error) {
 		legend.Add(shorten(s.name), l)
 	}
 	c.fixRanges(p)
-	canvas := vgsvg.New(chartW, chartH)
-	dc := draw.New(canvas)
-	// One white page under the axes and the legend: on a dark page the legend's black text
-	// would otherwise sit on the page's own colour.
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	p.BackgroundColor = nil
-	// gonum draws to the canvas edge; the margin keeps the title and the y label inside the
-	// viewBox of every SVG renderer.
-	p.Draw(draw.Crop(dc, chartMargin, -legendW, chartMargin, -chartMargin))
-	legend.XOffs, legend.Padding = vg.Points(8), vg.Points(3)
-	legend.Draw(draw.Crop(dc, chartW-legendW, 0, 0, -vg.Points(36)))
-	var b bytes.Buffer
-	if _, err := canvas.WriteTo(&b); err != nil {
+	out, err := svgplot.Render(p, &legend, svgplot.Page{W: chartW, H: chartH, Margin: chartMargin, LegendW: legendW})
+	if err != nil {
 		return nil, fmt.Errorf("tune: plot %q: %w", c.title, err)
 	}
-	return b.Bytes(), nil
+	return out, nil
 }
 
 // points are s's points to draw: at most maxPointsPerLine (the last one always kept), and on a

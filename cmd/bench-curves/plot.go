@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/condisagg/condisagg/internal/svgplot"
 
 	xfont "golang.org/x/image/font"
 	"gonum.org/v1/plot"
@@ -14,7 +15,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // The two axes of the curves: fleet size at a fixed prompt length, prompt length at a fixed fleet.
@@ -155,19 +155,11 @@ func (c *chart) svg() ([]byte, error) {
 		legend.Add(s.name, l)
 	}
 	p.X.Min, p.X.Max = xs[0]/1.3, xs[len(xs)-1]*1.3
-	canvas := vgsvg.New(chartW, chartH)
-	dc := draw.New(canvas)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	p.BackgroundColor = nil
-	p.Draw(draw.Crop(dc, margin, -legendW, margin, -margin))
-	legend.XOffs, legend.Padding = vg.Points(8), vg.Points(3)
-	legend.Draw(draw.Crop(dc, chartW-legendW, 0, 0, -vg.Points(36)))
-	var b bytes.Buffer
-	if _, err := canvas.WriteTo(&b); err != nil {
+	out, err := svgplot.Render(p, &legend, svgplot.Page{W: chartW, H: chartH, Margin: margin, LegendW: legendW})
+	if err != nil {
 		return nil, fmt.Errorf("bench-curves: %s: %w", c.file, err)
 	}
-	return b.Bytes(), nil
+	return out, nil
 }
 
 func sans(points float64, weight xfont.Weight) font.Font {
