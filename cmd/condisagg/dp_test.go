@@ -108,23 +108,13 @@ func TestServeDataParallelRanks(t *testing.T) {
 	model := requireModel(t)
 	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
 	simAddr := startDPSim(t, model, pub, rep)
-	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
-	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + fmt.Sprintf(`workers:
-  - {name: decode-0, role: decode, endpoint: %s, num_gpu_blocks: 1000, data_parallel_size: 2,
-     kv_events: "tcp://127.0.0.1:%d", kv_replay: "tcp://127.0.0.1:%d"}
-`, simAddr, pub, rep)
-	a := startServe(t, cfg)
+	a := startServe(t, dpServeConfig(model, simAddr, pub, rep))
 	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	aconn, err := grpc.NewClient(a.adminGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aconn.Close()
-	admin := condisaggv1.NewAdminClient(aconn)
+	admin := adminClient(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	workers := func() map[string]*condisaggv1.Worker {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/condisagg/condisagg/internal/repo"
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
 // requireModel is the Qwen3 tokenizer directory of the test models.
@@ -60,4 +64,25 @@ func decideHeaders(t *testing.T, conn *grpc.ClientConn, body string, extra ...st
 		t.Fatalf("stream end: %v", err)
 	}
 	return set
+}
+
+// dpServeConfig is serve's test config with KV events on and one decode worker of two
+// data-parallel ranks at simAddr, publishing on ports pub and pub+1, replaying on rep and rep+1.
+func dpServeConfig(model, simAddr string, pub, rep int) string {
+	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
+	return strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + fmt.Sprintf(`workers:
+  - {name: decode-0, role: decode, endpoint: %s, num_gpu_blocks: 1000, data_parallel_size: 2,
+     kv_events: "tcp://127.0.0.1:%d", kv_replay: "tcp://127.0.0.1:%d"}
+`, simAddr, pub, rep)
+}
+
+// adminClient is a client of a's Admin gRPC listener, closed with the test.
+func adminClient(t *testing.T, a listenAddrs) condisaggv1.AdminClient {
+	t.Helper()
+	conn, err := grpc.NewClient(a.adminGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return condisaggv1.NewAdminClient(conn)
 }

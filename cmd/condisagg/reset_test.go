@@ -4,14 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
@@ -27,18 +23,8 @@ func TestServeResetPrefixCache(t *testing.T) {
 	model := requireModel(t)
 	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
 	simAddr := startSimScaled(t, model, 2, pub, rep, 1) // real time: a long request keeps running
-	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
-	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1) + fmt.Sprintf(`workers:
-  - {name: decode-0, role: decode, endpoint: %s, num_gpu_blocks: 1000, data_parallel_size: 2,
-     kv_events: "tcp://127.0.0.1:%d", kv_replay: "tcp://127.0.0.1:%d"}
-`, simAddr, pub, rep)
-	a := startServe(t, cfg)
-	aconn, err := grpc.NewClient(a.adminGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aconn.Close()
-	admin := condisaggv1.NewAdminClient(aconn)
+	a := startServe(t, dpServeConfig(model, simAddr, pub, rep))
+	admin := adminClient(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	blocks := func() (total int64, per map[string]int64) {
