@@ -245,7 +245,7 @@ func (o *respObserver) firstToken(x *exchange) {
 // its answer, and counts it per prefill/decode pair.
 func (o *respObserver) judgeTransfer(x *exchange) {
 	o.judged = true
-	rec := TransferRecord{At: time.Now(), RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
+	rec := TransferRecord{At: time.Now(), Decision: x.seq, RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
 	if o.hasUsage {
 		rec.PromptTokens, rec.CachedTokens = o.usage.PromptTokens, o.usage.CachedTokens
 	}

@@ -43,6 +43,7 @@ func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDe
 // TransferRecord is one classified remote-prefill request, for Explain and the status page.
 type TransferRecord struct {
 	At           time.Time
+	Decision     uint64 // the decision's route.Entry.Seq (0: the server keeps no Recent)
 	RequestID    string
 	Prefill      string // prefill worker id
 	Decode       string // decode worker id
@@ -83,6 +84,22 @@ func (l *transferLog) classify(rec TransferRecord, hasUsage bool) TransferOutcom
 		l.next, l.full = 0, true
 	}
 	return rec.Outcome
+}
+
+// byDecision returns the records of the decisions whose Seq is in seqs (0 never matches).
+func (l *transferLog) byDecision(seqs map[uint64]bool) map[uint64]TransferRecord {
+	out := make(map[uint64]TransferRecord, len(seqs))
+	if len(seqs) == 0 {
+		return out
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.ring {
+		if r.Decision != 0 && seqs[r.Decision] {
+			out[r.Decision] = r
+		}
+	}
+	return out
 }
 
 // latest returns up to limit records, newest first.

@@ -26,6 +26,7 @@ const (
 	Admin_ListWorkers_FullMethodName  = "/condisagg.v1.Admin/ListWorkers"
 	Admin_ReloadConfig_FullMethodName = "/condisagg.v1.Admin/ReloadConfig"
 	Admin_Shadow_FullMethodName       = "/condisagg.v1.Admin/Shadow"
+	Admin_Recent_FullMethodName       = "/condisagg.v1.Admin/Recent"
 )
 
 // AdminClient is the client API for Admin service.
@@ -41,6 +42,9 @@ type AdminClient interface {
 	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
 	// live one on the requests routed since it was set.
 	Shadow(ctx context.Context, in *ShadowRequest, opts ...grpc.CallOption) (*ShadowResponse, error)
+	// Recent returns the last routed decisions, newest first, each with its disaggregation
+	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
+	Recent(ctx context.Context, in *RecentRequest, opts ...grpc.CallOption) (*RecentResponse, error)
 }
 
 type adminClient struct {
@@ -91,6 +95,16 @@ func (c *adminClient) Shadow(ctx context.Context, in *ShadowRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) Recent(ctx context.Context, in *RecentRequest, opts ...grpc.CallOption) (*RecentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecentResponse)
+	err := c.cc.Invoke(ctx, Admin_Recent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -104,6 +118,9 @@ type AdminServer interface {
 	// Shadow reports how the candidate config (router.shadow_disagg_config) compares with the
 	// live one on the requests routed since it was set.
 	Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error)
+	// Recent returns the last routed decisions, newest first, each with its disaggregation
+	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
+	Recent(context.Context, *RecentRequest) (*RecentResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -125,6 +142,9 @@ func (UnimplementedAdminServer) ReloadConfig(context.Context, *ReloadConfigReque
 }
 func (UnimplementedAdminServer) Shadow(context.Context, *ShadowRequest) (*ShadowResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Shadow not implemented")
+}
+func (UnimplementedAdminServer) Recent(context.Context, *RecentRequest) (*RecentResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Recent not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -219,6 +239,24 @@ func _Admin_Shadow_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Recent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Recent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Recent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Recent(ctx, req.(*RecentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -241,6 +279,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shadow",
 			Handler:    _Admin_Shadow_Handler,
+		},
+		{
+			MethodName: "Recent",
+			Handler:    _Admin_Recent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
