@@ -1,5 +1,5 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
-// server; `explain`, `workers` and `shadow` query a running router's Admin API; `tune` simulates a
+// server; `explain`, `workers`, `recent` and `shadow` query a running router's Admin API; `tune` simulates a
 // workload to choose thresholds.
 package main
 
@@ -20,6 +20,7 @@ commands:
   serve     run the ext_proc router (--config file.yaml, Dynamo-compatible --router-* flags)
   explain   show the decision for a request without booking it (--addr, --path, --body @file)
   workers   list workers with load and KV event stream state (--addr)
+  recent    the last routed decisions with their KV transfer outcome (transferred, recomputed, ...) (--addr, -n)
   shadow    compare the candidate config (router.shadow_disagg_config) with the live one; --promote makes it live
   tune      simulate a workload per routing mode and suggest thresholds
   matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, args[1:], stdout, stderr)
+	case "recent":
+		return runRecent(ctx, args[1:], stdout, stderr)
 	case "shadow":
 		return runShadow(ctx, args[1:], stdout, stderr)
 	case "tune":
