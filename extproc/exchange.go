@@ -400,9 +400,13 @@ func (x *exchange) responseTrailers() resps {
 	return x.one(x.srv.fixed.cont[phaseResponseTrailers])
 }
 
-// end runs when the stream is over: a booking still held means the client went away.
+// end runs when the stream is over: a booking still held means the client went away. A
+// remote-prefill request whose answer was never classified is noted as such for Admin Recent.
 func (x *exchange) end() {
 	x.resp.cancel(x)
+	if x.routed && x.resp.prefillID != "" && !x.resp.classified {
+		x.srv.transfers.endedUnclassified(x.seq)
+	}
 }
 
 func headerValue(hv *corev3.HeaderValue) string {

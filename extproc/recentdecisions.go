@@ -9,9 +9,12 @@ import (
 type TransferState string
 
 const (
-	// TransferPending: a remote prefill not classified (yet): still in flight, or it ended by
-	// an error or a cancel, which are never classified (docs/disagg-truth.md §3).
+	// TransferPending: a remote prefill still in flight.
 	TransferPending TransferState = "pending"
+	// TransferUnclassified: a remote prefill that ended without a classification: an error
+	// answer, a stream error or a cancel, which say nothing about the transfer
+	// (docs/disagg-truth.md §3).
+	TransferUnclassified TransferState = "unclassified"
 	// TransferNotRemote: every other placement; no transfer took place.
 	TransferNotRemote TransferState = "not_remote"
 )
@@ -19,7 +22,7 @@ const (
 // RecentDecision is one routed request joined with its transfer outcome.
 type RecentDecision struct {
 	Entry    route.Entry
-	Transfer TransferState  // a TransferOutcome's text, TransferPending or TransferNotRemote
+	Transfer TransferState  // a TransferOutcome's text, TransferPending, TransferUnclassified or TransferNotRemote
 	Record   TransferRecord // the classification; zero unless Transfer is an outcome
 }
 
@@ -45,7 +48,10 @@ func (s *Server) RecentDecisions(limit int) []RecentDecision {
 			continue
 		}
 		out[i].Transfer = TransferPending
-		if r, ok := judged[e.Seq]; ok {
+		switch r, ok := judged[e.Seq]; {
+		case ok && r.Outcome == "":
+			out[i].Transfer = TransferUnclassified
+		case ok:
 			out[i].Transfer, out[i].Record = TransferState(r.Outcome), r
 		}
 	}

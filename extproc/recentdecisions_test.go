@@ -13,8 +13,8 @@ import (
 
 // TestAdminRecentTransferTruth: Admin Recent joins each recent decision with its
 // disaggregation truth (docs/disagg-truth.md §4). A remote prefill whose decode answer reports
-// L-1 cached tokens is transferred, one reporting fewer is recomputed, one still in flight is
-// pending and a passthrough is not remote. All three remote requests share one x-request-id,
+// L-1 cached tokens is transferred, one reporting fewer is recomputed, one answered by an error
+// is unclassified, one still in flight is pending and a passthrough is not remote. All three remote requests share one x-request-id,
 // so the join cannot lean on it.
 func TestAdminRecentTransferTruth(t *testing.T) {
 	e := newEnv(t, envOptions{workers: defaultWorkers()[1:]}) // one decode worker: every chat request is remote
@@ -33,6 +33,13 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 	}
 	answered("39") // L-1: the decode worker read the prefill worker's KV
 	answered("38") // less: it computed part of the prompt again
+	failed := e.open(buffered, streamed)
+	decideBuffered(t, failed, chatBody("a question the decode worker fails", false))
+	failed.responseHeaders(false, ":status", "503", "content-type", "application/json")
+	failed.recv()
+	failed.responseBody([]byte(`{"error":{"message":"overloaded"}}`), true)
+	failed.recv()
+	failed.closeAndDrain()
 	inFlight := e.open(buffered, streamed)
 	decideBuffered(t, inFlight, chatBody("a question still being answered", true))
 	v := e.open(buffered, streamed)
@@ -48,7 +55,7 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 		placement, transfer string
 		l, c                int64
 	}
-	want := []row{{"fallback", "not_remote", 0, 0}, {"prefill", "pending", 0, 0},
+	want := []row{{"fallback", "not_remote", 0, 0}, {"prefill", "pending", 0, 0}, {"prefill", "unclassified", 0, 0},
 		{"prefill", "recomputed", 40, 38}, {"prefill", "transferred", 40, 39}}
 	var got []row
 	for _, d := range resp.GetDecisions() {
@@ -60,7 +67,7 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 			t.Errorf("transfer_at %q with transfer %q", d.GetTransferAt(), d.GetTransfer())
 		}
 	}
-	if len(got) != len(want) || resp.GetTotal() != 4 || resp.GetKept() == 0 {
+	if len(got) != len(want) || resp.GetTotal() != 5 || resp.GetKept() == 0 {
 		t.Fatalf("Recent: total %d kept %d, decisions %+v; want %+v", resp.GetTotal(), resp.GetKept(), got, want)
 	}
 	for i := range want {

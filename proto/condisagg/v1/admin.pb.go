@@ -1467,8 +1467,9 @@ type RecentDecision struct {
 	Estimates []*PlacementEstimate `protobuf:"bytes,17,rep,name=estimates,proto3" json:"estimates,omitempty"`
 	// The disaggregation truth (docs/disagg-truth.md §3): "transferred", "recomputed" or
 	// "unknown" once a remote prefill's decode answer was classified; "pending" for a remote
-	// prefill not classified (still in flight, or ended by an error or a cancel, which are never
-	// classified); "not_remote" for every other placement.
+	// prefill still in flight; "unclassified" for one that ended by an error answer, a stream
+	// error or a cancel, which say nothing about the transfer; "not_remote" for every other
+	// placement.
 	Transfer             string `protobuf:"bytes,18,opt,name=transfer,proto3" json:"transfer,omitempty"`
 	TransferPromptTokens int64  `protobuf:"varint,19,opt,name=transfer_prompt_tokens,json=transferPromptTokens,proto3" json:"transfer_prompt_tokens,omitempty"` // L of the decode answer (classified only)
 	TransferCachedTokens int64  `protobuf:"varint,20,opt,name=transfer_cached_tokens,json=transferCachedTokens,proto3" json:"transfer_cached_tokens,omitempty"` // C of the decode answer; -1: not reported (classified only)
