@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // TestDisaggTruth: remote-prefill requests through Envoy, pd-sidecar and vllm-sim are counted
 // by condisagg_disagg_transfers_total from the decode leg's usage (docs/disagg-truth.md): the
 // decode worker started with --kv-transfer-failure-rate 1 recomputes every prompt (recomputed,
 // only its own prefix hit cached), the other uses the transferred KV (transferred, L-1 cached).
+// `condisagg recent` (Admin Recent) shows the same outcome for each of those requests.
 func TestDisaggTruth(t *testing.T) {
 	s := startStack(t, Config{
 		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, ModelName: "qwen3",
@@ -19,6 +24,7 @@ func TestDisaggTruth(t *testing.T) {
 	})
 	ctx := scenarioCtx(t)
 	want := map[string]map[string]float64{"decode-0": {}, "decode-1": {}}
+	var sent []string // each request's decode worker, oldest first
 	outcome := map[string]string{"decode-0": "recomputed", "decode-1": "transferred"}
 	for i := uint64(0); i < 12 && (len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0); i++ {
 		body := ChatBody([]Message{{Role: "user", Content: Words(900+i, 2200)}}, maxTokens)
@@ -32,6 +38,7 @@ func TestDisaggTruth(t *testing.T) {
 			t.Fatalf("request %d on %s (transfer fails): %d of %d prompt tokens cached; want 0 (a fresh prompt)", i, d, cached, r.PromptTokens)
 		}
 		want[d][outcome[d]]++
+		sent = append(sent, d)
 	}
 	if len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0 {
 		t.Fatalf("requests reached only one decode worker: %v", want)
@@ -44,6 +51,42 @@ func TestDisaggTruth(t *testing.T) {
 			if err != nil || got != byOutcome[o] {
 				t.Errorf("condisagg_disagg_transfers_total{decode=%q,outcome=%q} = %v (%v); want %v", d, o, got, err, byOutcome[o])
 			}
+		}
+	}
+
+	// `condisagg recent`, the built binary, shows each request's outcome, newest first. The
+	// router classifies an answer when its response ends, so a last one may still be pending.
+	type decision struct {
+		Placement, DecodeWorker, Transfer string
+		TransferPromptTokens              string
+	}
+	var got struct{ Decisions []decision }
+	var out []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cmd := exec.CommandContext(ctx, bin.Condisagg, "recent", "--addr", s.AdminGRPC, "-n", strconv.Itoa(len(sent)), "-o", "json")
+		var err error
+		if out, err = cmd.Output(); err != nil {
+			t.Fatalf("condisagg recent: %v\n%s", err, out)
+		}
+		got.Decisions = nil
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("condisagg recent -o json: %v\n%s", err, out)
+		}
+		pending := false
+		for _, d := range got.Decisions {
+			pending = pending || d.Transfer == "pending"
+		}
+		if !pending || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(got.Decisions) != len(sent) {
+		t.Fatalf("condisagg recent: %d decisions, want %d:\n%s", len(got.Decisions), len(sent), out)
+	}
+	for i, d := range got.Decisions {
+		w := sent[len(sent)-1-i]
+		if d.Placement != "prefill" || d.DecodeWorker != w || d.Transfer != outcome[w] || d.TransferPromptTokens == "0" {
+			t.Errorf("condisagg recent, decision %d (newest first): %+v; want prefill on %s, %s", i, d, w, outcome[w])
 		}
 	}
 }

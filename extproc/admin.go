@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-
-	"github.com/condisagg/condisagg/policy"
-	"github.com/condisagg/condisagg/route"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+	"github.com/condisagg/condisagg/route"
 )
 
 // StreamInfo is one worker's KV event stream state for ListWorkers.
@@ -37,10 +39,13 @@ type AdminOptions struct {
 	Reload func(ctx context.Context) error
 	// Promote makes the shadow candidate live (ReloadConfig{promote_shadow}); nil: unavailable.
 	Promote func(ctx context.Context) error
-	Now     func() time.Time // default time.Now
 	// HTTPClient asks engines to reset their prefix cache (ResetPrefixCache); default: a
 	// client with a 30 s timeout.
 	HTTPClient *http.Client
+	// Server is the ext_proc service whose recent decisions Recent reports; nil: Recent is
+	// unavailable.
+	Server *Server
+	Now    func() time.Time // default time.Now
 }
 
 // Admin implements condisagg.v1.Admin.
@@ -104,16 +109,7 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 	if in.Err != nil {
 		resp.Inputs.Error = in.Err.Error()
 	}
-	if in.Policy == policy.SLOKind {
-		resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
-		for _, r := range policy.Routes() {
-			e := in.Estimates[r]
-			resp.Inputs.Estimates = append(resp.Inputs.Estimates, &condisaggv1.PlacementEstimate{Placement: r.String(),
-				Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
-				ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),
-				TransferTokens: int64(e.TransferTokens), TtftFactor: e.TTFTFactor, TpotFactor: e.TPOTFactor})
-		}
-	}
+	resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs, resp.Inputs.Estimates = sloForecasts(in)
 	for _, o := range out.Overlaps {
 		resp.Overlaps = append(resp.Overlaps, &condisaggv1.WorkerOverlap{Worker: string(o.Worker),
 			GpuBlocks: int64(o.GPU), CpuBlocks: int64(o.CPU), DiskBlocks: int64(o.Disk)})
@@ -199,3 +195,59 @@ func (a *Admin) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisaggv
 	}
 	return resp, nil
 }
+
+// sloForecasts are the slo policy's objective (ms) and forecast per placement; zero and nil for
+// the other policies.
+func sloForecasts(in *policy.Inputs) (ttftMs, tpotMs float64, est []*condisaggv1.PlacementEstimate) {
+	if in.Policy != policy.SLOKind {
+		return 0, 0, nil
+	}
+	for _, r := range policy.Routes() {
+		e := in.Estimates[r]
+		est = append(est, &condisaggv1.PlacementEstimate{Placement: r.String(),
+			Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
+			ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),
+			TransferTokens: int64(e.TransferTokens), TtftFactor: e.TTFTFactor, TpotFactor: e.TPOTFactor})
+	}
+	return in.SLO.TTFT.Seconds() * 1000, in.SLO.TPOT.Seconds() * 1000, est
+}
+
+// Recent bounds: the answer of the largest limit stays far below gRPC's 4 MiB message limit.
+const (
+	DefaultRecentLimit = 20
+	MaxRecentLimit     = 1000
+)
+
+// Recent returns the latest routed decisions with their disaggregation truth.
+func (a *Admin) Recent(_ context.Context, req *condisaggv1.RecentRequest) (*condisaggv1.RecentResponse, error) {
+	if a.opts.Server == nil {
+		return nil, status.Error(codes.Unimplemented, "extproc: recent: this Admin service has no ext_proc server to report")
+	}
+	limit := int(req.GetLimit())
+	if limit > MaxRecentLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "limit: %d is above the maximum %d; ask for at most %d decisions",
+			limit, MaxRecentLimit, MaxRecentLimit)
+	}
+	if limit == 0 {
+		limit = DefaultRecentLimit
+	}
+	total, kept := a.opts.Server.RecentTotal()
+	resp := &condisaggv1.RecentResponse{Total: total, Kept: uint32(kept)}
+	for _, d := range a.opts.Server.RecentDecisions(limit) {
+		e := &d.Entry
+		pd := &condisaggv1.RecentDecision{Seq: e.Seq, At: timeText(e.At), RequestId: e.RequestID,
+			BookingId: e.Record.BookingID, Model: e.Model, LoraAdapter: e.LoRA, Placement: route.PlacementNames[e.Placement],
+			Route: e.Record.Route, Reason: e.Record.Reason, DecodeWorker: e.Record.Decode, PrefillWorker: e.Record.Prefill,
+			Tokens: int64(e.Record.ISL), CachedTokens: int64(e.Record.Cached),
+			LatencyMs: float64(e.Latency) / float64(time.Millisecond), Transfer: string(d.Transfer)}
+		pd.SloTtftMs, pd.SloTpotMs, pd.Estimates = sloForecasts(&e.Inputs)
+		if !d.Record.At.IsZero() {
+			pd.TransferPromptTokens, pd.TransferCachedTokens = d.Record.PromptTokens, d.Record.CachedTokens
+			pd.TransferAt = timeText(d.Record.At)
+		}
+		resp.Decisions = append(resp.Decisions, pd)
+	}
+	return resp, nil
+}
+
+func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -41,6 +41,7 @@ type exchange struct {
 	done      bool // an immediate response was sent: ignore everything, wait for EOF
 	ep        route.Endpoint
 	requestID string // x-request-id, for logs
+	seq       uint64 // the decision's route.Entry.Seq in the server's Recent (0: none kept)
 	strip     []string
 	slo       policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
 	sloErr    error      // an unreadable objective header: the request gets 400
@@ -326,7 +327,7 @@ func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *ext
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
 	x.srv.metrics.decided(x.set.Policy.Disagg.Policy, out)
-	x.srv.recent.Add(x.decidedAt, x.requestID, out)
+	x.seq = x.srv.recent.Add(x.decidedAt, x.requestID, out)
 	if out.Decision.Reason == policy.ReasonRemotePolicyError {
 		x.srv.warnPolicyError(x.requestID, out.Decision.Inputs.Err)
 	}
@@ -399,9 +400,13 @@ func (x *exchange) responseTrailers() resps {
 	return x.one(x.srv.fixed.cont[phaseResponseTrailers])
 }
 
-// end runs when the stream is over: a booking still held means the client went away.
+// end runs when the stream is over: a booking still held means the client went away. A
+// remote-prefill request whose answer was never classified is noted as such for Admin Recent.
 func (x *exchange) end() {
 	x.resp.cancel(x)
+	if x.routed && x.resp.prefillID != "" && !x.resp.classified {
+		x.srv.transfers.endedUnclassified(x.seq)
+	}
 }
 
 func headerValue(hv *corev3.HeaderValue) string {

@@ -163,7 +163,7 @@ func TestGracefulStopDrainsStreams(t *testing.T) {
 // startAdmin runs the Admin server with opts on 127.0.0.1:0 and returns a client connection.
 func startAdmin(t *testing.T, e *env, opts AdminServerOptions) *grpc.ClientConn {
 	t.Helper()
-	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }})
+	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }, Server: e.server})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +204,9 @@ func TestAdminToken(t *testing.T) {
 		}
 		if _, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("authorization %q: %v, want Unauthenticated", h, err)
+		}
+		if _, err := ac.Recent(ctx, &condisaggv1.RecentRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("Recent with authorization %q: %v, want Unauthenticated", h, err)
 		}
 	}
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret-admin-token")

@@ -42,6 +42,7 @@ type respObserver struct {
 	prefillID, decodeID string
 	answered            bool // 2xx response headers
 	judged              bool
+	classified          bool  // judgeTransfer ran
 	usage               Usage // the last usage seen (with continuous_usage_stats every chunk has one)
 	hasUsage            bool
 }
@@ -244,8 +245,8 @@ func (o *respObserver) firstToken(x *exchange) {
 // judgeTransfer classifies a remote-prefill request's decode leg once, by the last usage of
 // its answer, and counts it per prefill/decode pair.
 func (o *respObserver) judgeTransfer(x *exchange) {
-	o.judged = true
-	rec := TransferRecord{At: time.Now(), RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
+	o.judged, o.classified = true, true
+	rec := TransferRecord{At: time.Now(), Decision: x.seq, RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
 	if o.hasUsage {
 		rec.PromptTokens, rec.CachedTokens = o.usage.PromptTokens, o.usage.CachedTokens
 	}

@@ -81,7 +81,10 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.DecisionConcurrency = runtime.GOMAXPROCS(0)
 	}
 	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
-		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent, transfers: newTransferLog(recentTransfers)}
+		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent,
+		// At least as many transfer records as decisions, so that a kept remote decision's
+		// outcome is normally kept too (RecentDecisions).
+		transfers: newTransferLog(max(recentTransfers, opts.Recent.Size()))}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
 	}

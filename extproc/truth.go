@@ -43,6 +43,7 @@ func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDe
 // TransferRecord is one classified remote-prefill request, for Explain and the status page.
 type TransferRecord struct {
 	At           time.Time
+	Decision     uint64 // the decision's route.Entry.Seq (0: the server keeps no Recent)
 	RequestID    string
 	Prefill      string // prefill worker id
 	Decode       string // decode worker id
@@ -54,18 +55,22 @@ type TransferRecord struct {
 // transferLog remembers which decode workers report cached_tokens and keeps the most recent
 // classified requests in a ring. Safe for concurrent use.
 type transferLog struct {
-	mu      sync.Mutex      // guards details, ring, next, full
+	mu      sync.Mutex      // guards details, ring, next, full, ended, endNext
 	details map[string]bool // decode worker id → it has reported cached_tokens
 	ring    []TransferRecord
 	next    int
 	full    bool
+	// ended is a ring of the decisions (route.Entry.Seq) of remote-prefill requests whose
+	// stream ended without a classification (an error, a cancel); as long as ring.
+	ended   []uint64
+	endNext int
 }
 
 // recentTransfers is how many classified requests the log keeps.
 const recentTransfers = 256
 
 func newTransferLog(size int) *transferLog {
-	return &transferLog{details: make(map[string]bool), ring: make([]TransferRecord, size)}
+	return &transferLog{details: make(map[string]bool), ring: make([]TransferRecord, size), ended: make([]uint64, size)}
 }
 
 // classify records that decode answered a remote-prefill request with this usage and returns
@@ -83,6 +88,40 @@ func (l *transferLog) classify(rec TransferRecord, hasUsage bool) TransferOutcom
 		l.next, l.full = 0, true
 	}
 	return rec.Outcome
+}
+
+// endedUnclassified records that the remote-prefill request of decision seq ended without a
+// classification (0: the server keeps no Recent, nothing to join with).
+func (l *transferLog) endedUnclassified(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended[l.endNext] = seq
+	l.endNext = (l.endNext + 1) % len(l.ended)
+}
+
+// byDecision returns the records of the decisions whose Seq is in seqs (0 never matches); a
+// request that ended unclassified has a record with only Decision set (Outcome "").
+func (l *transferLog) byDecision(seqs map[uint64]bool) map[uint64]TransferRecord {
+	out := make(map[uint64]TransferRecord, len(seqs))
+	if len(seqs) == 0 {
+		return out
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, seq := range l.ended {
+		if seq != 0 && seqs[seq] {
+			out[seq] = TransferRecord{Decision: seq}
+		}
+	}
+	for _, r := range l.ring {
+		if r.Decision != 0 && seqs[r.Decision] {
+			out[r.Decision] = r
+		}
+	}
+	return out
 }
 
 // latest returns up to limit records, newest first.

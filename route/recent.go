@@ -123,10 +123,11 @@ func NewRecent(o RecentOptions) (*Recent, error) {
 	return &Recent{slots: make([]recentSlot, o.Decisions), bucket: o.Bucket, mix: make([]mixSlot, o.Buckets)}, nil
 }
 
-// Add records the routed outcome out, decided at at.
-func (r *Recent) Add(at time.Time, requestID string, out *Outcome) {
+// Add records the routed outcome out, decided at at, and returns its Seq (0 for a nil Recent),
+// by which later facts about the request (its transfer outcome) are joined to the entry.
+func (r *Recent) Add(at time.Time, requestID string, out *Outcome) uint64 {
 	if r == nil {
-		return
+		return 0
 	}
 	seq := r.next.Add(1)
 	p := PlacementOf(out)
@@ -144,6 +145,7 @@ func (r *Recent) Add(at time.Time, requestID string, out *Outcome) {
 	}
 	s.mu.Unlock()
 	r.count(at, p)
+	return seq
 }
 
 // count adds one decision of placement p to the bucket of at.

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/internal/adminclient"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
@@ -120,6 +122,18 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return call(ctx, c, "workers", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ListWorkersResponse, error) {
 		return a.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
 	}, adminclient.PrintWorkers)
+}
+
+// runRecent is `condisagg recent`: the last routed decisions with their disaggregation truth.
+func runRecent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newClientFlags("recent", stderr)
+	n := c.fs.Uint("n", extproc.DefaultRecentLimit, "decisions to show, newest first (at most "+strconv.Itoa(extproc.MaxRecentLimit)+")")
+	if err := c.fs.Parse(args); err != nil {
+		return 2
+	}
+	return call(ctx, c, "recent", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.RecentResponse, error) {
+		return a.Recent(ctx, &condisaggv1.RecentRequest{Limit: uint32(min(*n, 1<<32-1))})
+	}, adminclient.PrintRecent)
 }
 
 // runShadow is `condisagg shadow`: the candidate config's agreement with the live one, or with

@@ -1,5 +1,5 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
-// server; `explain`, `workers` and `shadow` query a running router's Admin API and
+// server; `explain`, `workers`, `recent` and `shadow` query a running router's Admin API and
 // `reset-prefix-cache` resets a worker's engine cache through it; `tune` simulates a workload to
 // choose thresholds.
 package main
@@ -21,6 +21,7 @@ commands:
   serve     run the ext_proc router (--config file.yaml, Dynamo-compatible --router-* flags)
   explain   show the decision for a request without booking it (--addr, --path, --body @file)
   workers   list workers with load and KV event stream state (--addr)
+  recent    the last routed decisions with their KV transfer outcome (transferred, recomputed, ...) (--addr, -n)
   shadow    compare the candidate config (router.shadow_disagg_config) with the live one; --promote makes it live
   reset-prefix-cache WORKER
             reset the worker's engine prefix cache (vLLM POST /reset_prefix_cache) and clear its index at once
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, args[1:], stdout, stderr)
+	case "recent":
+		return runRecent(ctx, args[1:], stdout, stderr)
 	case "shadow":
 		return runShadow(ctx, args[1:], stdout, stderr)
 	case "reset-prefix-cache":

@@ -252,7 +252,7 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 // supervisor restarts it).
 func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serveHooks) error {
 	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
-		Promote: func(context.Context) error { return s.ext.PromoteShadow() }})
+		Promote: func(context.Context) error { return s.ext.PromoteShadow() }, Server: s.ext})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -248,4 +249,31 @@ func PrintShadow(w io.Writer, r *condisaggv1.ShadowResponse) {
 		fmt.Fprintf(w, "\nslo forecast over %d decisions: TTFT mean live %.1f ms, candidate %.1f ms; headroom mean live %.3f, candidate %.3f\n",
 			r.GetForecasts(), r.GetLiveTtftMsMean(), r.GetCandidateTtftMsMean(), r.GetLiveHeadroomMean(), r.GetCandidateHeadroomMean())
 	}
+}
+
+// PrintRecent writes a Recent answer as a table, newest first: each decision with its
+// disaggregation truth (TRANSFER) and, once classified, the decode answer's cached tokens C
+// of its prompt tokens L.
+func PrintRecent(w io.Writer, r *condisaggv1.RecentResponse) {
+	fmt.Fprintf(w, "%d decisions routed (the router keeps the last %d), newest first\n", r.GetTotal(), r.GetKept())
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tAT (UTC)\tREQUEST\tPLACEMENT\tREASON\tPREFILL\tDECODE\tISL\tCACHED\tTRANSFER\tC/L")
+	for _, d := range r.GetDecisions() {
+		at := d.GetAt()
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			at = t.Format("15:04:05.000")
+		}
+		cl := "-"
+		if d.GetTransferAt() != "" {
+			c := "?"
+			if d.GetTransferCachedTokens() >= 0 {
+				c = itoa(d.GetTransferCachedTokens())
+			}
+			cl = c + "/" + itoa(d.GetTransferPromptTokens())
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.GetSeq(), at, orDash(d.GetRequestId()),
+			d.GetPlacement(), orDash(d.GetReason()), orDash(d.GetPrefillWorker()), orDash(d.GetDecodeWorker()),
+			d.GetTokens(), d.GetCachedTokens(), d.GetTransfer(), cl)
+	}
+	tw.Flush()
 }

@@ -1457,6 +1457,323 @@ func (x *RoutePair) GetCount() uint64 {
 	return 0
 }
 
+type RecentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many decisions, newest first: 0 means 20; at most 1000 (a larger value is an
+	// InvalidArgument error). The router keeps the last 256.
+	Limit         uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecentRequest) Reset() {
+	*x = RecentRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecentRequest) ProtoMessage() {}
+
+func (x *RecentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
+func (*RecentRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecentRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type RecentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Total         uint64                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`        // decisions routed since the router started
+	Kept          uint32                 `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`          // decisions the router keeps
+	Decisions     []*RecentDecision      `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"` // newest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecentResponse) Reset() {
+	*x = RecentResponse{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecentResponse) ProtoMessage() {}
+
+func (x *RecentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecentResponse.ProtoReflect.Descriptor instead.
+func (*RecentResponse) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RecentResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *RecentResponse) GetKept() uint32 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
+func (x *RecentResponse) GetDecisions() []*RecentDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// RecentDecision is one routed request (decisions and fallbacks; not rejections, not Explain).
+type RecentDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`                             // 1 for the router's first decision, then one more per decision
+	At            string                 `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`                                // when it was decided (RFC 3339, UTC)
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // x-request-id ("" : none)
+	BookingId     string                 `protobuf:"bytes,4,opt,name=booking_id,json=bookingId,proto3" json:"booking_id,omitempty"`
+	Model         string                 `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	LoraAdapter   string                 `protobuf:"bytes,6,opt,name=lora_adapter,json=loraAdapter,proto3" json:"lora_adapter,omitempty"`
+	Placement     string                 `protobuf:"bytes,7,opt,name=placement,proto3" json:"placement,omitempty"` // "prefill" (remote), "decode", "prefill_local" or "fallback"
+	Route         string                 `protobuf:"bytes,8,opt,name=route,proto3" json:"route,omitempty"`         // "decode", "prefill" (remote) or "prefill_local"
+	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`       // conditional-disagg.md §8.1
+	DecodeWorker  string                 `protobuf:"bytes,10,opt,name=decode_worker,json=decodeWorker,proto3" json:"decode_worker,omitempty"`
+	PrefillWorker string                 `protobuf:"bytes,11,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	Tokens        int64                  `protobuf:"varint,12,opt,name=tokens,proto3" json:"tokens,omitempty"`                                 // ISL
+	CachedTokens  int64                  `protobuf:"varint,13,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"` // the decision's cached(d)
+	LatencyMs     float64                `protobuf:"fixed64,14,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`         // the decision pipeline's stages summed
+	// The slo policy's objective and forecasts (empty for the other policies).
+	SloTtftMs float64              `protobuf:"fixed64,15,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
+	SloTpotMs float64              `protobuf:"fixed64,16,opt,name=slo_tpot_ms,json=sloTpotMs,proto3" json:"slo_tpot_ms,omitempty"`
+	Estimates []*PlacementEstimate `protobuf:"bytes,17,rep,name=estimates,proto3" json:"estimates,omitempty"`
+	// The disaggregation truth (docs/disagg-truth.md §3): "transferred", "recomputed" or
+	// "unknown" once a remote prefill's decode answer was classified; "pending" for a remote
+	// prefill still in flight; "unclassified" for one that ended by an error answer, a stream
+	// error or a cancel, which say nothing about the transfer; "not_remote" for every other
+	// placement.
+	Transfer             string `protobuf:"bytes,18,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	TransferPromptTokens int64  `protobuf:"varint,19,opt,name=transfer_prompt_tokens,json=transferPromptTokens,proto3" json:"transfer_prompt_tokens,omitempty"` // L of the decode answer (classified only)
+	TransferCachedTokens int64  `protobuf:"varint,20,opt,name=transfer_cached_tokens,json=transferCachedTokens,proto3" json:"transfer_cached_tokens,omitempty"` // C of the decode answer; -1: not reported (classified only)
+	TransferAt           string `protobuf:"bytes,21,opt,name=transfer_at,json=transferAt,proto3" json:"transfer_at,omitempty"`                                  // when it was classified (RFC 3339, UTC; classified only)
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *RecentDecision) Reset() {
+	*x = RecentDecision{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecentDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecentDecision) ProtoMessage() {}
+
+func (x *RecentDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecentDecision.ProtoReflect.Descriptor instead.
+func (*RecentDecision) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RecentDecision) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetBookingId() string {
+	if x != nil {
+		return x.BookingId
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetLoraAdapter() string {
+	if x != nil {
+		return x.LoraAdapter
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetDecodeWorker() string {
+	if x != nil {
+		return x.DecodeWorker
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetPrefillWorker() string {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetLatencyMs() float64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetSloTtftMs() float64 {
+	if x != nil {
+		return x.SloTtftMs
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetSloTpotMs() float64 {
+	if x != nil {
+		return x.SloTpotMs
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetEstimates() []*PlacementEstimate {
+	if x != nil {
+		return x.Estimates
+	}
+	return nil
+}
+
+func (x *RecentDecision) GetTransfer() string {
+	if x != nil {
+		return x.Transfer
+	}
+	return ""
+}
+
+func (x *RecentDecision) GetTransferPromptTokens() int64 {
+	if x != nil {
+		return x.TransferPromptTokens
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetTransferCachedTokens() int64 {
+	if x != nil {
+		return x.TransferCachedTokens
+	}
+	return 0
+}
+
+func (x *RecentDecision) GetTransferAt() string {
+	if x != nil {
+		return x.TransferAt
+	}
+	return ""
+}
+
 var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
 
 const file_condisagg_v1_admin_proto_rawDesc = "" +
@@ -1602,13 +1919,47 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"live_route\x18\x01 \x01(\tR\tliveRoute\x12'\n" +
 	"\x0fcandidate_route\x18\x02 \x01(\tR\x0ecandidateRoute\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x04R\x05count2\xa2\x03\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\"%\n" +
+	"\rRecentRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\"v\n" +
+	"\x0eRecentResponse\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x04R\x05total\x12\x12\n" +
+	"\x04kept\x18\x02 \x01(\rR\x04kept\x12:\n" +
+	"\tdecisions\x18\x03 \x03(\v2\x1c.condisagg.v1.RecentDecisionR\tdecisions\"\xc5\x05\n" +
+	"\x0eRecentDecision\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\tR\x02at\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1d\n" +
+	"\n" +
+	"booking_id\x18\x04 \x01(\tR\tbookingId\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12!\n" +
+	"\flora_adapter\x18\x06 \x01(\tR\vloraAdapter\x12\x1c\n" +
+	"\tplacement\x18\a \x01(\tR\tplacement\x12\x14\n" +
+	"\x05route\x18\b \x01(\tR\x05route\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12#\n" +
+	"\rdecode_worker\x18\n" +
+	" \x01(\tR\fdecodeWorker\x12%\n" +
+	"\x0eprefill_worker\x18\v \x01(\tR\rprefillWorker\x12\x16\n" +
+	"\x06tokens\x18\f \x01(\x03R\x06tokens\x12#\n" +
+	"\rcached_tokens\x18\r \x01(\x03R\fcachedTokens\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x0e \x01(\x01R\tlatencyMs\x12\x1e\n" +
+	"\vslo_ttft_ms\x18\x0f \x01(\x01R\tsloTtftMs\x12\x1e\n" +
+	"\vslo_tpot_ms\x18\x10 \x01(\x01R\tsloTpotMs\x12=\n" +
+	"\testimates\x18\x11 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\x12\x1a\n" +
+	"\btransfer\x18\x12 \x01(\tR\btransfer\x124\n" +
+	"\x16transfer_prompt_tokens\x18\x13 \x01(\x03R\x14transferPromptTokens\x124\n" +
+	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
+	"\vtransfer_at\x18\x15 \x01(\tR\n" +
+	"transferAt2\xe7\x03\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
 	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponse\x12C\n" +
 	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponse\x12a\n" +
-	"\x10ResetPrefixCache\x12%.condisagg.v1.ResetPrefixCacheRequest\x1a&.condisagg.v1.ResetPrefixCacheResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
+	"\x10ResetPrefixCache\x12%.condisagg.v1.ResetPrefixCacheRequest\x1a&.condisagg.v1.ResetPrefixCacheResponse\x12C\n" +
+	"\x06Recent\x12\x1b.condisagg.v1.RecentRequest\x1a\x1c.condisagg.v1.RecentResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
 
 var (
 	file_condisagg_v1_admin_proto_rawDescOnce sync.Once
@@ -1622,7 +1973,7 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
 	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
@@ -1640,7 +1991,10 @@ var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ShadowRequest)(nil),            // 13: condisagg.v1.ShadowRequest
 	(*ShadowResponse)(nil),           // 14: condisagg.v1.ShadowResponse
 	(*RoutePair)(nil),                // 15: condisagg.v1.RoutePair
-	nil,                              // 16: condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	(*RecentRequest)(nil),            // 16: condisagg.v1.RecentRequest
+	(*RecentResponse)(nil),           // 17: condisagg.v1.RecentResponse
+	(*RecentDecision)(nil),           // 18: condisagg.v1.RecentDecision
+	nil,                              // 19: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
@@ -1649,22 +2003,26 @@ var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	8,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
 	9,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
 	15, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
-	16, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
-	2,  // 7: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	7,  // 8: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	11, // 9: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	13, // 10: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	0,  // 11: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
-	4,  // 12: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	10, // 13: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	12, // 14: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	14, // 15: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	1,  // 16: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	19, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	18, // 7: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
+	6,  // 8: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
+	2,  // 9: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	7,  // 10: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	11, // 11: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	13, // 12: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 13: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	16, // 14: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
+	4,  // 15: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	10, // 16: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	12, // 17: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	14, // 18: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 19: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	17, // 20: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
@@ -1678,7 +2036,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Admin_ReloadConfig_FullMethodName     = "/condisagg.v1.Admin/ReloadConfig"
 	Admin_Shadow_FullMethodName           = "/condisagg.v1.Admin/Shadow"
 	Admin_ResetPrefixCache_FullMethodName = "/condisagg.v1.Admin/ResetPrefixCache"
+	Admin_Recent_FullMethodName           = "/condisagg.v1.Admin/Recent"
 )
 
 // AdminClient is the client API for Admin service.
@@ -48,6 +49,9 @@ type AdminClient interface {
 	// publishes it only with its next engine step), the worker's stores are refused: every
 	// batch before that clear was published before the reset.
 	ResetPrefixCache(ctx context.Context, in *ResetPrefixCacheRequest, opts ...grpc.CallOption) (*ResetPrefixCacheResponse, error)
+	// Recent returns the last routed decisions, newest first, each with its disaggregation
+	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
+	Recent(ctx context.Context, in *RecentRequest, opts ...grpc.CallOption) (*RecentResponse, error)
 }
 
 type adminClient struct {
@@ -108,6 +112,16 @@ func (c *adminClient) ResetPrefixCache(ctx context.Context, in *ResetPrefixCache
 	return out, nil
 }
 
+func (c *adminClient) Recent(ctx context.Context, in *RecentRequest, opts ...grpc.CallOption) (*RecentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecentResponse)
+	err := c.cc.Invoke(ctx, Admin_Recent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -127,6 +141,9 @@ type AdminServer interface {
 	// publishes it only with its next engine step), the worker's stores are refused: every
 	// batch before that clear was published before the reset.
 	ResetPrefixCache(context.Context, *ResetPrefixCacheRequest) (*ResetPrefixCacheResponse, error)
+	// Recent returns the last routed decisions, newest first, each with its disaggregation
+	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
+	Recent(context.Context, *RecentRequest) (*RecentResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -151,6 +168,9 @@ func (UnimplementedAdminServer) Shadow(context.Context, *ShadowRequest) (*Shadow
 }
 func (UnimplementedAdminServer) ResetPrefixCache(context.Context, *ResetPrefixCacheRequest) (*ResetPrefixCacheResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ResetPrefixCache not implemented")
+}
+func (UnimplementedAdminServer) Recent(context.Context, *RecentRequest) (*RecentResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Recent not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -263,6 +283,24 @@ func _Admin_ResetPrefixCache_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Recent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Recent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Recent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Recent(ctx, req.(*RecentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -289,6 +327,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetPrefixCache",
 			Handler:    _Admin_ResetPrefixCache_Handler,
+		},
+		{
+			MethodName: "Recent",
+			Handler:    _Admin_Recent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

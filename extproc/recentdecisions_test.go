@@ -1,0 +1,87 @@
+package extproc
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+)
+
+// TestAdminRecentTransferTruth: Admin Recent joins each recent decision with its
+// disaggregation truth (docs/disagg-truth.md §4). A remote prefill whose decode answer reports
+// L-1 cached tokens is transferred, one reporting fewer is recomputed, one answered by an error
+// is unclassified, one still in flight is pending and a passthrough is not remote. All three remote requests share one x-request-id,
+// so the join cannot lean on it.
+func TestAdminRecentTransferTruth(t *testing.T) {
+	e := newEnv(t, envOptions{workers: defaultWorkers()[1:]}) // one decode worker: every chat request is remote
+	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{}))
+	answered := func(cached string) {
+		v := e.open(buffered, streamed)
+		if h := decideBuffered(t, v, chatBody("a question about transfers "+cached, false)); h[HeaderRoute] != "prefill" {
+			t.Fatalf("route %s, want prefill", h[HeaderRoute])
+		}
+		v.responseHeaders(false, ":status", "200", "content-type", "application/json")
+		v.recv()
+		v.responseBody([]byte(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":`+cached+`}}}`), true)
+		v.recv()
+		v.closeAndDrain()
+	}
+	answered("39") // L-1: the decode worker read the prefill worker's KV
+	answered("38") // less: it computed part of the prompt again
+	failed := e.open(buffered, streamed)
+	decideBuffered(t, failed, chatBody("a question the decode worker fails", false))
+	failed.responseHeaders(false, ":status", "503", "content-type", "application/json")
+	failed.recv()
+	failed.responseBody([]byte(`{"error":{"message":"overloaded"}}`), true)
+	failed.recv()
+	failed.closeAndDrain()
+	inFlight := e.open(buffered, streamed)
+	decideBuffered(t, inFlight, chatBody("a question still being answered", true))
+	v := e.open(buffered, streamed)
+	v.requestHeaders(true, ":method", "GET", ":path", "/v1/models", "x-request-id", "req-models")
+	v.recv()
+	v.closeAndDrain()
+
+	resp, err := ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		placement, transfer string
+		l, c                int64
+	}
+	want := []row{{"fallback", "not_remote", 0, 0}, {"prefill", "pending", 0, 0}, {"prefill", "unclassified", 0, 0},
+		{"prefill", "recomputed", 40, 38}, {"prefill", "transferred", 40, 39}}
+	var got []row
+	for _, d := range resp.GetDecisions() {
+		got = append(got, row{d.GetPlacement(), d.GetTransfer(), d.GetTransferPromptTokens(), d.GetTransferCachedTokens()})
+		if d.GetPlacement() == "prefill" && (d.GetPrefillWorker() == "" || d.GetDecodeWorker() == "" || d.GetTokens() <= 0 || d.GetRequestId() != "req-1") {
+			t.Errorf("remote decision without its pair, ISL or request id: %v", d)
+		}
+		if (d.GetTransferAt() != "") != (d.GetTransfer() == "transferred" || d.GetTransfer() == "recomputed") {
+			t.Errorf("transfer_at %q with transfer %q", d.GetTransferAt(), d.GetTransfer())
+		}
+	}
+	if len(got) != len(want) || resp.GetTotal() != 5 || resp.GetKept() == 0 {
+		t.Fatalf("Recent: total %d kept %d, decisions %+v; want %+v", resp.GetTotal(), resp.GetKept(), got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("decision %d (newest first): %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	inFlight.closeAndDrain()
+
+	if r, err := ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: 1}); err != nil || len(r.GetDecisions()) != 1 || r.GetDecisions()[0].GetPlacement() != "fallback" {
+		t.Errorf("Recent{limit 1}: %v, %v; want the newest decision only", r, err)
+	}
+	_, err = ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: MaxRecentLimit + 1})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("Recent{limit %d}: %v, want InvalidArgument naming limit", MaxRecentLimit+1, err)
+	}
+}
