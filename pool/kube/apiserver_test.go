@@ -115,8 +115,11 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWorkers(t, p, d, "decode@[fd00::5]:8000", "prefill@10.0.1.1:8000")
-	if got := testutil.ToFloat64(m.Workers.WithLabelValues("decode")); got != 1 {
-		t.Errorf("condisagg_discovery_workers{role=decode} = %v, want 1", got)
+	// The gauge is set just after the pool takes the members, so it may trail them briefly.
+	for deadline := time.Now().Add(d); testutil.ToFloat64(m.Workers.WithLabelValues("decode")) != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condisagg_discovery_workers{role=decode} = %v, want 1", testutil.ToFloat64(m.Workers.WithLabelValues("decode")))
+		}
 	}
 	// The router's user may not read anything else (the chart's Role is all it has).
 	if _, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
