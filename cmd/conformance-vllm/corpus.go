@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"time"
 
 	"github.com/condisagg/condisagg/pool"
 )
@@ -260,7 +259,7 @@ func (d *driver) corpus(ctx context.Context) error {
 		return err
 	}
 	d.routerPeak = max(d.routerPeak, d.router.peakRSS())
-	d.router.signal(9, 5*time.Second) // SIGKILL: no goodbye, the new process starts cold
+	d.router.Kill() // SIGKILL: no goodbye, the new process starts cold
 	d.conn.Close()
 	if err := d.startRouter(ctx, 1); err != nil {
 		return err

@@ -130,7 +130,7 @@ func run(ctx context.Context, c *config) int {
 	start := time.Now()
 	fmt.Printf("workdir %s\n", c.workdir)
 	eng, err := startEngine(ctx, c)
-	engines := []*proc{eng}
+	engines := []*child{eng}
 	// Every engine started, the one of the engine restart too: killing only the first would
 	// leave the second's EngineCore holding the ports.
 	defer func() {
@@ -217,7 +217,7 @@ func (d *driver) startRouter(ctx context.Context, n int) error {
 		return err
 	}
 	logPath := filepath.Join(d.c.workdir, fmt.Sprintf("condisagg-%d.log", n))
-	p, err := startProc("condisagg", logPath, []string{d.c.condisagg, "serve", "--config", cfgPath}, nil)
+	p, err := startChild("condisagg", logPath, nil, d.c.condisagg, "serve", "--config", cfgPath)
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func (d *driver) startRouter(ctx context.Context, n int) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if p.exited() {
-			return fmt.Errorf("condisagg exited; log %s:\n%s", logPath, tail(logPath, 20))
+			return fmt.Errorf("condisagg exited; log %s:\n%s", logPath, lastLines(p.Output(), 20))
 		}
 		if _, err := d.stream(ctx, workerName); err == nil {
 			return nil
@@ -323,15 +323,15 @@ type mismatch struct {
 
 type driver struct {
 	c          *config
-	eng        *proc
-	engines    []*proc     // every engine process started (one more per engine restart), for the peak RSS
+	eng        *child
+	engines    []*child    // every engine process started (one more per engine restart), for the peak RSS
 	engineGen  int         // engine restarts so far: afterwards condisagg's last_seq must equal the engine's
 	info       []mismatch  // differences in catDirectReset (expected, not counted)
 	subs       []*watcher  // one per engine rank
 	perRank    map[int]int // requests condisagg routed to each rank
 	http       *http.Client
 	tok        *tokenizer.Tokenizer
-	router     *proc
+	router     *child
 	routerPeak int64
 	admin      condisaggv1.AdminClient
 	conn       interface{ Close() error }

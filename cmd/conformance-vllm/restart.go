@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"time"
 
 	"github.com/condisagg/condisagg/pool"
@@ -95,7 +94,7 @@ func (d *driver) engineRestartRow(ctx context.Context, g gen, kept []item) error
 	}
 	d.report1("before the engine restart")
 	t0 := time.Now()
-	d.eng.signal(syscall.SIGKILL, 5*time.Second) // the whole group: API server, EngineCore, worker
+	d.eng.Kill() // the whole group: API server, EngineCore, worker
 	for _, w := range d.subs {
 		w.forgetSeq() // the new engine numbers its batches from 0
 	}

@@ -1,7 +1,7 @@
-// Package proc supervises one external process: it starts a command, keeps a bounded tail of
-// what the process prints (and copies it to an optional writer), parses its slog lines so a
-// caller can wait for one, pauses and resumes it, and stops it with SIGTERM, then SIGKILL
-// after a grace period.
+// Package proc supervises one external process: it starts a command (with extra environment
+// variables if asked), keeps a bounded tail of what the process prints (and copies it to an
+// optional writer), parses its slog lines so a caller can wait for one, pauses and resumes it,
+// and stops it with SIGTERM, then SIGKILL after a grace period.
 //
 // Invariants: a started process is reaped by exactly one goroutine, which Start starts and
 // which ends when the process exits; Stop and Kill make it exit and wait for that goroutine,
@@ -9,8 +9,9 @@
 // kernel also kills the child when the thread that started it dies (Pdeathsig), so a test
 // binary that panics on its timeout leaves nothing behind; elsewhere Stop must be called.
 // Every child gets its own process group, so a terminal's Ctrl-C reaches only the owner, which
-// then stops its children in its own order. The output tail and the parsed lines are bounded;
-// the oldest go first.
+// then stops its children in its own order. With Config.Group the signals go to that whole
+// group, and the process's exit ends the group: Stop and Kill then leave nothing it forked
+// behind. The output tail and the parsed lines are bounded; the oldest go first.
 //
 // Every method of Proc is safe for concurrent use. The output state is guarded by one lock
 // (output.mu); the exit status is written once, before the Exited channel is closed.

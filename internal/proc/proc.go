@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,6 +39,15 @@ type Config struct {
 	// Path is the executable; Args are its arguments (without the program name).
 	Path string
 	Args []string
+	// Env holds NAME=value entries added to the environment the process inherits from its
+	// owner; an entry wins over an inherited one of the same name.
+	Env []string
+	// Group makes Stop, Kill, Pause and Resume signal the process's whole process group (the
+	// process and every descendant that stays in its group), not the process alone: for a
+	// program that forks workers of its own which must not outlive it (vLLM's API server
+	// forks EngineCore and workers). The process's exit ends the group: once it has exited,
+	// Stop and Kill kill whatever is left of the group. Not on Windows.
+	Group bool
 	// Output, if set, receives a copy of everything the process prints (stdout and stderr
 	// interleaved), as it is printed.
 	Output io.Writer
@@ -80,6 +91,14 @@ func (c Config) Validate() error {
 	if c.Grace < 0 {
 		bad("grace", c.Grace, "is negative")
 	}
+	for i, kv := range c.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			bad(fmt.Sprintf("env[%d]", i), strconv.Quote(kv), "is not NAME=value")
+		}
+	}
+	if c.Group && runtime.GOOS == "windows" {
+		bad("group", c.Group, "is not supported on windows (no process groups); leave it false")
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,6 +125,10 @@ func Start(cfg Config) (*Proc, error) {
 	}
 	p := &Proc{cfg: cfg, out: newOutput(cfg.TailBytes, cfg.LogLines, cfg.Output), done: make(chan struct{})}
 	p.cmd = exec.Command(cfg.Path, cfg.Args...)
+	if len(cfg.Env) > 0 {
+		// exec keeps the last of duplicate names, so cfg.Env wins over the inherited value.
+		p.cmd.Env = append(os.Environ(), cfg.Env...)
+	}
 	// One comparable writer for both streams: exec then uses one pipe and one copying
 	// goroutine, so stdout and stderr lines stay in the order the process wrote them.
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -186,14 +209,34 @@ func (p *Proc) signal(sig syscall.Signal) error {
 		return fmt.Errorf("proc: signal %v to %s: process has exited", sig, p.cfg.Name)
 	default:
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.send(sig); err != nil {
 		return fmt.Errorf("proc: signal %v to %s: %w", sig, p.cfg.Name, err)
 	}
 	return nil
 }
 
+// send delivers sig to the process, or to its process group with Config.Group. Either way a
+// process that is gone reads as os.ErrProcessDone.
+func (p *Proc) send(sig syscall.Signal) error {
+	if p.cfg.Group {
+		return signalGroup(p.cmd.Process.Pid, sig)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// endGroup kills what is left of the process group, with Config.Group, once the process has
+// exited. The group id stays the process's pid while any member lives, and the kernel gives
+// no new process a pid that is still a group id; once the group is empty this finds nothing.
+func (p *Proc) endGroup() {
+	if p.cfg.Group {
+		_ = signalGroup(p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
 // Stop ends the process: SIGTERM (and SIGCONT, in case it is paused), then SIGKILL if it has
-// not exited after Config.Grace; where SIGTERM cannot be sent (Windows) it kills at once. It
+// not exited after Config.Grace; where SIGTERM cannot be sent (Windows) it kills at once. With
+// Config.Group every signal goes to the process group, and once the process has exited the
+// rest of the group is killed: Stop leaves none of it behind. It
 // waits until the process is reaped, may be called more than once and from several goroutines,
 // and always returns the first call's result:
 //   - the process had already exited: Err();
@@ -208,13 +251,15 @@ func (p *Proc) Stop() error {
 func (p *Proc) stop() error {
 	select {
 	case <-p.done:
+		p.endGroup()
 		return p.err
 	default:
 	}
-	termErr := p.cmd.Process.Signal(syscall.SIGTERM)
+	termErr := p.send(syscall.SIGTERM)
 	// A stopped process would keep SIGTERM pending; continuing it lets it handle the signal.
-	_ = p.cmd.Process.Signal(sigCont)
+	_ = p.send(sigCont)
 	p.paused.Store(false)
+	defer p.endGroup()
 	if errors.Is(termErr, os.ErrProcessDone) {
 		<-p.done
 		return p.err
@@ -228,7 +273,7 @@ func (p *Proc) stop() error {
 		case <-t.C:
 		}
 	}
-	_ = p.cmd.Process.Kill()
+	_ = p.send(syscall.SIGKILL)
 	<-p.done
 	if termErr != nil {
 		return nil
@@ -245,14 +290,15 @@ func (p *Proc) exitAfterTerm() error {
 	return nil
 }
 
-// Kill ends the process at once (SIGKILL) and waits until it is reaped: a crash, not a
-// shutdown. A later Stop returns the kill as the process's exit.
+// Kill ends the process at once (SIGKILL; with Config.Group, the whole group) and waits until
+// it is reaped: a crash, not a shutdown. A later Stop returns the kill as the process's exit.
 func (p *Proc) Kill() {
+	defer p.endGroup()
 	select {
 	case <-p.done:
 		return
 	default:
 	}
-	_ = p.cmd.Process.Kill()
+	_ = p.send(syscall.SIGKILL)
 	<-p.done
 }

@@ -53,6 +53,8 @@ func TestConfigValidate(t *testing.T) {
 		{"path_is_required", Config{}, []string{`proc: path: "" is empty`}},
 		{"every_problem_at_once", Config{Path: "x", TailBytes: -1, LogLines: -2, Grace: -time.Second},
 			[]string{"tail_bytes: -1 is negative", "log_lines: -2 is negative", "grace: -1s is negative"}},
+		{"env_entries_are_name_value", Config{Path: "x", Env: []string{"A=1", "B=", "NOVALUE", "=2"}},
+			[]string{`env[2]: "NOVALUE" is not NAME=value`, `env[3]: "=2" is not NAME=value`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.cfg.withDefaults().Validate()
@@ -72,6 +74,19 @@ func TestStartFailsOnMissingExecutable(t *testing.T) {
 	_, err := Start(Config{Name: "ghost", Path: "/nonexistent/ghost"})
 	if err == nil || !strings.Contains(err.Error(), "proc: start ghost (/nonexistent/ghost)") {
 		t.Fatalf("Start = %v; want an error naming the process and its path", err)
+	}
+}
+
+// TestEnvIsAddedToTheInherited: Env adds to the owner's environment and wins over an
+// inherited name.
+func TestEnvIsAddedToTheInherited(t *testing.T) {
+	t.Setenv("PROC_TEST_INHERITED", "kept")
+	t.Setenv("PROC_TEST_OVERRIDDEN", "owner")
+	p := startSh(t, Config{Env: []string{"PROC_TEST_ADDED=42", "PROC_TEST_OVERRIDDEN=child"}},
+		`echo "$PROC_TEST_INHERITED $PROC_TEST_OVERRIDDEN $PROC_TEST_ADDED"`)
+	exited(t, p)
+	if got, want := p.Output(), "kept child 42\n"; got != want {
+		t.Errorf("child printed %q; want %q", got, want)
 	}
 }
 
