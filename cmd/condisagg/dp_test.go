@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,20 +158,7 @@ func TestServeDataParallelRanks(t *testing.T) {
 		chosen, other = other, chosen
 	}
 	// Envoy forwards the request with the router's headers; vLLM (here vllm-sim) reads the rank.
-	req, err := http.NewRequest(http.MethodPost, "http://"+simAddr+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("x-data-parallel-rank", rank)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("vllm-sim answered %d", resp.StatusCode)
-	}
+	chatToRank(t, ctx, simAddr, body, rank)
 	ws := waitFor("the prompt indexed under the chosen rank", func(ws map[string]*condisaggv1.Worker) bool {
 		return ws[chosen].GetIndexedGpuBlocks() > 0
 	})

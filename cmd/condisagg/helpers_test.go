@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -85,4 +86,24 @@ func adminClient(t *testing.T, a listenAddrs) condisaggv1.AdminClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return condisaggv1.NewAdminClient(conn)
+}
+
+// chatToRank posts a chat body straight to the vllm-sim at simAddr, pinned to a data-parallel
+// rank with x-data-parallel-rank, and fails unless it answers 200.
+func chatToRank(t *testing.T, ctx context.Context, simAddr, body, rank string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+simAddr+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-data-parallel-rank", rank)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("vllm-sim answered %d", resp.StatusCode)
+	}
 }

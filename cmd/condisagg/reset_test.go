@@ -58,17 +58,7 @@ func TestServeResetPrefixCache(t *testing.T) {
 		strings.Repeat("A reset empties the engine's prefix cache at once. ", 12) + `"}]}`
 	send := func(rank string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+simAddr+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("x-data-parallel-rank", rank)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("vllm-sim answered %d", resp.StatusCode)
-		}
+		chatToRank(t, ctx, simAddr, body, rank)
 	}
 	explainCached := func() int64 {
 		er, err := admin.Explain(ctx, &condisaggv1.ExplainRequest{Path: "/v1/chat/completions", Body: []byte(body)})
