@@ -13,8 +13,10 @@
 // An Index is built from engine events (Store, Remove, ClearWorker) per WorkerID, one per
 // engine stream, and per Medium (GPU, CPU, Disk). Each worker gets a dense slot number. For each
 // worker and medium an open-addressing table maps engine hash (EH) -> {key row, refcount}
-// (12 bytes a slot); a shared table maps each router key to a row holding the key and a GPU
-// bitset over worker slots, with CPU and Disk bitsets kept apart for the keys that have them.
+// (12 bytes a slot); a shared table maps each router key to a row holding the key and its GPU
+// holders: one inline word while they all lie in one group of 64 slots, a dense bitset over
+// every slot once a second group holds the key (a row costs 18 bytes, not 8 per 64 slots, at
+// large fleets); CPU and Disk bitsets are kept apart for the keys that have them.
 // Each row also links to the row of its parent key and to its children (rows.go), so a removal
 // can tell whether the worker still holds a child of the key it drops.
 //

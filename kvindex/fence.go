@@ -30,12 +30,17 @@ package kvindex
 type FenceID uint64
 
 // Fence makes w refuse its stores (SkipFenced) until the next ClearWorker, and registers w if
-// needed. Removes still apply. A later Fence replaces an earlier one.
+// needed. Removes still apply. A later Fence replaces an earlier one. It returns 0, a fence that
+// clears nothing, when w is new and the index already knows maxSlots workers.
 func (ix *Index) Fence(w WorkerID) FenceID {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	wk := ix.add(w)
+	if wk == nil {
+		return 0
+	}
 	ix.fences++
-	ix.add(w).fence = FenceID(ix.fences)
+	wk.fence = FenceID(ix.fences)
 	return FenceID(ix.fences)
 }
 

@@ -16,6 +16,7 @@ type Index struct {
 	mu      sync.RWMutex        // guards every field below; lookups read-lock it, events write-lock it
 	ids     map[WorkerID]uint32 // worker -> slot
 	slots   []*worker           // by slot; nil marks a free slot
+	names   []WorkerID          // by slot: slots[s].id, contiguous for building lookup results
 	free    []uint32            // free slots, reused before slots grows
 	live    []uint64            // bitset of occupied slots, keys.words words
 	fast    []uint64            // bitset of the live slots whose overlap is found by search (overlap_search.go)
@@ -71,7 +72,8 @@ func (ix *Index) lookup(w WorkerID) *worker {
 	return ix.slots[s]
 }
 
-// add returns the state of w, creating it in a free slot. ix.mu must be write-locked.
+// add returns the state of w, creating it in a free slot, or nil when w is new and every one of
+// the maxSlots slots is taken. ix.mu must be write-locked.
 func (ix *Index) add(w WorkerID) *worker {
 	if ix.last != nil && ix.last.id == w {
 		return ix.last
@@ -85,8 +87,12 @@ func (ix *Index) add(w WorkerID) *worker {
 		s = ix.free[n-1]
 		ix.free = ix.free[:n-1]
 	} else {
+		if len(ix.slots) >= maxSlots {
+			return nil
+		}
 		s = uint32(len(ix.slots))
 		ix.slots = append(ix.slots, nil)
+		ix.names = append(ix.names, "")
 		if words := (len(ix.slots) + 63) / 64; words > ix.keys.words {
 			ix.keys.grow(words)
 			ix.live = append(ix.live, make([]uint64, words-len(ix.live))...)
@@ -94,7 +100,7 @@ func (ix *Index) add(w WorkerID) *worker {
 		}
 	}
 	wk := &worker{id: w, slot: s}
-	ix.slots[s] = wk
+	ix.slots[s], ix.names[s] = wk, w
 	ix.ids[w] = s
 	ix.live[s/64] |= 1 << (s % 64)
 	ix.refreshFast(wk)
@@ -159,7 +165,7 @@ func (ix *Index) RemoveWorker(w WorkerID) {
 	ix.clear(wk)
 	ix.live[wk.slot/64] &^= 1 << (wk.slot % 64)
 	ix.fast[wk.slot/64] &^= 1 << (wk.slot % 64)
-	ix.slots[wk.slot] = nil
+	ix.slots[wk.slot], ix.names[wk.slot] = nil, ""
 	ix.free = append(ix.free, wk.slot)
 	delete(ix.ids, w)
 	if ix.last == wk {
@@ -168,12 +174,16 @@ func (ix *Index) RemoveWorker(w WorkerID) {
 }
 
 // SetCapacity records w's num_gpu_blocks (vllm-kv-events.md §4.3 sanity check; <= 0 = unknown)
-// and registers w if needed. Whenever w holds more GPU entries than numGPUBlocks the index of w
-// is inconsistent: it is cleared and counted in WorkerStats.CapacityClears.
+// and registers w if needed (not past maxSlots workers). Whenever w holds more GPU entries than
+// numGPUBlocks the index of w is inconsistent: it is cleared and counted in
+// WorkerStats.CapacityClears.
 func (ix *Index) SetCapacity(w WorkerID, numGPUBlocks int) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	wk := ix.add(w)
+	if wk == nil {
+		return
+	}
 	wk.numGPUBlocks = max(numGPUBlocks, 0)
 	ix.checkCapacity(wk)
 }

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"testing"
 )
@@ -261,6 +262,7 @@ type coverage struct {
 	gpu, cpu, disk    int // overlap results with a non-zero count of that tier
 	capClears, clears int
 	longest           int // longest GPU+CPU+Disk prefix seen
+	spilled           int // checks that found a GPU row spilled to a dense bitset (rows.go)
 }
 
 // compareWithModel checks every observable of ix against m for the given queries.
@@ -300,6 +302,45 @@ func compareWithModel(t testing.TB, ix *Index, m *model, queries [][]uint64, ste
 	if got, want := ix.NumKeys(), m.numKeys(); got != want {
 		t.Fatalf("%s: NumKeys() = %d, want %d", step, got, want)
 	}
+	if n := checkGPURows(t, ix, step); n > 0 {
+		cov.spilled++
+	}
+}
+
+// checkGPURows checks the representation of the GPU bits (rows.go): a spilled row has holders
+// in two groups at least, a free dense bitset is all zero, and a row's bits are the same read
+// through gpu and through hasGPU. It returns the number of spilled rows.
+func checkGPURows(t testing.TB, ix *Index, step string) int {
+	t.Helper()
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	k := &ix.keys
+	spilledRows := 0
+	buf := make([]uint64, k.words)
+	for r := range uint32(len(k.rows) / rowStride) {
+		if at := k.gpuAt; at != nil && at[r] == spilledGroup {
+			spilledRows++
+			groups := 0
+			for _, w := range k.spilledBits(r) {
+				groups += min(bits.OnesCount64(w), 1)
+			}
+			if groups < 2 {
+				t.Fatalf("%s: row %d spilled with holders in %d groups", step, r, groups)
+			}
+		}
+		bs := k.gpu(r, buf)
+		for slot := range uint32(64 * k.words) {
+			if bs[slot/64]&(1<<(slot%64)) != 0 != k.hasGPU(r, slot) {
+				t.Fatalf("%s: row %d slot %d: gpu and hasGPU disagree", step, r, slot)
+			}
+		}
+	}
+	for _, d := range k.denseFree {
+		if !allZero(k.dense[int(d)*k.words:][:k.words]) {
+			t.Fatalf("%s: free dense bitset %d is not empty", step, d)
+		}
+	}
+	return spilledRows
 }
 
 // chooser supplies the random decisions of an operation sequence.

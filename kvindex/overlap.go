@@ -23,13 +23,14 @@ type Overlaps struct {
 	extEnd       []int32  // per slot: first key ending the lower-tier run
 	disk         []int32  // per slot: Disk-only keys in the lower-tier run
 	zero         []uint64 // an all-zero row for keys nobody holds
+	row          []uint64 // the scan's current GPU bitset when its row is inline (rows.go)
 
 	sets   []uint64      // worker sets of the search (overlap_search.go)
 	frames []searchFrame // its pending intervals
 }
 
 // Overlap fills out.Workers with one element per worker that holds key 0 in any medium (in slot
-// order, which is unspecified): GPU = the number of leading keys held on GPU; then, from the first
+// an unspecified order): GPU = the number of leading keys held on GPU; then, from the first
 // key not on GPU, the run of keys held on CPU or Disk, split into CPU (held on CPU, possibly on
 // Disk too) and Disk (held on Disk only). A key held only on GPU ends the run. Closed workers
 // without lower-tier entries are found by search (overlap_search.go); the others by a scan, key
@@ -65,6 +66,7 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 			rest := false
 			for x := range W {
 				out.sets[a+x] = g[x] & ix.fast[x]
+				inclW[x] &^= out.sets[a+x] // the search writes their results
 				rest = rest || out.sets[a+x] != 0
 			}
 			if rest {
@@ -73,17 +75,16 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 			out.sets = out.sets[:0]
 		}
 	} else {
-		clear(inclW)
-		ix.search(keys, out, inclW)
+		ix.search(keys, out)
+		return
 	}
 	for x, word := range inclW {
 		for word != 0 {
 			s := 64*x + bits.TrailingZeros64(word)
 			word &= word - 1
 			ge, ee, d := int(out.gpuEnd[s]), int(out.extEnd[s]), int(out.disk[s])
-			out.Workers = append(out.Workers, WorkerOverlap{
-				Worker: ix.slots[s].id, GPU: ge, CPU: ee - ge - d, Disk: d,
-			})
+			w := out.next()
+			w.Worker, w.GPU, w.CPU, w.Disk = ix.names[s], ge, ee-ge-d, d
 		}
 	}
 }
@@ -107,7 +108,7 @@ func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) (stop 
 		for j := range chunk {
 			gpu, lower := out.zero[:W], out.zero
 			if refs[j] != 0 {
-				gpu = ix.keys.gpu(refs[j] - 1)
+				gpu = ix.keys.gpu(refs[j]-1, out.row)
 				if exts[j] != 0 {
 					lower = ix.keys.lower(refs[j] - 1)
 				}
@@ -131,8 +132,9 @@ func (o *Overlaps) prepare(W, ns int) {
 		o.gpuOn = make([]uint64, 2*W) // second half: the included set
 		o.extOn = make([]uint64, W)
 		o.zero = make([]uint64, 2*W)
+		o.row = make([]uint64, W)
 	}
-	o.gpuOn, o.extOn, o.zero = o.gpuOn[:2*W], o.extOn[:W], o.zero[:2*W]
+	o.gpuOn, o.extOn, o.zero, o.row = o.gpuOn[:2*W], o.extOn[:W], o.zero[:2*W], o.row[:W]
 	if len(o.gpuEnd) < ns {
 		o.gpuEnd = make([]int32, ns)
 		o.extEnd = make([]int32, ns)

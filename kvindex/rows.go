@@ -19,45 +19,98 @@ const (
 	unknownRow = noRow - 2
 )
 
-// keyRows maps each router key that at least one worker holds to a row of presence bitsets, one
+// keyRows maps each router key that at least one worker holds to a row of presence bits, one
 // bit per worker slot and medium.
 //
-// Row r occupies rows[r*stride : (r+1)*stride]: word 0 is the key, then the GPU bitset of
-// `words` words. Lower tiers are rarer, so their bitsets live apart: when extOf[r] != 0, the
-// CPU and then the Disk bitset of row r are ext[(extOf[r]-1)*2*words:][:2*words]. A row lives
-// while any of its bits is set; then its key is deleted and the row goes on the free list (its
-// lower-tier part as soon as that is empty). A row without bits whose key still has child rows
-// stays (dead) until its last child goes, so the links stay valid; dead rows hold no key.
+// Row r occupies rows[r*rowStride:][:rowStride]: word 0 is the key, word 1 the row's inline GPU
+// word. Most keys are held by few workers, so a dense GPU bitset of one word per 64 slots would
+// cost 128 B per key at 1,024 workers; instead, while a row's GPU holders all lie in one 64-slot
+// group, the inline word holds them and gpuAt[r] names the group. When a second group gains a
+// holder the row spills: its bitset moves to dense (words words), gpuAt[r] becomes spilledGroup
+// and the inline word holds the bitset's index in dense; it moves back inline when a removal
+// leaves at most one group. With 64 slots or fewer there is one group and gpuAt is nil. Lower tiers are rarer, so their bitsets are always dense and live
+// apart: when extOf[r] != 0, the CPU and then the Disk bitset of row r are
+// ext[(extOf[r]-1)*2*words:][:2*words]. A row lives while any of its bits is set; then its key
+// is deleted and the row goes on the free list (its lower-tier part as soon as that is empty). A
+// row without bits whose key still has child rows stays (dead) until its last child goes, so
+// the links stay valid; dead rows hold no key.
 type keyRows struct {
-	index   keyTable // router key -> row
-	rows    []uint64
-	extOf   []uint32 // by row: 1 + index of its lower-tier bitsets in ext, or 0
-	ext     []uint64
-	words   int // bitset words per medium
-	stride  int // 1 + words
-	free    []uint32
-	extFree []uint32
+	index     keyTable // router key -> row
+	rows      []uint64
+	gpuAt     []uint16 // by row, nil while words == 1: the inline word's group, or spilledGroup
+	dense     []uint64 // spilled GPU bitsets, words words each
+	denseFree []uint32
+	extOf     []uint32 // by row: 1 + index of its lower-tier bitsets in ext, or 0
+	ext       []uint64
+	words     int // bitset words per medium: one per 64 worker slots
+	free      []uint32
+	extFree   []uint32
 	// By row: parent row (or rootRow, unknownRow), first child, next and previous sibling.
 	parent, child, next, prev []uint32
 	dead                      int // rows without bits kept for their children
 }
 
+// rowStride is the number of words of a row in keyRows.rows: the key and the inline GPU word.
+const rowStride = 2
+
+// spilledGroup is the gpuAt entry of a row whose GPU bitset lives in keyRows.dense. Groups are
+// below it, so the index holds at most maxSlots worker slots.
+const (
+	spilledGroup = 1<<16 - 1
+	maxSlots     = 64 * spilledGroup
+)
+
 func newKeyRows() keyRows {
-	return keyRows{words: 1, stride: 2}
+	return keyRows{words: 1}
 }
 
 // find returns the row of key.
 func (t *keyRows) find(key uint64) (uint32, bool) {
-	return t.index.find(key, t.rows, t.stride)
+	return t.index.find(key, t.rows)
 }
 
 // key returns the router key of row r.
-func (t *keyRows) key(r uint32) uint64 { return t.rows[int(r)*t.stride] }
+func (t *keyRows) key(r uint32) uint64 { return t.rows[int(r)*rowStride] }
 
-// gpu returns row r's GPU bitset.
-func (t *keyRows) gpu(r uint32) []uint64 {
-	o := int(r)*t.stride + 1
-	return t.rows[o : o+t.words]
+// inline returns row r's inline GPU word and its group (the word's index in a dense bitset),
+// or ok false when the row has spilled.
+func (t *keyRows) inline(r uint32) (group uint32, word uint64, ok bool) {
+	if t.gpuAt != nil {
+		group = uint32(t.gpuAt[r])
+		if group == spilledGroup {
+			return 0, 0, false
+		}
+	}
+	return group, t.rows[int(r)*rowStride+1], true
+}
+
+// spilledBits returns the dense GPU bitset of the spilled row r.
+func (t *keyRows) spilledBits(r uint32) []uint64 {
+	o := int(t.rows[int(r)*rowStride+1]) * t.words
+	return t.dense[o : o+t.words]
+}
+
+// gpu returns row r's GPU bitset (words words). An inline row is expanded into buf, which must
+// hold words words.
+func (t *keyRows) gpu(r uint32, buf []uint64) []uint64 {
+	g, w, ok := t.inline(r)
+	if !ok {
+		return t.spilledBits(r)
+	}
+	if t.words == 1 {
+		o := int(r)*rowStride + 1
+		return t.rows[o : o+1]
+	}
+	clear(buf)
+	buf[g] = w
+	return buf
+}
+
+// gpuEmpty reports whether no worker holds row r on GPU (a spilled row always has holders in
+// two groups at least).
+func (t *keyRows) gpuEmpty(r uint32) bool {
+	_, w, ok := t.inline(r)
+	return ok && w == 0
 }
 
 // lower returns row r's CPU and Disk bitsets (2*words words), or nil if both are empty.
@@ -70,13 +123,20 @@ func (t *keyRows) lower(r uint32) []uint64 {
 	return t.ext[o : o+2*t.words]
 }
 
-// gpuWord returns the index in rows of the GPU bitset word holding slot's bit for row r.
-func (t *keyRows) gpuWord(r, slot uint32) int { return int(r)*t.stride + 1 + int(slot/64) }
+// hasGPU reports whether slot's GPU bit of row r is set.
+func (t *keyRows) hasGPU(r, slot uint32) bool {
+	bit := uint64(1) << (slot % 64)
+	g, w, ok := t.inline(r)
+	if !ok {
+		return t.spilledBits(r)[slot/64]&bit != 0
+	}
+	return g == slot/64 && w&bit != 0
+}
 
 // has reports whether bit slot of row r is set in medium m.
 func (t *keyRows) has(r uint32, m Medium, slot uint32) bool {
 	if m == GPU {
-		return t.rows[t.gpuWord(r, slot)]&(1<<(slot%64)) != 0
+		return t.hasGPU(r, slot)
 	}
 	bs := t.lower(r)
 	if bs == nil {
@@ -87,10 +147,67 @@ func (t *keyRows) has(r uint32, m Medium, slot uint32) bool {
 	return bs[slot/64]&(1<<(slot%64)) != 0
 }
 
+// setGPU sets slot's GPU bit of row r, spilling the row when slot is outside its inline group.
+func (t *keyRows) setGPU(r, slot uint32) {
+	bit, group := uint64(1)<<(slot%64), slot/64
+	o := int(r)*rowStride + 1
+	g, w, ok := t.inline(r)
+	switch {
+	case !ok:
+		t.spilledBits(r)[group] |= bit
+	case w == 0 || g == group:
+		t.rows[o] = w | bit
+		if t.gpuAt != nil {
+			t.gpuAt[r] = uint16(group)
+		}
+	default:
+		var d uint32
+		if n := len(t.denseFree); n > 0 {
+			d = t.denseFree[n-1]
+			t.denseFree = t.denseFree[:n-1]
+		} else {
+			d = uint32(len(t.dense) / t.words)
+			t.dense = append(t.dense, make([]uint64, t.words)...)
+		}
+		t.gpuAt[r], t.rows[o] = spilledGroup, uint64(d)
+		bs := t.spilledBits(r)
+		bs[g], bs[group] = w, bit
+	}
+}
+
+// unsetGPU clears slot's GPU bit of row r; a spilled row left with holders in one group or none
+// moves back inline.
+func (t *keyRows) unsetGPU(r, slot uint32) {
+	bit := uint64(1) << (slot % 64)
+	o := int(r)*rowStride + 1
+	g, _, ok := t.inline(r)
+	if ok {
+		if g == slot/64 {
+			t.rows[o] &^= bit
+		}
+		return
+	}
+	d := uint32(t.rows[o])
+	bs := t.spilledBits(r)
+	bs[slot/64] &^= bit
+	last, groups := 0, 0
+	for x, w := range bs {
+		if w != 0 {
+			last, groups = x, groups+1
+		}
+	}
+	if groups > 1 {
+		return
+	}
+	t.rows[o], t.gpuAt[r] = bs[last], uint16(last)
+	clear(bs)
+	t.denseFree = append(t.denseFree, d)
+}
+
 // set sets bit slot of row r in medium m.
 func (t *keyRows) set(r uint32, m Medium, slot uint32) {
 	if m == GPU {
-		t.rows[t.gpuWord(r, slot)] |= 1 << (slot % 64)
+		t.setGPU(r, slot)
 		return
 	}
 	bs := t.lower(r)
@@ -116,7 +233,7 @@ func (t *keyRows) set(r uint32, m Medium, slot uint32) {
 // and the row with its key.
 func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
 	if m == GPU {
-		t.rows[t.gpuWord(r, slot)] &^= 1 << (slot % 64)
+		t.unsetGPU(r, slot)
 	} else if bs := t.lower(r); bs != nil {
 		if m != CPU {
 			bs[t.words+int(slot/64)] &^= 1 << (slot % 64)
@@ -128,7 +245,7 @@ func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
 			t.extOf[r] = 0
 		}
 	}
-	if t.extOf[r] == 0 && allZero(t.gpu(r)) {
+	if t.extOf[r] == 0 && t.gpuEmpty(r) {
 		if t.child[r] != noRow {
 			t.dead++
 			return
@@ -148,7 +265,7 @@ func (t *keyRows) release(r uint32) {
 			return
 		}
 		t.unlink(r)
-		if t.child[p] != noRow || t.extOf[p] != 0 || !allZero(t.gpu(p)) {
+		if t.child[p] != noRow || t.extOf[p] != 0 || !t.gpuEmpty(p) {
 			return
 		}
 		t.dead-- // p was dead: its last child is gone
@@ -182,7 +299,7 @@ func (t *keyRows) unlink(r uint32) {
 // hasChildWith reports whether a child row of r has slot's GPU bit set.
 func (t *keyRows) hasChildWith(r, slot uint32) bool {
 	for c := t.child[r]; c != noRow; c = t.next[c] {
-		if t.rows[t.gpuWord(c, slot)]&(1<<(slot%64)) != 0 {
+		if t.hasGPU(c, slot) {
 			return true
 		}
 	}
@@ -203,9 +320,9 @@ func allZero(ws []uint64) bool {
 // the key it is chained after (rootRow for a first block, unknownRow if that key has no row); a
 // row whose parent was unknown learns it here.
 func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
-	at, r, ok := t.index.slot(key, t.rows, t.stride)
+	at, r, ok := t.index.slot(key, t.rows)
 	if ok {
-		if t.dead > 0 && t.extOf[r] == 0 && allZero(t.gpu(r)) {
+		if t.dead > 0 && t.extOf[r] == 0 && t.gpuEmpty(r) {
 			t.dead-- // a dead row: the caller sets a bit
 		}
 		if t.parent[r] == unknownRow && parent < unknownRow && parent != r {
@@ -217,15 +334,18 @@ func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
 		r = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		r = uint32(len(t.rows) / t.stride)
-		t.rows = append(t.rows, make([]uint64, t.stride)...)
+		r = uint32(len(t.rows) / rowStride)
+		t.rows = append(t.rows, 0, 0)
+		if t.gpuAt != nil {
+			t.gpuAt = append(t.gpuAt, 0)
+		}
 		t.extOf = append(t.extOf, 0)
 		t.parent = append(t.parent, unknownRow)
 		t.child = append(t.child, noRow)
 		t.next = append(t.next, noRow)
 		t.prev = append(t.prev, noRow)
 	}
-	t.rows[int(r)*t.stride] = key
+	t.rows[int(r)*rowStride] = key
 	t.index.put(at, key, r)
 	t.child[r], t.next[r], t.prev[r], t.parent[r] = noRow, noRow, noRow, parent
 	if parent < unknownRow {
@@ -234,23 +354,28 @@ func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
 	return r, true
 }
 
-// grow widens every bitset to words words (one per 64 worker slots).
+// grow widens every bitset to words words (one per 64 worker slots). Inline rows keep their
+// group; the first growth past one word gives every row a gpuAt entry (group 0).
 func (t *keyRows) grow(words int) {
 	if words <= t.words {
 		return
 	}
-	n := len(t.rows) / t.stride
-	rows := make([]uint64, n*(1+words), max(n, 64)*(1+words))
-	for r := range n {
-		copy(rows[r*(1+words):], t.rows[r*t.stride:(r+1)*t.stride])
+	if t.gpuAt == nil {
+		t.gpuAt = make([]uint16, len(t.rows)/rowStride, cap(t.rows)/rowStride)
 	}
-	ne := len(t.ext) / (2 * t.words)
-	ext := make([]uint64, ne*2*words)
-	for e := range ne {
-		copy(ext[e*2*words:], t.ext[e*2*t.words:e*2*t.words+t.words])           // CPU
-		copy(ext[e*2*words+words:], t.ext[e*2*t.words+t.words:(e+1)*2*t.words]) // Disk
+	// ext holds CPU and Disk bitsets alternately, so it widens bitset by bitset too.
+	t.dense, t.ext = widen(t.dense, t.words, words), widen(t.ext, t.words, words)
+	t.words = words
+}
+
+// widen copies bitsets of from words each into bitsets of to words each.
+func widen(bs []uint64, from, to int) []uint64 {
+	n := len(bs) / from
+	out := make([]uint64, n*to)
+	for i := range n {
+		copy(out[i*to:], bs[i*from:(i+1)*from])
 	}
-	t.rows, t.ext, t.words, t.stride = rows, ext, words, 1+words
+	return out
 }
 
 // len returns the number of live rows (distinct router keys held).

@@ -28,7 +28,7 @@ const (
 	SkipTokenMismatch                       // more tokens than len(Hashes)*BlockSize
 	SkipDuplicateHash                       // Hashes repeats a hash or contains the parent
 	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
-	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^29 keys)
+	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^29 keys, or 4,194,240 workers)
 	SkipFenced                              // the worker is fenced: its prefix cache was reset and the engine's clear has not arrived (fence.go)
 )
 
@@ -79,6 +79,9 @@ func (ix *Index) Store(w WorkerID, s *Store) StoreResult {
 // store is Store with ix.mu write-locked.
 func (ix *Index) store(w WorkerID, s *Store) StoreResult {
 	wk := ix.add(w)
+	if wk == nil {
+		return StoreResult{Skip: SkipCapacity} // maxSlots workers already known
+	}
 	if s == nil || len(s.Hashes) == 0 {
 		return StoreResult{}
 	}
@@ -210,7 +213,7 @@ func (ix *Index) touchKeys(keys []uint64) {
 	}
 	rows, free := ix.keys.rows, ix.keys.free
 	for j := range min(len(keys), len(free)) {
-		acc += rows[int(free[len(free)-1-j])*ix.keys.stride]
+		acc += rows[int(free[len(free)-1-j])*rowStride]
 	}
 	ix.sink += acc
 }

@@ -195,8 +195,8 @@ func keyHash(key uint64) uint64 { return (key * fibMul) >> 32 }
 
 func (t *keyTable) home(h32 uint64) uint64 { return h32 >> ((t.shift - 32) & 63) }
 
-// find returns the row of key; rows is keyRows.rows with the given stride.
-func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
+// find returns the row of key; rows is keyRows.rows.
+func (t *keyTable) find(key uint64, rows []uint64) (uint32, bool) {
 	if t.n == 0 {
 		return 0, false
 	}
@@ -208,7 +208,7 @@ func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
 			return 0, false
 		}
 		if s>>32 == h {
-			if r := uint32(s) - 1; rows[int(r)*stride] == key {
+			if r := uint32(s) - 1; rows[int(r)*rowStride] == key {
 				return r, true
 			}
 		}
@@ -217,7 +217,7 @@ func (t *keyTable) find(key uint64, rows []uint64, stride int) (uint32, bool) {
 
 // slot returns the row of key and true, or the empty slot index where key belongs and false;
 // fill it with put before any other change to t. It grows t first if needed.
-func (t *keyTable) slot(key uint64, rows []uint64, stride int) (int, uint32, bool) {
+func (t *keyTable) slot(key uint64, rows []uint64) (int, uint32, bool) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
@@ -229,7 +229,7 @@ func (t *keyTable) slot(key uint64, rows []uint64, stride int) (int, uint32, boo
 			return int(i), 0, false
 		}
 		if s>>32 == h {
-			if r := uint32(s) - 1; rows[int(r)*stride] == key {
+			if r := uint32(s) - 1; rows[int(r)*rowStride] == key {
 				return 0, r, true
 			}
 		}
