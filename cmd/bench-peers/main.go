@@ -44,6 +44,7 @@ type options struct {
 	indexes  string
 	out      string
 	cpuProf  string
+	memProf  string
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.indexes, "indexes", "radix,crtc,positional", "Dynamo indexes to run")
 	flag.StringVar(&o.out, "out", "", "also append every run's JSON line to this file")
 	flag.StringVar(&o.cpuProf, "cpuprofile", "", "-mode ours: write a CPU profile of the lookup rounds to this file")
+	flag.StringVar(&o.memProf, "memprofile", "", "-mode ours: write a heap profile of the index after ingest to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -88,7 +90,7 @@ func run(ctx context.Context, o options) error {
 			}
 			return json.NewEncoder(os.Stdout).Encode(ex)
 		}
-		res, err := measureOurs(caseFiles(o.dir, c), time.Duration(o.lookupMS)*time.Millisecond, o.cpuProf)
+		res, err := measureOurs(caseFiles(o.dir, c), time.Duration(o.lookupMS)*time.Millisecond, o.cpuProf, o.memProf)
 		if err != nil {
 			return err
 		}

@@ -43,7 +43,7 @@ type Result struct {
 // measureOurs runs condisagg's path on one case: kvevents.Applier.ApplyPayload per recorded
 // batch (decode, keys from the token ids, apply under one index lock per batch), then
 // kvindex.Index.Overlap on the lookup set with its keys computed beforehand.
-func measureOurs(f files, lookupBudget time.Duration, cpuProfile string) (Result, error) {
+func measureOurs(f files, lookupBudget time.Duration, cpuProfile, memProfile string) (Result, error) {
 	keys, bs, err := readLookupKeys(f.lookups)
 	if err != nil {
 		return Result{}, err
@@ -62,6 +62,11 @@ func measureOurs(f files, lookupBudget time.Duration, cpuProfile string) (Result
 		return res, err
 	}
 	res.IndexBytes = heapInUse() - heap0
+	if memProfile != "" {
+		if err := writeHeapProfile(memProfile); err != nil {
+			return res, err
+		}
+	}
 
 	var out kvindex.Overlaps
 	for _, k := range keys {
@@ -189,6 +194,22 @@ func readLookupKeys(path string) ([][]uint64, int, error) {
 }
 
 // heapInUse returns the live heap after a full collection.
+// writeHeapProfile writes the live heap (as of the last collection) to path.
+func writeHeapProfile(path string) error {
+	pf, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench-peers: -memprofile: %w", err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(pf, 0); err != nil {
+		pf.Close()
+		return fmt.Errorf("bench-peers: -memprofile: %w", err)
+	}
+	if err := pf.Close(); err != nil {
+		return fmt.Errorf("bench-peers: -memprofile: %w", err)
+	}
+	return nil
+}
+
 func heapInUse() int64 {
 	runtime.GC()
 	var ms runtime.MemStats

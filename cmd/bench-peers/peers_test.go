@@ -23,7 +23,7 @@ func TestOursMatchesGenerator(t *testing.T) {
 				if ov > 0 && ex.Hits == 0 {
 					t.Fatalf("expectation has no hits: %+v", ex)
 				}
-				res, err := measureOurs(caseFiles(dir, c), time.Millisecond, "")
+				res, err := measureOurs(caseFiles(dir, c), time.Millisecond, "", "")
 				if err != nil {
 					t.Fatal(err)
 				}
