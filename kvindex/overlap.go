@@ -94,22 +94,23 @@ func (ix *Index) Overlap(keys []uint64, out *Overlaps) {
 // after the key where no worker outside ix.fast extends any more and reports that key (then
 // the workers of ix.fast still in g hold keys 0..stop and are not settled).
 func (ix *Index) scan(keys []uint64, out *Overlaps, g, e []uint64, W int) (stop int, stopped bool) {
-	var refs, exts [lookupChunk]uint32 // row+1 (0 = no worker holds the key), extOf of the row
+	var refs [lookupChunk]uint32 // row+1 (0 = no worker holds the key)
+	var exts [lookupChunk]bool   // the row has lower-tier holders
 	for base := 0; base < len(keys); base += lookupChunk {
 		chunk := keys[base:min(base+lookupChunk, len(keys))]
 		// Look the whole chunk up first: the lookups are independent, so their cache misses
 		// overlap instead of each waiting for the previous key's step.
 		for j, k := range chunk {
-			refs[j], exts[j] = 0, 0
+			refs[j], exts[j] = 0, false
 			if r, ok := ix.keys.find(k); ok {
-				refs[j], exts[j] = r+1, ix.keys.extOf[r]
+				refs[j], exts[j] = r+1, ix.keys.hasLower(r)
 			}
 		}
 		for j := range chunk {
 			gpu, lower := out.zero[:W], out.zero
 			if refs[j] != 0 {
 				gpu = ix.keys.gpu(refs[j]-1, out.row)
-				if exts[j] != 0 {
+				if exts[j] {
 					lower = ix.keys.lower(refs[j] - 1)
 				}
 			}

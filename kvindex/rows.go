@@ -29,8 +29,8 @@ const (
 // holder the row spills: its bitset moves to dense (words words), gpuAt[r] becomes spilledGroup
 // and the inline word holds the bitset's index in dense; it moves back inline when a removal
 // leaves at most one group. With 64 slots or fewer there is one group and gpuAt is nil. Lower tiers are rarer, so their bitsets are always dense and live
-// apart: when extOf[r] != 0, the CPU and then the Disk bitset of row r are
-// ext[(extOf[r]-1)*2*words:][:2*words]. A row lives while any of its bits is set; then its key
+// apart: when bit r of hasExt is set, the CPU and then the Disk bitset of row r are
+// ext[extAt[r]*2*words:][:2*words] (a map, so rows without them pay one bit, not a slot). A row lives while any of its bits is set; then its key
 // is deleted and the row goes on the free list (its lower-tier part as soon as that is empty). A
 // row without bits whose key still has child rows stays (dead) until its last child goes, so
 // the links stay valid; dead rows hold no key.
@@ -40,7 +40,8 @@ type keyRows struct {
 	gpuAt     []uint16 // by row, nil while words == 1: the inline word's group, or spilledGroup
 	dense     []uint64 // spilled GPU bitsets, words words each
 	denseFree []uint32
-	extOf     []uint32 // by row: 1 + index of its lower-tier bitsets in ext, or 0
+	hasExt    []uint64          // bit per row: the row has lower-tier bitsets
+	extAt     map[uint32]uint32 // row -> index of its lower-tier bitsets in ext
 	ext       []uint64
 	words     int // bitset words per medium: one per 64 worker slots
 	free      []uint32
@@ -113,13 +114,15 @@ func (t *keyRows) gpuEmpty(r uint32) bool {
 	return ok && w == 0
 }
 
+// hasLower reports whether row r has CPU or Disk holders.
+func (t *keyRows) hasLower(r uint32) bool { return t.hasExt[r/64]&(1<<(r%64)) != 0 }
+
 // lower returns row r's CPU and Disk bitsets (2*words words), or nil if both are empty.
 func (t *keyRows) lower(r uint32) []uint64 {
-	e := t.extOf[r]
-	if e == 0 {
+	if !t.hasLower(r) {
 		return nil
 	}
-	o := int(e-1) * 2 * t.words
+	o := int(t.extAt[r]) * 2 * t.words
 	return t.ext[o : o+2*t.words]
 }
 
@@ -220,7 +223,11 @@ func (t *keyRows) set(r uint32, m Medium, slot uint32) {
 			e = uint32(len(t.ext) / (2 * t.words))
 			t.ext = append(t.ext, make([]uint64, 2*t.words)...)
 		}
-		t.extOf[r] = e + 1
+		if t.extAt == nil {
+			t.extAt = make(map[uint32]uint32)
+		}
+		t.extAt[r] = e
+		t.hasExt[r/64] |= 1 << (r % 64)
 		bs = t.lower(r)
 	}
 	if m != CPU {
@@ -241,11 +248,12 @@ func (t *keyRows) unset(r uint32, m Medium, slot uint32) {
 			bs[slot/64] &^= 1 << (slot % 64)
 		}
 		if allZero(bs) {
-			t.extFree = append(t.extFree, t.extOf[r]-1)
-			t.extOf[r] = 0
+			t.extFree = append(t.extFree, t.extAt[r])
+			delete(t.extAt, r)
+			t.hasExt[r/64] &^= 1 << (r % 64)
 		}
 	}
-	if t.extOf[r] == 0 && t.gpuEmpty(r) {
+	if !t.hasLower(r) && t.gpuEmpty(r) {
 		if t.child[r] != noRow {
 			t.dead++
 			return
@@ -265,7 +273,7 @@ func (t *keyRows) release(r uint32) {
 			return
 		}
 		t.unlink(r)
-		if t.child[p] != noRow || t.extOf[p] != 0 || !t.gpuEmpty(p) {
+		if t.child[p] != noRow || t.hasLower(p) || !t.gpuEmpty(p) {
 			return
 		}
 		t.dead-- // p was dead: its last child is gone
@@ -322,7 +330,7 @@ func allZero(ws []uint64) bool {
 func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
 	at, r, ok := t.index.slot(key, t.rows)
 	if ok {
-		if t.dead > 0 && t.extOf[r] == 0 && t.gpuEmpty(r) {
+		if t.dead > 0 && !t.hasLower(r) && t.gpuEmpty(r) {
 			t.dead-- // a dead row: the caller sets a bit
 		}
 		if t.parent[r] == unknownRow && parent < unknownRow && parent != r {
@@ -339,7 +347,9 @@ func (t *keyRows) findOrAdd(key uint64, parent uint32) (uint32, bool) {
 		if t.gpuAt != nil {
 			t.gpuAt = append(t.gpuAt, 0)
 		}
-		t.extOf = append(t.extOf, 0)
+		if int(r/64) == len(t.hasExt) {
+			t.hasExt = append(t.hasExt, 0)
+		}
 		t.parent = append(t.parent, unknownRow)
 		t.child = append(t.child, noRow)
 		t.next = append(t.next, noRow)
