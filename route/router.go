@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,6 +303,8 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	}
 	if req.DryRun {
 		out.Overlaps = append([]kvindex.WorkerOverlap(nil), sc.ov.Workers...)
+		// The index answers in no particular order; Explain lists the workers by name.
+		slices.SortFunc(out.Overlaps, func(a, b kvindex.WorkerOverlap) int { return strings.Compare(string(a.Worker), string(b.Worker)) })
 	} else {
 		id := "cd-" + strconv.FormatUint(n, 36)
 		var subset []string

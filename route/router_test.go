@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,6 +277,10 @@ func TestDecisionSeesOverlapOnLargeFleet(t *testing.T) {
 	}
 	if len(out.Overlaps) != 20 {
 		t.Fatalf("%d overlapping workers, want 20", len(out.Overlaps))
+	}
+	// Explain lists them by name whatever order the index found them in.
+	if !slices.IsSortedFunc(out.Overlaps, func(a, b kvindex.WorkerOverlap) int { return strings.Compare(string(a.Worker), string(b.Worker)) }) {
+		t.Fatalf("overlaps not sorted by worker: %+v", out.Overlaps)
 	}
 	if rec := out.Record(); rec.Decode != "d19" || rec.Overlap != 20 {
 		t.Fatalf("decision previewed %s with overlap %d, want d19 with 20: %+v", rec.Decode, rec.Overlap, rec)
