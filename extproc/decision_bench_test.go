@@ -290,28 +290,40 @@ func scaleSamples(tokens int) int {
 // sent over and over (the segment cache stays warm: labelled as such), unique = every request
 // a prompt never sent, made by prefixing one of the 512 with a per-request number (every
 // message then misses the segment cache, which is keyed by the whole segment's text).
+// The texts are JSON-escaped once here, so building a body is a copy: the client's body
+// building is not decision CPU, yet it runs in the process and counts in cpu-µs/decision.
 type throughputBodies struct {
-	unique bool
-	texts  []string
-	next   atomic.Int64
+	unique  bool
+	escaped []string // each text as a JSON string, without its opening quote
+	next    atomic.Int64
 }
+
+// throughputBodyHead is conversation's prefix for a one-turn chat, up to the content's quote.
+const throughputBodyHead = `{"model":"qwen3","stream":true,"messages":[{"role":"user","content":"`
 
 func newThroughputBodies(seed uint64, unique bool) *throughputBodies {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	t := &throughputBodies{unique: unique, texts: make([]string, 512)}
-	for i := range t.texts {
-		t.texts[i] = promptText(rng, 1024)
+	t := &throughputBodies{unique: unique, escaped: make([]string, 512)}
+	for i := range t.escaped {
+		t.escaped[i] = jsonString(promptText(rng, 1024))[1:]
 	}
 	return t
 }
 
+// body is conversation([]string{text}) for the next text ("request <n>. " + text when unique;
+// the prefix has nothing JSON escapes).
 func (t *throughputBodies) body() []byte {
 	n := t.next.Add(1)
-	text := t.texts[n%int64(len(t.texts))]
+	esc := t.escaped[n%int64(len(t.escaped))]
+	b := make([]byte, 0, len(throughputBodyHead)+32+len(esc)+3)
+	b = append(b, throughputBodyHead...)
 	if t.unique {
-		text = "request " + strconv.FormatInt(n, 10) + ". " + text
+		b = append(b, "request "...)
+		b = strconv.AppendInt(b, n, 10)
+		b = append(b, ". "...)
 	}
-	return conversation([]string{text})
+	b = append(b, esc...)
+	return append(b, "}]}"...)
 }
 
 func (t *throughputBodies) name() string {
@@ -455,5 +467,29 @@ func BenchmarkRouterDecideSharedPrefix(b *testing.B) {
 				b.ReportMetric(float64(d.Nanoseconds())/1e3/float64(b.N), route.StageNames[i]+"-µs/op")
 			}
 		})
+	}
+}
+
+// TestThroughputBodiesAreConversations: the throughput benchmarks' prebuilt bodies are the
+// bytes conversation builds for the same text, unique or cycled.
+func TestThroughputBodiesAreConversations(t *testing.T) {
+	for _, unique := range []bool{true, false} {
+		bodies := newThroughputBodies(3, unique)
+		rng := rand.New(rand.NewPCG(3, 3))
+		texts := make([]string, 512)
+		for i := range texts {
+			texts[i] = promptText(rng, 1024)
+		}
+		for range 3 {
+			got := bodies.body()
+			n := bodies.next.Load()
+			text := texts[n%int64(len(texts))]
+			if unique {
+				text = "request " + strconv.FormatInt(n, 10) + ". " + text
+			}
+			if want := conversation([]string{text}); string(got) != string(want) {
+				t.Fatalf("%s body %d:\n got %.200s\nwant %.200s", bodies.name(), n, got, want)
+			}
+		}
 	}
 }

@@ -152,7 +152,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 func serveBufconn(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(DefaultMaxBodyBytes + 1<<20))
+	g := grpc.NewServer(serverOptions(GRPCOptions{MaxBodyBytes: DefaultMaxBodyBytes})...)
 	register(g)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = g.Serve(lis) }()

@@ -58,6 +58,18 @@ const (
 // limits above the body limit and keepalive settings that accept Envoy's HTTP/2 pings.
 // The health server starts with liveness SERVING and readiness NOT_SERVING.
 func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(serverOptions(opts)...)
+	extprocv3.RegisterExternalProcessorServer(g, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	hs.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
+	SetReady(hs, false)
+	return g, hs
+}
+
+// serverOptions are the ext_proc server's gRPC options (the tests' in-memory server uses them
+// too, so that what they measure is what serves).
+func serverOptions(opts GRPCOptions) []grpc.ServerOption {
 	limit := BodyCeiling(opts.MaxBodyBytes) + 1<<20
 	streams := opts.MaxConcurrentStreams
 	if streams == 0 {
@@ -75,13 +87,7 @@ func NewGRPCServer(srv *Server, opts GRPCOptions) (*grpc.Server, *health.Server)
 	if opts.TLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
-	g := grpc.NewServer(gopts...)
-	extprocv3.RegisterExternalProcessorServer(g, srv)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(g, hs)
-	hs.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
-	SetReady(hs, false)
-	return g, hs
+	return gopts
 }
 
 // BodyCeiling is the largest max_body_bytes a server built with GRPCOptions.MaxBodyBytes =

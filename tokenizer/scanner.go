@@ -117,28 +117,25 @@ func classAt(s string, i int) (uint8, int) {
 
 func isSpaceCls(c uint8) bool { return c == clsSpace || c == clsNewline }
 
-// run returns the end of the run of characters starting at i whose class
-// satisfies ok, stopping after max characters when max > 0.
-func run(s string, i int, ok func(uint8) bool, max int) int {
-	n := 0
-	for i < len(s) {
-		c, w := at(s, i)
-		if !ok(c) {
+// run returns the end of the run of characters starting at i whose class is
+// want, stopping after max characters when max > 0. ASCII is classified in the
+// loop itself: prompts are mostly ASCII, and this loop is most of pretokenization.
+func run(s string, i int, want uint8, max int) int {
+	for n := 1; i < len(s); n++ {
+		c, w := asciiClass[s[i]&0x7f], 1
+		if s[i] >= utf8.RuneSelf {
+			c, w = at(s, i)
+		}
+		if c != want {
 			break
 		}
 		i += w
-		n++
-		if max > 0 && n == max {
+		if n == max {
 			break
 		}
 	}
 	return i
 }
-
-func isLetter(c uint8) bool  { return c == clsLetter }
-func isNumber(c uint8) bool  { return c == clsNumber }
-func isOther(c uint8) bool   { return c == clsOther }
-func isNewline(c uint8) bool { return c == clsNewline }
 
 func (sc *scanner) split(dst []string, s string, _ bool) []string {
 	for i := 0; i < len(s); {
@@ -187,16 +184,16 @@ func (sc *scanner) next(s string, i int) int {
 	c, w := at(s, i)
 	// [^\r\n\p{L}\p{N}]?\p{L}+
 	if c == clsLetter {
-		return run(s, i+w, isLetter, 0)
+		return run(s, i+w, clsLetter, 0)
 	}
 	if c == clsOther || c == clsSpace {
 		if c2, _ := classAt(s, i+w); c2 == clsLetter {
-			return run(s, i+w, isLetter, 0)
+			return run(s, i+w, clsLetter, 0)
 		}
 	}
 	// \p{N}{1,max}
 	if c == clsNumber {
-		return run(s, i, isNumber, sc.maxDigit)
+		return run(s, i, clsNumber, sc.maxDigit)
 	}
 	// " ?[^\s\p{L}\p{N}]+[\r\n]*"
 	start := i
@@ -206,8 +203,8 @@ func (sc *scanner) next(s string, i int) int {
 		}
 	}
 	if c0, _ := at(s, start); c0 == clsOther {
-		end := run(s, start, isOther, 0)
-		return run(s, end, isNewline, 0)
+		end := run(s, start, clsOther, 0)
+		return run(s, end, clsNewline, 0)
 	}
 	// Whitespace alternatives: c is clsSpace or clsNewline here.
 	return spaceMatch(s, i, true)
@@ -256,11 +253,11 @@ func (sc *scanner) nextGPT2(s string, i int) int {
 	c, _ := classAt(s, start)
 	switch {
 	case c == clsLetter:
-		return run(s, start, isLetter, 0)
+		return run(s, start, clsLetter, 0)
 	case c == clsNumber:
-		return run(s, start, isNumber, 0)
+		return run(s, start, clsNumber, 0)
 	case c == clsOther:
-		return run(s, start, isOther, 0)
+		return run(s, start, clsOther, 0)
 	}
 	return spaceMatch(s, i, false)
 }
