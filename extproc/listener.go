@@ -81,6 +81,7 @@ func serverOptions(opts GRPCOptions) []grpc.ServerOption {
 		grpc.StaticStreamWindowSize(StreamWindowBytes),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
+		grpc.ForceServerCodecV2(messageCodec{}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
