@@ -28,12 +28,16 @@ const (
 // group, the inline word holds them and gpuAt[r] names the group. When a second group gains a
 // holder the row spills: its bitset moves to dense (words words), gpuAt[r] becomes spilledGroup
 // and the inline word holds the bitset's index in dense; it moves back inline when a removal
-// leaves at most one group. With 64 slots or fewer there is one group and gpuAt is nil. Lower tiers are rarer, so their bitsets are always dense and live
-// apart: when bit r of hasExt is set, the CPU and then the Disk bitset of row r are
-// ext[extAt[r]*2*words:][:2*words] (a map, so rows without them pay one bit, not a slot). A row lives while any of its bits is set; then its key
-// is deleted and the row goes on the free list (its lower-tier part as soon as that is empty). A
-// row without bits whose key still has child rows stays (dead) until its last child goes, so
-// the links stay valid; dead rows hold no key.
+// leaves at most one group. With 64 slots or fewer there is one group and gpuAt is nil.
+//
+// Lower tiers are rarer, so their bitsets are always dense and live apart: when bit r of hasExt
+// is set, the CPU and then the Disk bitset of row r are ext[extAt[r]*2*words:][:2*words] (a
+// map, so a row without them pays one bit, not a slot).
+//
+// A row lives while any of its bits is set; then its key is deleted and the row goes on the free
+// list (its lower-tier part as soon as that is empty). A row without bits whose key still has
+// child rows stays (dead) until its last child goes, so the links stay valid; dead rows hold no
+// key.
 type keyRows struct {
 	index     keyTable // router key -> row
 	rows      []uint64
