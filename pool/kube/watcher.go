@@ -141,18 +141,23 @@ func (w *Watcher) informer(e Entry) (entryInformer, error) {
 	return entryInformer{inf: inf, reg: reg}, nil
 }
 
-// stripSlice drops what Members does not read (managed fields, annotations, hints) before an
-// object enters the cache.
+// stripSlice keeps a copy of the slice without what Members does not read (managed fields,
+// annotations, hints) in the cache. It copies rather than edits: the object may still be read
+// by its source (client-go's fake clientset hands its watchers the object it keeps, and copies
+// it again on delete, which raced with an in-place edit here).
 func stripSlice(obj any) (any, error) {
 	sl, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return obj, nil // a tombstone (cache.DeletedFinalStateUnknown) passes as is
 	}
-	sl.ManagedFields, sl.Annotations = nil, nil
-	for i := range sl.Endpoints {
-		sl.Endpoints[i].Hints, sl.Endpoints[i].DeprecatedTopology = nil, nil
+	cp := *sl
+	cp.ManagedFields, cp.Annotations = nil, nil
+	cp.Endpoints = make([]discoveryv1.Endpoint, len(sl.Endpoints))
+	for i, ep := range sl.Endpoints {
+		ep.Hints, ep.DeprecatedTopology = nil, nil
+		cp.Endpoints[i] = ep
 	}
-	return sl, nil
+	return &cp, nil
 }
 
 func (w *Watcher) kick() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -59,5 +60,31 @@ func TestNewWatcherRequires(t *testing.T) {
 	}
 	if _, err := NewWatcher([]Entry{decodeEntry()}, newPool(t), Options{Client: fake.NewClientset(), Metrics: m}); err == nil {
 		t.Error("no namespace: no error")
+	}
+}
+
+// TestStripSliceCopies: the cache keeps a stripped copy, and the object it came from (which its
+// source may still read: the fake clientset keeps it) is left as it was.
+func TestStripSliceCopies(t *testing.T) {
+	zone := "a"
+	in := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{"k": "v"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Zone: &zone,
+			Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}}},
+	}
+	out, err := stripSlice(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*discoveryv1.EndpointSlice)
+	if got == in || got.Annotations != nil || got.ManagedFields != nil || got.Endpoints[0].Hints != nil {
+		t.Fatalf("stripped slice %+v", got)
+	}
+	if got.Name != "s" || got.Endpoints[0].Addresses[0] != "10.0.0.1" || *got.Endpoints[0].Zone != "a" {
+		t.Fatalf("stripSlice dropped what Members reads: %+v", got)
+	}
+	if in.Annotations == nil || in.ManagedFields == nil || in.Endpoints[0].Hints == nil {
+		t.Fatalf("stripSlice edited its input: %+v", in)
 	}
 }
