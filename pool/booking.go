@@ -79,7 +79,7 @@ func (p *Pool) Book(b Booking) error {
 		if b.ISL%p.cfg.BlockSize != 0 {
 			r.unique = 1
 		}
-		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(d.active, b.Keys)) + r.unique
+		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(&d.active, b.Keys)) + r.unique
 		fresh := p.scrapeFreshAfter()
 		switch b.Guard.CheckLoad(pdb, d.kvCap(), reportedUsage(d, fresh != 0 && d.scrape.At.UnixNano() >= fresh)) {
 		case policy.VerdictBusy:
@@ -90,7 +90,7 @@ func (p *Pool) Book(b Booking) error {
 		}
 		r.keys = p.copyKeysLocked(b.Keys)
 		for _, k := range r.keys {
-			d.active[k]++
+			d.active.add(k)
 		}
 		if r.prefillTokens > 0 {
 			r.prefillOn = d
@@ -101,7 +101,7 @@ func (p *Pool) Book(b Booking) error {
 		}
 		r.keys = p.copyKeysLocked(b.Keys)
 		for _, k := range r.keys {
-			d.active[k]++
+			d.active.add(k)
 		}
 		if r.prefillTokens > 0 {
 			r.prefillOn = d
@@ -237,9 +237,7 @@ func (p *Pool) releaseLocked(id string, r *record) {
 	}
 	if d := r.d; !d.removed {
 		for _, k := range r.keys {
-			if d.active[k]--; d.active[k] <= 0 {
-				delete(d.active, k)
-			}
+			d.active.drop(k)
 		}
 		d.unique -= r.unique
 		d.requests--

@@ -248,7 +248,7 @@ func TestActivePrefixMatchesNaive(t *testing.T) {
 		f.p.mu.RLock()
 		naive := 0
 		for _, k := range q {
-			if f.p.byID["d0"].active[k] == 0 {
+			if f.p.byID["d0"].active.get(k) == 0 {
 				naive++
 			}
 		}

@@ -112,11 +112,11 @@ type worker struct {
 	reason         HealthReason // why eligible last changed, or what still excludes it
 	since          time.Time    // when eligible last changed (Options.Clock)
 	scrape         Scrape
-	apt            int64            // active prefill tokens
-	active         map[uint64]int32 // chained block key -> reference count (bypass bookings)
-	unique         int64            // unique blocks: remote bookings and partial tails
-	requests       int64            // open bookings that touch this worker
-	decoding       int64            // open bookings that decode on this worker
+	apt            int64     // active prefill tokens
+	active         keyCounts // chained block key -> reference count (bypass bookings)
+	unique         int64     // unique blocks: remote bookings and partial tails
+	requests       int64     // open bookings that touch this worker
+	decoding       int64     // open bookings that decode on this worker
 }
 
 // New validates cfg and registers every worker whose endpoint is a literal IP. Workers named by
@@ -310,7 +310,7 @@ func (p *Pool) apply(want []spec) {
 		w := &worker{id: s.id, engine: s.engine, rank: s.rank, dpSize: s.wc.ranks(), name: s.wc.Name, role: s.wc.Role,
 			endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
 			cfgKVCap: s.wc.NumGPUBlocks, cfgMNBT: s.wc.MaxNumBatchedTokens, extHealthy: true,
-			eligible: true, reason: ReasonDiscovered, since: p.clock.Now(), active: make(map[uint64]int32)}
+			eligible: true, reason: ReasonDiscovered, since: p.clock.Now()}
 		w.scrape.NumGPUBlocks, w.scrape.MaxNumBatchedTokens, w.scrape.BlockSize = -1, -1, -1
 		w.g = p.m.workerGauges(w.id, w.role)
 		p.byID[w.id] = w
@@ -354,7 +354,7 @@ func (p *Pool) removeLocked(w *worker) {
 		p.prefill = slices.DeleteFunc(p.prefill, func(x *worker) bool { return x == w })
 	}
 	w.apt, w.unique, w.requests = 0, 0, 0
-	clear(w.active)
+	w.active.reset()
 	p.m.deleteWorker(w.id)
 }
 
@@ -393,7 +393,7 @@ func (w *worker) mnbt() int64 {
 	return max(w.scrape.MaxNumBatchedTokens, 0)
 }
 
-func (w *worker) decodeBlocks() int64 { return int64(len(w.active)) + w.unique }
+func (w *worker) decodeBlocks() int64 { return int64(w.active.len()) + w.unique }
 
 // WorkerInfo describes one discovered worker for ListWorkers, discovery callbacks and logs.
 type WorkerInfo struct {

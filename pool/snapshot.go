@@ -29,7 +29,7 @@ func (p *Pool) Snapshot(dst *policy.Snapshot, r Request) {
 	for _, w := range p.decode {
 		if p.healthyLocked(w) {
 			l := p.loadLocked(w, fresh)
-			l.NewBlocks = int64(len(r.Keys)-activePrefix(w.active, r.Keys)) + partial
+			l.NewBlocks = int64(len(r.Keys)-activePrefix(&w.active, r.Keys)) + partial
 			dst.Decode = append(dst.Decode, l)
 		}
 	}
@@ -37,7 +37,7 @@ func (p *Pool) Snapshot(dst *policy.Snapshot, r Request) {
 	for _, w := range p.prefill {
 		if p.healthyLocked(w) {
 			l := p.loadLocked(w, fresh)
-			l.NewBlocks = int64(len(r.Keys)-activePrefix(w.active, r.Keys)) + partial
+			l.NewBlocks = int64(len(r.Keys)-activePrefix(&w.active, r.Keys)) + partial
 			dst.Prefill = append(dst.Prefill, l)
 		}
 	}
@@ -75,9 +75,9 @@ func (p *Pool) scrapeFreshAfter() int64 {
 // set prefix-closed (a booked key implies its whole prefix is booked, because a request books
 // keys 0..n-1 and releases them together), so presence along keys is monotone and a binary
 // search finds the boundary in O(log n) lookups.
-func activePrefix(active map[uint64]int32, keys []uint64) int {
-	if len(active) == 0 {
+func activePrefix(active *keyCounts, keys []uint64) int {
+	if active.len() == 0 {
 		return 0
 	}
-	return sort.Search(len(keys), func(i int) bool { return active[keys[i]] == 0 })
+	return sort.Search(len(keys), func(i int) bool { return active.get(keys[i]) == 0 })
 }
