@@ -78,21 +78,15 @@ func (p PoolGatewayParams) WithDefaults() PoolGatewayParams {
 	if p.Selection == "" {
 		p.Selection = SelectByHeader
 	}
-	if p.Listen.Host == "" {
-		p.Listen.Host = "127.0.0.1"
-	}
-	if p.Admin.Host == "" {
-		p.Admin.Host = "127.0.0.1"
-	}
-	setDuration(&p.MessageTimeout, 10*time.Second)
-	setDuration(&p.RouteTimeout, time.Hour)
-	setDuration(&p.RouteIdleTimeout, 15*time.Minute)
-	setDuration(&p.ConnectTimeout, 5*time.Second)
-	setDuration(&p.HealthCheckInterval, 5*time.Second)
-	if p.MaxRequests == 0 {
-		p.MaxRequests = 10000
-	}
+	p.shared().setDefaults(10 * time.Second)
 	return p
+}
+
+// shared points at p's fields that Params has too.
+func (p *PoolGatewayParams) shared() sharedFields {
+	return sharedFields{listen: &p.Listen, admin: &p.Admin, message: &p.MessageTimeout, route: &p.RouteTimeout,
+		idle: &p.RouteIdleTimeout, connect: &p.ConnectTimeout, healthInt: &p.HealthCheckInterval,
+		maxRequests: &p.MaxRequests, accessLogPath: p.AccessLogPath}
 }
 
 // Validate reports every problem of p (after WithDefaults) at once.
@@ -117,28 +111,11 @@ func (p PoolGatewayParams) Validate() error {
 		}
 	}
 	checkEndpoint(bad, "epp", p.EPP, false)
-	checkEndpoint(bad, "listen", p.Listen, true)
-	checkEndpoint(bad, "admin", p.Admin, true)
+	p.shared().check(bad)
 	for i, s := range p.SubsetHint {
 		if _, err := netip.ParseAddrPort(s); err != nil {
 			bad(fmt.Sprintf("subset_hint[%d]", i), strconv.Quote(s), "is not an ip:port")
 		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"message_timeout", p.MessageTimeout}, {"route_timeout", p.RouteTimeout},
-		{"route_idle_timeout", p.RouteIdleTimeout}, {"connect_timeout", p.ConnectTimeout},
-		{"health_check_interval", p.HealthCheckInterval}} {
-		if d.v < time.Millisecond {
-			bad(d.name, d.v, "is below 1ms")
-		}
-	}
-	if p.MaxRequests < 1 {
-		bad("max_requests", p.MaxRequests, "is below 1")
-	}
-	if strings.ContainsAny(p.AccessLogPath, "\n\r") {
-		bad("access_log_path", strconv.Quote(p.AccessLogPath), "contains a line break")
 	}
 	return errors.Join(errs...)
 }

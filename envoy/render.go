@@ -152,31 +152,19 @@ func (p Params) WithDefaults() Params {
 	if p.Mode == "" {
 		p.Mode = Buffered
 	}
-	if p.Listen.Host == "" {
-		p.Listen.Host = "127.0.0.1"
-	}
-	if p.Admin.Host == "" {
-		p.Admin.Host = "127.0.0.1"
-	}
-	setDuration(&p.MessageTimeout, 2*time.Second)
-	setDuration(&p.RouteTimeout, time.Hour)
-	setDuration(&p.RouteIdleTimeout, 15*time.Minute)
+	p.shared().setDefaults(2 * time.Second)
 	setDuration(&p.RequestReceiveTimeout, time.Minute)
-	setDuration(&p.ConnectTimeout, 5*time.Second)
-	setDuration(&p.HealthCheckInterval, 5*time.Second)
 	if p.RequestBodyBufferLimitBytes == 0 {
 		p.RequestBodyBufferLimitBytes = DefaultMaxBodyBytes
-	}
-	if p.MaxRequests == 0 {
-		p.MaxRequests = 10000
 	}
 	return p
 }
 
-func setDuration(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
+// shared points at p's fields that PoolGatewayParams has too.
+func (p *Params) shared() sharedFields {
+	return sharedFields{listen: &p.Listen, admin: &p.Admin, message: &p.MessageTimeout, route: &p.RouteTimeout,
+		idle: &p.RouteIdleTimeout, connect: &p.ConnectTimeout, healthInt: &p.HealthCheckInterval,
+		maxRequests: &p.MaxRequests, accessLogPath: p.AccessLogPath}
 }
 
 // Validate reports every problem of p (after WithDefaults) at once.
@@ -193,8 +181,7 @@ func (p Params) Validate() error {
 	if p.Mode == FullDuplex && p.FailOpen {
 		bad("fail_open", true, "is not allowed with full_duplex (Envoy ignores failure_mode_allow once a full-duplex body was sent)")
 	}
-	checkEndpoint(bad, "listen", p.Listen, true)
-	checkEndpoint(bad, "admin", p.Admin, true)
+	p.shared().check(bad)
 	checkEndpoint(bad, "ext_proc", p.ExtProc, false)
 	for i, e := range p.ExtProcReplicas {
 		checkEndpoint(bad, fmt.Sprintf("ext_proc_replicas[%d]", i), e, false)
@@ -205,24 +192,8 @@ func (p Params) Validate() error {
 	for i, e := range p.DecodeFallback {
 		checkEndpoint(bad, fmt.Sprintf("decode_fallback[%d]", i), e, false)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"message_timeout", p.MessageTimeout}, {"route_timeout", p.RouteTimeout},
-		{"route_idle_timeout", p.RouteIdleTimeout}, {"connect_timeout", p.ConnectTimeout},
-		{"health_check_interval", p.HealthCheckInterval}} {
-		if d.v < time.Millisecond {
-			bad(d.name, d.v, "is below 1ms")
-		}
-	}
 	if p.RequestBodyBufferLimitBytes < 1 || p.RequestBodyBufferLimitBytes > 1<<32 {
 		bad("request_body_buffer_limit_bytes", p.RequestBodyBufferLimitBytes, "is outside [1, 4 GiB]")
-	}
-	if p.MaxRequests < 1 {
-		bad("max_requests", p.MaxRequests, "is below 1")
-	}
-	if strings.ContainsAny(p.AccessLogPath, "\n\r") {
-		bad("access_log_path", strconv.Quote(p.AccessLogPath), "contains a line break")
 	}
 	return errors.Join(errs...)
 }
