@@ -4,9 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 )
@@ -19,14 +16,7 @@ func TestOutcomeNamesDataParallelRank(t *testing.T) {
 		{Name: "p0", Role: pool.RolePrefill, Endpoint: "10.0.1.1:8000", MaxNumBatchedTokens: 8192, DataParallelSize: 2},
 		{Name: "d0", Role: pool.RoleDecode, Endpoint: "10.0.2.1:8000", NumGPUBlocks: 10000, DataParallelSize: 2},
 	}
-	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, ix := testPoolAndIndex(t, ws)
 	cfg := enabledConfig()
 	r, err := New(Options{Index: ix, Pool: p, Policy: &cfg, Seed: 7})
 	if err != nil {

@@ -27,6 +27,20 @@ func testRouter(t *testing.T, streams EventStreams) (*Router, *pool.Pool) {
 	return testRouterWith(t, Options{Streams: streams})
 }
 
+// testPoolAndIndex builds a pool of ws and an empty index, both at block size 16.
+func testPoolAndIndex(t *testing.T, ws []pool.WorkerConfig) (*pool.Pool, *kvindex.Index) {
+	t.Helper()
+	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, ix
+}
+
 // testRouterWith is testRouter with more Options (Index, Pool, Policy and Seed are its own).
 func testRouterWith(t *testing.T, opts Options) (*Router, *pool.Pool) {
 	t.Helper()
@@ -39,14 +53,7 @@ func testRouterWith(t *testing.T, opts Options) (*Router, *pool.Pool) {
 		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
 			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
 	}
-	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, ix := testPoolAndIndex(t, ws)
 	cfg := enabledConfig()
 	opts.Index, opts.Pool, opts.Policy, opts.Seed = ix, p, &cfg, 7
 	r, err := New(opts)
@@ -246,14 +253,7 @@ func TestDecisionSeesOverlapOnLargeFleet(t *testing.T) {
 		ws = append(ws, pool.WorkerConfig{Name: "d" + strconv.Itoa(i), Role: pool.RoleDecode,
 			Endpoint: "10.0.2." + strconv.Itoa(i+1) + ":8000", NumGPUBlocks: 10000})
 	}
-	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, ix := testPoolAndIndex(t, ws)
 	toks := prompt(16 * 24)
 	for i := range 20 {
 		n := i + 1
