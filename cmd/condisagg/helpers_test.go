@@ -107,3 +107,11 @@ func chatToRank(t *testing.T, ctx context.Context, simAddr, body, rank string) {
 		t.Fatalf("vllm-sim answered %d", resp.StatusCode)
 	}
 }
+
+// routingYAML is serveYAML for model with KV events and conditional disaggregation on and the
+// given config lines (two-space indented, under router) after them.
+func routingYAML(model, config string) string {
+	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
+	return strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
+		"  kv_events: true\n  conditional_disagg: true\n"+config, 1)
+}

@@ -20,10 +20,7 @@ import (
 // newest first, and a limit above the bound fails naming the flag's field.
 func TestRecentCommand(t *testing.T) {
 	model := requireModel(t)
-	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
-	yaml = strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
-		"  kv_events: true\n  conditional_disagg: true\n  conditional_disagg_config: {policy: isl_bounding}\n", 1)
-	a := startServe(t, yaml+workersYAML)
+	a := startServe(t, routingYAML(model, "  conditional_disagg_config: {policy: isl_bounding}\n")+workersYAML)
 	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

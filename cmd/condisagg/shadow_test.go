@@ -19,11 +19,8 @@ import (
 // counts both, the metric carries the pair, and `shadow --promote` makes the candidate live.
 func TestServeShadow(t *testing.T) {
 	model := requireModel(t)
-	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
-	yaml = strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
-		"  kv_events: true\n  conditional_disagg: true\n  conditional_disagg_config: {policy: isl_bounding}\n"+
-			"  shadow_disagg_config: {policy: slo, cost_model: llama3.1-8b-h100}\n", 1)
-	a := startServe(t, yaml+workersYAML)
+	a := startServe(t, routingYAML(model, "  conditional_disagg_config: {policy: isl_bounding}\n"+
+		"  shadow_disagg_config: {policy: slo, cost_model: llama3.1-8b-h100}\n")+workersYAML)
 	ctx := context.Background()
 	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -129,9 +126,7 @@ func TestServeRejectsBadShadowConfig(t *testing.T) {
 // TestServeRejectsReportedGuardWithoutScrape: the reported KV-usage guard needs the scrape.
 func TestServeRejectsReportedGuardWithoutScrape(t *testing.T) {
 	model := requireModel(t)
-	yaml := strings.Replace(serveYAML, "MODEL", model, 1)
-	yaml = strings.Replace(yaml, "  kv_events: false\n  conditional_disagg: false\n",
-		"  kv_events: true\n  conditional_disagg: true\n  conditional_disagg_config: {decode_busy_threshold: 0.8, decode_busy_source: reported}\n", 1)
+	yaml := routingYAML(model, "  conditional_disagg_config: {decode_busy_threshold: 0.8, decode_busy_source: reported}\n")
 	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", yaml+workersYAML)
 	var errOut bytes.Buffer
 	code := run(context.Background(), []string{"serve", "--config", cfgPath}, io.Discard, &errOut)
