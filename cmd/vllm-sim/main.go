@@ -67,7 +67,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.kvEventsFormat, "kv-events-format", "map", "event encoding: array (vLLM <= 0.23) or map (>= 0.24)")
 	fs.StringVar(&o.kvEventsHashes, "kv-events-hashes", "int", "block hashes as int or bytes")
 	fs.BoolVar(&o.oldReplay, "kv-events-old-replay-layout", false, "answer replays in the layout of vLLM < 0.26")
-	fs.StringVar(&o.kvTransferConfig, "kv-transfer-config", "", `vLLM KVTransferConfig JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_both"}`)
+	fs.StringVar(&o.kvTransferConfig, "kv-transfer-config", "", `vLLM KVTransferConfig JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`)
 	fs.Float64Var(&o.xferFailRate, "kv-transfer-failure-rate", 0, "simulator only: share of decode legs (do_remote_prefill) whose KV read fails, handled as the config's kv_load_failure_policy says (vLLM's default fail: HTTP 500 or an error event; recompute: computed again from the local hit); 1 = every one")
 	fs.BoolVar(&o.promptDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	if err := fs.Parse(args); err != nil {
