@@ -244,6 +244,9 @@ func (d *driver) judge(ctx context.Context, r *result) {
 	if r.engine == "transferred" && a.hasUsage && a.cached != a.prompt {
 		r.bad("transferred, but the answer reports cached_tokens %d of %d", a.cached, a.prompt)
 	}
+	if r.cat == "cached on prefill" && a.pCached <= 0 {
+		r.bad("the prefill engine had no hit (%d): the row does not test what it says", a.pCached)
+	}
 	if a.kvTransfer != "fallback" && a.pCached != int64(r.pDelta.localHit) && !r.aggregate {
 		r.bad("pd-sidecar reports the prefill engine's hit as %d; its local_cache_hit grew by %v", a.pCached, r.pDelta.localHit)
 	}

@@ -6,12 +6,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"time"
 )
 
-// headerFault marks a request whose KV transfer the fault proxy breaks.
-const headerFault = "X-Conformance-Fault"
+// headerFault marks a request whose KV transfer the fault proxy breaks; headerKill one whose
+// prefill leg the proxy reports on faultProxy.wrote once it is written to the prefill engine
+// (the driver then kills the engine while the leg is in flight).
+const (
+	headerFault = "X-Conformance-Fault"
+	headerKill  = "X-Conformance-Kill"
+)
 
 // faultProxy sits between pd-sidecar and the prefill engine. It passes everything through,
 // except that for a request marked with headerFault it rewrites the prefill answer's
@@ -22,6 +28,7 @@ type faultProxy struct {
 	srv    *http.Server
 	target string
 	client *http.Client
+	wrote  chan struct{} // capacity 1: a headerKill request reached the prefill engine
 }
 
 func startFaultProxy(listen, target string) (*faultProxy, error) {
@@ -29,7 +36,7 @@ func startFaultProxy(listen, target string) (*faultProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &faultProxy{target: target, client: &http.Client{Timeout: 5 * time.Minute}}
+	f := &faultProxy{target: target, client: &http.Client{Timeout: 5 * time.Minute}, wrote: make(chan struct{}, 1)}
 	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
 	return f, nil
@@ -38,7 +45,16 @@ func startFaultProxy(listen, target string) (*faultProxy, error) {
 func (f *faultProxy) close() { _ = f.srv.Close() }
 
 func (f *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+f.target+r.URL.RequestURI(), r.Body)
+	ctx := r.Context()
+	if r.Header.Get(headerKill) != "" {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+			select {
+			case f.wrote <- struct{}{}:
+			default:
+			}
+		}})
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+f.target+r.URL.RequestURI(), r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

@@ -51,14 +51,12 @@ func fresh(f format, seed, n int, cat string) request {
 // corpus runs every phase; an error means the run could not go on (the rows so far are kept).
 func (d *driver) corpus(ctx context.Context) error {
 	// Phase 1: kv_load_failure_policy "recompute" on the decode engine.
-	var lastFirst []request
 	for i := range 34 {
 		f := formats[i%len(formats)]
 		first, follow := turns(f, 100+i, 60+i%5*15)
 		first.cat, follow.cat = "fresh (remote)", "follow-up (local)"
 		d.one(ctx, first)
 		d.one(ctx, follow)
-		lastFirst = append(lastFirst, first)
 	}
 	for i := range 5 {
 		d.one(ctx, fresh(formats[i%4], 300+i, 2, "sub-block (remote)"))
@@ -66,9 +64,11 @@ func (d *driver) corpus(ctx context.Context) error {
 	for i := range 4 {
 		d.one(ctx, d.nearMax(400+i, formats[i%2]))
 	}
-	// A prompt the prefill engine holds but the decode engine does not: reset the decode
-	// engine (through condisagg, which clears its index at once), then send it again.
-	for _, rq := range lastFirst[len(lastFirst)-5:] {
+	// A prompt the prefill engine holds but the decode engine does not: send it, reset the
+	// decode engine (through condisagg, which clears its index at once), then send it again.
+	for i := range 5 {
+		rq := fresh(formats[i], 450+i, 60, "fresh (remote)")
+		d.one(ctx, rq)
 		if err := d.resetDecode(ctx); err != nil {
 			return err
 		}
@@ -262,8 +262,9 @@ func (d *driver) restartDecode(ctx context.Context) error {
 	return d.resetDecode(ctx)
 }
 
-// killPrefill kills the prefill engine while it computes a long prompt: pd-sidecar answers
-// from the decode engine, which computes the whole prompt (condisagg: recomputed).
+// killPrefill kills the prefill engine (SIGKILL, its process group) the moment the fault proxy
+// has written a long prompt's prefill leg to it: pd-sidecar answers from the decode engine,
+// which computes the whole prompt (condisagg: recomputed).
 func (d *driver) killPrefill(ctx context.Context) {
 	rq := d.nearMax(1000, formats[0])
 	rq.cat = "kill prefill mid-prefill"
@@ -272,60 +273,26 @@ func (d *driver) killPrefill(ctx context.Context) {
 	dBefore, _ := d.scrape(ctx, d.c.decode.port)
 	done := make(chan error, 1)
 	go func() {
-		a, err := d.post(ctx, r.path, r.body, map[string]string{"X-Request-Id": r.id}, nil)
+		a, err := d.post(ctx, r.path, r.body, map[string]string{"X-Request-Id": r.id, headerKill: "prefill"}, nil)
 		r.a = a
 		done <- err
 	}()
-	killed := false
-	for deadline := time.Now().Add(2 * time.Minute); !killed && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if d.running(ctx, d.c.prefill.port) > 0 {
-			d.prefill.Kill()
-			killed = true
-		}
+	select {
+	case <-d.fault.wrote:
+		d.prefill.Kill()
+	case <-time.After(3 * time.Minute):
+		r.bad("the prefill leg never reached the prefill engine")
 	}
 	if err := <-done; err != nil {
 		r.bad("request: %v", err)
 	}
-	if !killed {
-		r.bad("the prefill engine never showed the request running")
-	}
 	dAfter, _ := d.settle(ctx, d.c.decode.port)
 	r.dDelta = dAfter.minus(dBefore)
 	if r.a.kvTransfer != "fallback" {
-		r.bad("pd-sidecar says %q, want fallback (the kill came too late?)", r.a.kvTransfer)
+		r.bad("pd-sidecar says %q, want fallback (the prefill leg finished before the kill?)", r.a.kvTransfer)
 	}
 	d.judge(ctx, &r)
 	d.record(r)
-}
-
-// running is the engine's vllm:num_requests_running, -1 when it does not answer.
-func (d *driver) running(ctx context.Context, port int) float64 {
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(cctx, "GET", fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
-	resp, err := d.http.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(line, "vllm:num_requests_running{") {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
-				return v
-			}
-		}
-	}
-	return 0
 }
 
 // ---- report ----
