@@ -23,10 +23,13 @@ var bom = []byte("\xef\xbb\xbf")
 // Value is one JSON value: a span of the document, without surrounding whitespace.
 type Value []byte
 
-// Member is one member of an object, in document order. Key is decoded (escapes resolved).
+// Member is one member of an object, in document order. Key is decoded (escapes resolved);
+// [Start, End) is the member's span in the parsed document, from the key's opening quote to
+// the end of the value (separators excluded).
 type Member struct {
-	Key   string
-	Value Value
+	Key        string
+	Value      Value
+	Start, End int
 }
 
 // Object is a JSON object's members in document order, duplicates included.
@@ -218,6 +221,7 @@ func (p *parser) object(depth int, keep bool) (Object, error) {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 			return obj, p.errorf("expecting a property name in double quotes")
 		}
+		memberStart := p.pos
 		key, err := p.str(keep)
 		if err != nil {
 			return obj, err
@@ -233,7 +237,7 @@ func (p *parser) object(depth int, keep bool) (Object, error) {
 			return obj, err
 		}
 		if keep {
-			obj.Members = append(obj.Members, Member{Key: key, Value: Value(p.data[start:p.pos])})
+			obj.Members = append(obj.Members, Member{Key: key, Value: Value(p.data[start:p.pos]), Start: memberStart, End: p.pos})
 		}
 		p.space()
 		if p.pos >= len(p.data) {
