@@ -5,14 +5,16 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestFailOpenGuardStripsKVTransferParams: with condisagg unreachable and fail-open, the real
 // Envoy sends requests through decode_fallback, and its Lua guard cuts every top-level
-// kv_transfer_params (any spelling JSON allows, duplicates too) while keeping every other member;
-// a body that is not one JSON object is refused with 400 and reaches no worker.
+// engine-control member (kv_transfer_params, ec_transfer_params, vllm_xargs; any spelling JSON
+// allows, duplicates too, after a BOM) while keeping every other member; a body that is not one
+// JSON object is refused with vLLM's 400 and reaches no worker.
 func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 	t.Parallel()
 	fallback := newUpstream(t, "fallback")
@@ -31,6 +33,8 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 		" \r\n{ \"model\" : \"m\" ,\t\"kv_transfer_params\" :\n" + kv + " , \"prompt\" : \"a \\\" kv_transfer_params\" }\n",
 		`{"kv_transfer_params":{}}`,
 		`{"model":"m","messages":[{"role":"user","content":"{\"kv_transfer_params\":1}"}],"kv_transfer_params":[1,2,"]"],"n":-1.5e3,"ok":true,"x":null}`,
+		`{"model":"m","vllm_xargs":{"kv_transfer_params":"x"},"ec_transfer_params":{"a":1},"prompt":"hi"}`,
+		"\xef\xbb\xbf{\"kv_transfer_params\":1,\"model\":\"m\"}",
 	}
 	kept := []string{
 		`{"model":"m","prompt":"no params here","extra":{"kv_transfer_params":{"inner":"is not read by the engine"}}}`,
@@ -38,7 +42,7 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 		`{"model":"m","prompt":"\u00e9\ud83d\ude00"}`,
 	}
 	refused := []string{`[{"kv_transfer_params":1}]`, `{"model":"m"`, `{"model":"m",}`, `{"model" "m"}`, `not json`,
-		`{"model":"m"} trailing`, `{"a":"\x"}`, "\xef\xbb\xbf{\"kv_transfer_params\":1}"}
+		`{"model":"m"} trailing`, `{"a":"\x"}`}
 
 	post := func(body string) result {
 		return send(t, env, http.MethodPost, "/v1/completions", []byte(body), nil)
@@ -56,11 +60,13 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 			t.Fatalf("body %q: the fallback worker saw nothing", body)
 		}
 		var sent, got map[string]any
-		if err := json.Unmarshal([]byte(body), &sent); err != nil {
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(body, "\xef\xbb\xbf")), &sent); err != nil {
 			t.Fatalf("test body %q is not JSON: %v", body, err)
 		}
-		delete(sent, "kv_transfer_params")
-		if err := json.Unmarshal(seen.body, &got); err != nil {
+		for _, k := range []string{"kv_transfer_params", "ec_transfer_params", "vllm_xargs"} {
+			delete(sent, k)
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(string(seen.body), "\xef\xbb\xbf")), &got); err != nil {
 			t.Errorf("body %q reached the worker as %q, which is not JSON: %v", body, seen.body, err)
 			continue
 		}
@@ -76,10 +82,15 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 	}
 	for _, body := range refused {
 		res := post(body)
-		var e struct{ Error struct{ Type, Code string } }
-		if res.status != http.StatusBadRequest || json.Unmarshal([]byte(res.body), &e) != nil || e.Error.Code != "invalid_body" ||
-			e.Error.Type != "invalid_request_error" {
-			t.Errorf("body %q: status %d %q; want 400 OpenAI JSON invalid_body", body, res.status, res.body)
+		var e struct {
+			Error struct {
+				Type string
+				Code int
+			}
+		}
+		if res.status != http.StatusBadRequest || json.Unmarshal([]byte(res.body), &e) != nil || e.Error.Code != 400 ||
+			e.Error.Type != "BadRequestError" {
+			t.Errorf("body %q: status %d %q; want vLLM's 400 BadRequestError", body, res.status, res.body)
 		}
 	}
 	if n := len(fallback.reqs); n != 0 {
