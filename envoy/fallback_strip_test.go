@@ -101,3 +101,36 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 		t.Errorf("GET /v1/models: status %d %q; want 200", res.status, res.body)
 	}
 }
+
+// TestGuardCleansDecidedRequests: the guard also cleans requests the processor decided (they
+// carry x-condisagg-route), in both fail-open profiles: a processor that routes a passthrough
+// path without cleaning its body (condisagg before issue 23) does not let a client's
+// kv_transfer_params reach the decode worker.
+func TestGuardCleansDecidedRequests(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []BodyMode{Buffered, Streamed} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			decode, fallback := newUpstream(t, "decode"), newUpstream(t, "fallback")
+			p := testParams(mode, FailOpen)
+			proc := &testProcessor{mode: mode, headers: make(chan map[string]string, 16), decide: func(string) (string, string) {
+				return "decode", decode.srv.Listener.Addr().String()
+			}}
+			p.ExtProc = startProcessor(t, proc)
+			p.DecodeFallback = []Endpoint{fallback.endpoint(t)}
+			env := startEnvoy(t, p)
+			body := `{"model":"m","input":"x","kv_transfer_params":{"remote_host":"10.9.9.9"},"vllm_xargs":{"a":1}}`
+			if res := send(t, env, http.MethodPost, "/v1/responses", []byte(body), nil); res.status != http.StatusOK {
+				t.Fatalf("status %d %q", res.status, res.body)
+			}
+			select {
+			case seen := <-decode.reqs:
+				if string(seen.body) != `{"model":"m","input":"x"}` {
+					t.Errorf("the decode worker received %q; want the body without kv_transfer_params and vllm_xargs", seen.body)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the decode worker saw nothing")
+			}
+		})
+	}
+}
