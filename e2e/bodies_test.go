@@ -135,11 +135,14 @@ func testCaseVariantKeys(t *testing.T, s *Stack) {
 		t.Fatalf("prompt+PROMPT: decision %q; want prefill/remote_isl_too_long on the engine's prompt (isl %d), not the text %s holds",
 			r.Decision.Raw, freshISL, holder)
 	}
-	// "MODEL" beside "model" (the slow path: stream_options.include_usage).
+	// "MODEL" beside "model" (the slow path: stream_options.include_usage). The router must route
+	// it for qwen3, the model vLLM reads; it refused it as an unknown model before. (vllm-sim
+	// itself decodes bodies with encoding/json and answers for "MODEL": only the router's part
+	// is checked here.)
 	chat := ChatBody([]Message{{Role: "user", Content: Words(1403, 60)}}, maxTokens)
 	chat = append(bytes.TrimSuffix(chat, []byte("}")), `,"MODEL":"gpt-4o"}`...)
-	if r, err := s.Chat(ctx, chat, nil); err != nil || r.Status != http.StatusOK || !r.Done {
-		t.Fatalf("model+MODEL: %v %+v; want the model field's qwen3 served", err, r)
+	if r, err := s.Chat(ctx, chat, nil); err != nil || r.Header.Get("x-condisagg-error") != "" || r.Decision.Route == "" {
+		t.Fatalf("model+MODEL: %v %+v; want qwen3's decision (the model field), not the router's refusal", err, r)
 	}
 	for name, body := range map[string]string{
 		"bom":           "\xef\xbb\xbf" + string(completion(`"prompt":"hello there"`)),
@@ -147,9 +150,14 @@ func testCaseVariantKeys(t *testing.T, s *Stack) {
 		"string_stream": `{"model":"qwen3","max_tokens":8,"prompt":"hello there","stream":"false"}`,
 		"float_ids":     string(completion(`"prompt":[9707.0,1052,"1879"]`)),
 	} {
+		// The router's part: decided (a policy decision echoed on the answer, not a refusal, which
+		// carries no decision, nor failure_open). What the stand-ins behind it make of such bodies
+		// is theirs: vllm-sim decodes with encoding/json and pd-sidecar refuses a BOM and NaN,
+		// where vLLM accepts all four.
 		r, err := s.Post(ctx, url, []byte(body), nil)
-		if err != nil || r.Status != http.StatusOK || r.Decision.Route == "" || strings.Contains(r.Decision.Reason, "failure") {
-			t.Errorf("%s: %v status %d decision %q %s; want routed and served as vLLM accepts it", name, err, r.Status, r.Decision.Raw, r.Body)
+		if err != nil || r.Decision.Route == "" ||
+			strings.Contains(r.Decision.Reason, "failure") || strings.Contains(r.Decision.Reason, "passthrough") {
+			t.Errorf("%s: %v status %d decision %q %s; want a routing decision, as vLLM accepts it", name, err, r.Status, r.Decision.Raw, r.Body)
 		}
 	}
 }
