@@ -67,6 +67,7 @@ func expectImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, 
 func TestInvalidBody400(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	cases := []struct{ path, body, want string }{
+		{chatPath, `{"model":"m","messages":[`, "not a valid JSON object"},
 		{chatPath, `{"messages":[{"role":"user","content":"x"}]}`, `"model"`},
 		{chatPath, `{"model":"m"}`, `"messages"`},
 		{"/v1/completions", `{"model":"m"}`, `"prompt"`},

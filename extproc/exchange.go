@@ -266,11 +266,11 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 // cleanBody cuts a client's engine-control members (kv_transfer_params and the others of
 // route.EngineControlFields: only pd-sidecar may set them) from a whole body: it reports the
 // body to send upstream and whether it differs from the client's. A body that cannot be read
-// cannot be cleaned and is refused (400, vLLM's error shape).
+// cannot be cleaned: the error wraps route.ErrInvalidBody.
 func (x *exchange) cleanBody(body []byte) ([]byte, bool, error) {
 	out, cut, err := route.Clean(body)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", errUncleanable, err)
+		return nil, false, err
 	}
 	x.countCut(cut)
 	return out, len(cut) > 0, nil
@@ -284,7 +284,8 @@ func (x *exchange) countCut(cut []string) {
 
 // echoBody passes on a chunk of a body whose route is fixed: BUFFERED sends the whole body in
 // this one message, which is cleaned whole; STREAMED and full duplex chunks go through the
-// stream's cleaner.
+// stream's cleaner. A body that cannot be cleaned gets the engine's own 400 (errUncleanable):
+// it was never condisagg's to judge; a body condisagg decides on keeps its invalid_body.
 func (x *exchange) echoBody(chunk []byte, eos bool) resps {
 	if x.clean == nil {
 		if len(chunk) == 0 {
@@ -292,7 +293,7 @@ func (x *exchange) echoBody(chunk []byte, eos bool) resps {
 		}
 		body, cleaned, err := x.cleanBody(chunk)
 		if err != nil {
-			return x.reject(err)
+			return x.reject(fmt.Errorf("%w: %w", errUncleanable, err))
 		}
 		if !cleaned {
 			return x.one(x.srv.fixed.cont[phaseRequestBody])
