@@ -7,7 +7,8 @@
 -- (failure_mode_allow), so a client's member never reaches a worker even on a path or in a
 -- mode condisagg passed through. A body that is not one JSON object is refused with vLLM's
 -- 400: the engine would refuse it too, and a body this scanner cannot read must not pass
--- unstripped. A leading UTF-8 BOM is kept (the engine's json.loads skips it).
+-- unstripped. A body that cannot spell any of the keys passes unread. A leading UTF-8 BOM is
+-- kept (the engine's json.loads skips it).
 
 local KEYS = { kv_transfer_params = true, ec_transfer_params = true, vllm_xargs = true }
 local BOM = "\239\187\191"
@@ -117,7 +118,14 @@ function envoy_on_request(handle)
   local headers = handle:headers()
   local body = handle:body()
   if body == nil or body:length() == 0 then return end
-  local out, cut = strip(body:getBytes(0, body:length()))
+  local s = body:getBytes(0, body:length())
+  -- A body that cannot spell a key to cut passes unread: none of the names, no \u escape (the
+  -- only other way to spell a key's letters) and no NUL byte (UTF-16 and UTF-32, which the
+  -- engine decodes, spell ASCII with NULs). A few memchr passes instead of a parse.
+  local maybe = s:find("\0", 1, true) or s:find("\\u", 1, true)
+  for key in pairs(KEYS) do maybe = maybe or s:find(key, 1, true) end
+  if not maybe then return end
+  local out, cut = strip(s)
   if out == nil then
     handle:respond({ [":status"] = "400", ["content-type"] = "application/json", ["x-condisagg-error"] = "unreadable_body" },
       '{"error":{"message":"request body is not one JSON object",' ..

@@ -41,8 +41,12 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 		`{}`,
 		`{"model":"m","prompt":"\u00e9\ud83d\ude00"}`,
 	}
-	refused := []string{`[{"kv_transfer_params":1}]`, `{"model":"m"`, `{"model":"m",}`, `{"model" "m"}`, `not json`,
-		`{"model":"m"} trailing`, `{"a":"\x"}`}
+	// Passed unread: a body that cannot spell a key to cut, JSON or not (the engine judges it).
+	unread := []string{`not json`, `{"model":"m"`}
+	// Refused: bodies that could hold a member (a name, a \u escape) but are not one JSON object.
+	refused := []string{`[{"kv_transfer_params":1}]`, `{"model":"m","kv_transfer_params":1`, `{"model":"m","vllm_xargs":1,}`,
+		`{"model" "ec_transfer_params"}`, `not json \u0041`, `{"kv_transfer_params":1} trailing`, `{"a":"\x","kv_transfer_params":1}`,
+		"{\x00\"\x00k\x00v\x00_\x00t\x00\"\x00:\x001\x00}\x00"} // UTF-16LE, which the engine would decode
 
 	post := func(body string) result {
 		return send(t, env, http.MethodPost, "/v1/completions", []byte(body), nil)
@@ -95,6 +99,20 @@ func TestFailOpenGuardStripsKVTransferParams(t *testing.T) {
 	}
 	if n := len(fallback.reqs); n != 0 {
 		t.Errorf("%d refused bodies reached the worker", n)
+	}
+	for _, body := range unread {
+		if res := post(body); res.status != http.StatusOK {
+			t.Errorf("body %q: status %d; want it passed to the worker unread", body, res.status)
+			continue
+		}
+		select {
+		case seen := <-fallback.reqs:
+			if string(seen.body) != body {
+				t.Errorf("body %q reached the worker as %q", body, seen.body)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("body %q: the fallback worker saw nothing", body)
+		}
 	}
 	// A body-less request still passes (GET /v1/models through the fallback).
 	if res := send(t, env, http.MethodGet, "/v1/models", nil, nil); res.status != http.StatusOK {

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -34,10 +35,14 @@ func IsEngineControl(key string) bool {
 }
 
 // Clean returns body without its engine-control members (every occurrence: the engine reads
-// the last), byte for byte otherwise, and the name of each member it cut. A body that is not
-// one JSON object as vLLM reads it (reqjson) is an error wrapping ErrInvalidBody: a body that
-// cannot be read cannot be cleaned, so it must not pass (the engine refuses it too).
+// the last), byte for byte otherwise, and the name of each member it cut. A body that may hold
+// one (mayHoldEngineControl) and is not one JSON object as vLLM reads it (reqjson) is an error
+// wrapping ErrInvalidBody: a body that cannot be read cannot be cleaned, so it must not pass
+// (the engine refuses it too).
 func Clean(body []byte) (out []byte, cut []string, err error) {
+	if !mayHoldEngineControl(body) {
+		return body, nil, nil
+	}
 	var spans [][2]int
 	if scanErr := eachMember(body, func(m member) {
 		if k, ok := decodeKey(m.key); ok && IsEngineControl(k) {
@@ -62,6 +67,23 @@ func Clean(body []byte) (out []byte, cut []string, err error) {
 		return body, nil, nil
 	}
 	return cutSpans(body, spans), cut, nil
+}
+
+// mayHoldEngineControl reports whether body could spell an engine-control key: it holds one of
+// the names, a \u escape (the only way a key can spell a letter or '_' otherwise), or a NUL
+// byte (UTF-16 and UTF-32, which the engine's json.loads decodes, spell ASCII with NULs). The
+// other bodies are passed as they are without a scan: a typical chat body costs a few memchr
+// passes instead of a walk of its members.
+func mayHoldEngineControl(body []byte) bool {
+	if bytes.IndexByte(body, 0) >= 0 || bytes.Contains(body, []byte(`\u`)) {
+		return true
+	}
+	for _, f := range engineControlFields {
+		if bytes.Contains(body, []byte(f)) {
+			return true
+		}
+	}
+	return false
 }
 
 // cutSpans removes each member span with one adjacent comma, so the object stays well formed.

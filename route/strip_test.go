@@ -8,6 +8,16 @@ import (
 	"testing"
 )
 
+// TestCleanPassesBodiesWithoutNames: a body that cannot spell an engine-control key (none of the
+// names, no \u escape, no NUL byte) passes unread, even if it is not JSON (a form upload).
+func TestCleanPassesBodiesWithoutNames(t *testing.T) {
+	for _, in := range []string{`[1]`, `{"a":`, ``, "--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF"} {
+		if got, cut, err := Clean([]byte(in)); err != nil || string(got) != in || cut != nil {
+			t.Errorf("Clean(%q) = %q, %v, %v; want it unchanged", in, got, cut, err)
+		}
+	}
+}
+
 // TestClean: every top-level engine-control member goes (kv_transfer_params, ec_transfer_params,
 // vllm_xargs), escaped or duplicated, in bodies the engine reads (a BOM, NaN); nested ones and
 // look-alikes stay; a body that cannot be read is refused (issue 23 item 1).
@@ -33,7 +43,8 @@ func TestClean(t *testing.T) {
 			t.Errorf("Clean(%q) = %q, %v, %v; want %q, %s", c.in, got, cut, err, c.want, c.cut)
 		}
 	}
-	for _, bad := range []string{`[1]`, `{"a":`, "{\x00\"\x00", `{"a":1}{}`, ``, `{"kv_transfer_params":{}} x`} {
+	for _, bad := range []string{`[{"kv_transfer_params":1}]`, `{"vllm_xargs":`, "{\x00\"\x00", `{"a":"\u0041"}{}`,
+		`{"kv_transfer_params":{}} x`, "--b\r\nContent-Disposition: form-data; name=\"vllm_xargs\"\r\n\r\n{}"} {
 		if got, _, err := Clean([]byte(bad)); !errors.Is(err, ErrInvalidBody) {
 			t.Errorf("Clean(%q) = %q, %v; want ErrInvalidBody", bad, got, err)
 		}
