@@ -242,16 +242,20 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 // decide routes the assembled body and returns the decision in the shape of the body mode.
 func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	defer func() { x.body = nil }() // the answers keep what they send; the stream holds nothing more
-	// Cleaned first: an unreadable body is refused before anything is booked, and the decision
-	// reads the body as it goes upstream.
-	body, cleaned, err := x.cleanBody(x.body)
-	if err != nil {
-		return x.reject(err)
-	}
-	x.body = body
 	out, err := x.decideBody(ctx)
 	if err != nil {
 		return x.reject(err)
+	}
+	body, cleaned := x.body, false
+	// The decision read the body exactly (route.ParseBody) and flagged its engine-control
+	// members; a request that failed open may not have got that far.
+	if out.Body.EngineControl || out.Decision.Reason == policy.ReasonFailureOpen {
+		if body, cleaned, err = x.cleanBody(x.body); err != nil {
+			if out.BookingID != "" {
+				x.srv.router.Release(out.BookingID) // not routed: nothing else would release it
+			}
+			return x.reject(err)
+		}
 	}
 	if !x.fullDuplex() {
 		if !cleaned {
