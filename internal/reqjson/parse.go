@@ -96,17 +96,17 @@ func Validate(body []byte) error {
 	return nil
 }
 
-// Elems returns the elements of an array value (already validated by Parse).
+// Elems returns the elements of an array value.
 func (v Value) Elems() ([]Value, error) {
 	if v.Kind() != KindArray {
 		return nil, fmt.Errorf("%w: %s is not an array", ErrType, v.Kind())
 	}
-	p := parser{data: v}
+	p := parser{data: v, pos: 1}
 	var out []Value
-	p.pos = 1
 	p.space()
-	if p.data[p.pos] == ']' {
-		return out, nil
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return out, p.end()
 	}
 	for {
 		p.space()
@@ -116,10 +116,18 @@ func (v Value) Elems() ([]Value, error) {
 		}
 		out = append(out, v[start:p.pos])
 		p.space()
-		if p.data[p.pos] == ']' {
-			return out, nil
+		if p.pos >= len(p.data) {
+			return nil, p.errorf("unterminated array")
 		}
-		p.pos++ // ','
+		switch p.data[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			return out, p.end()
+		default:
+			return nil, p.errorf("expecting ',' or ']' in an array")
+		}
 	}
 }
 
@@ -137,6 +145,15 @@ type parser struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for keys with escapes
+}
+
+// end checks that nothing but whitespace follows.
+func (p *parser) end() error {
+	p.space()
+	if p.pos != len(p.data) {
+		return p.errorf("extra data after the JSON value")
+	}
+	return nil
 }
 
 func (p *parser) errorf(format string, args ...any) error {

@@ -121,6 +121,22 @@ func TestReadPrompt(t *testing.T) {
 	}
 }
 
+// TestValuesNeverPanic: the readers of a Value refuse values Parse never produced instead of
+// panicking on them.
+func TestValuesNeverPanic(t *testing.T) {
+	for _, in := range []string{`"`, `[`, `[1`, `[1,`, `[1 2]`, `[1]x`, `{`, `{"a"`, `-`, `N`, ``, `t`, `"\`} {
+		v := Value(in)
+		_, _ = v.Str()
+		_, _ = v.Bool()
+		_, _ = v.Int()
+		_, _ = v.Object()
+		_, _ = ReadPrompt(v)
+		if _, err := v.Elems(); err == nil && in != "" {
+			t.Errorf("Elems(%q) accepted a broken array", in)
+		}
+	}
+}
+
 func equalIDs(a, b []uint32) bool {
 	if len(a) != len(b) {
 		return false

@@ -59,7 +59,7 @@ func (v Value) IsNull() bool { return len(v) == 0 || v.Kind() == KindNull }
 
 // Str returns a string value decoded. pydantic's str fields take only strings.
 func (v Value) Str() (string, error) {
-	if v.Kind() != KindString {
+	if v.Kind() != KindString || len(v) < 2 || v[len(v)-1] != '"' {
 		return "", fmt.Errorf("%w: %s, not a string", ErrType, v.Kind())
 	}
 	raw := v[1 : len(v)-1]
