@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd clean
 
 all: build
 
@@ -112,6 +112,23 @@ conformance-vllm: deps conformance-vllm-fields
 conformance-vllm-fields:
 	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
 	$(VLLM_VENV_DIR)/bin/python route/testdata/gen_vllm_fields.py --check
+
+# Opt-in, not part of `make test` (two real engines take minutes and ~6 GiB): a real vLLM 0.32
+# prefill engine and decode engine moving the KV cache over NixlConnector (UCX on loopback, CPU
+# buffers), pd-sidecar, condisagg serve and the real Envoy; every request's route and transfer
+# outcome against the decode engine's own counters, injected transfer failures under both
+# kv_load_failure_policy values, and SIGKILL of each engine mid-request. NIXL for CPU is the
+# PyPI nixl + nixl-cu13 pair (the suffix follows torch's CUDA major), added to the same venv.
+# Report: docs/conformance.md.
+NIXL := nixl==1.5.1 nixl-cu13==1.5.1
+conformance-pd: deps
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	@$(VLLM_VENV_DIR)/bin/python -c 'import nixl' 2>/dev/null || \
+		$(VLLM_VENV_DIR)/bin/python -m pip install -q --disable-pip-version-check --no-deps $(NIXL)
+	@test -f $(TINY_QWEN3)/model.safetensors -a -f $(TINY_QWEN3_LORA)/adapter_model.safetensors || \
+		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
+	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/conformance-pd
+	bin/conformance-pd $(CONFORMANCE_PD_FLAGS)
 
 # Envoy + condisagg + 2 prefill and 2 decode simulated workers with their sidecars on loopback:
 # a multi-turn conversation and fresh prompts, one row per request, then a clean shutdown.

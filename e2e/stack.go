@@ -65,8 +65,11 @@ type WorkerSpec struct {
 	// endpoint (Worker.KVEvents, KVReplay), which a test may bind to play the publisher.
 	Silent bool
 	// KVTransferFailureRate is vllm-sim --kv-transfer-failure-rate: the share of decode legs
-	// whose KV read fails and is recomputed (docs/disagg-truth.md); 0 = none.
+	// whose KV read fails (docs/disagg-truth.md); 0 = none.
 	KVTransferFailureRate float64
+	// KVLoadFailurePolicy is the worker's kv_load_failure_policy: "" or "fail" (vLLM's
+	// default: the failed leg answers an error) or "recompute".
+	KVLoadFailurePolicy string
 	// Host is the loopback address the worker's HTTP servers (vllm-sim, the pd-sidecar) bind;
 	// default 127.0.0.1. Give workers addresses of their own (127.0.0.x) where a test tells
 	// them apart by IP, as a gateway's subset hint does.
@@ -264,8 +267,17 @@ func (spec WorkerSpec) host() string {
 func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []string {
 	args := []string{"--host", spec.host(), "--port", strconv.Itoa(port), "--tokenizer", s.cfg.Tokenizer,
 		"--model", "qwen3", "--time-scale", strconv.FormatFloat(s.cfg.TimeScale, 'g', -1, 64),
-		"--enable-prompt-tokens-details",
-		"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}
+		"--enable-prompt-tokens-details"}
+	// vLLM 0.32 deprecates kv_both: a prefill worker produces KV, a decode worker consumes it.
+	kv := map[string]string{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
+	if spec.Role == Prefill {
+		kv["kv_role"] = "kv_producer"
+	}
+	if spec.KVLoadFailurePolicy != "" {
+		kv["kv_load_failure_policy"] = spec.KVLoadFailurePolicy
+	}
+	kvConfig, _ := json.Marshal(kv)
+	args = append(args, "--kv-transfer-config", string(kvConfig))
 	if spec.NumGPUBlocks > 0 {
 		args = append(args, "--num-gpu-blocks", strconv.Itoa(spec.NumGPUBlocks))
 	}

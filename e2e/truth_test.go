@@ -9,43 +9,51 @@ import (
 )
 
 // TestDisaggTruth: remote-prefill requests through Envoy, pd-sidecar and vllm-sim are counted
-// by condisagg_disagg_transfers_total from the decode leg's usage (docs/disagg-truth.md): the
-// decode worker started with --kv-transfer-failure-rate 1 recomputes every prompt (recomputed,
-// only its own prefix hit cached), the other uses the transferred KV (transferred, L-1 cached).
+// by condisagg_disagg_transfers_total (docs/disagg-truth.md), with vllm-sim answering as vLLM
+// 0.32 does: the prefill answer carries remote_prefill_cached_tokens, which pd-sidecar removes
+// before the decode leg, so the decode worker reports its own count. decode-1 uses the
+// transferred KV (transferred, the whole prompt cached); decode-0 fails every KV load under
+// kv_load_failure_policy "recompute" (recomputed, only its own prefix hit cached); decode-2
+// fails every load under vLLM's default "fail" (the engine answers 500; pd-sidecar has it
+// prefill locally, the client still gets its answer, and the outcome is failed).
 // `condisagg recent` (Admin Recent) shows the same outcome for each of those requests.
 func TestDisaggTruth(t *testing.T) {
 	s := startStack(t, Config{
 		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, ModelName: "qwen3",
 		Workers: []WorkerSpec{
 			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
-			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks, KVTransferFailureRate: 1},
+			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks, KVTransferFailureRate: 1, KVLoadFailurePolicy: "recompute"},
 			{Name: "decode-1", Role: Decode, NumGPUBlocks: decodeKVBlocks},
+			{Name: "decode-2", Role: Decode, NumGPUBlocks: decodeKVBlocks, KVTransferFailureRate: 1},
 		},
 	})
 	ctx := scenarioCtx(t)
-	want := map[string]map[string]float64{"decode-0": {}, "decode-1": {}}
+	want := map[string]map[string]float64{"decode-0": {}, "decode-1": {}, "decode-2": {}}
 	var sent []string // each request's decode worker, oldest first
-	outcome := map[string]string{"decode-0": "recomputed", "decode-1": "transferred"}
-	for i := uint64(0); i < 12 && (len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0); i++ {
+	outcome := map[string]string{"decode-0": "recomputed", "decode-1": "transferred", "decode-2": "failed"}
+	missing := func() bool {
+		return len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0 || len(want["decode-2"]) == 0
+	}
+	for i := uint64(0); i < 18 && missing(); i++ {
 		body := ChatBody([]Message{{Role: "user", Content: Words(900+i, 2200)}}, maxTokens)
 		r, delta := turn(t, ctx, s, body, nil, 2)
 		wantDecision(t, r, "prefill", "remote_isl_too_long")
 		d := remoteDecode(t, s, delta)
 		switch cached := r.CachedTokens; {
-		case outcome[d] == "transferred" && cached != r.PromptTokens-1:
-			t.Fatalf("request %d on %s: %d of %d prompt tokens cached; want the transferred L-1", i, d, cached, r.PromptTokens)
-		case outcome[d] == "recomputed" && cached != 0:
+		case outcome[d] == "transferred" && cached != r.PromptTokens:
+			t.Fatalf("request %d on %s: %d of %d prompt tokens cached; want the whole transferred prompt", i, d, cached, r.PromptTokens)
+		case outcome[d] != "transferred" && cached != 0:
 			t.Fatalf("request %d on %s (transfer fails): %d of %d prompt tokens cached; want 0 (a fresh prompt)", i, d, cached, r.PromptTokens)
 		}
 		want[d][outcome[d]]++
 		sent = append(sent, d)
 	}
-	if len(want["decode-0"]) == 0 || len(want["decode-1"]) == 0 {
-		t.Fatalf("requests reached only one decode worker: %v", want)
+	if missing() {
+		t.Fatalf("requests did not reach every decode worker: %v", want)
 	}
 	t.Logf("requests by decode worker and outcome: %v", want)
 	for d, byOutcome := range want {
-		for _, o := range []string{"transferred", "recomputed", "unknown"} {
+		for _, o := range []string{"transferred", "recomputed", "failed", "unknown"} {
 			got, err := s.metric(ctx, "http://"+s.AdminAddr+"/metrics", "condisagg_disagg_transfers_total",
 				`prefill="prefill-0"`, `decode="`+d+`"`, `outcome="`+o+`"`)
 			if err != nil || got != byOutcome[o] {

@@ -421,7 +421,7 @@ func (x *exchange) bodyModeMisconfig() {
 // responseHeaders observes the upstream status and answers at once.
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
 	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
-	rh := responseHead{prefillMs: -1}
+	rh := responseHead{prefillMs: -1, prefillCached: -1}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch strings.ToLower(hv.GetKey()) {
 		case ":status":
@@ -431,6 +431,12 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		case headerPrefillMs:
 			if ms, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && ms >= 0 {
 				rh.prefillMs = ms
+			}
+		case headerKVTransfer:
+			rh.kvTransfer = headerValue(hv)
+		case headerPrefillCachedTokens:
+			if n, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && n >= 0 {
+				rh.prefillCached = n
 			}
 		}
 	}

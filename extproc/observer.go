@@ -45,12 +45,14 @@ type respObserver struct {
 	classified          bool  // judgeTransfer ran
 	usage               Usage // the last usage seen (with continuous_usage_stats every chunk has one)
 	hasUsage            bool
+	kvTransfer          string // the sidecar's report (responseHead.kvTransfer)
+	prefillCached       int64  // the prefill worker's hit as the sidecar reported it; -1: none
 }
 
 func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached,
-		judged: out.Route != policy.RoutePrefill || out.Prefill.ID == "" || out.Decode.ID == ""}
+		judged: out.Route != policy.RoutePrefill || out.Prefill.ID == "" || out.Decode.ID == "", prefillCached: -1}
 	if !o.judged {
 		o.prefillID, o.decodeID = out.Prefill.ID, out.Decode.ID
 	}
@@ -74,11 +76,23 @@ func (o *respObserver) served(x *exchange, endpoint string) {
 // duration in milliseconds (pd-sidecar sets it once the leg is over).
 const headerPrefillMs = "x-condisagg-prefill-ms"
 
+// headerKVTransfer and headerPrefillCachedTokens are pd-sidecar's report on a remote request:
+// what became of the prefill leg's KV, and the prefill worker's own prefix-cache hit
+// (docs/disagg-truth.md §3).
+const (
+	headerKVTransfer          = "x-condisagg-kv-transfer"
+	headerPrefillCachedTokens = "x-condisagg-prefill-cached-tokens"
+)
+
 // responseHead is what the response headers say.
 type responseHead struct {
 	code        int
 	contentType string
 	prefillMs   int64 // -1: no prefill leg reported
+	// kvTransfer and prefillCached are pd-sidecar's report (headerKVTransfer, "" when absent;
+	// headerPrefillCachedTokens, -1 when absent).
+	kvTransfer    string
+	prefillCached int64
 }
 
 // headers observes the response status and content type. On the remote path a reported
@@ -94,6 +108,9 @@ func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
 			o.prefill = true
 			x.srv.router.ReleasePrefill(o.booking)
 		}
+	}
+	if o.route == policy.RoutePrefill && rh.kvTransfer != "" {
+		o.kvTransfer, o.prefillCached = rh.kvTransfer, rh.prefillCached
 	}
 	if o.booking == "" || o.released {
 		return
@@ -194,7 +211,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 		}
 	}
 	if obs.Error {
-		o.judged = true // a failed answer says nothing about the transfer
+		o.answerFailed() // a failed answer says nothing about the transfer
 		m.UpstreamErrors.WithLabelValues(o.route.String(), "stream_error").Inc()
 		o.finish(x)
 	}
@@ -246,7 +263,8 @@ func (o *respObserver) firstToken(x *exchange) {
 // its answer, and counts it per prefill/decode pair.
 func (o *respObserver) judgeTransfer(x *exchange) {
 	o.judged, o.classified = true, true
-	rec := TransferRecord{At: time.Now(), Decision: x.seq, RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID, CachedTokens: -1}
+	rec := TransferRecord{At: time.Now(), Decision: x.seq, RequestID: x.requestID, Prefill: o.prefillID, Decode: o.decodeID,
+		CachedTokens: -1, PrefillCachedTokens: o.prefillCached, Sidecar: o.kvTransfer}
 	if o.hasUsage {
 		rec.PromptTokens, rec.CachedTokens = o.usage.PromptTokens, o.usage.CachedTokens
 	}
@@ -254,10 +272,19 @@ func (o *respObserver) judgeTransfer(x *exchange) {
 	x.srv.metrics.DisaggTransfers.WithLabelValues(o.prefillID, o.decodeID, string(out)).Inc()
 }
 
+// answerFailed: the answer ended in an error or never ended, which says nothing about the
+// transfer, unless the sidecar already said the KV load failed.
+func (o *respObserver) answerFailed() {
+	if o.kvTransfer != sidecarFailed {
+		o.judged = true
+	}
+}
+
 // finish releases everything the booking still holds (idempotent). A successful remote-prefill
-// answer is classified here, when its last usage has been seen.
+// answer is classified here, when its last usage has been seen; a failed KV load whatever the
+// answer of the sidecar's local retry.
 func (o *respObserver) finish(x *exchange) {
-	if o.answered && !o.judged {
+	if (o.answered || o.kvTransfer == sidecarFailed) && !o.judged {
 		o.judgeTransfer(x)
 	}
 	o.ended = true
@@ -274,6 +301,6 @@ func (o *respObserver) cancel(x *exchange) {
 		return
 	}
 	x.srv.metrics.Cancelled.Inc()
-	o.judged = true // the answer never ended
+	o.answerFailed() // the answer never ended
 	o.finish(x)
 }

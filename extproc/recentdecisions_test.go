@@ -24,14 +24,14 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 		if h := decideBuffered(t, v, chatBody("a question about transfers "+cached, false)); h[HeaderRoute] != "prefill" {
 			t.Fatalf("route %s, want prefill", h[HeaderRoute])
 		}
-		v.responseHeaders(false, ":status", "200", "content-type", "application/json")
+		v.responseHeaders(false, ":status", "200", "content-type", "application/json", "x-condisagg-kv-transfer", "pulled")
 		v.recv()
 		v.responseBody([]byte(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],`+
 			`"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":`+cached+`}}}`), true)
 		v.recv()
 		v.closeAndDrain()
 	}
-	answered("39") // L-1: the decode worker read the prefill worker's KV
+	answered("39") // L-1 (vLLM < 0.32; 0.32 reports L): the decode worker read the prefill worker's KV
 	answered("38") // less: it computed part of the prompt again
 	failed := e.open(buffered, streamed)
 	decideBuffered(t, failed, chatBody("a question the decode worker fails", false))

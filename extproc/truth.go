@@ -11,23 +11,50 @@ type TransferOutcome string
 
 // The outcomes of condisagg_disagg_transfers_total.
 const (
-	// TransferTransferred: the decode worker reported the prompt as cached up to its last
-	// token (vLLM's L-1 after a NIXL read).
+	// TransferTransferred: the decode worker reported the prompt as cached up to at least its
+	// last token but one (vLLM 0.32 reports L after a complete NIXL read, earlier versions
+	// L-1).
 	TransferTransferred TransferOutcome = "transferred"
 	// TransferRecomputed: it reported less, so it computed part of the prompt again (a
-	// failed read under kv_load_failure_policy=recompute, or the sidecar's local fallback).
+	// failed read under kv_load_failure_policy=recompute, or the sidecar's local fallback
+	// after a failed prefill leg).
 	TransferRecomputed TransferOutcome = "recomputed"
-	// TransferUnknown: the answer said nothing usable (no usage, or no cached_tokens from a
-	// worker not yet seen to report them).
+	// TransferFailed: the decode worker could not load the KV and answered an error (vLLM's
+	// default kv_load_failure_policy=fail); pd-sidecar then had it prefill the prompt locally.
+	TransferFailed TransferOutcome = "failed"
+	// TransferUnknown: the answer said nothing usable (no usage, no cached_tokens from a
+	// worker not yet seen to report them, a usage rewritten by the sidecar, or a low count
+	// that did not come through pd-sidecar and may be the prefill worker's own hit).
 	TransferUnknown TransferOutcome = "unknown"
+)
+
+// What pd-sidecar says on the response (its X-Condisagg-KV-Transfer header) about the KV of a
+// remote request; sidecarUnreported when the header is absent.
+const (
+	sidecarUnreported = ""
+	sidecarPulled     = "pulled"    // D's usage is D's own count
+	sidecarRewritten  = "rewritten" // D's usage was replaced with P's (--rewrite-usage)
+	sidecarFailed     = "failed"    // D could not load the KV; prefilled locally on a retry
+	sidecarFallback   = "fallback"  // the prefill leg failed; D prefilled locally
 )
 
 // classifyTransfer is the rule of docs/disagg-truth.md §3 for the decode leg's usage:
 // promptTokens is usage.prompt_tokens (L), cachedTokens usage.prompt_tokens_details.
-// cached_tokens (-1: absent or null). vLLM omits prompt_tokens_details when nothing was
-// cached, so an absent value means 0 for a worker that has been seen to report it
-// (reportsDetails) and unknown otherwise.
-func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDetails bool) TransferOutcome {
+// cached_tokens (-1: absent or null), sidecar the sidecar's report. vLLM before 0.32 omits
+// prompt_tokens_details when nothing was cached, so an absent value means 0 for a worker that
+// has been seen to report it (reportsDetails) and unknown otherwise. vLLM 0.32 reports the
+// prefill engine's hit instead of its own when the decode leg carries
+// remote_prefill_cached_tokens; pd-sidecar removes it (sidecarPulled), and without that
+// report only a count of L-1 or more proves anything.
+func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDetails bool, sidecar string) TransferOutcome {
+	switch sidecar {
+	case sidecarFailed:
+		return TransferFailed
+	case sidecarFallback:
+		return TransferRecomputed
+	case sidecarRewritten:
+		return TransferUnknown
+	}
 	switch {
 	case !hasUsage || promptTokens <= 0:
 		return TransferUnknown
@@ -35,6 +62,8 @@ func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDe
 		return TransferUnknown
 	case cachedTokens >= promptTokens-1:
 		return TransferTransferred
+	case sidecar != sidecarPulled:
+		return TransferUnknown
 	default:
 		return TransferRecomputed
 	}
@@ -50,6 +79,11 @@ type TransferRecord struct {
 	Outcome      TransferOutcome
 	PromptTokens int64
 	CachedTokens int64 // -1: not reported
+	// PrefillCachedTokens is the prefill worker's own prefix-cache hit as pd-sidecar reported
+	// it (X-Condisagg-Prefill-Cached-Tokens); -1: not reported.
+	PrefillCachedTokens int64
+	// Sidecar is pd-sidecar's X-Condisagg-KV-Transfer ("" when absent).
+	Sidecar string
 }
 
 // transferLog remembers which decode workers report cached_tokens and keeps the most recent
@@ -81,7 +115,7 @@ func (l *transferLog) classify(rec TransferRecord, hasUsage bool) TransferOutcom
 	if hasUsage && rec.CachedTokens >= 0 {
 		l.details[rec.Decode] = true
 	}
-	rec.Outcome = classifyTransfer(hasUsage, rec.PromptTokens, rec.CachedTokens, l.details[rec.Decode])
+	rec.Outcome = classifyTransfer(hasUsage, rec.PromptTokens, rec.CachedTokens, l.details[rec.Decode], rec.Sidecar)
 	l.ring[l.next] = rec
 	l.next++
 	if l.next == len(l.ring) {

@@ -14,9 +14,14 @@
 //     "kv_transfer_params": {"do_remote_decode": true, ...nulls}. Other members keep their
 //     bytes and their order.
 //  2. P answers a non-streamed completion with a top-level kv_transfer_params object. It is
-//     opaque: the decode leg gets it byte for byte.
+//     opaque: the decode leg gets it byte for byte, but for remote_prefill_cached_tokens (vLLM
+//     0.32), which is removed: with it D reports P's prefix hit as its cached_tokens, so the
+//     answer would no longer say whether D used the KV (docs/disagg-truth.md).
 //  3. Decode leg: the client's original JSON plus P's kv_transfer_params, to D. D's status,
-//     headers and body go to the client unchanged, each read flushed at once for event streams.
+//     headers and body go to the client unchanged, each read flushed at once for event streams;
+//     a chat stream's opening role chunk is held until the first token or error (below).
+//     The answer carries X-Condisagg-Prefill-Cached-Tokens (P's hit) and
+//     X-Condisagg-KV-Transfer (pulled, rewritten, failed or fallback) for the router.
 //
 // Both legs carry the same X-Request-Id (the client's, else a new UUID4) and the client's
 // end-to-end headers (Authorization included); hop-by-hop headers and the routing contract
@@ -46,8 +51,13 @@
 //     JSON without kv_transfer_params), counted in condisagg_sidecar_prefill_fallbacks_total;
 //     with FallbackOff P's answer goes back unchanged (or 502/504 JSON when P gave none).
 //     Other 4xx answers of P are the client's error and go back unchanged in both modes.
-//   - A decode that fails before its headers gets 502/504 JSON; after them the client
-//     connection is aborted. A client that goes away cancels the upstream calls.
+//   - A decode leg that could not load P's KV (vLLM's default kv_load_failure_policy "fail":
+//     HTTP 500, or an error event before the first token) is sent to D once more without
+//     kv_transfer_params, so D prefills locally; the client gets that answer, marked failed,
+//     counted in condisagg_sidecar_kv_load_failures_total.
+//   - A decode that fails before its headers (or, on the remote path, before its first token)
+//     gets 502/504 JSON; after that the client connection is aborted. A client that goes away
+//     cancels the upstream calls.
 //
 // Errors the sidecar makes are OpenAI-style JSON ({"error":{"message","type","param","code"}})
 // with X-Condisagg-Error: <code>.

@@ -107,7 +107,10 @@ func TestRetries(t *testing.T) {
 		{"prefill_400_not_retried", "6.3 step 5", []int{400}, nil, 400, 1, 0, nil},
 		{"prefill_503_exhausted_passes_last", "6.3 step 5", []int{503, 503, 503}, nil, 503, 3, 0, map[leg]float64{legPrefill: 2}},
 		{"decode_503_then_ok", "retries", nil, []int{503}, 200, 1, 2, map[leg]float64{legDecode: 1}},
-		{"decode_500_not_retried", "retries", nil, []int{500}, 500, 1, 1, nil},
+		// A 500 before any byte went out is vLLM's answer to a failed KV load under
+		// kv_load_failure_policy "fail": tried once more at D as a local prefill.
+		{"decode_500_is_a_failed_kv_load", "kv_load_failure_policy fail", nil, []int{500}, 200, 1, 2, nil},
+		{"decode_500_twice_passes_the_second", "kv_load_failure_policy fail", nil, []int{500, 500}, 500, 1, 2, nil},
 		{"decode_400_not_retried", "retries", nil, []int{400}, 400, 1, 1, nil},
 	}
 	for _, tc := range cases {
@@ -326,13 +329,26 @@ func TestClientCancel_DuringPrefill(t *testing.T) {
 	}
 }
 
-// TestDecodeDiesMidStream: when D fails after its headers went out, the client sees a
-// truncated stream (an error), not a clean end.
+// TestDecodeDiesMidStream: when D fails after its first token went out, the client sees a
+// truncated stream (an error), not a clean end. Before its first token nothing has gone out
+// (the sidecar holds a remote stream's opening events): the client gets a 502.
 func TestDecodeDiesMidStream(t *testing.T) {
+	t.Run("before_first_token", func(t *testing.T) {
+		p := newWorker(t, prefillOK(pKV, 0))
+		d := newWorker(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, sseEvents[0])
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		})
+		h := newHarness(t, testConfig(), p.addr, d.addr)
+		resp, body := h.do("POST", "/v1/chat/completions", chatBody, routeHeaders(p, d))
+		wantError(t, resp, body, http.StatusBadGateway, "decode_transport")
+	})
 	p := newWorker(t, prefillOK(pKV, 0))
 	d := newWorker(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, sseEvents[0])
+		_, _ = io.WriteString(w, sseEvents[0]+sseEvents[1])
 		_ = http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler) // the worker drops the connection mid-stream
 	})
@@ -343,8 +359,8 @@ func TestDecodeDiesMidStream(t *testing.T) {
 	if err == nil {
 		t.Fatalf("clean end of a truncated stream: %q", got)
 	}
-	if string(got) != sseEvents[0] {
-		t.Errorf("got %q before the cut, want the first event", got)
+	if string(got) != sseEvents[0]+sseEvents[1] {
+		t.Errorf("got %q before the cut, want the first two events", got)
 	}
 	if n := counter(h.m.StreamAborts); n != 1 {
 		t.Errorf("stream_aborts_total = %v", n)

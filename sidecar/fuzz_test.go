@@ -196,3 +196,27 @@ func FuzzParseWorkerEndpoints(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPeekFirstToken: whatever D streams, the peek returns a prefix of it and the rest follows
+// unchanged (nothing is lost or reordered), it never holds much more than its limit, and an
+// error verdict comes only with an error event in what it held.
+func FuzzPeekFirstToken(f *testing.F) {
+	f.Add([]byte(strings.Join(sseEvents, "")), 64)
+	f.Add([]byte(sseEvents[0]+"data: {\"error\": {\"code\": 500}}\n\ndata: [DONE]\n\n"), 1<<10)
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{}}]}\r\n\r\n: ping\n\n"), 16)
+	f.Fuzz(func(t *testing.T, stream []byte, limit int) {
+		limit = max(0, limit%(4<<10))
+		r := &chunkReader{data: stream, size: 1 + len(stream)%13}
+		held, errEvent, err := peekFirstToken(r, limit)
+		rest := r.data
+		if !bytes.Equal(append(append([]byte(nil), held...), rest...), stream) {
+			t.Fatalf("held %q + rest %q is not the stream %q", held, rest, stream)
+		}
+		if len(held) > limit+4<<10+13 {
+			t.Fatalf("held %d bytes for a limit of %d", len(held), limit)
+		}
+		if errEvent && (err != nil || !bytes.Contains(held, []byte("error"))) {
+			t.Fatalf("error verdict on %q (err %v)", held, err)
+		}
+	})
+}

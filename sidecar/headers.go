@@ -31,6 +31,32 @@ const (
 	// prefill worker is done with the request when the response starts, not at its first token
 	// (conditional-disagg.md §5.2).
 	HeaderPrefillMs = "X-Condisagg-Prefill-Ms"
+	// HeaderPrefillCachedTokens is set on the response of a remote request: the prefill
+	// worker's own prefix-cache hit in tokens (vLLM 0.32's remote_prefill_cached_tokens, else
+	// P's usage.prompt_tokens_details.cached_tokens). Absent when P reported neither.
+	HeaderPrefillCachedTokens = "X-Condisagg-Prefill-Cached-Tokens"
+	// HeaderKVTransfer says what happened to the KV the prefill leg computed (one of the
+	// KVTransfer* values), so that the router can classify the request without trusting a
+	// count the decode engine may have copied from the prefill engine
+	// (docs/disagg-truth.md).
+	HeaderKVTransfer = "X-Condisagg-KV-Transfer"
+)
+
+// Values of HeaderKVTransfer.
+const (
+	// KVTransferPulled: D ran the decode leg with P's kv_transfer_params, without
+	// remote_prefill_cached_tokens, so D's usage reports its own count (the whole prompt
+	// after a complete pull).
+	KVTransferPulled = "pulled"
+	// KVTransferRewritten: as pulled, but D's cached_tokens was replaced with P's
+	// (--rewrite-usage): the answer no longer says whether D used the KV.
+	KVTransferRewritten = "rewritten"
+	// KVTransferFailed: D could not load the KV (an error answer under vLLM's
+	// kv_load_failure_policy "fail"), and the sidecar sent the request again to D without
+	// kv_transfer_params, so D prefilled it locally.
+	KVTransferFailed = "failed"
+	// KVTransferFallback: the prefill leg failed and D prefilled locally.
+	KVTransferFallback = "fallback"
 )
 
 // maxRank bounds a rank header's value (vLLM --data-parallel-size is far smaller).

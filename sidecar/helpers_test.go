@@ -111,7 +111,8 @@ var sseEvents = []string{
 }
 
 // decodeSSE streams sseEvents, one flushed write each. With gate, it waits for a value on gate
-// before every event after the first (or for the client to go away).
+// before every event after the second, the first token (or for the client to go away): the
+// sidecar holds a remote stream's opening events until its first token.
 func decodeSSE(gate <-chan struct{}) func(http.ResponseWriter, *http.Request, []byte) {
 	return func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -119,7 +120,7 @@ func decodeSSE(gate <-chan struct{}) func(http.ResponseWriter, *http.Request, []
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
 		for i, ev := range sseEvents {
-			if gate != nil && i > 0 {
+			if gate != nil && i > 1 {
 				select {
 				case <-gate:
 				case <-r.Context().Done():

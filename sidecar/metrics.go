@@ -5,7 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the sidecar's counters, gauges and histograms, all named condisagg_sidecar_*.
 // Build them with NewMetrics on an injected registry.
 type Metrics struct {
-	Requests        *prometheus.CounterVec // mode (remote, fallback, passthrough, prefill_error, rejected), code
+	Requests        *prometheus.CounterVec // mode (remote, fallback, kv_load_retry, passthrough, prefill_error, rejected), code
 	Rejected        *prometheus.CounterVec // reason: requests refused by the sidecar itself
 	Fallbacks       *prometheus.CounterVec // reason: prefill failures served by local prefill at D
 	Retries         *prometheus.CounterVec // leg: retried attempts
@@ -19,6 +19,7 @@ type Metrics struct {
 	AllowlistHosts  prometheus.Gauge       // host:port pairs currently allowed
 	ResolveFailures prometheus.Counter     // failed allowlist DNS re-resolutions
 	KVParamsRemoved prometheus.Counter     // client-sent kv_transfer_params removed on the passthrough path
+	KVLoadFailures  prometheus.Counter     // decode legs that could not load P's KV (then prefilled locally at D)
 }
 
 // NewMetrics registers the sidecar metrics on reg.
@@ -61,5 +62,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AllowlistHosts:  g("allowlist_hosts", "host:port pairs currently allowed."),
 		ResolveFailures: c("allowlist_resolve_failures_total", "Failed DNS re-resolutions of allowlist names."),
 		KVParamsRemoved: c("client_kv_transfer_params_removed_total", "Client-sent kv_transfer_params removed before the request reached a worker."),
+		KVLoadFailures:  c("kv_load_failures_total", "Decode legs that failed to load the prefill worker's KV (an error before the first token) and were sent to the decode worker again as a local prefill."),
 	}
 }

@@ -19,6 +19,10 @@ const (
 	keyUsage               = "usage"
 	keyPromptTokensDetails = "prompt_tokens_details"
 	keyCachedTokens        = "cached_tokens"
+	// keyRemotePrefillCachedTokens is the member vLLM 0.32 adds to P's kv_transfer_params (its
+	// own prefix-cache hit). D reports it as its cached_tokens when it finds it, whatever it
+	// loaded, so the decode leg never carries it (docs/disagg-truth.md §1).
+	keyRemotePrefillCachedTokens = "remote_prefill_cached_tokens"
 )
 
 // The OpenAI paths that take the remote-prefill flow; every other request passes through.
@@ -66,9 +70,13 @@ func prefillBody(req object, path string) []byte {
 	)
 }
 
-// decodeBody is the client's request with P's kv_transfer_params, verbatim (§6.3 step 4).
-// Any kv_transfer_params the client sent is replaced.
+// decodeBody is the client's request with P's kv_transfer_params (§6.3 step 4), verbatim but
+// for remote_prefill_cached_tokens, which is removed so that D reports what it loaded and
+// computed itself. Any kv_transfer_params the client sent is replaced.
 func decodeBody(req object, kvTransferParams []byte) []byte {
+	if kv, err := parseObject(kvTransferParams); err == nil && kv.has(keyRemotePrefillCachedTokens) {
+		kvTransferParams = kv.rewrite(edit{key: keyRemotePrefillCachedTokens, op: opDelete})
+	}
 	return req.rewrite(edit{key: keyKVTransferParams, op: opSet, value: kvTransferParams})
 }
 
@@ -81,8 +89,10 @@ func localBody(req object) []byte {
 // prefillAnswer is what the decode leg needs from P's response (§6.3 step 3).
 type prefillAnswer struct {
 	kvTransferParams []byte // P's object, verbatim
-	cachedTokens     int64  // P's usage.prompt_tokens_details.cached_tokens
-	cachedKnown      bool   // cachedTokens was present as a non-negative integer
+	// cachedTokens is P's own prefix-cache hit: kv_transfer_params.remote_prefill_cached_tokens
+	// (vLLM 0.32), else usage.prompt_tokens_details.cached_tokens.
+	cachedTokens int64
+	cachedKnown  bool // cachedTokens was present as a non-negative integer
 }
 
 // parsePrefillAnswer extracts kv_transfer_params (opaque; must be an object) and P's cached
@@ -97,8 +107,19 @@ func parsePrefillAnswer(body []byte) (prefillAnswer, error) {
 		return prefillAnswer{}, fmt.Errorf("prefill response: kv_transfer_params=%.40q: %w", kv, ErrNoKVTransferParams)
 	}
 	ans := prefillAnswer{kvTransferParams: kv}
-	ans.cachedTokens, ans.cachedKnown = cachedTokens(obj)
+	if params, err := parseObject(kv); err == nil {
+		ans.cachedTokens, ans.cachedKnown = nonNegative(params.last(keyRemotePrefillCachedTokens))
+	}
+	if !ans.cachedKnown {
+		ans.cachedTokens, ans.cachedKnown = cachedTokens(obj)
+	}
 	return ans, nil
+}
+
+// nonNegative reads a JSON integer that is at least 0.
+func nonNegative(raw []byte) (int64, bool) {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // cachedTokens reads usage.prompt_tokens_details.cached_tokens of a response object.
@@ -107,11 +128,7 @@ func cachedTokens(resp object) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(details.last(keyCachedTokens)), 10, 64)
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return n, true
+	return nonNegative(details.last(keyCachedTokens))
 }
 
 func usageDetails(resp object) (object, bool) {

@@ -130,7 +130,7 @@ func TestRemote_StreamsChunkByChunk(t *testing.T) {
 	br := bufio.NewReader(resp.Body)
 	var got strings.Builder
 	for i, ev := range sseEvents {
-		if i > 0 {
+		if i > 1 {
 			gate <- struct{}{} // D sends event i only now: the client already holds event i-1
 		}
 		line, err := br.ReadString('\n')
@@ -304,7 +304,7 @@ func TestClientCancel(t *testing.T) {
 	p := newWorker(t, prefillOK(pKV, 0))
 	d := newWorker(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, sseEvents[0])
+		_, _ = io.WriteString(w, sseEvents[0]+sseEvents[1]) // through the first token
 		_ = http.NewResponseController(w).Flush()
 		<-r.Context().Done()
 		close(dGone)

@@ -43,18 +43,17 @@ func (p *Proxy) remote(ctx context.Context, ex *exchange) {
 	ex.w.Header().Set(HeaderPrefillMs, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	switch {
 	case out.reason == "":
-		var u *usageRewriter
-		if p.cfg.Usage == UsageFromPrefill {
-			ur := newUsageRewriter(out.ans)
-			u = &ur
+		if out.ans.cachedKnown {
+			ex.w.Header().Set(HeaderPrefillCachedTokens, strconv.FormatInt(out.ans.cachedTokens, 10))
 		}
-		p.decode(ctx, ex, decodeBody(req, out.ans.kvTransferParams), stream, u, modeRemote)
+		p.decodeRemote(ctx, ex, req, out.ans, stream)
 	case out.reason == reasonCanceled:
 		p.m.ClientCancels.Inc()
 		p.countRequest(modeRemote, statusClientClosed)
 	case out.fallback && p.cfg.Fallback == FallbackLocal:
 		p.m.Fallbacks.WithLabelValues(out.reason).Inc()
 		p.log.Debug("prefill failed, local prefill at decode", "request_id", ex.id, "endpoint", ex.prefill, "reason", out.reason)
+		ex.w.Header().Set(HeaderKVTransfer, KVTransferFallback)
 		p.decode(ctx, ex, localBody(req), stream, nil, modeFallback)
 	case out.resp != nil:
 		p.countRequest(modePrefillError, out.resp.status)
@@ -113,25 +112,35 @@ func (p *Proxy) decode(ctx context.Context, ex *exchange, body []byte, stream bo
 	if stream {
 		firstByte = p.cfg.DecodeFirstByteTimeout
 	}
+	up, ok := p.callDecode(ctx, ex, body, firstByte, mode)
+	if !ok {
+		return
+	}
+	defer up.close()
+	p.countRequest(mode, up.resp.StatusCode)
+	p.log.Debug("request routed", "request_id", ex.id, "route", mode, "endpoint", ex.decode)
+	p.relay(ctx, ex, up.resp, u)
+}
+
+// callDecode sends a decode leg and returns D's answer, or answers the client itself and
+// returns false when D gave none.
+func (p *Proxy) callDecode(ctx context.Context, ex *exchange, body []byte, firstByte time.Duration, mode string) (*upstream, bool) {
 	start := time.Now()
 	up, fail := p.call(ctx, legDecode, ex.decode, ex.r, body, ex.hdr, firstByte)
 	if fail != nil {
 		if fail.reason == reasonCanceled {
 			p.m.ClientCancels.Inc()
 			p.countRequest(mode, statusClientClosed)
-			return
+			return nil, false
 		}
 		e := upstreamError(legDecode, fail.reason)
 		p.log.Debug("decode failed", "request_id", ex.id, "endpoint", ex.decode, "err", fail.err)
 		p.countRequest(mode, e.status)
 		e.write(ex.w, ex.id)
-		return
+		return nil, false
 	}
-	defer up.close()
 	p.m.FirstByte.Observe(time.Since(start).Seconds())
-	p.countRequest(mode, up.resp.StatusCode)
-	p.log.Debug("request routed", "request_id", ex.id, "route", mode, "endpoint", ex.decode)
-	p.relay(ctx, ex, up.resp, u)
+	return up, true
 }
 
 // writeBuffered relays an upstream answer that was read whole.

@@ -49,7 +49,7 @@ func TestServe_GracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel() // shutdown starts while the stream is open
-	for range len(sseEvents) - 1 {
+	for range len(sseEvents) - 2 {
 		gate <- struct{}{}
 	}
 	rest, err := io.ReadAll(br)

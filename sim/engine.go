@@ -94,6 +94,9 @@ type Request struct {
 	// kv_load_failure_policy "recompute" does (Scheduler._update_requests_with_invalid_blocks),
 	// the request is computed from its local prefix-cache hit, which is all it reports cached.
 	TransferFails bool
+	// FailOnTransferError is vLLM's kv_load_failure_policy "fail" (its default): a failed
+	// transfer ends the request with FinishError and no output instead of recomputing it.
+	FailOnTransferError bool
 	// LoRA is the adapter the request runs with (the zero Adapter: the base model). Its
 	// blocks hash apart from the base model's and other adapters' (vLLM adds the adapter to
 	// every block's extra keys), and its BlockStored events name it.
@@ -115,6 +118,7 @@ const (
 	FinishLength FinishReason = iota // max_tokens reached
 	FinishStop                       // end of sequence
 	FinishAbort                      // aborted by the caller
+	FinishError                      // the engine failed the request (a KV load under kv_load_failure_policy "fail")
 )
 
 func (f FinishReason) String() string {
@@ -123,6 +127,8 @@ func (f FinishReason) String() string {
 		return "length"
 	case FinishStop:
 		return "stop"
+	case FinishError:
+		return "error"
 	default:
 		return "abort"
 	}
@@ -165,9 +171,11 @@ type request struct {
 	prefill   bool // PrefillOnly
 	remote    bool // RemotePrefill, KV not yet received
 	xferFail  bool // TransferFails
-	readyAt   time.Duration
-	lora      Adapter
-	loraKey   uint64 // mixed into every block hash; 0 for the base model
+	// xferFailHard: FailOnTransferError
+	xferFailHard bool
+	readyAt      time.Duration
+	lora         Adapter
+	loraKey      uint64 // mixed into every block hash; 0 for the base model
 }
 
 // Stats is a snapshot of the engine's gauges and counters.
@@ -250,12 +258,12 @@ func (e *Engine) Add(req Request) (RequestID, error) {
 		id: e.nextID, tokens: req.Prompt, promptLen: len(req.Prompt), maxTokens: maxTok,
 		out: req.Output, stop: req.StopReason, state: stWaiting,
 		prefill: req.PrefillOnly, remote: req.RemotePrefill, lora: req.LoRA,
-		xferFail: req.RemotePrefill && req.TransferFails,
+		xferFail: req.RemotePrefill && req.TransferFails, xferFailHard: req.FailOnTransferError,
 	}
 	if req.LoRA.Name != "" {
 		r.loraKey = loraKey(req.LoRA)
 	}
-	if r.stop == FinishAbort {
+	if r.stop == FinishAbort || r.stop == FinishError {
 		r.stop = FinishLength
 	}
 	if r.out == nil {

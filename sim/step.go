@@ -240,7 +240,10 @@ func (e *Engine) preempt(r *request) {
 
 // completeTransfers moves requests whose KV arrived by now back to the head of the waiting
 // queue with every prompt token but the last computed, and caches the received full blocks.
-// A failed transfer (Request.TransferFails) goes back with only its local hit computed.
+// Such a request reports the whole prompt cached, as vLLM 0.32 does (its local hit plus the
+// tokens the connector loaded). A failed transfer (Request.TransferFails) goes back with only
+// its local hit computed, which is all it reports, or ends with FinishError under
+// Request.FailOnTransferError.
 func (e *Engine) completeTransfers(now time.Duration) {
 	k := 0
 	var ready []*request
@@ -257,12 +260,17 @@ func (e *Engine) completeTransfers(now time.Duration) {
 	for i := len(ready) - 1; i >= 0; i-- {
 		r := ready[i]
 		r.remote = false
-		if r.xferFail {
+		switch {
+		case r.xferFail && r.xferFailHard:
+			r.stop = FinishError
+			e.finish(r)
+			continue
+		case r.xferFail:
 			// vLLM truncates num_computed_tokens at the first invalid block: the local hit.
 			r.computed = r.cachedTok
-		} else {
+		default:
 			r.computed = len(r.tokens) - 1
-			r.cachedTok = r.computed
+			r.cachedTok = r.promptLen
 			e.cacheFull(r)
 		}
 		r.state = stWaiting

@@ -94,7 +94,7 @@ func answeredRemote(t *testing.T, conn *grpc.ClientConn, requestID, usage string
 		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
 			Body: []byte(`{"model":"qwen3","messages":[{"role":"user","content":"hello"}]}`), EndOfStream: true}}},
 		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-			Headers: hv(":status", "200", "content-type", "application/json")}}},
+			Headers: hv(":status", "200", "content-type", "application/json", "x-condisagg-kv-transfer", "pulled")}}},
 		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(answer), EndOfStream: true}}},
 	} {
 		if err := stream.Send(req); err != nil {

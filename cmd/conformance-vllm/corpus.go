@@ -258,7 +258,7 @@ func (d *driver) corpus(ctx context.Context) error {
 	if err := d.sync(ctx); err != nil {
 		return err
 	}
-	d.routerPeak = max(d.routerPeak, d.router.peakRSS())
+	d.routerPeak = max(d.routerPeak, d.router.PeakRSS())
 	d.router.Kill() // SIGKILL: no goodbye, the new process starts cold
 	d.conn.Close()
 	if err := d.startRouter(ctx, 1); err != nil {

@@ -136,7 +136,7 @@ func run(ctx context.Context, c *config) int {
 	defer func() {
 		for _, e := range engines {
 			if e != nil {
-				e.stop()
+				e.Shutdown()
 			}
 		}
 	}()
@@ -229,7 +229,7 @@ func (d *driver) startRouter(ctx context.Context, n int) error {
 	d.admin, d.conn = client, conn
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if p.exited() {
+		if p.HasExited() {
 			return fmt.Errorf("condisagg exited; log %s:\n%s", logPath, lastLines(p.Output(), 20))
 		}
 		if _, err := d.stream(ctx, workerName); err == nil {
@@ -248,8 +248,8 @@ func (d *driver) stopRouter() {
 		d.conn = nil
 	}
 	if d.router != nil {
-		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
-		d.router.stop()
+		d.routerPeak = max(d.routerPeak, d.router.PeakRSS())
+		d.router.Shutdown()
 	}
 }
 
@@ -629,11 +629,11 @@ func (d *driver) report(wall time.Duration) {
 		fmt.Printf("requests whose owed BlockStored came from another rank than Explain's (a cost tie broken the other way): %d\n", d.otherRank)
 	}
 	if d.router != nil {
-		d.routerPeak = max(d.routerPeak, d.router.peakRSS())
+		d.routerPeak = max(d.routerPeak, d.router.PeakRSS())
 	}
 	var engPeak int64
 	for _, e := range d.engines {
-		engPeak = max(engPeak, e.peakRSS())
+		engPeak = max(engPeak, e.PeakRSS())
 	}
 	fmt.Printf("\nwall time %s; peak RSS engine (process tree) %.2f GiB, condisagg %.1f MiB\n", wall.Round(time.Second),
 		float64(engPeak)/(1<<30), float64(d.routerPeak)/(1<<20))

@@ -67,8 +67,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.kvEventsFormat, "kv-events-format", "map", "event encoding: array (vLLM <= 0.23) or map (>= 0.24)")
 	fs.StringVar(&o.kvEventsHashes, "kv-events-hashes", "int", "block hashes as int or bytes")
 	fs.BoolVar(&o.oldReplay, "kv-events-old-replay-layout", false, "answer replays in the layout of vLLM < 0.26")
-	fs.StringVar(&o.kvTransferConfig, "kv-transfer-config", "", `vLLM KVTransferConfig JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_both"}`)
-	fs.Float64Var(&o.xferFailRate, "kv-transfer-failure-rate", 0, "simulator only: share of decode legs (do_remote_prefill) whose KV read fails and is recomputed, as vLLM's kv_load_failure_policy=recompute does; 1 = every one")
+	fs.StringVar(&o.kvTransferConfig, "kv-transfer-config", "", `vLLM KVTransferConfig JSON, e.g. {"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`)
+	fs.Float64Var(&o.xferFailRate, "kv-transfer-failure-rate", 0, "simulator only: share of decode legs (do_remote_prefill) whose KV read fails, handled as the config's kv_load_failure_policy says (vLLM's default fail: HTTP 500 or an error event; recompute: computed again from the local hit); 1 = every one")
 	fs.BoolVar(&o.promptDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -121,11 +121,20 @@ func kvTransfer(s string) (*vllmsim.KVTransfer, error) {
 		Connector string `json:"kv_connector"`
 		Role      string `json:"kv_role"`
 		EngineID  string `json:"engine_id"`
+		Policy    string `json:"kv_load_failure_policy"`
 	}
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
 		return nil, fmt.Errorf("vllm-sim: --kv-transfer-config %q: %w", s, err)
 	}
-	kt := &vllmsim.KVTransfer{Connector: c.Connector, Role: c.Role, EngineID: c.EngineID, Host: "localhost", Port: 5600}
+	switch c.Policy {
+	case "":
+		c.Policy = vllmsim.FailurePolicyFail // vLLM's default
+	case vllmsim.FailurePolicyFail, vllmsim.FailurePolicyRecompute:
+	default:
+		return nil, fmt.Errorf("vllm-sim: --kv-transfer-config: kv_load_failure_policy %q: want %q or %q",
+			c.Policy, vllmsim.FailurePolicyRecompute, vllmsim.FailurePolicyFail)
+	}
+	kt := &vllmsim.KVTransfer{Connector: c.Connector, Role: c.Role, EngineID: c.EngineID, Host: "localhost", Port: 5600, FailurePolicy: c.Policy}
 	if kt.EngineID == "" {
 		var b [16]byte
 		_, _ = rand.Read(b[:])

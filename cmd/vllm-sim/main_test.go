@@ -32,7 +32,7 @@ func TestRunServes(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--port", "0", "--tokenizer", model, "--time-scale", "100", "--num-gpu-blocks", "500",
 			"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*"}`,
-			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`,
+			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`,
 			"--enable-lora", "--lora-modules", "sql-lora=/adapters/sql other=/adapters/other"}, log)
 	}()
 	defer func() {
@@ -94,7 +94,7 @@ func TestFlagErrors(t *testing.T) {
 
 // TestKVTransferFailureRateFlag: the rate is a share in [0, 1] and needs a connector.
 func TestKVTransferFailureRateFlag(t *testing.T) {
-	nixl := `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`
+	nixl := `{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`
 	for _, tc := range []struct {
 		args []string
 		ok   bool

@@ -192,14 +192,14 @@ func cacheCreditRow() row {
 // transfersRow shows whether remote-prefill requests' decode legs used the transferred KV
 // (docs/disagg-truth.md).
 func transfersRow() row {
-	classified := `outcome=~"transferred|recomputed"`
+	classified := `outcome=~"transferred|recomputed|failed"`
 	return row{"Disaggregation truth", []spec{
 		{title: "Recomputed share of KV transfers", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
-			description: "Per prefill/decode pair: remote-prefill requests whose decode worker reported less than the prompt as cached (the transferred KV was not used) over those classified. Answers without usage are left out.",
+			description: "Per prefill/decode pair: remote-prefill requests whose decode worker did not use the transferred KV (it reported less than the prompt as cached, or failed the load and prefilled again) over those classified. Answers without usage are left out.",
 			series: []series{{fmt.Sprintf("sum by (prefill, decode) (%s) / sum by (prefill, decode) (%s)",
-				rateOf("condisagg_disagg_transfers_total", `outcome="recomputed"`), rateOf("condisagg_disagg_transfers_total", classified)), "{{prefill}} → {{decode}}"}}},
+				rateOf("condisagg_disagg_transfers_total", `outcome=~"recomputed|failed"`), rateOf("condisagg_disagg_transfers_total", classified)), "{{prefill}} → {{decode}}"}}},
 		{title: "KV transfers by outcome", kind: "timeseries", unit: "reqps", stack: true,
-			description: "Remote-prefill requests per second: transferred (decode used the KV), recomputed, unknown (no usage in the answer: streams need stream_options.include_usage).",
+			description: "Remote-prefill requests per second: transferred (decode used the KV), recomputed, failed (the load failed; prefilled again at decode), unknown (no usage in the answer: streams need stream_options.include_usage).",
 			series:      []series{{fmt.Sprintf("sum by (outcome) (%s)", rateOf("condisagg_disagg_transfers_total")), "{{outcome}}"}}},
 	}}
 }

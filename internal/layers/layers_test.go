@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/kubeapi":      {"internal/proc", "internal/repo"},
 	"pool/kube":             {"pool"},
 	"internal/proc":         {},
+	"internal/engineproc":   {"internal/proc"},
 	"internal/importcheck":  {},
 	"internal/leakcheck":    {},
 	"scripts/benchtable":    {},

@@ -49,6 +49,7 @@ type instOpts struct {
 	oldReplay    bool
 	kvTransfer   bool
 	xferFailRate float64 // KVTransfer.FailureRate
+	xferPolicy   string  // KVTransfer.FailurePolicy ("" = fail)
 	numBlocks    int
 	timeScale    float64
 	details      bool
@@ -94,8 +95,8 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 			ReplayEndpoint: &replay, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000}
 	}
 	if o.kvTransfer {
-		cfg.Server.KVTransfer = &KVTransfer{Connector: "NixlConnector", Role: "kv_both", EngineID: "engine-1", Host: "10.0.0.5", Port: 5600,
-			FailureRate: o.xferFailRate}
+		cfg.Server.KVTransfer = &KVTransfer{Connector: "NixlConnector", Role: "kv_consumer", EngineID: "engine-1", Host: "10.0.0.5", Port: 5600,
+			FailureRate: o.xferFailRate, FailurePolicy: o.xferPolicy}
 	}
 	in, err := NewInstance(cfg)
 	if err != nil {

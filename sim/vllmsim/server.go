@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,10 +31,20 @@ type KVTransfer struct {
 	Port      int    // remote_port (VLLM_NIXL_SIDE_CHANNEL_PORT)
 	// FailureRate is the share of decode legs (do_remote_prefill) whose KV read fails, in
 	// [0, 1]; the choice is a hash of the request id, so a retried id fails again. A failed
-	// leg is recomputed as vLLM's kv_load_failure_policy "recompute" does (sim.Request.
-	// TransferFails, docs/disagg-truth.md). Simulator only: vLLM has no such setting.
+	// leg is handled as FailurePolicy says (sim.Request.TransferFails, docs/disagg-truth.md).
+	// Simulator only: vLLM has no such setting.
 	FailureRate float64
+	// FailurePolicy is vLLM's kv_load_failure_policy for a failed read: "fail" (vLLM's
+	// default, and this one's when empty) ends the request with an error, HTTP 500 or an error
+	// event in a stream; "recompute" computes the prompt again from the local hit.
+	FailurePolicy string
 }
+
+// The values of KVTransfer.FailurePolicy (vLLM KVTransferConfig.kv_load_failure_policy).
+const (
+	FailurePolicyFail      = "fail"
+	FailurePolicyRecompute = "recompute"
+)
 
 // transferFails says whether the decode leg with request id fails its KV read.
 func (kt *KVTransfer) transferFails(id string) bool {
@@ -155,7 +166,31 @@ type genRequest struct {
 type kvTransferParams struct {
 	DoRemoteDecode  bool `json:"do_remote_decode"`
 	DoRemotePrefill bool `json:"do_remote_prefill"`
+	// RemotePrefillCachedTokens is the prefill worker's own hit that vLLM 0.32 adds to the
+	// params it returns; a decode leg that carries it reports it as its cached_tokens
+	// (OutputProcessor: `isinstance(cached, int)`, so true and false count as 1 and 0).
+	RemotePrefillCachedTokens json.RawMessage `json:"remote_prefill_cached_tokens"`
 }
+
+// reportedCached returns the cached-token count a decode leg with these params reports instead
+// of its own, if any.
+func (kv *kvTransferParams) reportedCached() (int, bool) {
+	if kv == nil || !kv.DoRemotePrefill {
+		return 0, false
+	}
+	switch raw := string(kv.RemotePrefillCachedTokens); raw {
+	case "true":
+		return 1, true
+	case "false":
+		return 0, true
+	default:
+		n, err := strconv.Atoi(raw)
+		return n, err == nil
+	}
+}
+
+// generationError is the message of vLLM's answer to a request the engine failed.
+const generationError = "Internal server error"
 
 // apiError writes vLLM's OpenAI error body.
 func apiError(w http.ResponseWriter, code int, msg string) { apiErrorParam(w, code, msg, nil) }
@@ -270,6 +305,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, chat bool) (*pr
 	p.id = requestID(r, map[bool]string{true: "chatcmpl-", false: "cmpl-"}[chat])
 	if p.req.RemotePrefill && s.cfg.KVTransfer.transferFails(p.id) {
 		p.req.TransferFails = true
+		p.req.FailOnTransferError = s.cfg.KVTransfer.FailurePolicy != FailurePolicyRecompute
 	}
 	p.includeUs = p.body.StreamOptions != nil && p.body.StreamOptions.IncludeUsage
 	return p, true
@@ -360,7 +396,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		err = s.stream(ctx, w, p, st, &out)
 	} else {
 		err = s.collect(ctx, st, &out)
-		if err == nil {
+		switch {
+		case err == nil && out.fin.Reason == sim.FinishError:
+			// vLLM's GenerationError for an "error" finish reason (serving.py _raise_if_error).
+			apiError(w, http.StatusInternalServerError, generationError)
+		case err == nil:
 			s.respond(w, p, &out)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/condisagg/condisagg/sim"
 )
 
 // Response shapes of vLLM's OpenAI server (vllm/entrypoints/openai/protocol.py); field order
@@ -102,6 +104,17 @@ func (s *Server) usageOf(out *outputs) usage {
 	return u
 }
 
+// usageFor is the usage of p's answer. A decode leg whose kv_transfer_params carry
+// remote_prefill_cached_tokens reports that number as cached, not its own (vLLM 0.32,
+// OutputProcessor: the prefill worker's hit rather than the transfer's ~100 %).
+func (s *Server) usageFor(p *prepared, out *outputs) usage {
+	u := s.usageOf(out)
+	if n, ok := p.body.KVTransferParams.reportedCached(); ok && u.PromptTokensDetails != nil && s.cfg.KVTransfer != nil {
+		u.PromptTokensDetails.CachedTokens = n
+	}
+	return u
+}
+
 // kvParams is the top-level kv_transfer_params of a prefill-only (do_remote_decode) answer
 // (vllm-kv-events.md §6.3 step 3), or JSON null.
 func (s *Server) kvParams(p *prepared, out *outputs) json.RawMessage {
@@ -113,23 +126,31 @@ func (s *Server) kvParams(p *prepared, out *outputs) json.RawMessage {
 	if ids == nil {
 		ids = []int32{}
 	}
+	// vLLM 0.32's shape: block ids per KV cache group (one group here), the prompt length,
+	// and the prefill worker's own prefix-cache hit.
 	b, _ := json.Marshal(struct {
-		DoRemotePrefill bool    `json:"do_remote_prefill"`
-		DoRemoteDecode  bool    `json:"do_remote_decode"`
-		RemoteBlockIDs  []int32 `json:"remote_block_ids"`
-		RemoteEngineID  string  `json:"remote_engine_id"`
-		RemoteRequestID string  `json:"remote_request_id"`
-		RemoteHost      string  `json:"remote_host"`
-		RemotePort      int     `json:"remote_port"`
-		TPSize          int     `json:"tp_size"`
-	}{true, false, ids, kt.EngineID, p.id, kt.Host, kt.Port, 1})
+		DoRemotePrefill           bool      `json:"do_remote_prefill"`
+		DoRemoteDecode            bool      `json:"do_remote_decode"`
+		RemoteBlockIDs            [][]int32 `json:"remote_block_ids"`
+		RemoteEngineID            string    `json:"remote_engine_id"`
+		RemoteRequestID           string    `json:"remote_request_id"`
+		RemoteHost                string    `json:"remote_host"`
+		RemotePort                int       `json:"remote_port"`
+		TPSize                    int       `json:"tp_size"`
+		DCPSize                   int       `json:"dcp_size"`
+		PPSize                    int       `json:"pp_size"`
+		RemoteNumTokens           int       `json:"remote_num_tokens"`
+		RemoteBlocksExpiryTime    *float64  `json:"remote_blocks_expiry_time"`
+		TransferMode              string    `json:"transfer_mode"`
+		RemotePrefillCachedTokens int       `json:"remote_prefill_cached_tokens"`
+	}{true, false, [][]int32{ids}, kt.EngineID, p.id, kt.Host, kt.Port, 1, 1, 1, out.fin.PromptTokens, nil, "pull", out.fin.CachedTokens})
 	return b
 }
 
 func (s *Server) respond(w http.ResponseWriter, p *prepared, out *outputs) {
 	text := string(s.cfg.Vocab.AppendText(nil, out.toks))
 	reason := out.fin.Reason.String()
-	u := s.usageOf(out)
+	u := s.usageFor(p, out)
 	created := time.Now().Unix()
 	model := s.cfg.ModelNames[0]
 	if p.chat {
@@ -169,6 +190,11 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, p *prepared,
 		if err != nil {
 			return err
 		}
+		if out.fin != nil && out.fin.Reason == sim.FinishError {
+			// vLLM's streamed GenerationError: an error event, then [DONE].
+			send(map[string]any{"error": map[string]any{"message": generationError, "type": "InternalServerError", "param": nil, "code": http.StatusInternalServerError}})
+			break
+		}
 		for i, tk := range toks {
 			var fr *string
 			if out.fin != nil && i == len(toks)-1 {
@@ -188,8 +214,8 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, p *prepared,
 			fl.Flush()
 		}
 	}
-	if p.includeUs {
-		u := s.usageOf(out)
+	if p.includeUs && out.fin.Reason != sim.FinishError {
+		u := s.usageFor(p, out)
 		if p.chat {
 			send(chatChunk{ID: p.id, Object: object, Created: created, Model: model, Choices: []chatChunkChoice{}, Usage: &u})
 		} else {

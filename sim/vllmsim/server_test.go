@@ -315,43 +315,89 @@ func TestTwoTurnConversationHitsCache(t *testing.T) {
 	}
 }
 
+// TestHTTPPrefillDecodeFlow: the NixlConnector flow as vLLM 0.32 answers it (measured against
+// a real pair, docs/disagg-truth.md §1): P's kv_transfer_params carry the block ids per KV
+// cache group, the prompt length and P's own prefix-cache hit (remote_prefill_cached_tokens);
+// a decode leg that carries that hit reports it as its cached_tokens (0 for a prompt P
+// computed afresh, though D loaded all of it), one without it reports its own count, the
+// whole prompt.
 func TestHTTPPrefillDecodeFlow(t *testing.T) {
 	p := startInstance(t, instOpts{kvTransfer: true, details: true})
 	d := startInstance(t, instOpts{kvTransfer: true, details: true})
 	prompt := strings.Repeat("Summarise the following report about the quarterly results. ", 10)
 	pj, _ := json.Marshal(prompt)
 	leg1 := `{"model":"qwen3","prompt":` + string(pj) + `,"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}}`
-	code, b := p.post(t, "/v1/completions", leg1, "X-Request-Id", "r-1")
-	var r chatResp
-	decodeJSON(t, b, &r)
-	var kv struct {
-		DoRemotePrefill bool    `json:"do_remote_prefill"`
-		DoRemoteDecode  bool    `json:"do_remote_decode"`
-		RemoteBlockIDs  []int32 `json:"remote_block_ids"`
-		RemoteEngineID  string  `json:"remote_engine_id"`
-		RemoteRequestID string  `json:"remote_request_id"`
-		RemoteHost      string  `json:"remote_host"`
-		RemotePort      int     `json:"remote_port"`
-		TPSize          int     `json:"tp_size"`
+	type params struct {
+		DoRemotePrefill           bool      `json:"do_remote_prefill"`
+		DoRemoteDecode            bool      `json:"do_remote_decode"`
+		RemoteBlockIDs            [][]int32 `json:"remote_block_ids"`
+		RemoteEngineID            string    `json:"remote_engine_id"`
+		RemoteRequestID           string    `json:"remote_request_id"`
+		RemoteHost                string    `json:"remote_host"`
+		RemotePort                int       `json:"remote_port"`
+		TPSize                    int       `json:"tp_size"`
+		RemoteNumTokens           int       `json:"remote_num_tokens"`
+		RemotePrefillCachedTokens *int      `json:"remote_prefill_cached_tokens"`
 	}
-	if code != 200 || json.Unmarshal(r.KVTransferParams, &kv) != nil {
-		t.Fatalf("prefill leg: %d %s", code, b)
+	prefill := func(id string) (chatResp, params) {
+		t.Helper()
+		code, b := p.post(t, "/v1/completions", leg1, "X-Request-Id", id)
+		var r chatResp
+		decodeJSON(t, b, &r)
+		var kv params
+		if code != 200 || json.Unmarshal(r.KVTransferParams, &kv) != nil {
+			t.Fatalf("prefill leg: %d %s", code, b)
+		}
+		n := r.Usage.PromptTokens
+		if !kv.DoRemotePrefill || kv.DoRemoteDecode || len(kv.RemoteBlockIDs) != 1 || len(kv.RemoteBlockIDs[0]) != (n+15)/16 ||
+			kv.RemoteEngineID != "engine-1" || kv.RemoteRequestID != "cmpl-"+id || kv.RemoteHost != "10.0.0.5" || kv.RemotePort != 5600 ||
+			kv.TPSize != 1 || kv.RemoteNumTokens != n || kv.RemotePrefillCachedTokens == nil ||
+			*kv.RemotePrefillCachedTokens != r.Usage.PromptTokensDetails.CachedTokens ||
+			r.Choices[0].FinishReason != "length" || r.Usage.CompletionTokens != 1 {
+			t.Fatalf("vllm-kv-events.md §6.3 step 3: %s", b)
+		}
+		return r, kv
 	}
+	decode := func(kvJSON string) chatResp {
+		t.Helper()
+		leg2 := `{"model":"qwen3","prompt":` + string(pj) + `,"max_tokens":6,"kv_transfer_params":` + kvJSON + `}`
+		code, b := d.post(t, "/v1/completions", leg2, "X-Request-Id", "r-1")
+		var r2 chatResp
+		decodeJSON(t, b, &r2)
+		if code != 200 || r2.Usage.CompletionTokens != 6 || string(r2.KVTransferParams) != "null" {
+			t.Fatalf("§6.3 step 4 decode leg: %d %s", code, b)
+		}
+		return r2
+	}
+	r, kv := prefill("r-1")
 	n := r.Usage.PromptTokens
-	if !kv.DoRemotePrefill || kv.DoRemoteDecode || len(kv.RemoteBlockIDs) != (n+15)/16 || kv.RemoteEngineID != "engine-1" ||
-		kv.RemoteRequestID != "cmpl-r-1" || kv.RemoteHost != "10.0.0.5" || kv.RemotePort != 5600 || kv.TPSize != 1 ||
-		r.Choices[0].FinishReason != "length" || r.Usage.CompletionTokens != 1 {
-		t.Fatalf("vllm-kv-events.md §6.3 step 3: %s", b)
+	if *kv.RemotePrefillCachedTokens != 0 {
+		t.Fatalf("a fresh prompt: P reports %d cached", *kv.RemotePrefillCachedTokens)
 	}
-	leg2 := `{"model":"qwen3","prompt":` + string(pj) + `,"max_tokens":6,"kv_transfer_params":` + string(r.KVTransferParams) + `}`
-	code, b = d.post(t, "/v1/completions", leg2, "X-Request-Id", "r-1")
-	var r2 chatResp
-	decodeJSON(t, b, &r2)
-	if code != 200 || r2.Usage.CompletionTokens != 6 || r2.Usage.PromptTokensDetails.CachedTokens != n-1 || string(r2.KVTransferParams) != "null" {
-		t.Fatalf("§6.3 step 4 decode leg: %d %s (prompt %d tokens)", code, b, n)
+	// P's params verbatim: D reports P's hit, 0, though it loaded the whole prompt.
+	if got := decode(string(r.KVTransferParams)).Usage.PromptTokensDetails.CachedTokens; got != 0 {
+		t.Fatalf("decode leg with remote_prefill_cached_tokens 0: cached_tokens %d, want 0", got)
+	}
+	// Without the key, D reports its own count: the whole prompt.
+	var raw map[string]any
+	_ = json.Unmarshal(r.KVTransferParams, &raw)
+	delete(raw, "remote_prefill_cached_tokens")
+	stripped, _ := json.Marshal(raw)
+	if got := decode(string(stripped)).Usage.PromptTokensDetails.CachedTokens; got != n {
+		t.Fatalf("decode leg without remote_prefill_cached_tokens: cached_tokens %d, want %d", got, n)
+	}
+	// The same prompt again at P: P's own hit travels in the params, and D reports it.
+	r, kv = prefill("r-2")
+	want := (n - 1) / 16 * 16
+	if *kv.RemotePrefillCachedTokens != want {
+		t.Fatalf("P's second prefill: remote_prefill_cached_tokens %d, want %d", *kv.RemotePrefillCachedTokens, want)
+	}
+	if got := decode(string(r.KVTransferParams)).Usage.PromptTokensDetails.CachedTokens; got != want {
+		t.Fatalf("decode leg after P's hit: cached_tokens %d, want P's %d", got, want)
 	}
 	// The transferred blocks are now in D's cache: a local request for the same prompt hits.
-	_, b = d.post(t, "/v1/completions", `{"model":"qwen3","prompt":`+string(pj)+`,"max_tokens":1}`)
+	var r2 chatResp
+	_, b := d.post(t, "/v1/completions", `{"model":"qwen3","prompt":`+string(pj)+`,"max_tokens":1}`)
 	decodeJSON(t, b, &r2)
 	if want := (n - 1) / 16 * 16; r2.Usage.PromptTokensDetails.CachedTokens != want {
 		t.Fatalf("vllm-kv-events.md §3.7: local request after remote prefill cached %d, want %d", r2.Usage.PromptTokensDetails.CachedTokens, want)
@@ -399,27 +445,31 @@ func TestChatTurnExtendsPrefix(t *testing.T) {
 	}
 }
 
-// TestHTTPDecodeLegCachedTokens: a decode leg reports the transferred prompt as cached
-// (vLLM's L-1), and a failed KV read (--kv-transfer-failure-rate, recomputed as vLLM's
-// kv_load_failure_policy=recompute does) reports only the decode worker's own prefix hit
+// TestHTTPDecodeLegCachedTokens: a decode leg without remote_prefill_cached_tokens reports the
+// whole prompt cached after a complete transfer (vLLM 0.32's L), and a failed KV read
+// (--kv-transfer-failure-rate) under kv_load_failure_policy "recompute" reports only the
+// decode worker's own prefix hit; under "fail", vLLM's default, it answers 500, or an error
+// event in a stream (after the chat role chunk), exactly as the real engine does
 // (docs/disagg-truth.md).
 func TestHTTPDecodeLegCachedTokens(t *testing.T) {
 	prompt := strings.Repeat("Summarise the following report about the quarterly results. ", 10)
 	pj, _ := json.Marshal(prompt)
-	const kvp = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],"remote_engine_id":"e","remote_host":"h","remote_port":1}`
+	const kvp = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2,3]],"remote_engine_id":"e","remote_host":"h","remote_port":1}`
 	leg := `{"model":"qwen3","prompt":` + string(pj) + `,"max_tokens":2,"kv_transfer_params":` + kvp + `}`
 	for _, tc := range []struct {
 		name      string
 		rate      float64
+		policy    string
 		warmLocal bool // D served the prompt locally before
 		want      func(n int) int
 	}{
-		{name: "transferred_reports_L-1", rate: 0, want: func(n int) int { return n - 1 }},
-		{name: "failed_cold_reports_0", rate: 1, want: func(int) int { return 0 }},
-		{name: "failed_warm_reports_local_hit", rate: 1, warmLocal: true, want: func(n int) int { return (n - 1) / 16 * 16 }},
+		{name: "transferred_reports_L", rate: 0, want: func(n int) int { return n }},
+		{name: "transferred_warm_reports_L", rate: 0, warmLocal: true, want: func(n int) int { return n }},
+		{name: "failed_cold_reports_0", rate: 1, policy: FailurePolicyRecompute, want: func(int) int { return 0 }},
+		{name: "failed_warm_reports_local_hit", rate: 1, policy: FailurePolicyRecompute, warmLocal: true, want: func(n int) int { return (n - 1) / 16 * 16 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startInstance(t, instOpts{kvTransfer: true, details: true, xferFailRate: tc.rate})
+			d := startInstance(t, instOpts{kvTransfer: true, details: true, xferFailRate: tc.rate, xferPolicy: tc.policy})
 			if tc.warmLocal {
 				d.post(t, "/v1/completions", `{"model":"qwen3","prompt":`+string(pj)+`,"max_tokens":1}`)
 			}
@@ -434,4 +484,18 @@ func TestHTTPDecodeLegCachedTokens(t *testing.T) {
 			}
 		})
 	}
+	t.Run("failed_under_fail_policy", func(t *testing.T) {
+		d := startInstance(t, instOpts{kvTransfer: true, details: true, xferFailRate: 1})
+		code, b := d.post(t, "/v1/completions", leg, "X-Request-Id", "r-fail")
+		if want := `{"error":{"code":500,"message":"Internal server error","param":null,"type":"InternalServerError"}}`; code != 500 || strings.TrimSpace(string(b)) != want {
+			t.Fatalf("non-streamed: %d %s, want 500 %s", code, b, want)
+		}
+		chat := `{"model":"qwen3","messages":[{"role":"user","content":` + string(pj) + `}],"max_tokens":2,"stream":true,"stream_options":{"include_usage":true},"kv_transfer_params":` + kvp + `}`
+		code, b = d.post(t, "/v1/chat/completions", chat, "X-Request-Id", "r-fail-stream")
+		events := strings.Split(strings.TrimSpace(string(b)), "\n\n")
+		if code != 200 || len(events) != 3 || !strings.Contains(events[0], `"role":"assistant"`) ||
+			!strings.HasPrefix(events[1], `data: {"error":{`) || !strings.Contains(events[1], `"code":500`) || events[2] != "data: [DONE]" {
+			t.Fatalf("streamed: %d %q, want the role chunk, an error event and [DONE]", code, events)
+		}
+	})
 }

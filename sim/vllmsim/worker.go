@@ -220,6 +220,7 @@ func (l *loop) run(ctx context.Context) error {
 		l.publishStats()
 		resync = res.Duration == 0
 		if res.Duration == 0 {
+			l.deliver(res) // a request that ended without a step (a KV load failed under "fail")
 			if err := l.publish(ctx, res.Events); err != nil {
 				return nil
 			}
@@ -297,7 +298,7 @@ func (l *loop) deliver(res *sim.StepResult) {
 			l.streams.Delete(tk.ID)
 		}
 	}
-	for _, f := range res.Finished { // a finish without a token in this step (none today)
+	for _, f := range res.Finished { // a finish without a token in this step (a failed KV load)
 		if s, ok := l.streams.LoadAndDelete(f.ID); ok {
 			s.(*Stream).push(0, &f)
 		}
