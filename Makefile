@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-pd clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd clean
 
 all: build
 
@@ -99,12 +99,19 @@ conformance: deps
 VLLM_VENV_DIR   := .cache/vllm-venv
 TINY_QWEN3      := .cache/models/tiny-qwen3
 TINY_QWEN3_LORA := .cache/models/tiny-qwen3-lora
-conformance-vllm: deps
+conformance-vllm: deps conformance-vllm-fields
 	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
 	@test -f $(TINY_QWEN3)/model.safetensors -a -f $(TINY_QWEN3_LORA)/adapter_model.safetensors || \
 		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/conformance-vllm
 	bin/conformance-vllm $(CONFORMANCE_VLLM_FLAGS)
+
+# vLLM's own pydantic request models (from the vLLM venv, no engine) re-read the corpus of
+# route/testdata/vllm_request_fields.jsonl live and must agree with the committed readings that
+# route's TestVLLMRequestFields checks condisagg's parsers against (~30 s).
+conformance-vllm-fields:
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	$(VLLM_VENV_DIR)/bin/python route/testdata/gen_vllm_fields.py --check
 
 # Opt-in, not part of `make test` (two real engines take minutes and ~6 GiB): a real vLLM 0.32
 # prefill engine and decode engine moving the KV cache over NixlConnector (UCX on loopback, CPU

@@ -48,6 +48,8 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("7_forged_headers_ignored", func(t *testing.T) { testForgedHeaders(t, s) })
 	t.Run("11_client_kv_transfer_params_and_encoded_paths", func(t *testing.T) { testHostileBodiesAndPaths(t, s) })
 	t.Run("9_errors_through_envoy", func(t *testing.T) { testErrors(t, s) })
+	t.Run("13_engine_control_members_on_every_path", func(t *testing.T) { testEngineControlEveryPath(t, s) })
+	t.Run("14_exact_keys_and_bodies_vllm_accepts", func(t *testing.T) { testCaseVariantKeys(t, s) })
 	t.Run("12_unknown_model_404", func(t *testing.T) { testUnknownModel(t, s) })
 	t.Run("passthrough_get_models", func(t *testing.T) { testPassthrough(t, s) })
 	t.Run("10_booked_load_returns_to_zero", func(t *testing.T) { testLoadReturnsToZero(t, s) })

@@ -131,9 +131,10 @@ func StrippedHeaders() []string {
 //go:embed bootstrap.yaml.tmpl
 var bootstrapTemplate string
 
-// FallbackStripLua is the fail-open guard of the Buffered profile: an Envoy Lua filter after
-// ext_proc that cuts a client's kv_transfer_params from every request condisagg did not decide,
-// and refuses (400) a body that is not one JSON object. The Istio and Envoy Gateway examples
+// FallbackStripLua is the body guard of the fail-open profiles: an Envoy Lua filter after
+// ext_proc that cuts a client's engine-control members (kv_transfer_params, ec_transfer_params,
+// vllm_xargs) from every request body, decided by condisagg or not, and refuses (vLLM's 400) a
+// body that is not one JSON object. The Istio and Envoy Gateway examples
 // carry the same script.
 //
 //go:embed fallback_strip.lua

@@ -16,6 +16,10 @@ import (
 // ErrBodyTooLarge: the request body is over Settings.MaxBodyBytes (413).
 var ErrBodyTooLarge = errors.New("request body too large")
 
+// errUncleanable: a request body that is not one JSON object as the engine reads it, so its
+// engine-control members cannot be cut: refused with vLLM's own 400.
+var errUncleanable = errors.New("request body cannot be cleaned")
+
 // httpError is one immediate-response error (envoy-extproc.md §4 table).
 type httpError struct {
 	Status  int
@@ -36,6 +40,9 @@ func toHTTPError(err error) *httpError {
 		// vLLM's answer for a model it does not serve (OpenAIServing._check_model).
 		return &httpError{Status: 404, Type: "NotFoundError", Reason: "unknown_model", Message: unknownModelText(err),
 			Param: "model", VLLMCode: true}
+	case errors.Is(err, errUncleanable):
+		// vLLM's answer to a body its JSON parser refuses (a RequestValidationError).
+		return &httpError{Status: 400, Type: "BadRequestError", Reason: "unreadable_body", Message: err.Error(), VLLMCode: true}
 	case errors.Is(err, route.ErrInvalidBody):
 		return &httpError{Status: 400, Type: "invalid_request_error", Reason: "invalid_body", Message: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):

@@ -44,7 +44,7 @@ func expectImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, 
 	}
 	var body errorBody
 	wantCode := strconv.Quote(reason)
-	if reason == "unknown_model" { // vLLM's own answer: the status as a number
+	if reason == "unknown_model" || reason == "unreadable_body" { // vLLM's own answer: the status as a number
 		wantCode = strconv.Itoa(status)
 	}
 	if err := json.Unmarshal(ir.GetBody(), &body); err != nil || string(body.Error.Code) != wantCode || body.Error.Message == "" {

@@ -48,6 +48,9 @@ type exchange struct {
 	subset    []string
 	hasSubset bool
 	body      []byte
+	// clean cuts engine-control members from a body whose route was fixed before it arrived
+	// (STREAMED, full-duplex passthrough); nil when the body is collected whole.
+	clean *route.StreamCleaner
 
 	out       route.Outcome
 	routed    bool
@@ -133,7 +136,13 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		if err != nil {
 			return x.reject(err)
 		}
-		return x.one(x.routedResponse(phaseRequestHeaders, &out, nil))
+		resp := x.routedResponse(phaseRequestHeaders, &out, nil)
+		if x.state == reqEcho && x.reqMode != filterv3.ProcessingMode_BUFFERED {
+			// The body follows a fixed route: it is cleaned chunk by chunk, so its length changes.
+			x.clean = &route.StreamCleaner{}
+			removeContentLength(resp)
+		}
+		return x.one(resp)
 	}
 	x.state = reqCollect
 	if x.fullDuplex() {
@@ -190,10 +199,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		if b.GetEndOfStream() {
 			x.state = reqComplete
 		}
-		if x.fullDuplex() {
-			return streamedBody(phaseRequestBody, b.GetBody(), b.GetEndOfStream())
-		}
-		return x.one(x.srv.fixed.cont[phaseRequestBody])
+		return x.echoBody(b.GetBody(), b.GetEndOfStream())
 	case reqCollect:
 	default:
 		return nil
@@ -240,7 +246,17 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	if err != nil {
 		return x.reject(err)
 	}
-	body, cleaned := x.cleanBody(&out)
+	body, cleaned := x.body, false
+	// The decision read the body exactly (route.ParseBody) and flagged its engine-control
+	// members; a request that failed open may not have got that far.
+	if out.Body.EngineControl || out.Decision.Reason == policy.ReasonFailureOpen {
+		if body, cleaned, err = x.cleanBody(x.body); err != nil {
+			if out.BookingID != "" {
+				x.srv.router.Release(out.BookingID) // not routed: nothing else would release it
+			}
+			return x.reject(err)
+		}
+	}
 	if !x.fullDuplex() {
 		if !cleaned {
 			body = nil // BUFFERED: the body goes upstream unchanged, no mutation
@@ -251,19 +267,58 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 		streamedBody(phaseRequestBody, body, eos)...)
 }
 
-// cleanBody cuts a client's kv_transfer_params from the body (only pd-sidecar may set it):
-// it reports the body to send upstream and whether it differs from the client's.
-func (x *exchange) cleanBody(out *route.Outcome) ([]byte, bool) {
-	smuggled := out.Body.KVTransferParams
-	if out.Decision.Reason == policy.ReasonFailureOpen {
-		smuggled = route.HasMember(x.body, route.FieldKVTransferParams) // the pipeline may not have parsed it
+// cleanBody cuts a client's engine-control members (kv_transfer_params and the others of
+// route.EngineControlFields: only pd-sidecar may set them) from a whole body: it reports the
+// body to send upstream and whether it differs from the client's. A body that cannot be read
+// cannot be cleaned: the error wraps route.ErrInvalidBody.
+func (x *exchange) cleanBody(body []byte) ([]byte, bool, error) {
+	out, cut, err := route.Clean(body)
+	if err != nil {
+		return nil, false, err
 	}
-	if !smuggled {
-		return x.body, false
+	x.countCut(cut)
+	return out, len(cut) > 0, nil
+}
+
+func (x *exchange) countCut(cut []string) {
+	for _, f := range cut {
+		x.srv.metrics.StrippedFields.WithLabelValues(f).Inc()
 	}
-	body, n := route.StripMember(x.body, route.FieldKVTransferParams)
-	x.srv.metrics.StrippedFields.WithLabelValues(route.FieldKVTransferParams).Add(float64(n))
-	return body, n > 0
+}
+
+// echoBody passes on a chunk of a body whose route is fixed: BUFFERED sends the whole body in
+// this one message, which is cleaned whole; STREAMED and full duplex chunks go through the
+// stream's cleaner. A body that cannot be cleaned gets the engine's own 400 (errUncleanable):
+// it was never condisagg's to judge; a body condisagg decides on keeps its invalid_body.
+func (x *exchange) echoBody(chunk []byte, eos bool) resps {
+	if x.clean == nil {
+		if len(chunk) == 0 {
+			return x.one(x.srv.fixed.cont[phaseRequestBody])
+		}
+		body, cleaned, err := x.cleanBody(chunk)
+		if err != nil {
+			return x.reject(fmt.Errorf("%w: %w", errUncleanable, err))
+		}
+		if !cleaned {
+			return x.one(x.srv.fixed.cont[phaseRequestBody])
+		}
+		return x.one(bodyReplacement(body, true))
+	}
+	out, err := x.clean.Write(nil, chunk)
+	if err == nil && eos {
+		err = x.clean.Close()
+	}
+	if err != nil {
+		x.countCut(x.clean.Cut())
+		return x.reject(fmt.Errorf("%w: %w", errUncleanable, err))
+	}
+	if eos {
+		x.countCut(x.clean.Cut())
+	}
+	if x.fullDuplex() {
+		return streamedBody(phaseRequestBody, out, eos)
+	}
+	return x.one(bodyReplacement(out, false))
 }
 
 // decideBody routes the body; internal failures and a decision that found no free slot in

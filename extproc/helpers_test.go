@@ -343,13 +343,15 @@ func (v *envoy) checkBody(c *extprocv3.CommonResponse, mode filterv3.ProcessingM
 		return
 	}
 	if bm := c.GetBodyMutation(); bm != nil {
-		// The one body mutation outside full duplex: a BUFFERED body cleaned of a client's
-		// kv_transfer_params, replaced whole, with its Content-Length.
-		b := bm.GetBody()
-		if mode != filterv3.ProcessingMode_BUFFERED || b == nil {
+		// Body mutations outside full duplex: a BUFFERED body cleaned of a client's
+		// engine-control members, replaced whole, with its Content-Length; a STREAMED chunk
+		// replaced by its cleaned form (the route was fixed at the headers, which dropped the
+		// client's Content-Length).
+		_, whole := bm.GetMutation().(*extprocv3.BodyMutation_Body)
+		if !whole || (mode != filterv3.ProcessingMode_BUFFERED && mode != filterv3.ProcessingMode_STREAMED) {
 			v.t.Fatalf("protocol: body mutation %T in mode %v", bm.GetMutation(), mode)
 		}
-		if setHeaders(c)["content-length"] != strconv.Itoa(len(b)) {
+		if b := bm.GetBody(); mode == filterv3.ProcessingMode_BUFFERED && setHeaders(c)["content-length"] != strconv.Itoa(len(b)) {
 			v.t.Fatalf("protocol: replaced body of %d bytes with content-length %q", len(b), setHeaders(c)["content-length"])
 		}
 	}

@@ -2,6 +2,9 @@ package extproc
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,34 +169,48 @@ func TestFullDuplexTrailers(t *testing.T) {
 	v.closeAndDrain()
 }
 
-// TestFullDuplexPassthroughEcho: bodies of other paths (0 and 1 byte too) are echoed chunk by
-// chunk after an immediate headers response.
+// TestFullDuplexPassthroughEcho: bodies of other paths (0 bytes too) are written back chunk by
+// chunk after an immediate headers response that drops Content-Length, cleaned of engine-control
+// members (issue 23 item 1); a body that is not one JSON object is refused with vLLM's 400.
 func TestFullDuplexPassthroughEcho(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	for _, body := range [][]byte{{}, []byte("x"), bytes.Repeat([]byte("y"), 130000)} {
-		v := e.open(fullDuplex, fullDuplex)
-		v.requestHeaders(false, ":method", "POST", ":path", "/v1/embeddings")
-		h := setHeaders(v.recv().GetRequestHeaders().GetResponse())
-		if h[HeaderRoute] != "decode" || !strings.Contains(h[HeaderDecision], "reason=passthrough") {
-			t.Fatalf("passthrough headers %v", h)
-		}
-		v.requestBody(body, true)
-		var got []byte
-		for {
-			sr := v.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-			got = append(got, sr.GetBody()...)
-			if sr.GetEndOfStream() {
-				break
+	big := append(append([]byte(`{"input":"`), bytes.Repeat([]byte("y"), 130000)...), `","kv_transfer_params":{"remote_host":"10.9.9.9"}}`...)
+	for _, c := range []struct{ in, want string }{
+		{"", ""}, {"{}", "{}"}, {string(big), string(big[:len(big)-len(`,"kv_transfer_params":{"remote_host":"10.9.9.9"}}`)]) + "}"},
+		{`{"model":"m","vllm_xargs":{"kv_transfer_params":"x"},"input":"hi"}`, `{"model":"m","input":"hi"}`},
+	} {
+		for _, path := range []string{"/v1/responses", "/v1/messages", "/inference/v1/generate", "/v1/embeddings"} {
+			v := e.open(fullDuplex, fullDuplex)
+			v.requestHeaders(false, ":method", "POST", ":path", path, "content-length", strconv.Itoa(len(c.in)))
+			hr := v.recv().GetRequestHeaders().GetResponse()
+			h := setHeaders(hr)
+			if h[HeaderRoute] != "decode" || !strings.Contains(h[HeaderDecision], "reason=passthrough") ||
+				!slices.Contains(hr.GetHeaderMutation().GetRemoveHeaders(), "content-length") {
+				t.Fatalf("passthrough headers %v, removed %v", h, hr.GetHeaderMutation().GetRemoveHeaders())
 			}
+			half := len(c.in) / 2
+			v.requestBody([]byte(c.in[:half]), false)
+			v.requestBody([]byte(c.in[half:]), true)
+			var got []byte
+			for {
+				sr := v.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+				got = append(got, sr.GetBody()...)
+				if sr.GetEndOfStream() {
+					break
+				}
+			}
+			if string(got) != c.want {
+				t.Fatalf("%s: %d bytes written back, want %d (%.80q)", path, len(got), len(c.want), got)
+			}
+			v.closeAndDrain()
 		}
-		if !bytes.Equal(got, body) {
-			t.Fatalf("echo of %d bytes differs", len(body))
-		}
-		v.closeAndDrain()
 	}
-	if e.totalRequests() != 0 {
-		t.Fatal("passthrough booked a worker")
-	}
+	v := e.open(fullDuplex, fullDuplex)
+	v.requestHeaders(false, ":method", "POST", ":path", "/v1/responses")
+	v.recv()
+	v.requestBody([]byte("x"), true)
+	expectImmediate(t, v.recv(), 400, "unreadable_body")
+	v.closeAndDrain()
 }
 
 // TestDuplicateEndOfStream: a re-delivered last chunk after the body was complete gets no
@@ -227,27 +244,43 @@ func TestDuplicateEndOfStream(t *testing.T) {
 }
 
 // TestStreamedModeRoutesAtHeaders: STREAMED cannot carry a body-time decision, so the request
-// is routed at the headers (passthrough), every chunk gets an empty reply, and it is counted.
+// is routed at the headers (passthrough, Content-Length dropped) and counted; every chunk is
+// answered with its cleaned form, which cuts a client's kv_transfer_params (issue 23 item 1).
 func TestStreamedModeRoutesAtHeaders(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	v := e.open(streamed, streamed)
 	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
-	h := setHeaders(v.recv().GetRequestHeaders().GetResponse())
-	if h[HeaderRoute] != "decode" || !strings.Contains(h[HeaderDecision], "reason=passthrough") {
+	hr := v.recv().GetRequestHeaders().GetResponse()
+	h := setHeaders(hr)
+	if h[HeaderRoute] != "decode" || !strings.Contains(h[HeaderDecision], "reason=passthrough") ||
+		!slices.Contains(hr.GetHeaderMutation().GetRemoveHeaders(), "content-length") {
 		t.Fatalf("headers %v", h)
 	}
 	body := sizedChatBody(500)
-	for i := 0; i < len(body); i += 100 {
-		v.requestBody(body[i:i+100], i+100 == len(body))
-		r := v.recv().GetRequestBody()
-		if r == nil || r.GetResponse() != nil {
-			t.Fatalf("chunk %d: reply %v, want an empty body response", i, r)
-		}
+	attack := []byte(`,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9"}}`)
+	in := append(append([]byte(nil), body[:len(body)-1]...), attack...)
+	var got []byte
+	for i := 0; i < len(in); i += 100 {
+		end := min(i+100, len(in))
+		v.requestBody(in[i:end], end == len(in))
+		r := v.recv().GetRequestBody().GetResponse()
+		got = append(got, r.GetBodyMutation().GetBody()...)
+	}
+	if !sameJSONObject(got, body) {
+		t.Fatalf("cleaned body %.200q, want %.200q", got, body)
 	}
 	if got := testutil.ToFloat64(e.metrics.StreamedBodyMode); got != 1 {
 		t.Fatalf("streamed-mode counter = %v", got)
 	}
+	if got := testutil.ToFloat64(e.metrics.StrippedFields.WithLabelValues("kv_transfer_params")); got != 1 {
+		t.Fatalf("stripped counter = %v", got)
+	}
 	v.closeAndDrain()
+}
+
+func sameJSONObject(a, b []byte) bool {
+	var x, y map[string]any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // TestBodylessAndPassthrough: GET /v1/models and POST to other paths route to the decode

@@ -254,3 +254,24 @@ func decisionText(out *route.Outcome) string {
 	return "route=" + out.Route.String() + ";reason=" + out.Reason + ";isl=" + strconv.Itoa(out.Tokens) +
 		";eff_isl=" + strconv.Itoa(in.Eff) + ";overlap_blocks=" + strconv.Itoa(in.Overlap)
 }
+
+// bodyReplacement answers a request body message of a route already fixed with the cleaned
+// body in its place; in BUFFERED mode (setLength) the whole body, whose Content-Length it sets.
+func bodyReplacement(body []byte, setLength bool) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}}
+	if setLength {
+		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			header("content-length", strconv.Itoa(len(body)))}}
+	}
+	return wrap(phaseRequestBody, common)
+}
+
+// removeContentLength drops the client's Content-Length with a request headers answer whose
+// body will be rewritten chunk by chunk (its length is not known yet; upstream gets it chunked).
+func removeContentLength(resp *extprocv3.ProcessingResponse) {
+	hm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
+	if hm == nil {
+		return
+	}
+	hm.RemoveHeaders = append(hm.RemoveHeaders[:len(hm.RemoveHeaders):len(hm.RemoveHeaders)], "content-length")
+}

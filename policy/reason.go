@@ -71,6 +71,10 @@ const (
 	// with the lowest aggregated selection cost (a decode worker, or a prefill worker).
 	ReasonSLOOverloadBypass
 	ReasonSLOOverloadPrefillLocal
+	// ReasonRequestTemplate: a chat request brought its own chat template, which the router
+	// does not run (vLLM refuses it unless --trust-request-chat-template), so it went to a
+	// decode worker chosen by load (Fallback).
+	ReasonRequestTemplate
 	numReasons
 )
 
@@ -99,6 +103,7 @@ var reasonNames = [numReasons]string{
 	ReasonSLOPrefillLocal:           "slo_prefill_local",
 	ReasonSLOOverloadBypass:         "slo_overload_bypass",
 	ReasonSLOOverloadPrefillLocal:   "slo_overload_prefill_local",
+	ReasonRequestTemplate:           "request_chat_template",
 }
 
 func (r Reason) String() string {
@@ -121,7 +126,7 @@ func Reasons() []Reason {
 func (r Reason) Route() Route {
 	switch r {
 	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
-		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass:
+		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass, ReasonRequestTemplate:
 		return RouteDecode
 	case ReasonSLOPrefillLocal, ReasonSLOOverloadPrefillLocal:
 		return RoutePrefillLocal

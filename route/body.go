@@ -2,11 +2,12 @@ package route
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/condisagg/condisagg/internal/reqjson"
 )
 
 // Endpoint is the OpenAI API a request path names.
@@ -67,24 +68,13 @@ type Body struct {
 	Model        string
 	Stream       bool // "stream": true — the answer is Server-Sent Events
 	IncludeUsage bool // stream_options.include_usage
-	// KVTransferParams: the client sent kv_transfer_params, which only pd-sidecar may set; the
-	// body must be cleaned (StripMember) before it reaches a worker.
-	KVTransferParams bool
+	// EngineControl: the client sent a member only pd-sidecar may set (kv_transfer_params and
+	// the others of EngineControlFields); the body must be cleaned (Clean) before it reaches a
+	// worker.
+	EngineControl bool
 	// CacheSalt is vLLM's cache_salt: it seeds the prompt's first block, so the request shares
 	// cached blocks only with requests of the same salt ("" : none).
 	CacheSalt string
-}
-
-// openAIBody is the typed view of the routing fields of both endpoints.
-type openAIBody struct {
-	Model         *string         `json:"model"`
-	Messages      json.RawMessage `json:"messages"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Stream        *bool           `json:"stream"`
-	CacheSalt     *string         `json:"cache_salt"`
-	StreamOptions *struct {
-		IncludeUsage *bool `json:"include_usage"`
-	} `json:"stream_options"`
 }
 
 // ParseBody checks an OpenAI body of endpoint ep and returns its routing fields. Every
@@ -96,63 +86,81 @@ func ParseBody(ep Endpoint, body []byte) (Body, error) {
 	return decodeBody(ep, body)
 }
 
-// decodeBody is ParseBody with encoding/json: the slow path with exact messages.
+// decodeBody is ParseBody with the exact reading of vLLM's server (reqjson: Python's json.loads
+// with exact, case-sensitive keys, then pydantic's lax mode): the slow path, with exact messages.
 func decodeBody(ep Endpoint, body []byte) (Body, error) {
 	req := Body{Endpoint: ep}
-	var b openAIBody
-	if err := json.Unmarshal(body, &b); err != nil {
-		return req, invalidBody("request body is not a valid JSON object: %s", jsonErrorText(err))
+	obj, err := reqjson.Parse(body)
+	if err != nil {
+		return req, invalidBody("request body is not a valid JSON object: %s", err)
 	}
-	if b.Model == nil || *b.Model == "" {
+	mv, _ := obj.Get("model")
+	if mv.IsNull() {
 		return req, invalidBody("missing required field %q", "model")
 	}
-	req.Model = *b.Model
+	if req.Model, err = mv.Str(); err != nil {
+		return req, invalidBody("field %q must be a string, not %s", "model", mv.Kind())
+	}
+	if req.Model == "" {
+		return req, invalidBody("missing required field %q", "model")
+	}
 	switch ep {
 	case EndpointChat:
-		m := bytes.TrimSpace(b.Messages)
-		if len(m) == 0 || bytes.Equal(m, []byte("null")) {
+		m, _ := obj.Get("messages")
+		if m.IsNull() {
 			return req, invalidBody("missing required field %q", "messages")
 		}
-		if m[0] != '[' || isEmptyArray(m) {
+		if m.Kind() != reqjson.KindArray || isEmptyArray(m) {
 			return req, invalidBody("field %q must be a non-empty array", "messages")
 		}
 	case EndpointCompletions:
-		p := bytes.TrimSpace(b.Prompt)
-		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
+		if !obj.Has("prompt") {
 			return req, invalidBody("missing required field %q", "prompt")
 		}
 	}
-	if b.Stream != nil {
-		req.Stream = *b.Stream
+	if req.Stream, err = laxBool(obj, "stream", "stream"); err != nil {
+		return req, err
 	}
-	if b.StreamOptions != nil && b.StreamOptions.IncludeUsage != nil {
-		req.IncludeUsage = *b.StreamOptions.IncludeUsage
+	if so, ok := obj.Get("stream_options"); ok && !so.IsNull() {
+		opts, err := so.Object()
+		if err != nil {
+			return req, invalidBody("field %q must be an object, not %s", "stream_options", so.Kind())
+		}
+		if req.IncludeUsage, err = laxBool(opts, "include_usage", "stream_options.include_usage"); err != nil {
+			return req, err
+		}
 	}
-	req.KVTransferParams = HasMember(body, FieldKVTransferParams)
-	if b.CacheSalt != nil {
-		req.CacheSalt = *b.CacheSalt
+	for _, m := range obj.Members {
+		req.EngineControl = req.EngineControl || IsEngineControl(m.Key)
+	}
+	if cs, ok := obj.Get("cache_salt"); ok && !cs.IsNull() {
+		if req.CacheSalt, err = cs.Str(); err != nil {
+			return req, invalidBody("field %q must be a string, not %s", "cache_salt", cs.Kind())
+		}
 	}
 	return req, nil
+}
+
+// laxBool reads an optional bool member as pydantic's lax mode does ("true", 1, "yes", ...);
+// field names it in the error.
+func laxBool(obj reqjson.Object, key, field string) (bool, error) {
+	v, ok := obj.Get(key)
+	if !ok || v.IsNull() {
+		return false, nil
+	}
+	b, err := v.Bool()
+	if err != nil {
+		return false, invalidBody("field %q must be a boolean (true, false, \"true\", 1, ...), not %.40s", field, v)
+	}
+	return b, nil
 }
 
 func invalidBody(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidBody, fmt.Sprintf(format, args...))
 }
 
-// jsonErrorText shortens encoding/json errors to what a client can act on.
-func jsonErrorText(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q must not be a JSON %s", te.Field, te.Value)
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Sprintf("%s at byte %d", se.Error(), se.Offset)
-	}
-	return err.Error()
-}
-
 func isEmptyArray(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
 	inner := bytes.TrimSpace(raw[1:])
 	return len(inner) > 0 && inner[0] == ']'
 }

@@ -268,6 +268,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	n := r.seq.Add(1)
 	sc.pcg.Seed(r.seed, n)
 	if err := r.tokenize(m, sc, req); err != nil {
+		if errors.Is(err, tokenizer.ErrRequestTemplate) {
+			return r.requestTemplate(m, req, out)
+		}
 		return out, err
 	}
 	out.Stages[StageTokenize] = clock.lap()
@@ -542,6 +545,18 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 		r.observe(&out)
 	}
 	return out, nil
+}
+
+// requestTemplate routes a chat request that brings its own template by load, with its own
+// reason: the router does not render a client's template, so it has no prompt to decide on.
+func (r *Router) requestTemplate(m *model, req *Request, parsed Outcome) (Outcome, error) {
+	out, err := r.fallback(m, req, policy.ReasonRequestTemplate)
+	if req.DryRun && out.BookingID != "" {
+		m.pool.Release(out.BookingID) // Explain books nothing
+		out.BookingID = ""
+	}
+	out.Body, out.Model, out.LoRA = parsed.Body, parsed.Model, parsed.LoRA
+	return out, err
 }
 
 // unknownModel answers a request for a model name no model serves: refused, or routed as a

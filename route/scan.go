@@ -47,8 +47,8 @@ func scanBody(ep Endpoint, body []byte) (Body, bool) {
 			if !req.Stream && !bytes.Equal(v, []byte("false")) {
 				return req, false
 			}
-		case FieldKVTransferParams:
-			req.KVTransferParams = true
+		case engineControlFields[0], engineControlFields[1], engineControlFields[2]:
+			req.EngineControl = true
 		case "cache_salt":
 			if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
 				return req, false // null, a non-string or escapes: the exact path decides

@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,7 +13,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/condisagg/condisagg/internal/reqjson"
 )
+
+// ErrRequestTemplate is returned for a chat request that brings its own template
+// (chat_template, or chat_template_kwargs.chat_template). vLLM renders such a template only
+// with --trust-request-chat-template and refuses the request otherwise; the router never runs
+// a client's template (its cost is the client's choice), so it cannot know the prompt.
+var ErrRequestTemplate = errors.New("the request brings its own chat template")
 
 // chatTemplate is a compiled chat template.
 type chatTemplate struct {
@@ -129,14 +139,14 @@ type ChatOptions struct {
 // call; nothing returned refers to it.
 func (t *Tokenizer) RenderChat(body []byte, opts ChatOptions) (string, error) {
 	var out string
-	err := t.renderChat(body, opts, func(prompt string, _ SpecialTokens) { out = strings.Clone(prompt) })
+	err := t.renderChat(body, opts, func(prompt string, _ *chatCall) { out = strings.Clone(prompt) })
 	return out, err
 }
 
 // renderChat renders the prompt and hands it, with the request's add_special_tokens (vLLM's
-// chat default is false), to use; the prompt may alias a pooled buffer and is valid only
+// chat default is false) and truncation, to use; the prompt may alias a pooled buffer and is valid only
 // during use.
-func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt string, special SpecialTokens)) error {
+func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt string, call *chatCall)) error {
 	if t.chat == nil {
 		return fmt.Errorf("tokenizer: render chat: %w", ErrNoChatTemplate)
 	}
@@ -162,7 +172,7 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt st
 			return err
 		}
 	}
-	use(out, call.special)
+	use(out, &call)
 	return nil
 }
 
@@ -170,7 +180,9 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt st
 // appends the prompt's ids to dst, encoded with add_special_tokens=False as vLLM
 // does (the template already holds BOS where the model wants it).
 func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]uint32, error) {
-	err := t.renderChat(body, opts, func(prompt string, special SpecialTokens) { dst = t.Encode(dst, prompt, special) })
+	err := t.renderChat(body, opts, func(prompt string, call *chatCall) {
+		dst = t.encodeTruncated(dst, prompt, call.special, call.trunc)
+	})
 	return dst, err
 }
 
@@ -180,6 +192,7 @@ type chatCall struct {
 	special       SpecialTokens // add_special_tokens
 	continueFinal bool          // continue_final_message: cut the prompt after the final message
 	final         string        // the final message's content before tagging (continueFinal only; borrows the body)
+	trunc         truncation    // truncate_prompt_tokens, truncation_side
 }
 
 func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Value, chatCall, error) {
@@ -195,8 +208,8 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 	if !ok || !msgs.IsList() {
 		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: messages missing or not a list")
 	}
-	if v, ok := r.Get("chat_template"); ok && v.IsTruthy() {
-		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: chat_template: %w", ErrUnsupported)
+	if requestTemplate(r) {
+		return nil, chatCall{}, fmt.Errorf("tokenizer: chat request: chat_template: %w", ErrRequestTemplate)
 	}
 	var call chatCall
 	agp, err := optionalBool(r, "add_generation_prompt", true)
@@ -235,6 +248,12 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 		return nil, chatCall{}, err
 	}
 	call.special = SpecialTokens(special)
+	if call.trunc, err = readTruncation(func(k string) (reqjson.Value, bool) {
+		v, ok := r.Get(k)
+		return rawValue(v), ok
+	}); err != nil {
+		return nil, chatCall{}, err
+	}
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -261,16 +280,52 @@ func (t *Tokenizer) chatVars(body []byte, opts ChatOptions) (map[string]jinja.Va
 	return vars, call, nil
 }
 
-// optionalBool reads a boolean request field; absent or null gives def.
+// optionalBool reads a boolean request field as pydantic's lax mode does ("true", 1, "yes"
+// and the like are booleans); absent or null gives def.
 func optionalBool(r *jinja.Dict, key string, def bool) (bool, error) {
 	v, ok := r.Get(key)
 	if !ok || v.IsNone() {
 		return def, nil
 	}
-	if !v.IsBool() {
+	b, err := rawValue(v).Bool()
+	if err != nil {
 		return false, fmt.Errorf("tokenizer: chat request: %s %s is not a bool", key, v)
 	}
-	return v.AsBool(), nil
+	return b, nil
+}
+
+// requestTemplate reports whether the request brings its own chat template (chat_template, or
+// chat_template_kwargs.chat_template, the two vLLM's validate_chat_template checks).
+func requestTemplate(r *jinja.Dict) bool {
+	if v, ok := r.Get("chat_template"); ok && !v.IsNone() {
+		return true
+	}
+	if kw, ok := r.Get("chat_template_kwargs"); ok && kw.IsDict() {
+		if v, ok := kw.AsDict().Get("chat_template"); ok && !v.IsNone() {
+			return true
+		}
+	}
+	return false
+}
+
+// rawValue writes a decoded scalar back as JSON, so request fields read from the template
+// values follow the same lax rules as every other reading (reqjson); containers become an
+// empty object, which no scalar reading accepts.
+func rawValue(v jinja.Value) reqjson.Value {
+	switch {
+	case v.IsNone() || v.IsUndefined():
+		return reqjson.Value("null")
+	case v.IsBool():
+		return reqjson.Value(strconv.FormatBool(v.AsBool()))
+	case v.IsInt():
+		return reqjson.Value(strconv.FormatInt(v.AsInt(), 10))
+	case v.IsFloat():
+		return reqjson.Value(pyFloatRepr(v.AsFloat()))
+	case v.IsString():
+		b, _ := json.Marshal(v.AsString())
+		return reqjson.Value(b)
+	}
+	return reqjson.Value("{}")
 }
 
 // addRequestVars adds the other request fields vLLM hands to the template:

@@ -134,7 +134,7 @@ func TestContinueFinalMessageErrors(t *testing.T) {
 			`{"messages":[{"role":"assistant","content":"a"}],"continue_final_message":true,"chat_template_kwargs":{"add_generation_prompt":false}}`,
 			"add_generation_prompt false"},
 		{"not_a_bool", probe,
-			`{"messages":[{"role":"assistant","content":"a"}],"add_generation_prompt":false,"continue_final_message":"yes"}`,
+			`{"messages":[{"role":"assistant","content":"a"}],"add_generation_prompt":false,"continue_final_message":"maybe"}`,
 			"continue_final_message"},
 		{"content_changed_by_template", `{% for m in messages %}{{ m.content | upper }}{% endfor %}`,
 			`{"messages":[{"role":"assistant","content":"abc"}],"add_generation_prompt":false,"continue_final_message":true}`,

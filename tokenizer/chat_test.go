@@ -77,7 +77,7 @@ func TestRenderChatErrors(t *testing.T) {
 		{"image_part_refused", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "image_url", ErrUnsupported},
 		{"bad_arguments_json", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{"}}]}]}`, "arguments", nil},
 		{"raise_exception_surfaces", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, "only one message: 2", nil},
-		{"bad_generation_prompt", `{"messages":[],"add_generation_prompt":"yes"}`, "add_generation_prompt", nil},
+		{"bad_generation_prompt", `{"messages":[],"add_generation_prompt":"maybe"}`, "add_generation_prompt", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,9 +1,10 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/condisagg/condisagg/internal/reqjson"
 )
 
 // ErrBatchPrompt is returned by EncodeCompletion for a prompt that holds several
@@ -11,49 +12,48 @@ import (
 // sequences, which have no single token list to route on.
 var ErrBatchPrompt = errors.New("prompt holds more than one sequence")
 
-// completionRequest is the part of a /v1/completions body that decides its tokens.
-type completionRequest struct {
-	Prompt           json.RawMessage `json:"prompt"`
-	AddSpecialTokens *bool           `json:"add_special_tokens"`
-}
-
 // EncodeCompletion appends to dst the prompt ids vLLM computes for a
-// /v1/completions body: a string prompt is encoded with add_special_tokens
-// (default true, so Llama-3 gets its BOS); a token-id list is taken as is; a
-// one-element list of either is unwrapped.
+// /v1/completions body, read as vLLM's server reads it (reqjson: exact keys, the
+// last of repeated keys, pydantic's lax mode): a string prompt is encoded with
+// add_special_tokens (default true, so Llama-3 gets its BOS); a token-id list is
+// taken as is (ids written as floats with no fraction, or as numeric strings, are
+// coerced as pydantic coerces them); a one-element list of either is unwrapped;
+// truncate_prompt_tokens keeps the prompt's last N tokens (truncation_side "right":
+// the first N).
 func (t *Tokenizer) EncodeCompletion(dst []uint32, body []byte) ([]uint32, error) {
-	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	obj, err := reqjson.Parse(body)
+	if err != nil {
 		return dst, fmt.Errorf("tokenizer: parse completion request: %w", err)
 	}
 	special := WithSpecialTokens
-	if req.AddSpecialTokens != nil {
-		special = SpecialTokens(*req.AddSpecialTokens)
+	if v, ok := obj.Get("add_special_tokens"); ok && !v.IsNull() {
+		b, err := v.Bool()
+		if err != nil {
+			return dst, fmt.Errorf("tokenizer: completion request: add_special_tokens: %w", err)
+		}
+		special = SpecialTokens(b)
 	}
-	return t.encodePrompt(dst, req.Prompt, special, 0)
-}
-
-func (t *Tokenizer) encodePrompt(dst []uint32, raw json.RawMessage, special SpecialTokens, depth int) ([]uint32, error) {
-	if isNull(raw) {
+	tr, err := readTruncation(obj.Get)
+	if err != nil {
+		return dst, err
+	}
+	pv, _ := obj.Get("prompt")
+	if pv.IsNull() {
 		return dst, fmt.Errorf("tokenizer: completion request: prompt missing")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return t.Encode(dst, s, special), nil
+	p, err := reqjson.ReadPrompt(pv)
+	if err != nil {
+		return dst, fmt.Errorf("tokenizer: completion request: %w", err)
 	}
-	var ids []uint32
-	if err := json.Unmarshal(raw, &ids); err == nil {
-		if len(ids) == 0 {
+	if p.Sequences > 1 {
+		return dst, fmt.Errorf("tokenizer: completion request: %d prompts: %w", p.Sequences, ErrBatchPrompt)
+	}
+	if p.IsIDs {
+		if len(p.IDs) == 0 {
 			return dst, fmt.Errorf("tokenizer: completion request: prompt is an empty token list")
 		}
-		return append(dst, ids...), nil
+		start := len(dst)
+		return tr.cut(append(dst, p.IDs...), start), nil
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return dst, fmt.Errorf("tokenizer: completion request: prompt %.40s is neither a string nor token ids", raw)
-	}
-	if len(list) != 1 || depth > 0 {
-		return dst, fmt.Errorf("tokenizer: completion request: %d prompts: %w", len(list), ErrBatchPrompt)
-	}
-	return t.encodePrompt(dst, list[0], special, depth+1)
+	return t.encodeTruncated(dst, p.Text, special, tr), nil
 }

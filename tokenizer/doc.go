@@ -4,15 +4,18 @@
 // tokenizer_config.json, chat_template.jinja) and reproduces, token for token,
 // what vLLM gets from the tokenizers and transformers Python packages:
 //
-//   - EncodeCompletion: a /v1/completions body. A string prompt is encoded with
-//     add_special_tokens (default true: Llama-3 gets its BOS from the
-//     TemplateProcessing post-processor); a token-id prompt is used as is; a
-//     list of several prompts is refused with ErrBatchPrompt.
+//   - EncodeCompletion: a /v1/completions body, read as vLLM's server reads it
+//     (internal/reqjson: exact keys, the last of repeated keys, pydantic's lax
+//     mode). A string prompt is encoded with add_special_tokens (default true:
+//     Llama-3 gets its BOS from the TemplateProcessing post-processor); a
+//     token-id prompt is used as is; a list of several prompts is refused with
+//     ErrBatchPrompt; truncate_prompt_tokens keeps the tokens vLLM keeps.
 //   - EncodeChat (and RenderChat): a /v1/chat/completions body. Messages and
 //     tools are normalised as vLLM's chat_utils does, the chat template is
 //     rendered with github.com/ardanlabs/jinja (continue_final_message cuts the
 //     prompt inside the final message as transformers does), and the prompt is
-//     encoded with add_special_tokens=false unless the body says otherwise.
+//     encoded with add_special_tokens=false unless the body says otherwise. A
+//     request that brings its own chat template gets ErrRequestTemplate.
 //   - Encode: plain text, with or without the post-processor's special tokens.
 //
 // LoadModel also accepts "hf:<org>/<model>[@rev]": the files are downloaded once

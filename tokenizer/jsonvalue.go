@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -16,6 +17,9 @@ import (
 
 // maxJSONDepth bounds the nesting of request bodies decoded into template values.
 const maxJSONDepth = 128
+
+// utf8BOM is the byte order mark json.loads skips on a UTF-8 body.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // errJSONSyntax is wrapped by every decodeJSONValue syntax error.
 var errJSONSyntax = errors.New("invalid JSON")
@@ -38,6 +42,9 @@ func decodeJSONBorrowed(data []byte) (jinja.Value, error) {
 }
 
 func decodeJSON(p jsonParser) (jinja.Value, error) {
+	if bytes.HasPrefix(p.data, utf8BOM) {
+		p.pos = len(utf8BOM) // json.loads(bytes) decodes utf-8-sig
+	}
 	p.skipSpace()
 	v, err := p.value(0)
 	if err != nil {
@@ -100,6 +107,10 @@ func (p *jsonParser) value(depth int) (jinja.Value, error) {
 		return p.literal("false", jinja.NewBool(false))
 	case c == 'n':
 		return p.literal("null", jinja.None())
+	case c == 'N': // Python's json.loads reads NaN, Infinity and -Infinity as floats
+		return p.literal("NaN", jinja.NewFloat(math.NaN()))
+	case c == 'I':
+		return p.literal("Infinity", jinja.NewFloat(math.Inf(1)))
 	default:
 		return jinja.Undefined(), p.errorf("unexpected character %q", c)
 	}
@@ -331,6 +342,9 @@ func (p *jsonParser) number() (jinja.Value, error) {
 	start := p.pos
 	if p.data[p.pos] == '-' {
 		p.pos++
+		if p.pos < len(p.data) && p.data[p.pos] == 'I' {
+			return p.literal("Infinity", jinja.NewFloat(math.Inf(-1)))
+		}
 	}
 	digits := func() int {
 		n := 0

@@ -88,8 +88,9 @@ var promDS = &datasource{Type: "prometheus", UID: "${datasource}"}
 // sel is the label selector every query carries: the chosen jobs and instances.
 const sel = `job=~"$job",instance=~"$instance"`
 
-// decided selects policy decisions: not passthrough (no prompt) nor failure_open (pipeline failure).
-const decided = `reason!~"passthrough|failure_open"`
+// decided selects policy decisions: not passthrough (no prompt), failure_open (pipeline failure)
+// nor request_chat_template (a client's own template: no prompt to decide on).
+const decided = `reason!~"passthrough|failure_open|request_chat_template"`
 
 // q builds a metric selector with the dashboard's job/instance filter and extra matchers.
 func q(metric string, matchers ...string) string {
@@ -158,12 +159,12 @@ func decisionsRow() row {
 				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_requests_rejected_total")), "rejected: {{reason}}"},
 			}},
 		{title: "Bypass ratio", kind: "timeseries", unit: "percentunit", min: f(0), max: f(1),
-			description: "Share of policy decisions (not passthrough or failure_open) routed to local prefill on a decode worker.",
+			description: "Share of policy decisions (not passthrough, failure_open or request_chat_template) routed to local prefill on a decode worker.",
 			series:      []series{{bypass, "bypass ratio"}}},
 		{title: "Fallback and failure decisions", kind: "timeseries", unit: "reqps",
-			description: "Requests not decided by the policy: passthrough (no prompt), failure_open (pipeline failure under --failure-mode open), and internal errors.",
+			description: "Requests not decided by the policy: passthrough (no prompt), failure_open (pipeline failure under --failure-mode open), request_chat_template (a client's own chat template), and internal errors.",
 			series: []series{
-				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_decisions_total", `reason=~"passthrough|failure_open"`)), "{{reason}}"},
+				{fmt.Sprintf("sum by (reason) (%s)", rateOf("condisagg_decisions_total", `reason=~"passthrough|failure_open|request_chat_template"`)), "{{reason}}"},
 				{fmt.Sprintf("sum(%s)", rateOf("condisagg_internal_errors_total")), "internal errors"},
 			}},
 	}}
