@@ -1,9 +1,7 @@
 package extproc
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -12,41 +10,6 @@ import (
 
 // ErrOverloaded: no decision slot became free within Settings.DecisionQueueTimeout.
 var ErrOverloaded = errors.New("decision queue timeout")
-
-// slots bounds the decisions that run at once. A decision is CPU work (parse, tokenize,
-// overlap, decide); hundreds of them running together share the cores, so each takes as long
-// as all of them and every cheap message of every other stream (header and response-chunk
-// answers, the gRPC transport itself) waits behind them. With a bound, decisions run in
-// arrival order (a channel's blocked senders are served first in, first out) at full speed.
-type slots chan struct{}
-
-func newSlots(n int) slots { return make(slots, n) }
-
-// acquire takes a slot, waiting at most wait (a free slot is taken even when wait <= 0); it
-// returns how long it waited.
-func (s slots) acquire(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	select {
-	case s <- struct{}{}:
-		return 0, nil
-	default:
-	}
-	if wait <= 0 {
-		return 0, fmt.Errorf("%w: no decision slot free and the queue deadline passed (%d busy)", ErrOverloaded, cap(s))
-	}
-	start := time.Now()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s <- struct{}{}:
-		return time.Since(start), nil
-	case <-t.C:
-		return time.Since(start), fmt.Errorf("%w: no decision slot free within %s (%d busy)", ErrOverloaded, wait, cap(s))
-	case <-ctx.Done():
-		return time.Since(start), ctx.Err()
-	}
-}
-
-func (s slots) release() { <-s }
 
 // appendBounded appends src to dst like append, but grows dst's capacity to at most limit
 // (len(dst)+len(src) <= limit is the caller's check), so an assembled body never holds more

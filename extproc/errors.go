@@ -36,6 +36,14 @@ func toHTTPError(err error) *httpError {
 		// vLLM's answer for a model it does not serve (OpenAIServing._check_model).
 		return &httpError{Status: 404, Type: "NotFoundError", Reason: "unknown_model", Message: unknownModelText(err),
 			Param: "model", VLLMCode: true}
+	case errors.Is(err, route.ErrPromptTooLong):
+		// vLLM's answer for a prompt over max_model_len (renderers/params.py), word for word.
+		var le vllmParamError
+		if errors.As(err, &le) {
+			return &httpError{Status: 400, Type: "BadRequestError", Reason: "prompt_too_long", Message: le.Error(),
+				Param: le.Param(), VLLMCode: true}
+		}
+		return &httpError{Status: 400, Type: "BadRequestError", Reason: "prompt_too_long", Message: err.Error(), VLLMCode: true}
 	case errors.Is(err, route.ErrInvalidBody):
 		return &httpError{Status: 400, Type: "invalid_request_error", Reason: "invalid_body", Message: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
@@ -49,6 +57,12 @@ func toHTTPError(err error) *httpError {
 	default:
 		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "internal", Message: "internal routing failure"}
 	}
+}
+
+// vllmParamError is an error vLLM would raise with a parameter name (route.ErrPromptTooLong's).
+type vllmParamError interface {
+	error
+	Param() string
 }
 
 // unknownModelText is the refusal's text without wrapping.

@@ -40,8 +40,9 @@ type exchange struct {
 	state     reqState
 	done      bool // an immediate response was sent: ignore everything, wait for EOF
 	ep        route.Endpoint
-	requestID string // x-request-id, for logs
-	seq       uint64 // the decision's route.Entry.Seq in the server's Recent (0: none kept)
+	requestID string  // x-request-id, for logs
+	client    slotKey // whom the decision slot is counted against (fairslots.go)
+	seq       uint64  // the decision's route.Entry.Seq in the server's Recent (0: none kept)
 	strip     []string
 	slo       policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
 	sloErr    error      // an unreadable objective header: the request gets 400
@@ -113,6 +114,9 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		return nil
 	}
 	method := x.readHeaders(h.GetHeaders())
+	if addr := sourceAddress(req); addr != "" {
+		x.client = slotKey{id: addr, capped: true}
+	}
 	x.subset, x.hasSubset = subsetHint(req.GetMetadataContext())
 	if method != "" && method != "POST" {
 		x.ep = route.EndpointOther
@@ -237,6 +241,13 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	defer func() { x.body = nil }() // the answers keep what they send; the stream holds nothing more
 	out, err := x.decideBody(ctx)
+	if errors.Is(err, route.ErrCancelled) {
+		// The client is gone (the stream's context ended): nothing was booked, and nobody
+		// would read an answer. The loop sees the end next.
+		x.done = true
+		x.srv.metrics.Abandoned.Inc()
+		return nil
+	}
 	if err != nil {
 		return x.reject(err)
 	}
@@ -303,15 +314,15 @@ func (x *exchange) queueWait(now time.Time) time.Duration {
 
 // decideInSlot runs the decision pipeline in a decision slot.
 func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
-	wait, err := x.srv.slots.acquire(ctx, x.queueWait(time.Now()))
+	wait, err := x.srv.slots.acquire(ctx, x.client, x.queueWait(time.Now()))
 	x.srv.metrics.DecisionWait.Observe(wait.Seconds())
 	if errors.Is(err, ErrOverloaded) {
 		return route.Outcome{}, err
 	}
 	if err != nil {
-		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrInternal, err) // the stream went away
+		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrCancelled, err) // the stream went away
 	}
-	defer x.srv.slots.release()
+	defer x.srv.slots.release(x.client)
 	if x.sloErr != nil {
 		return route.Outcome{}, x.sloErr
 	}

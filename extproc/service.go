@@ -31,7 +31,7 @@ type Server struct {
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 	fixed       fixedResponses
-	slots       slots          // decision slots (ServerOptions.DecisionConcurrency)
+	slots       *slots         // decision slots (ServerOptions.DecisionConcurrency)
 	receivers   sync.WaitGroup // one receive goroutine per open stream
 	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
 	transfers   *transferLog   // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
@@ -151,6 +151,7 @@ func (s *Server) process(stream ProcessStream) error {
 	ctx := stream.Context()
 	s.metrics.ActiveStreams.Inc()
 	x := newExchange(s)
+	x.client = connKey(ctx)
 	defer func() {
 		x.end()
 		x.unaccount()

@@ -71,6 +71,10 @@ const (
 	// with the lowest aggregated selection cost (a decode worker, or a prefill worker).
 	ReasonSLOOverloadBypass
 	ReasonSLOOverloadPrefillLocal
+	// ReasonLongPretoken: the prompt holds a pre-token over max_pretoken_bytes, whose BPE
+	// would cost CPU out of proportion, so it went untokenized to a decode worker chosen by
+	// load (Fallback): the engine, which tokenizes anyway, answers for it.
+	ReasonLongPretoken
 	numReasons
 )
 
@@ -99,6 +103,7 @@ var reasonNames = [numReasons]string{
 	ReasonSLOPrefillLocal:           "slo_prefill_local",
 	ReasonSLOOverloadBypass:         "slo_overload_bypass",
 	ReasonSLOOverloadPrefillLocal:   "slo_overload_prefill_local",
+	ReasonLongPretoken:              "long_pretoken",
 }
 
 func (r Reason) String() string {
@@ -121,7 +126,7 @@ func Reasons() []Reason {
 func (r Reason) Route() Route {
 	switch r {
 	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
-		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass:
+		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass, ReasonLongPretoken:
 		return RouteDecode
 	case ReasonSLOPrefillLocal, ReasonSLOOverloadPrefillLocal:
 		return RoutePrefillLocal

@@ -150,6 +150,9 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt st
 		defer func() { sp.reset(); t.chat.splicers.Put(sp) }()
 		vars[pyOutputName] = sp.filter
 	}
+	if b := t.budget; b != nil && b.cancelled() {
+		return fmt.Errorf("tokenizer: render chat template: %w", ErrCancelled)
+	}
 	out, err := t.chat.tmpl.RenderValues(vars)
 	if err != nil {
 		return fmt.Errorf("tokenizer: render chat template: %w", err)
@@ -171,6 +174,9 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt st
 // does (the template already holds BOS where the model wants it).
 func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]uint32, error) {
 	err := t.renderChat(body, opts, func(prompt string, special SpecialTokens) { dst = t.Encode(dst, prompt, special) })
+	if err == nil && t.budget != nil {
+		err = t.budget.err
+	}
 	return dst, err
 }
 
