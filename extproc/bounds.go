@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -24,6 +25,51 @@ func appendBounded(dst, src []byte, limit int) []byte {
 	return append(grown, src...)
 }
 
+// boundKind is which bound of a stream's phase runs (README "Resource bounds").
+type boundKind uint8
+
+const (
+	boundNone       boundKind = iota // the request is complete and answered: the upstream's time
+	boundIdle                        // stream_idle_timeout: nothing received for this long
+	boundRequest                     // stream_request_timeout: the request phase as a whole
+	boundUnanswered                  // unanswered_booking_timeout: decided, no response yet
+)
+
+// bound is the stream's next deadline: kind fires after after.
+type bound struct {
+	kind  boundKind
+	after time.Duration
+}
+
+// nextBound is the bound that runs at now. While the request is incomplete, the idle timeout
+// restarts with every message but never runs past the request phase's absolute deadline, so
+// a trickle of bytes cannot keep a stream (and its buffered body) alive; once decided, a
+// booking waits at most unanswered_booking_timeout for response headers.
+func (x *exchange) nextBound(now time.Time) bound {
+	if x.awaitingRequest() {
+		b := bound{kind: boundIdle, after: x.set.idleTimeout()}
+		if left := x.started.Add(x.set.requestTimeout()).Sub(now); left < b.after {
+			b = bound{kind: boundRequest, after: max(left, 0)}
+		}
+		return b
+	}
+	if x.routed && !x.sawResponse && x.resp.booking != "" && !x.resp.released {
+		return bound{kind: boundUnanswered, after: max(x.decidedAt.Add(x.set.unansweredTimeout()).Sub(now), 0)}
+	}
+	return bound{}
+}
+
+// releaseUnanswered releases the booking of a decided stream that saw no response in time;
+// the stream stays open and a late answer is still observed, with nothing left to release.
+func (x *exchange) releaseUnanswered() {
+	if x.resp.booking == "" || x.resp.released {
+		return
+	}
+	x.resp.released = true
+	x.srv.router.Release(x.resp.booking)
+	x.srv.metrics.UnansweredReleases.Inc()
+}
+
 // awaitingRequest reports whether the stream waits for more of its request, the only time the
 // idle timer runs: no headers yet, a body not complete, or an immediate response sent and no
 // end of stream yet. Once the request is complete the stream waits for the upstream, which
@@ -44,6 +90,7 @@ func (x *exchange) account() {
 	n := x.heldBytes()
 	if n != x.held {
 		x.srv.metrics.BufferedBytes.Add(float64(n - x.held))
+		x.srv.buffered.Add(int64(n - x.held))
 		x.held = n
 	}
 	if x.srv.onHeld != nil {
@@ -54,23 +101,39 @@ func (x *exchange) account() {
 // unaccount removes the stream's bytes from the gauge when it ends.
 func (x *exchange) unaccount() {
 	x.srv.metrics.BufferedBytes.Sub(float64(x.held))
+	x.srv.buffered.Add(-int64(x.held))
 	x.held = 0
 }
 
-// idleExpired ends a stream that received nothing for idle while awaiting its request: its
-// bookings are released first (nothing may outlive the stream, even if the peer stops reading),
-// then, unless an immediate response was already sent, a 408 tells the client why.
-func (x *exchange) idleExpired(stream ProcessStream, idle time.Duration) error {
+// requestExpired ends a stream whose request did not arrive in time (b: idle or the
+// request phase's deadline): its bookings are released first (nothing may outlive the
+// stream, even if the peer stops reading), then, unless an immediate response was already
+// sent, a 408 tells the client why.
+func (x *exchange) requestExpired(stream ProcessStream, b bound) error {
 	x.srv.metrics.IdleTimeouts.Inc()
 	x.end()
 	x.body = nil
 	x.account()
+	e, st := idleError(x.set.idleTimeout()), idleStatus(x.set.idleTimeout())
+	if b.kind == boundRequest {
+		e, st = requestTimeoutError(x.set.requestTimeout()), requestTimeoutStatus(x.set.requestTimeout())
+	}
 	if !x.done {
 		x.done = true
-		e := idleError(idle)
 		x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
-		x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason)
+		x.warnRejected(e.Reason, nil)
 		_ = stream.Send(immediateResponse(e)) // best effort: the stream ends next either way
 	}
-	return idleStatus(idle)
+	return st
+}
+
+// overBuffer reports whether n more bytes would take the bytes all streams hold past
+// max_buffered_bytes.
+func (x *exchange) overBuffer(n int) bool {
+	return x.srv.buffered.Load()+int64(n) > x.set.maxBuffered()
+}
+
+// errBufferFull is the refusal of a body chunk that would pass max_buffered_bytes.
+func errBufferFull(n int, limit int64) error {
+	return fmt.Errorf("%w: %d more body bytes would pass the %d bytes all streams may hold together (max_buffered_bytes)", ErrOverloaded, n, limit)
 }

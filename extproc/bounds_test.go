@@ -192,7 +192,7 @@ func (f *fakeStream) responses() []*extprocv3.ProcessingResponse {
 // while the request is complete (a silent generation keeps its stream and its booking).
 func TestStreamIdleTimeoutClock(t *testing.T) {
 	const idle = 30 * time.Second
-	e := newEnv(t, envOptions{settings: func(s *Settings) { s.StreamIdleTimeout = idle }})
+	e := newEnv(t, envOptions{settings: func(s *Settings) { s.StreamIdleTimeout, s.UnansweredBookingTimeout = idle, time.Hour }})
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

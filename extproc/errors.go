@@ -98,6 +98,18 @@ func idleError(idle time.Duration) *httpError {
 		Message: fmt.Sprintf("the request was not received completely: nothing arrived for %s (stream_idle_timeout)", idle)}
 }
 
+// requestTimeoutError is the immediate response of a stream whose request phase took longer
+// than stream_request_timeout, however steadily its bytes came.
+func requestTimeoutError(d time.Duration) *httpError {
+	return &httpError{Status: 408, Type: "invalid_request_error", Reason: "stream_request_timeout",
+		Message: fmt.Sprintf("the request was not received completely within %s (stream_request_timeout)", d)}
+}
+
+// requestTimeoutStatus is the gRPC result of a stream ended by stream_request_timeout.
+func requestTimeoutStatus(d time.Duration) error {
+	return status.Errorf(codes.DeadlineExceeded, "extproc: request phase longer than %s (stream_request_timeout)", d)
+}
+
 // idleStatus is the gRPC result of a stream ended by stream_idle_timeout.
 func idleStatus(idle time.Duration) error {
 	return status.Errorf(codes.DeadlineExceeded, "extproc: stream idle for %s awaiting the request (stream_idle_timeout)", idle)

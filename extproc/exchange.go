@@ -40,15 +40,18 @@ type exchange struct {
 	state     reqState
 	done      bool // an immediate response was sent: ignore everything, wait for EOF
 	ep        route.Endpoint
-	requestID string  // x-request-id, for logs
-	client    slotKey // whom the decision slot is counted against (fairslots.go)
-	seq       uint64  // the decision's route.Entry.Seq in the server's Recent (0: none kept)
-	strip     []string
-	slo       policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
-	sloErr    error      // an unreadable objective header: the request gets 400
-	subset    []string
-	hasSubset bool
-	body      []byte
+	requestID string    // x-request-id, for logs (clipped: logthrottle.go)
+	started   time.Time // the stream's start, for stream_request_timeout
+	// sawResponse: response headers arrived (the booking's unanswered bound stops).
+	sawResponse bool
+	client      slotKey // whom the decision slot is counted against (fairslots.go)
+	seq         uint64  // the decision's route.Entry.Seq in the server's Recent (0: none kept)
+	strip       []string
+	slo         policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
+	sloErr      error      // an unreadable objective header: the request gets 400
+	subset      []string
+	hasSubset   bool
+	body        []byte
 
 	out       route.Outcome
 	routed    bool
@@ -70,7 +73,7 @@ func (x *exchange) one(r *extprocv3.ProcessingResponse) resps {
 }
 
 func newExchange(s *Server) *exchange {
-	return &exchange{srv: s, set: s.Settings()}
+	return &exchange{srv: s, set: s.Settings(), started: time.Now()}
 }
 
 // Step advances the machine by one message. A switch over message kinds with one handler
@@ -165,7 +168,7 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
 		case ":method":
 			method = headerValue(hv)
 		case "x-request-id":
-			x.requestID = headerValue(hv)
+			x.requestID = clip(headerValue(hv))
 		case HeaderSLOTTFT, HeaderSLOTPOT:
 			d, err := policy.ParseMillis(headerValue(hv))
 			if err != nil {
@@ -207,6 +210,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		n := len(x.body) + len(b.GetBody())
 		x.body = nil
 		return x.reject(bodyTooLarge(n, x.set.MaxBodyBytes))
+	}
+	if x.overBuffer(len(b.GetBody())) {
+		x.state = reqComplete
+		x.body = nil
+		return x.reject(errBufferFull(len(b.GetBody()), x.set.maxBuffered()))
 	}
 	if x.body == nil {
 		x.body = b.GetBody() // received messages are not reused: the first chunk needs no copy
@@ -288,8 +296,12 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 		x.srv.metrics.QueueTimeouts.Inc()
 	case errors.Is(err, route.ErrInternal):
 		x.srv.metrics.InternalErrors.Inc()
-		x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
-			"failure_mode", string(x.set.FailureMode), "err", err)
+		if ok, dropped := x.srv.warnLog.allow(time.Now()); !ok {
+			x.srv.metrics.LogsSuppressed.Inc()
+		} else {
+			x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
+				"failure_mode", string(x.set.FailureMode), "err", clipTo(err.Error(), maxLoggedErrBytes), "suppressed", dropped)
+		}
 	default:
 		return out, err
 	}
@@ -360,7 +372,7 @@ func (x *exchange) reject(err error) resps {
 	if errors.Is(err, route.ErrUnknownModel) {
 		x.srv.metrics.UnknownModel.WithLabelValues("reject").Inc()
 	}
-	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
+	x.warnRejected(e.Reason, err)
 	return x.one(immediateResponse(e))
 }
 
@@ -376,6 +388,7 @@ func (x *exchange) bodyModeMisconfig() {
 
 // responseHeaders observes the upstream status and answers at once.
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
+	x.sawResponse = true
 	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
 	rh := responseHead{prefillMs: -1}
 	for _, hv := range h.GetHeaders().GetHeaders() {
