@@ -326,6 +326,7 @@ func (x *exchange) queueWait(now time.Time) time.Duration {
 
 // decideInSlot runs the decision pipeline in a decision slot.
 func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
+	x.client.large = len(x.body) >= LargeDecisionBytes
 	wait, err := x.srv.slots.acquire(ctx, x.client, x.queueWait(time.Now()))
 	x.srv.metrics.DecisionWait.Observe(wait.Seconds())
 	if errors.Is(err, ErrOverloaded) {

@@ -23,43 +23,54 @@ import (
 // source.address attribute) holds at most perClient slots at once, so one client cannot take
 // them all. A stream without the attribute is keyed by its gRPC connection and bounded only
 // by the total: Envoy multiplexes every client on a few connections.
+//
+// Cost: with the tokenizer bounded (max_model_len, max_pretoken_bytes) a decision costs about
+// its body's bytes (parse, render, scan), so large bodies are the one way to make decisions
+// expensive. Decisions on bodies of LargeDecisionBytes or more hold at most half of the slots
+// together, whoever sends them: a cheap decision always finds a slot soon.
 type slots struct {
-	mu        sync.Mutex // guards free, held and queue
+	mu        sync.Mutex // guards free, held, large and queue
 	size      int
 	perClient int
+	perLarge  int // slots large decisions may hold together
 	free      int
 	held      map[string]int // slots held per client key; no zero entries
+	large     int            // slots held by large decisions
 	queue     []*slotWaiter  // in arrival order
 }
 
+// LargeDecisionBytes is the body size from which a decision counts as large (fairslots.go):
+// about 64k tokens of English.
+const LargeDecisionBytes = 256 << 10
+
 // slotWaiter is one decision waiting for a slot; granted is closed when it gets one.
 type slotWaiter struct {
-	key     string
-	capped  bool // the key is a client address: perClient applies
+	key     slotKey
 	granted chan struct{}
 }
 
-// slotKey names the client a decision is counted against.
+// slotKey names the client a decision is counted against, and its cost class.
 type slotKey struct {
 	id     string
-	capped bool // a client address, not a connection
+	capped bool // a client address, not a connection: perClient applies
+	large  bool // the body is LargeDecisionBytes or more: perLarge applies
 }
 
 func newSlots(n int) *slots {
-	return &slots{size: n, perClient: max(1, (n+1)/2), free: n, held: map[string]int{}}
+	return &slots{size: n, perClient: max(1, (n+1)/2), perLarge: max(1, n/2), free: n, held: map[string]int{}}
 }
 
 // eligible reports whether key may take one more slot (mu held).
-func (s *slots) eligible(key string, capped bool) bool {
-	return !capped || s.held[key] < s.perClient
+func (s *slots) eligible(key slotKey) bool {
+	return (!key.capped || s.held[key.id] < s.perClient) && (!key.large || s.large < s.perLarge)
 }
 
 // acquire takes a slot for key, waiting at most wait (a free slot is taken even when wait <=
 // 0); it returns how long it waited.
 func (s *slots) acquire(ctx context.Context, key slotKey, wait time.Duration) (time.Duration, error) {
 	s.mu.Lock()
-	if s.free > 0 && len(s.queue) == 0 && s.eligible(key.id, key.capped) {
-		s.take(key.id)
+	if s.free > 0 && len(s.queue) == 0 && s.eligible(key) {
+		s.take(key)
 		s.mu.Unlock()
 		return 0, nil
 	}
@@ -67,7 +78,7 @@ func (s *slots) acquire(ctx context.Context, key slotKey, wait time.Duration) (t
 		s.mu.Unlock()
 		return 0, fmt.Errorf("%w: no decision slot free and the queue deadline passed (%d busy)", ErrOverloaded, s.size)
 	}
-	w := &slotWaiter{key: key.id, capped: key.capped, granted: make(chan struct{})}
+	w := &slotWaiter{key: key, granted: make(chan struct{})}
 	s.queue = append(s.queue, w)
 	s.dispatch() // a free slot the queue's head could not take may suit this one
 	s.mu.Unlock()
@@ -98,20 +109,26 @@ func (s *slots) acquire(ctx context.Context, key slotKey, wait time.Duration) (t
 func (s *slots) release(key slotKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.put(key.id)
+	s.put(key)
 }
 
 // take books a slot for key (mu held).
-func (s *slots) take(key string) {
+func (s *slots) take(key slotKey) {
 	s.free--
-	s.held[key]++
+	s.held[key.id]++
+	if key.large {
+		s.large++
+	}
 }
 
 // put frees key's slot and passes free slots on (mu held).
-func (s *slots) put(key string) {
+func (s *slots) put(key slotKey) {
 	s.free++
-	if s.held[key]--; s.held[key] <= 0 {
-		delete(s.held, key)
+	if s.held[key.id]--; s.held[key.id] <= 0 {
+		delete(s.held, key.id)
+	}
+	if key.large {
+		s.large--
 	}
 	s.dispatch()
 }
@@ -122,10 +139,10 @@ func (s *slots) dispatch() {
 	for s.free > 0 {
 		best := -1
 		for i, w := range s.queue {
-			if !s.eligible(w.key, w.capped) {
+			if !s.eligible(w.key) {
 				continue
 			}
-			if best < 0 || s.held[w.key] < s.held[s.queue[best].key] {
+			if best < 0 || s.held[w.key.id] < s.held[s.queue[best].key.id] {
 				best = i
 			}
 		}

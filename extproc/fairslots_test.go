@@ -100,3 +100,29 @@ func TestSlotsFairShare(t *testing.T) {
 		})
 	})
 }
+
+// TestSlotsLargeDecisions: decisions on large bodies hold at most half of the slots together,
+// whoever sends them, so a small decision finds a slot while large ones run.
+func TestSlotsLargeDecisions(t *testing.T) {
+	ctx := context.Background()
+	s := newSlots(2)
+	a := slotKey{id: "10.0.0.2", capped: true, large: true}
+	b := slotKey{id: "10.0.0.3", capped: true, large: true}
+	if _, err := s.acquire(ctx, a, 0); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		if _, err := s.acquire(ctx, b, time.Second); err == nil {
+			t.Fatal("a second large decision took the last slot")
+		}
+	})
+	small := slotKey{id: "10.0.0.4", capped: true}
+	if _, err := s.acquire(ctx, small, 0); err != nil {
+		t.Fatalf("a small decision found no slot beside a large one: %v", err)
+	}
+	s.release(a)
+	s.release(small)
+	if s.free != 2 || s.large != 0 {
+		t.Fatalf("free %d large %d", s.free, s.large)
+	}
+}

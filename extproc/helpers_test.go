@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,6 +77,7 @@ type envOptions struct {
 	// "": the unnamed catch-all model that takes every name.
 	model   string
 	unknown route.UnknownModel
+	logger  *slog.Logger // nil: discarded
 }
 
 // env is a real router (tokenizer, kvindex, pool, policy) behind a real gRPC server on
@@ -137,7 +139,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m, Recent: recent})
+	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m, Recent: recent, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

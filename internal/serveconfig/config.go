@@ -221,7 +221,7 @@ const DefaultListen = "127.0.0.1:9002"
 // worker thread to each ext_proc host and multiplexes every request on them.
 const (
 	DefaultMaxConnections          = 64
-	DefaultMaxStreamsPerConnection = 1024
+	DefaultMaxStreamsPerConnection = int(extproc.DefaultMaxConcurrentStreams)
 	DefaultMaxPretokenBytes        = 4096
 )
 
