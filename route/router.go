@@ -260,7 +260,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return out, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
+		return out, fmt.Errorf("%w: decide %s: %w", ErrCancelled, req.Endpoint, err)
 	}
 	clock := newStageClock(r.now)
 	name := req.Model

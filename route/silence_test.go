@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -71,5 +72,23 @@ func TestSilenceCountsOnlyStoringRequests(t *testing.T) {
 				t.Fatalf("workers flagged silent after short prompts only: %v", silent)
 			}
 		})
+	}
+}
+
+// TestDecideForAClientThatLeft: a request whose context has ended (the client went away) is
+// neither decided nor booked, and says so with ErrCancelled (not an internal failure, which
+// --failure-mode open would route and book).
+func TestDecideForAClientThatLeft(t *testing.T) {
+	r, p := testRouter(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := r.Decide(ctx, &Request{Endpoint: EndpointCompletions, Tokens: prompt(4096)})
+	if !errors.Is(err, ErrCancelled) || errors.Is(err, ErrInternal) {
+		t.Fatalf("err = %v, want ErrCancelled", err)
+	}
+	for _, w := range p.Workers() {
+		if w.ActiveRequests != 0 {
+			t.Fatalf("worker %s has %d bookings", w.ID, w.ActiveRequests)
+		}
 	}
 }
