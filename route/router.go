@@ -378,7 +378,11 @@ func (r *Router) tokenize(ctx context.Context, m *model, sc *scratch, req *Reque
 	tok := m.tok
 	bounded := false
 	if t, ok := tok.(*tokenizer.Tokenizer); ok {
-		sc.budget.Reset(tokenizer.Limits{MaxInputTokens: m.maxLen, MaxWordBytes: r.maxWord, Done: ctx.Done()})
+		maxLen := m.maxLen
+		if maxLen > 0 && HasMember(req.Body, "truncate_prompt_tokens") {
+			maxLen = 0 // vLLM truncates such a prompt instead of refusing it
+		}
+		sc.budget.Reset(tokenizer.Limits{MaxInputTokens: maxLen, MaxWordBytes: r.maxWord, Done: ctx.Done()})
 		tok, bounded = t.Bounded(&sc.tok, &sc.budget), true
 	}
 	var err error

@@ -16,7 +16,7 @@ import (
 // the network admits only the gateway (allow_unauthenticated_listen, which the Helm chart
 // sets together with its NetworkPolicy).
 
-// ExtProcTLS builds the ext_proc port's TLS config from tls_cert, tls_key and tls_client_ca
+// extProcTLS builds the ext_proc port's TLS config from tls_cert, tls_key and tls_client_ca
 // (nil: plaintext). Problems go to bad.
 func extProcTLS(fc File, bad func(string, any, string)) *tls.Config {
 	if fc.TLSCert == "" || fc.TLSKey == "" {
