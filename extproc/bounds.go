@@ -127,10 +127,32 @@ func (x *exchange) requestExpired(stream ProcessStream, b bound) error {
 	return st
 }
 
-// overBuffer reports whether n more bytes would take the bytes all streams hold past
-// max_buffered_bytes.
-func (x *exchange) overBuffer(n int) bool {
-	return x.srv.buffered.Load()+int64(n) > x.set.maxBuffered()
+// reserveBody books in the server's total the bytes by which appending chunk grows the
+// stream's body (its capacity, as appendBounded will grow it), before they are held: streams
+// check and book in one step, so together they never pass max_buffered_bytes. It reports
+// false, booking nothing, when the growth would pass the cap; account later finds the growth
+// already counted.
+func (x *exchange) reserveBody(chunk []byte) bool {
+	grow := cap(chunk) // the first chunk becomes the body as it is
+	if x.body != nil {
+		grow = 0
+		if n := len(x.body) + len(chunk); n > cap(x.body) {
+			grow = min(max(2*cap(x.body), n), max(x.set.MaxBodyBytes, n)) - cap(x.body)
+		}
+	}
+	limit := x.set.maxBuffered()
+	for {
+		cur := x.srv.buffered.Load()
+		if cur+int64(grow) > limit && grow > 0 {
+			return false
+		}
+		if x.srv.buffered.CompareAndSwap(cur, cur+int64(grow)) {
+			break
+		}
+	}
+	x.held += grow
+	x.srv.metrics.BufferedBytes.Add(float64(grow))
+	return true
 }
 
 // errBufferFull is the refusal of a body chunk that would pass max_buffered_bytes.

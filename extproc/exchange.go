@@ -211,7 +211,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		x.body = nil
 		return x.reject(bodyTooLarge(n, x.set.MaxBodyBytes))
 	}
-	if x.overBuffer(len(b.GetBody())) {
+	if !x.reserveBody(b.GetBody()) {
 		x.state = reqComplete
 		x.body = nil
 		return x.reject(errBufferFull(len(b.GetBody()), x.set.maxBuffered()))

@@ -285,7 +285,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	n := r.seq.Add(1)
 	sc.pcg.Seed(r.seed, n)
 	if err := r.tokenize(ctx, m, sc, req); err != nil {
-		if errors.Is(err, tokenizer.ErrWordTooLong) && !req.DryRun {
+		if errors.Is(err, tokenizer.ErrWordTooLong) {
 			return r.longPretoken(m, req, out.Body)
 		}
 		return out, err
@@ -612,7 +612,11 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 // anyway and answers for it, and the decision costs no more CPU than the scan that found it.
 func (r *Router) longPretoken(m *model, req *Request, body Body) (Outcome, error) {
 	out, err := r.fallback(m, req, policy.ReasonLongPretoken)
-	out.Body = body
+	if req.DryRun && out.BookingID != "" {
+		m.pool.Release(out.BookingID) // Explain books nothing
+		out.BookingID = ""
+	}
+	out.Body, out.Model = body, m.name
 	return out, err
 }
 
