@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -101,7 +102,7 @@ func legitPhase(t *testing.T, ctx context.Context, s *Stack, n int, seed uint64)
 				case err != nil:
 					reasons["error: "+err.Error()]++
 				case r.Status != http.StatusOK || !r.Done:
-					reasons[fmt.Sprintf("status %d", r.Status)]++
+					reasons[fmt.Sprintf("status %d %s %.80s", r.Status, r.Header.Get("x-condisagg-error"), r.Body)]++
 				default:
 					reasons[r.Decision.Reason]++
 					ttft = append(ttft, r.TTFT)
@@ -147,75 +148,110 @@ func freshWordBody(rng *rand.Rand, n int) []byte {
 func testCPUDenial(t *testing.T, s *Stack, size attackSize) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	d0 := s.decisionLatency(t, ctx)
-	quiet, quietReasons := legitPhase(t, ctx, s, size.legit, 23_000)
-	if len(quiet) != size.legit {
-		t.Fatalf("quiet baseline: %v", quietReasons)
-	}
-	d1 := s.decisionLatency(t, ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	attack := map[string]int{}
-	var attackTook []time.Duration
-	for a := range 2 {
+	a := &attackers{s: s, counts: map[string]int{}}
+	for i := range 2 {
 		// Each attacker is a client of its own (its own address: Envoy's source.address).
-		hc := clientFrom(fmt.Sprintf("127.0.0.%d", 2+a))
-		defer hc.CloseIdleConnections()
+		a.clients = append(a.clients, clientFrom(fmt.Sprintf("127.0.0.%d", 2+i)))
+		defer a.clients[i].CloseIdleConnections()
+	}
+	// Quiet and attacked blocks alternate, so that the load of whatever else runs on the
+	// machine falls on both phases alike.
+	var quiet, loaded []time.Duration
+	quietReasons, loadedReasons := map[string]int{}, map[string]int{}
+	var quietDec, loadedDec, quietWait, loadedWait buckets = buckets{}, buckets{}, buckets{}, buckets{}
+	per := size.legit / attackBlocks
+	for b := range attackBlocks {
+		d0 := s.decisionLatency(t, ctx)
+		q, qr := legitPhase(t, ctx, s, per, 23_000+uint64(b*per))
+		d1 := s.decisionLatency(t, ctx)
+		stop := a.start(ctx, uint64(b))
+		l, lr := legitPhase(t, ctx, s, per, 24_000+uint64(b*per))
+		stop()
+		d2 := s.decisionLatency(t, ctx)
+		quiet, loaded = append(quiet, q...), append(loaded, l...)
+		maps.Copy(quietReasons, addCounts(quietReasons, qr))
+		maps.Copy(loadedReasons, addCounts(loadedReasons, lr))
+		// Refused attack requests never reach a decision: the decision histogram of an
+		// attacked block holds the legitimate requests only. The slot waits hold both.
+		quietDec, quietWait = quietDec.add(d1.dec, d0.dec), quietWait.add(d1.wait, d0.wait)
+		loadedDec, loadedWait = loadedDec.add(d2.dec, d1.dec), loadedWait.add(d2.wait, d1.wait)
+	}
+	slices.Sort(quiet)
+	slices.Sort(loaded)
+	slices.Sort(a.took)
+	dq50, dq99, dl50, dl99 := quietDec.q(t, 0.5), quietDec.q(t, 0.99), loadedDec.q(t, 0.5), loadedDec.q(t, 0.99)
+	t.Logf("legit decisions (router): quiet p50 %.2f ms p99 %.2f ms; under attack p50 %.2f ms p99 %.2f ms (%.2fx); slot wait p99 quiet %.2f ms, under attack %.2f ms (attack requests included)",
+		dq50*1e3, dq99*1e3, dl50*1e3, dl99*1e3, dl99/dq99, quietWait.q(t, 0.99)*1e3, loadedWait.q(t, 0.99)*1e3)
+	qp50, qp99, lp50, lp99 := quantile(quiet, 0.5), quantile(quiet, 0.99), quantile(loaded, 0.5), quantile(loaded, 0.99)
+	t.Logf("legit TTFT quiet p50 %v p99 %v; under attack p50 %v p99 %v (%.2fx); reasons quiet %v, under attack %v",
+		qp50, qp99, lp50, lp99, float64(lp99)/float64(qp99), quietReasons, loadedReasons)
+	t.Logf("attack requests %v, answered in p50 %v max %v", a.counts, quantile(a.took, 0.5), quantile(a.took, 1))
+	if n := loadedReasons["failure_open"]; n > 0 || len(loaded) != per*attackBlocks || len(quiet) != per*attackBlocks {
+		t.Errorf("%d of %d legitimate requests under attack went failure_open; quiet %v, under attack %v",
+			n, per*attackBlocks, quietReasons, loadedReasons)
+	}
+	// What the client sees, as the issue measured it, at the full size (make chaos): 80
+	// requests a phase on two cores shared with Envoy, six processes and whatever else runs
+	// make p99 one or two requests, and those swing with the machine's load. The router's own
+	// decision p99 is logged, not asserted: a decision takes ~0.2 ms, its histogram's buckets
+	// double, and one GC cycle or preemption moves its p99 across a bucket.
+	if os.Getenv("CHAOS") == "full" && lp99 > 2*qp99 {
+		t.Errorf("legitimate TTFT p99 under attack %v is over twice the quiet baseline %v", lp99, qp99)
+	}
+	if a.counts["400 prompt_too_long"] == 0 {
+		t.Errorf("no attack request got vLLM's 400 for a prompt over max_model_len: %v", a.counts)
+	}
+}
+
+// attackBlocks is how many quiet and attacked blocks testCPUDenial alternates.
+const attackBlocks = 4
+
+// attackers upload fresh 4 MiB single words, each from its own client, once a second.
+type attackers struct {
+	s       *Stack
+	clients []*http.Client
+	mu      sync.Mutex // guards counts and took
+	counts  map[string]int
+	took    []time.Duration
+}
+
+// start sets every attacker going; the returned func stops them and waits for them.
+func (a *attackers) start(ctx context.Context, seed uint64) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, hc := range a.clients {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(a), 23))
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			for {
 				body := freshWordBody(rng, attackWordBytes)
 				start := time.Now()
-				status, code, err := post(ctx, hc, s.URL("/v1/chat/completions"), body)
-				mu.Lock()
-				attackTook = append(attackTook, time.Since(start))
+				status, code, err := post(ctx, hc, a.s.URL("/v1/chat/completions"), body)
+				a.mu.Lock()
+				a.took = append(a.took, time.Since(start))
 				if err != nil {
-					attack["error"]++
+					a.counts["error"]++
 				} else {
-					attack[fmt.Sprintf("%d %s", status, code)]++
+					a.counts[fmt.Sprintf("%d %s", status, code)]++
 				}
-				mu.Unlock()
+				a.mu.Unlock()
 				select {
-				case <-stop:
+				case <-done:
 					return
 				case <-time.After(attackRequestInterval - min(time.Since(start), attackRequestInterval)):
 				}
 			}
 		})
 	}
-	loaded, loadedReasons := legitPhase(t, ctx, s, size.legit, 24_000)
-	close(stop)
-	wg.Wait()
-	d2 := s.decisionLatency(t, ctx)
-	// Refused attack requests never reach a decision: the decision histogram of the loaded
-	// phase holds the legitimate requests only. The slot waits hold both.
-	dq50, dq99 := d1.dec.sub(d0.dec).q(t, 0.5), d1.dec.sub(d0.dec).q(t, 0.99)
-	dl50, dl99 := d2.dec.sub(d1.dec).q(t, 0.5), d2.dec.sub(d1.dec).q(t, 0.99)
-	wq99, wl99 := d1.wait.sub(d0.wait).q(t, 0.99), d2.wait.sub(d1.wait).q(t, 0.99)
-	t.Logf("legit decisions (router): quiet p50 %.2f ms p99 %.2f ms; under attack p50 %.2f ms p99 %.2f ms (%.2fx); slot wait p99 quiet %.2f ms, under attack %.2f ms (attack requests included)",
-		dq50*1e3, dq99*1e3, dl50*1e3, dl99*1e3, dl99/dq99, wq99*1e3, wl99*1e3)
-	slices.Sort(attackTook)
-	qp50, qp99, lp50, lp99 := quantile(quiet, 0.5), quantile(quiet, 0.99), quantile(loaded, 0.5), quantile(loaded, 0.99)
-	t.Logf("legit TTFT quiet p50 %v p99 %v; under attack p50 %v p99 %v (%.2fx); reasons quiet %v, under attack %v",
-		qp50, qp99, lp50, lp99, float64(lp99)/float64(qp99), quietReasons, loadedReasons)
-	t.Logf("attack requests %v, answered in p50 %v max %v", attack, quantile(attackTook, 0.5), quantile(attackTook, 1))
-	if os.Getenv("E2E_VERBOSE") != "" {
-		t.Logf("quiet %v\nloaded %v", quiet, loaded)
-		for _, m := range []string{"condisagg_extproc_decision_wait_seconds_sum", "condisagg_extproc_decision_wait_seconds_count"} {
-			v, _ := s.RouterMetric(ctx, m)
-			t.Logf("%s %v", m, v)
-		}
+	return func() { close(done); wg.Wait() }
+}
+
+// addCounts returns a + b.
+func addCounts(a, b map[string]int) map[string]int {
+	out := maps.Clone(a)
+	for k, v := range b {
+		out[k] += v
 	}
-	if n := loadedReasons["failure_open"]; n > 0 || len(loaded) != size.legit {
-		t.Errorf("under attack %d of %d legitimate requests went failure_open or failed: %v", n+size.legit-len(loaded), size.legit, loadedReasons)
-	}
-	if dl99 > 2*dq99 {
-		t.Errorf("legitimate decision p99 under attack %.2f ms is over twice the quiet baseline %.2f ms", dl99*1e3, dq99*1e3)
-	}
-	if attack["400 prompt_too_long"] == 0 {
-		t.Errorf("no attack request got vLLM's 400 for a prompt over max_model_len: %v", attack)
-	}
+	return out
 }
 
 // clientFrom is an HTTP client whose connections come from ip (a loopback address).
