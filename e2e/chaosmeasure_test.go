@@ -47,6 +47,11 @@ type buckets map[float64]float64
 
 // decisionBuckets reads condisagg_decision_seconds{stage="total"} from the router's /metrics.
 func (s *Stack) decisionBuckets(ctx context.Context) (buckets, error) {
+	return s.histogram(ctx, "condisagg_decision_seconds", `stage="total"`)
+}
+
+// histogram reads the buckets of the router's histogram name whose labels hold match.
+func (s *Stack) histogram(ctx context.Context, name, match string) (buckets, error) {
 	code, body, err := s.Get(ctx, "http://"+s.AdminAddr+"/metrics")
 	if err != nil {
 		return nil, err
@@ -56,8 +61,8 @@ func (s *Stack) decisionBuckets(ctx context.Context) (buckets, error) {
 	}
 	out := buckets{}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, `condisagg_decision_seconds_bucket{`)
-		if !ok || !strings.Contains(rest, `stage="total"`) {
+		rest, ok := strings.CutPrefix(line, name+`_bucket{`)
+		if !ok || !strings.Contains(rest, match) {
 			continue
 		}
 		_, le, ok := strings.Cut(rest, `le="`)
@@ -76,7 +81,7 @@ func (s *Stack) decisionBuckets(ctx context.Context) (buckets, error) {
 		out[bound] = n
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("condisagg /metrics: no condisagg_decision_seconds{stage=\"total\"}")
+		return nil, fmt.Errorf("condisagg /metrics: no %s{%s}", name, match)
 	}
 	return out, nil
 }

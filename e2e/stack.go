@@ -108,6 +108,11 @@ type Config struct {
 	// listeners) and makes all of them hosts of every Envoy's ext_proc cluster. 0 or 1 = one.
 	// Stack.Condisagg and its addresses are the first replica; Stack.Replicas lists all.
 	Replicas int
+	// MaxModelLen is every simulator's --max-model-len and the router's model max_model_len;
+	// 0 = the simulator's default, unknown to the router.
+	MaxModelLen int
+	// RouterYAML is appended to the router's configuration file (top-level keys).
+	RouterYAML string
 	// AccessLog writes each Envoy's access log to a file of its own, which AccessLog reads
 	// back: which worker every request was sent to, and when (it replaces the access log in
 	// EnvoyLog).
@@ -281,6 +286,9 @@ func (s *Stack) simArgs(spec WorkerSpec, port int, events, replay string) []stri
 	if spec.NumGPUBlocks > 0 {
 		args = append(args, "--num-gpu-blocks", strconv.Itoa(spec.NumGPUBlocks))
 	}
+	if s.cfg.MaxModelLen > 0 {
+		args = append(args, "--max-model-len", strconv.Itoa(s.cfg.MaxModelLen))
+	}
 	if spec.DataParallelSize > 1 {
 		args = append(args, "--data-parallel-size", strconv.Itoa(spec.DataParallelSize))
 	}
@@ -427,11 +435,16 @@ func (s *Stack) writeRouterConfig(file string) (string, error) {
 	if s.cfg.MaxBodyBytes > 0 {
 		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
 	}
-	if s.cfg.ModelName != "" {
-		fmt.Fprintf(&b, "unknown_model: reject\nmodel: {name: %q, tokenizer: %q, block_size: 16}\n", s.cfg.ModelName, s.cfg.Tokenizer)
-	} else {
-		fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16}\n", s.cfg.Tokenizer)
+	maxLen := ""
+	if s.cfg.MaxModelLen > 0 {
+		maxLen = fmt.Sprintf(", max_model_len: %d", s.cfg.MaxModelLen)
 	}
+	if s.cfg.ModelName != "" {
+		fmt.Fprintf(&b, "unknown_model: reject\nmodel: {name: %q, tokenizer: %q, block_size: 16%s}\n", s.cfg.ModelName, s.cfg.Tokenizer, maxLen)
+	} else {
+		fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16%s}\n", s.cfg.Tokenizer, maxLen)
+	}
+	b.WriteString(s.cfg.RouterYAML)
 	fmt.Fprintf(&b, "router:\n  mode: kv\n  kv_events: true\n  conditional_disagg: true\n")
 	if s.cfg.Disagg != "" {
 		fmt.Fprintf(&b, "  conditional_disagg_config: %q\n", s.cfg.Disagg)

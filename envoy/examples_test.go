@@ -308,8 +308,12 @@ func egToExtProc(t *testing.T, e map[string]any, cluster string) map[string]any 
 	body := map[string]string{"Buffered": "BUFFERED", "Streamed": "STREAMED",
 		"BufferedPartial": "BUFFERED_PARTIAL", "FullDuplexStreamed": "FULL_DUPLEX_STREAMED"}
 	mode := map[string]any{}
+	var attrs any
 	for dir, prefix := range map[string]string{"request": "request_", "response": "response_"} {
 		if opts, ok := dig(t, e, "processingMode").(map[string]any)[dir]; ok {
+			if a, ok := opts.(map[string]any)["attributes"]; ok && dir == "request" {
+				attrs = a // processingMode.request.attributes is Envoy's request_attributes
+			}
 			mode[prefix+"header_mode"] = "SEND"
 			b := dig(t, opts, "body").(string)
 			if body[b] == "" {
@@ -318,7 +322,7 @@ func egToExtProc(t *testing.T, e map[string]any, cluster string) map[string]any 
 			mode[prefix+"body_mode"] = body[b]
 		}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"@type":               "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
 		"grpc_service":        map[string]any{"envoy_grpc": map[string]any{"cluster_name": cluster}},
 		"failure_mode_allow":  dig(t, e, "failOpen"),
@@ -330,6 +334,10 @@ func egToExtProc(t *testing.T, e map[string]any, cluster string) map[string]any 
 			"receiving_namespaces":  map[string]any{"untyped": dig(t, e, "metadata", "writableNamespaces")},
 		},
 	}
+	if attrs != nil {
+		out["request_attributes"] = attrs
+	}
+	return out
 }
 
 // TestEnvoyGatewayExample checks the Envoy Gateway objects against each other, against Envoy

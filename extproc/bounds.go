@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -12,41 +11,6 @@ import (
 
 // ErrOverloaded: no decision slot became free within Settings.DecisionQueueTimeout.
 var ErrOverloaded = errors.New("decision queue timeout")
-
-// slots bounds the decisions that run at once. A decision is CPU work (parse, tokenize,
-// overlap, decide); hundreds of them running together share the cores, so each takes as long
-// as all of them and every cheap message of every other stream (header and response-chunk
-// answers, the gRPC transport itself) waits behind them. With a bound, decisions run in
-// arrival order (a channel's blocked senders are served first in, first out) at full speed.
-type slots chan struct{}
-
-func newSlots(n int) slots { return make(slots, n) }
-
-// acquire takes a slot, waiting at most wait (a free slot is taken even when wait <= 0); it
-// returns how long it waited.
-func (s slots) acquire(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	select {
-	case s <- struct{}{}:
-		return 0, nil
-	default:
-	}
-	if wait <= 0 {
-		return 0, fmt.Errorf("%w: no decision slot free and the queue deadline passed (%d busy)", ErrOverloaded, cap(s))
-	}
-	start := time.Now()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s <- struct{}{}:
-		return time.Since(start), nil
-	case <-t.C:
-		return time.Since(start), fmt.Errorf("%w: no decision slot free within %s (%d busy)", ErrOverloaded, wait, cap(s))
-	case <-ctx.Done():
-		return time.Since(start), ctx.Err()
-	}
-}
-
-func (s slots) release() { <-s }
 
 // appendBounded appends src to dst like append, but grows dst's capacity to at most limit
 // (len(dst)+len(src) <= limit is the caller's check), so an assembled body never holds more
@@ -59,6 +23,51 @@ func appendBounded(dst, src []byte, limit int) []byte {
 	grown := make([]byte, len(dst), min(max(2*cap(dst), n), max(limit, n)))
 	copy(grown, dst)
 	return append(grown, src...)
+}
+
+// boundKind is which bound of a stream's phase runs (README "Resource bounds").
+type boundKind uint8
+
+const (
+	boundNone       boundKind = iota // the request is complete and answered: the upstream's time
+	boundIdle                        // stream_idle_timeout: nothing received for this long
+	boundRequest                     // stream_request_timeout: the request phase as a whole
+	boundUnanswered                  // unanswered_booking_timeout: decided, no response yet
+)
+
+// bound is the stream's next deadline: kind fires after after.
+type bound struct {
+	kind  boundKind
+	after time.Duration
+}
+
+// nextBound is the bound that runs at now. While the request is incomplete, the idle timeout
+// restarts with every message but never runs past the request phase's absolute deadline, so
+// a trickle of bytes cannot keep a stream (and its buffered body) alive; once decided, a
+// booking waits at most unanswered_booking_timeout for response headers.
+func (x *exchange) nextBound(now time.Time) bound {
+	if x.awaitingRequest() {
+		b := bound{kind: boundIdle, after: x.set.idleTimeout()}
+		if left := x.started.Add(x.set.requestTimeout()).Sub(now); left < b.after {
+			b = bound{kind: boundRequest, after: max(left, 0)}
+		}
+		return b
+	}
+	if x.routed && !x.sawResponse && x.resp.booking != "" && !x.resp.released {
+		return bound{kind: boundUnanswered, after: max(x.decidedAt.Add(x.set.unansweredTimeout()).Sub(now), 0)}
+	}
+	return bound{}
+}
+
+// releaseUnanswered releases the booking of a decided stream that saw no response in time;
+// the stream stays open and a late answer is still observed, with nothing left to release.
+func (x *exchange) releaseUnanswered() {
+	if x.resp.booking == "" || x.resp.released {
+		return
+	}
+	x.resp.released = true
+	x.srv.router.Release(x.resp.booking)
+	x.srv.metrics.UnansweredReleases.Inc()
 }
 
 // awaitingRequest reports whether the stream waits for more of its request, the only time the
@@ -81,6 +90,7 @@ func (x *exchange) account() {
 	n := x.heldBytes()
 	if n != x.held {
 		x.srv.metrics.BufferedBytes.Add(float64(n - x.held))
+		x.srv.buffered.Add(int64(n - x.held))
 		x.held = n
 	}
 	if x.srv.onHeld != nil {
@@ -91,23 +101,61 @@ func (x *exchange) account() {
 // unaccount removes the stream's bytes from the gauge when it ends.
 func (x *exchange) unaccount() {
 	x.srv.metrics.BufferedBytes.Sub(float64(x.held))
+	x.srv.buffered.Add(-int64(x.held))
 	x.held = 0
 }
 
-// idleExpired ends a stream that received nothing for idle while awaiting its request: its
-// bookings are released first (nothing may outlive the stream, even if the peer stops reading),
-// then, unless an immediate response was already sent, a 408 tells the client why.
-func (x *exchange) idleExpired(stream ProcessStream, idle time.Duration) error {
+// requestExpired ends a stream whose request did not arrive in time (b: idle or the
+// request phase's deadline): its bookings are released first (nothing may outlive the
+// stream, even if the peer stops reading), then, unless an immediate response was already
+// sent, a 408 tells the client why.
+func (x *exchange) requestExpired(stream ProcessStream, b bound) error {
 	x.srv.metrics.IdleTimeouts.Inc()
 	x.end()
 	x.body = nil
 	x.account()
+	e, st := idleError(x.set.idleTimeout()), idleStatus(x.set.idleTimeout())
+	if b.kind == boundRequest {
+		e, st = requestTimeoutError(x.set.requestTimeout()), requestTimeoutStatus(x.set.requestTimeout())
+	}
 	if !x.done {
 		x.done = true
-		e := idleError(idle)
 		x.srv.metrics.Rejected.WithLabelValues(e.Reason).Inc()
-		x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason)
+		x.warnRejected(e.Reason, nil)
 		_ = stream.Send(immediateResponse(e)) // best effort: the stream ends next either way
 	}
-	return idleStatus(idle)
+	return st
+}
+
+// reserveBody books in the server's total the bytes by which appending chunk grows the
+// stream's body (its capacity, as appendBounded will grow it), before they are held: streams
+// check and book in one step, so together they never pass max_buffered_bytes. It reports
+// false, booking nothing, when the growth would pass the cap; account later finds the growth
+// already counted.
+func (x *exchange) reserveBody(chunk []byte) bool {
+	grow := cap(chunk) // the first chunk becomes the body as it is
+	if x.body != nil {
+		grow = 0
+		if n := len(x.body) + len(chunk); n > cap(x.body) {
+			grow = min(max(2*cap(x.body), n), max(x.set.MaxBodyBytes, n)) - cap(x.body)
+		}
+	}
+	limit := x.set.maxBuffered()
+	for {
+		cur := x.srv.buffered.Load()
+		if cur+int64(grow) > limit && grow > 0 {
+			return false
+		}
+		if x.srv.buffered.CompareAndSwap(cur, cur+int64(grow)) {
+			break
+		}
+	}
+	x.held += grow
+	x.srv.metrics.BufferedBytes.Add(float64(grow))
+	return true
+}
+
+// errBufferFull is the refusal of a body chunk that would pass max_buffered_bytes.
+func errBufferFull(n int, limit int64) error {
+	return fmt.Errorf("%w: %d more body bytes would pass the %d bytes all streams may hold together (max_buffered_bytes)", ErrOverloaded, n, limit)
 }

@@ -192,7 +192,7 @@ func (f *fakeStream) responses() []*extprocv3.ProcessingResponse {
 // while the request is complete (a silent generation keeps its stream and its booking).
 func TestStreamIdleTimeoutClock(t *testing.T) {
 	const idle = 30 * time.Second
-	e := newEnv(t, envOptions{settings: func(s *Settings) { s.StreamIdleTimeout = idle }})
+	e := newEnv(t, envOptions{settings: func(s *Settings) { s.StreamIdleTimeout, s.UnansweredBookingTimeout = idle, time.Hour }})
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -300,8 +300,11 @@ func TestDecisionQueueTimeout(t *testing.T) {
 		e := newEnv(t, envOptions{settings: func(s *Settings) {
 			s.FailureMode, s.DecisionQueueTimeout = c.mode, 50*time.Millisecond
 		}})
-		for range cap(e.server.slots) {
-			e.server.slots <- struct{}{} // every slot busy
+		busy := slotKey{id: "busy"}
+		for range e.server.slots.size {
+			if _, err := e.server.slots.acquire(context.Background(), busy, 0); err != nil { // every slot busy
+				t.Fatal(err)
+			}
 		}
 		v := e.open(buffered, streamed)
 		v.requestHeaders(false, ":method", "POST", ":path", chatPath)
@@ -317,8 +320,8 @@ func TestDecisionQueueTimeout(t *testing.T) {
 			t.Fatalf("%s: queue timeouts %v", c.mode, got)
 		}
 		v.closeAndDrain()
-		for range cap(e.server.slots) {
-			e.server.slots.release()
+		for range e.server.slots.size {
+			e.server.slots.release(busy)
 		}
 	}
 }
@@ -328,23 +331,24 @@ func TestDecisionQueueTimeout(t *testing.T) {
 func TestSlotsFIFOAndDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSlots(1)
-		if _, err := s.acquire(context.Background(), 0); err != nil {
+		k := slotKey{id: "c"}
+		if _, err := s.acquire(context.Background(), k, 0); err != nil {
 			t.Fatalf("free slot: %v", err)
 		}
 		start := time.Now()
-		if _, err := s.acquire(context.Background(), time.Second); !errors.Is(err, ErrOverloaded) || time.Since(start) != time.Second {
+		if _, err := s.acquire(context.Background(), k, time.Second); !errors.Is(err, ErrOverloaded) || time.Since(start) != time.Second {
 			t.Fatalf("full: %v after %v", err, time.Since(start))
 		}
-		if _, err := s.acquire(context.Background(), -time.Second); !errors.Is(err, ErrOverloaded) {
+		if _, err := s.acquire(context.Background(), k, -time.Second); !errors.Is(err, ErrOverloaded) {
 			t.Fatalf("past deadline: %v", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(time.Millisecond); cancel() }()
-		if _, err := s.acquire(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		if _, err := s.acquire(ctx, k, time.Hour); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled: %v", err)
 		}
-		go func() { time.Sleep(time.Millisecond); s.release() }()
-		if w, err := s.acquire(context.Background(), time.Hour); err != nil || w != time.Millisecond {
+		go func() { time.Sleep(time.Millisecond); s.release(k) }()
+		if w, err := s.acquire(context.Background(), k, time.Hour); err != nil || w != time.Millisecond {
 			t.Fatalf("released: waited %v, %v", w, err)
 		}
 	})

@@ -43,6 +43,14 @@ func toHTTPError(err error) *httpError {
 	case errors.Is(err, errUncleanable):
 		// vLLM's answer to a body its JSON parser refuses (a RequestValidationError).
 		return &httpError{Status: 400, Type: "BadRequestError", Reason: "unreadable_body", Message: err.Error(), VLLMCode: true}
+	case errors.Is(err, route.ErrPromptTooLong):
+		// vLLM's answer for a prompt over max_model_len (renderers/params.py), word for word.
+		var le vllmParamError
+		if errors.As(err, &le) {
+			return &httpError{Status: 400, Type: "BadRequestError", Reason: "prompt_too_long", Message: le.Error(),
+				Param: le.Param(), VLLMCode: true}
+		}
+		return &httpError{Status: 400, Type: "BadRequestError", Reason: "prompt_too_long", Message: err.Error(), VLLMCode: true}
 	case errors.Is(err, route.ErrInvalidBody):
 		return &httpError{Status: 400, Type: "invalid_request_error", Reason: "invalid_body", Message: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
@@ -56,6 +64,12 @@ func toHTTPError(err error) *httpError {
 	default:
 		return &httpError{Status: 503, Type: "service_unavailable_error", Reason: "internal", Message: "internal routing failure"}
 	}
+}
+
+// vllmParamError is an error vLLM would raise with a parameter name (route.ErrPromptTooLong's).
+type vllmParamError interface {
+	error
+	Param() string
 }
 
 // unknownModelText is the refusal's text without wrapping.
@@ -89,6 +103,18 @@ func streamEnd(op string, err error) (error, string) {
 func idleError(idle time.Duration) *httpError {
 	return &httpError{Status: 408, Type: "invalid_request_error", Reason: "stream_idle_timeout",
 		Message: fmt.Sprintf("the request was not received completely: nothing arrived for %s (stream_idle_timeout)", idle)}
+}
+
+// requestTimeoutError is the immediate response of a stream whose request phase took longer
+// than stream_request_timeout, however steadily its bytes came.
+func requestTimeoutError(d time.Duration) *httpError {
+	return &httpError{Status: 408, Type: "invalid_request_error", Reason: "stream_request_timeout",
+		Message: fmt.Sprintf("the request was not received completely within %s (stream_request_timeout)", d)}
+}
+
+// requestTimeoutStatus is the gRPC result of a stream ended by stream_request_timeout.
+func requestTimeoutStatus(d time.Duration) error {
+	return status.Errorf(codes.DeadlineExceeded, "extproc: request phase longer than %s (stream_request_timeout)", d)
 }
 
 // idleStatus is the gRPC result of a stream ended by stream_idle_timeout.

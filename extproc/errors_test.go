@@ -44,7 +44,7 @@ func expectImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, 
 	}
 	var body errorBody
 	wantCode := strconv.Quote(reason)
-	if reason == "unknown_model" || reason == "unreadable_body" { // vLLM's own answer: the status as a number
+	if reason == "unknown_model" || reason == "unreadable_body" || reason == "prompt_too_long" { // vLLM's own answer: the status as a number
 		wantCode = strconv.Itoa(status)
 	}
 	if err := json.Unmarshal(ir.GetBody(), &body); err != nil || string(body.Error.Code) != wantCode || body.Error.Message == "" {
@@ -294,4 +294,27 @@ func TestUnknownModelPassthrough(t *testing.T) {
 // destinationMetadata is the envoy.lb x-gateway-destination-endpoint a response sets.
 func destinationMetadata(r *extprocv3.ProcessingResponse) string {
 	return r.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[HeaderDestination].GetStringValue()
+}
+
+// TestPromptTooLong400: a prompt over the model's max_model_len gets vLLM 0.32's own answer
+// (400 BadRequestError, param input_tokens, its message word for word, numeric code), counted,
+// nothing booked.
+func TestPromptTooLong400(t *testing.T) {
+	e := newEnv(t, envOptions{maxModelLen: 16})
+	want := "{\"error\":{\"message\":\"This model's maximum context length is 16 tokens. However, your prompt contains at least 17 input tokens, " +
+		"which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=17)\"," +
+		"\"type\":\"BadRequestError\",\"param\":\"input_tokens\",\"code\":400}}"
+	v := e.open(buffered, streamed)
+	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
+	v.recv()
+	v.requestBody(chatBody(strings.Repeat("a prompt longer than the context ", 4), false), true)
+	r := v.recv()
+	expectImmediate(t, r, 400, "prompt_too_long")
+	if got := string(r.GetImmediateResponse().GetBody()); got != want {
+		t.Fatalf("body %s, want %s", got, want)
+	}
+	v.closeAndDrain()
+	if e.totalRequests() != 0 {
+		t.Fatal("a refused request was booked")
+	}
 }

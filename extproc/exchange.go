@@ -40,14 +40,18 @@ type exchange struct {
 	state     reqState
 	done      bool // an immediate response was sent: ignore everything, wait for EOF
 	ep        route.Endpoint
-	requestID string // x-request-id, for logs
-	seq       uint64 // the decision's route.Entry.Seq in the server's Recent (0: none kept)
-	strip     []string
-	slo       policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
-	sloErr    error      // an unreadable objective header: the request gets 400
-	subset    []string
-	hasSubset bool
-	body      []byte
+	requestID string    // x-request-id, for logs (clipped: logthrottle.go)
+	started   time.Time // the stream's start, for stream_request_timeout
+	// sawResponse: response headers arrived (the booking's unanswered bound stops).
+	sawResponse bool
+	client      slotKey // whom the decision slot is counted against (fairslots.go)
+	seq         uint64  // the decision's route.Entry.Seq in the server's Recent (0: none kept)
+	strip       []string
+	slo         policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
+	sloErr      error      // an unreadable objective header: the request gets 400
+	subset      []string
+	hasSubset   bool
+	body        []byte
 	// clean cuts engine-control members from a body whose route was fixed before it arrived
 	// (STREAMED, full-duplex passthrough); nil when the body is collected whole.
 	clean *route.StreamCleaner
@@ -72,7 +76,7 @@ func (x *exchange) one(r *extprocv3.ProcessingResponse) resps {
 }
 
 func newExchange(s *Server) *exchange {
-	return &exchange{srv: s, set: s.Settings()}
+	return &exchange{srv: s, set: s.Settings(), started: time.Now()}
 }
 
 // Step advances the machine by one message. A switch over message kinds with one handler
@@ -116,6 +120,9 @@ func (x *exchange) requestHeaders(ctx context.Context, req *extprocv3.Processing
 		return nil
 	}
 	method := x.readHeaders(h.GetHeaders())
+	if addr := sourceAddress(req); addr != "" {
+		x.client = slotKey{id: addr, capped: true}
+	}
 	x.subset, x.hasSubset = subsetHint(req.GetMetadataContext())
 	if method != "" && method != "POST" {
 		x.ep = route.EndpointOther
@@ -170,7 +177,7 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
 		case ":method":
 			method = headerValue(hv)
 		case "x-request-id":
-			x.requestID = headerValue(hv)
+			x.requestID = clip(headerValue(hv))
 		case HeaderSLOTTFT, HeaderSLOTPOT:
 			d, err := policy.ParseMillis(headerValue(hv))
 			if err != nil {
@@ -210,6 +217,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) resps
 		x.body = nil
 		return x.reject(bodyTooLarge(n, x.set.MaxBodyBytes))
 	}
+	if !x.reserveBody(b.GetBody()) {
+		x.state = reqComplete
+		x.body = nil
+		return x.reject(errBufferFull(len(b.GetBody()), x.set.maxBuffered()))
+	}
 	if x.body == nil {
 		x.body = b.GetBody() // received messages are not reused: the first chunk needs no copy
 	} else {
@@ -243,6 +255,13 @@ func (x *exchange) requestTrailers(ctx context.Context) resps {
 func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	defer func() { x.body = nil }() // the answers keep what they send; the stream holds nothing more
 	out, err := x.decideBody(ctx)
+	if errors.Is(err, route.ErrCancelled) {
+		// The client is gone (the stream's context ended): nothing was booked, and nobody
+		// would read an answer. The loop sees the end next.
+		x.done = true
+		x.srv.metrics.Abandoned.Inc()
+		return nil
+	}
 	if err != nil {
 		return x.reject(err)
 	}
@@ -332,8 +351,12 @@ func (x *exchange) decideBody(ctx context.Context) (route.Outcome, error) {
 		x.srv.metrics.QueueTimeouts.Inc()
 	case errors.Is(err, route.ErrInternal):
 		x.srv.metrics.InternalErrors.Inc()
-		x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
-			"failure_mode", string(x.set.FailureMode), "err", err)
+		if ok, dropped := x.srv.warnLog.allow(time.Now()); !ok {
+			x.srv.metrics.LogsSuppressed.Inc()
+		} else {
+			x.srv.log.Warn("routing failed", "request_id", x.requestID, "policy", string(x.set.Policy.Disagg.Policy),
+				"failure_mode", string(x.set.FailureMode), "err", clipTo(err.Error(), maxLoggedErrBytes), "suppressed", dropped)
+		}
 	default:
 		return out, err
 	}
@@ -358,15 +381,16 @@ func (x *exchange) queueWait(now time.Time) time.Duration {
 
 // decideInSlot runs the decision pipeline in a decision slot.
 func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
-	wait, err := x.srv.slots.acquire(ctx, x.queueWait(time.Now()))
+	x.client.large = len(x.body) >= LargeDecisionBytes
+	wait, err := x.srv.slots.acquire(ctx, x.client, x.queueWait(time.Now()))
 	x.srv.metrics.DecisionWait.Observe(wait.Seconds())
 	if errors.Is(err, ErrOverloaded) {
 		return route.Outcome{}, err
 	}
 	if err != nil {
-		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrInternal, err) // the stream went away
+		return route.Outcome{}, fmt.Errorf("%w: decision slot: %w", route.ErrCancelled, err) // the stream went away
 	}
-	defer x.srv.slots.release()
+	defer x.srv.slots.release(x.client)
 	if x.sloErr != nil {
 		return route.Outcome{}, x.sloErr
 	}
@@ -404,7 +428,7 @@ func (x *exchange) reject(err error) resps {
 	if errors.Is(err, route.ErrUnknownModel) {
 		x.srv.metrics.UnknownModel.WithLabelValues("reject").Inc()
 	}
-	x.srv.log.Warn("request rejected", "request_id", x.requestID, "reason", e.Reason, "err", err)
+	x.warnRejected(e.Reason, err)
 	return x.one(immediateResponse(e))
 }
 
@@ -420,6 +444,7 @@ func (x *exchange) bodyModeMisconfig() {
 
 // responseHeaders observes the upstream status and answers at once.
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) resps {
+	x.sawResponse = true
 	x.resp.served(x, servedEndpoint(req.GetMetadataContext()))
 	rh := responseHead{prefillMs: -1, prefillCached: -1}
 	for _, hv := range h.GetHeaders().GetHeaders() {

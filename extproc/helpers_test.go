@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,6 +77,9 @@ type envOptions struct {
 	// "": the unnamed catch-all model that takes every name.
 	model   string
 	unknown route.UnknownModel
+	logger  *slog.Logger // nil: discarded
+	// maxModelLen is the one model's max_model_len (route.Model.MaxModelLen); 0: unknown.
+	maxModelLen int
 }
 
 // env is a real router (tokenizer, kvindex, pool, policy) behind a real gRPC server on
@@ -125,8 +129,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	m := NewMetrics(reg)
 	ropts := route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now}
-	if o.model != "" {
-		ropts = route.Options{Models: []route.Model{{Name: o.model, Tokenizer: o.tokenizer, Index: ix, Pool: p, Streams: o.streams}},
+	if o.model != "" || o.maxModelLen > 0 {
+		ropts = route.Options{Models: []route.Model{{Name: o.model, Tokenizer: o.tokenizer, Index: ix, Pool: p, Streams: o.streams,
+			MaxModelLen: o.maxModelLen}},
 			UnknownModel: o.unknown, Policy: set.Policy, Now: o.now}
 	}
 	r, err := route.New(ropts)
@@ -137,7 +142,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m, Recent: recent})
+	srv, err := NewServer(ServerOptions{Router: r, Settings: set, Metrics: m, Recent: recent, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ type GRPCOptions struct {
 }
 
 // DefaultMaxConcurrentStreams is the default stream bound per connection.
-const DefaultMaxConcurrentStreams = 4096
+const DefaultMaxConcurrentStreams = 1024
 
 // HTTP/2 flow-control windows of the ext_proc server (README "Resource bounds"). gRPC-Go's
 // default starts both at 64 KiB and grows them by measuring the bandwidth-delay product, which

@@ -44,6 +44,14 @@ type Metrics struct {
 	DecisionWait    prometheus.Histogram   // seconds waited for a decision slot
 	QueueTimeouts   prometheus.Counter     // decisions that found no slot within decision_queue_timeout
 	ProtocolErrors  *prometheus.CounterVec // kind: repeated_request_headers
+	// Abandoned counts decisions given up because the stream ended (the client went away)
+	// while waiting for a slot or during tokenization: nothing booked, nothing answered.
+	Abandoned prometheus.Counter
+	// UnansweredReleases counts bookings released because their stream reached no response
+	// phase within unanswered_booking_timeout.
+	UnansweredReleases prometheus.Counter
+	// LogsSuppressed counts per-request warnings dropped by the log throttle.
+	LogsSuppressed prometheus.Counter
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -126,6 +134,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BusyUnknown, m.Rejected, m.InternalErrors, m.DuplicateEOS, m.StreamedBodyMode, m.StreamErrors,
 		m.ActiveStreams, m.UpstreamErrors, m.Cancelled, m.FirstTokenSecs, m.PrefillLegSecs, m.ShadowDecisions, m.UsageTokens, m.DisaggTransfers, m.CachedError, m.SSEOverflow,
 		m.ServedMismatch, m.SilentWorkers, m.UnknownModel)
+	m.Abandoned = prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_abandoned_decisions_total",
+		Help: "Decisions given up because the client went away while they waited for a slot or tokenized (nothing booked)."})
+	m.UnansweredReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_unanswered_booking_releases_total",
+		Help: "Bookings released because their stream saw no response within unanswered_booking_timeout."})
+	m.LogsSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_logs_suppressed_total",
+		Help: "Per-request warnings not logged because of the log rate limit."})
+	reg.MustRegister(m.Abandoned, m.UnansweredReleases, m.LogsSuppressed)
 	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
 	}

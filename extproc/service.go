@@ -31,11 +31,13 @@ type Server struct {
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 	fixed       fixedResponses
-	slots       slots          // decision slots (ServerOptions.DecisionConcurrency)
+	slots       *slots         // decision slots (ServerOptions.DecisionConcurrency)
 	receivers   sync.WaitGroup // one receive goroutine per open stream
 	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
 	transfers   *transferLog   // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
 	onHeld      func(int)      // tests: each stream's held bytes after each message
+	buffered    atomic.Int64   // bytes every open stream holds (the sum of their heldBytes)
+	warnLog     logThrottle    // per-request warnings (client strings in them)
 }
 
 // policyErrorEvery rate-limits the remote_policy_error warning.
@@ -151,6 +153,7 @@ func (s *Server) process(stream ProcessStream) error {
 	ctx := stream.Context()
 	s.metrics.ActiveStreams.Inc()
 	x := newExchange(s)
+	x.client = connKey(ctx)
 	defer func() {
 		x.end()
 		x.unaccount()
@@ -162,9 +165,10 @@ func (s *Server) process(stream ProcessStream) error {
 	in := make(chan received)
 	s.receivers.Add(1)
 	go s.receive(ctx, stream, in)
-	idle := x.set.idleTimeout()
-	timer := time.NewTimer(idle)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	b := x.nextBound(time.Now())
+	timer.Reset(b.after)
 	for {
 		var r received
 		select {
@@ -172,7 +176,15 @@ func (s *Server) process(stream ProcessStream) error {
 		case <-ctx.Done(): // the client went away (the receive goroutine may not pass that on)
 			r.err = ctx.Err()
 		case <-timer.C:
-			return x.idleExpired(stream, idle)
+			if b.kind == boundUnanswered {
+				x.releaseUnanswered()
+				b = x.nextBound(time.Now())
+				if b.kind != boundNone {
+					timer.Reset(b.after)
+				}
+				continue
+			}
+			return x.requestExpired(stream, b)
 		}
 		if r.err != nil {
 			return s.ended("recv", r.err)
@@ -183,10 +195,9 @@ func (s *Server) process(stream ProcessStream) error {
 			}
 		}
 		x.account()
-		if x.awaitingRequest() {
-			timer.Reset(idle)
-		} else {
-			timer.Stop()
+		timer.Stop()
+		if b = x.nextBound(time.Now()); b.kind != boundNone {
+			timer.Reset(b.after)
 		}
 	}
 }

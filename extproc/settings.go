@@ -35,6 +35,19 @@ const DefaultStreamIdleTimeout = 60 * time.Second
 // --failure-mode) before Envoy gives up on the message.
 const DefaultDecisionQueueTimeout = time.Second
 
+// DefaultStreamRequestTimeout bounds the whole request phase of a stream (headers to a
+// complete body) by default: Envoy's request_timeout of the reference bootstrap. Unlike the
+// idle timeout, a trickle of bytes does not extend it.
+const DefaultStreamRequestTimeout = 60 * time.Second
+
+// DefaultUnansweredBookingTimeout is how long a decided stream may wait for its response
+// headers before its booking is released by default: a routed request that never reaches
+// an upstream (a stranger holding decided streams open) must not hold load for booking_ttl.
+const DefaultUnansweredBookingTimeout = 30 * time.Second
+
+// DefaultMaxBufferedBytes bounds the bytes all open streams hold together by default.
+const DefaultMaxBufferedBytes = 256 << 20
+
 // Bounds of the duration settings.
 const (
 	MinStreamIdleTimeout    = time.Second
@@ -63,6 +76,44 @@ type Settings struct {
 	// DecisionConcurrency); past it the request is routed by --failure-mode without a decision.
 	// 0 = DefaultDecisionQueueTimeout.
 	DecisionQueueTimeout time.Duration
+	// StreamRequestTimeout bounds a stream's request phase as a whole, from the stream's
+	// start to its complete body, however often bytes arrive; past it the stream ends like
+	// an idle one. 0 = DefaultStreamRequestTimeout; range as StreamIdleTimeout.
+	StreamRequestTimeout time.Duration
+	// UnansweredBookingTimeout releases the booking of a decided stream that has seen no
+	// response headers for this long (the stream stays open; a late answer is still
+	// observed). A non-streaming answer whose generation takes longer loses its booking
+	// early: raise it towards booking_ttl for long non-streaming generations.
+	// 0 = DefaultUnansweredBookingTimeout; range as StreamIdleTimeout.
+	UnansweredBookingTimeout time.Duration
+	// MaxBufferedBytes bounds the bytes every open stream holds together (request bodies
+	// being assembled, SSE tails, answer copies); a body chunk that would pass it gets 503
+	// overloaded. 0 = DefaultMaxBufferedBytes.
+	MaxBufferedBytes int64
+}
+
+// requestTimeout is StreamRequestTimeout with its default.
+func (s *Settings) requestTimeout() time.Duration {
+	if s.StreamRequestTimeout == 0 {
+		return DefaultStreamRequestTimeout
+	}
+	return s.StreamRequestTimeout
+}
+
+// unansweredTimeout is UnansweredBookingTimeout with its default.
+func (s *Settings) unansweredTimeout() time.Duration {
+	if s.UnansweredBookingTimeout == 0 {
+		return DefaultUnansweredBookingTimeout
+	}
+	return s.UnansweredBookingTimeout
+}
+
+// maxBuffered is MaxBufferedBytes with its default.
+func (s *Settings) maxBuffered() int64 {
+	if s.MaxBufferedBytes == 0 {
+		return DefaultMaxBufferedBytes
+	}
+	return s.MaxBufferedBytes
 }
 
 // idleTimeout is StreamIdleTimeout with its default.
@@ -98,6 +149,16 @@ func (s *Settings) Validate() error {
 	}
 	if d := s.DecisionQueueTimeout; d != 0 && (d < MinDecisionQueueTimeout || d > MaxDecisionQueueTimeout) {
 		errs = append(errs, fmt.Errorf("decision_queue_timeout: %s is outside [%s, %s]", d, MinDecisionQueueTimeout, MaxDecisionQueueTimeout))
+	}
+	if d := s.StreamRequestTimeout; d != 0 && (d < MinStreamIdleTimeout || d > MaxStreamIdleTimeout) {
+		errs = append(errs, fmt.Errorf("stream_request_timeout: %s is outside [%s, %s]", d, MinStreamIdleTimeout, MaxStreamIdleTimeout))
+	}
+	if d := s.UnansweredBookingTimeout; d != 0 && (d < MinStreamIdleTimeout || d > MaxStreamIdleTimeout) {
+		errs = append(errs, fmt.Errorf("unanswered_booking_timeout: %s is outside [%s, %s]", d, MinStreamIdleTimeout, MaxStreamIdleTimeout))
+	}
+	if n := s.MaxBufferedBytes; n < 0 || (n > 0 && n < int64(s.MaxBodyBytes)) {
+		errs = append(errs, fmt.Errorf("max_buffered_bytes: %d must be 0 (default %d) or at least max_body_bytes (%d): one body must fit",
+			n, int64(DefaultMaxBufferedBytes), s.MaxBodyBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -75,6 +75,10 @@ const (
 	// does not run (vLLM refuses it unless --trust-request-chat-template), so it went to a
 	// decode worker chosen by load (Fallback).
 	ReasonRequestTemplate
+	// ReasonLongPretoken: the prompt holds a pre-token over max_pretoken_bytes, whose BPE
+	// would cost CPU out of proportion, so it went untokenized to a decode worker chosen by
+	// load (Fallback): the engine, which tokenizes anyway, answers for it.
+	ReasonLongPretoken
 	numReasons
 )
 
@@ -104,6 +108,7 @@ var reasonNames = [numReasons]string{
 	ReasonSLOOverloadBypass:         "slo_overload_bypass",
 	ReasonSLOOverloadPrefillLocal:   "slo_overload_prefill_local",
 	ReasonRequestTemplate:           "request_chat_template",
+	ReasonLongPretoken:              "long_pretoken",
 }
 
 func (r Reason) String() string {
@@ -126,7 +131,7 @@ func Reasons() []Reason {
 func (r Reason) Route() Route {
 	switch r {
 	case ReasonBypassISL, ReasonBypassPrefillBusy, ReasonBypassISLAndPrefillBusy, ReasonNoPrefillWorkers,
-		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass, ReasonRequestTemplate:
+		ReasonPassthrough, ReasonFailureOpen, ReasonSLOBypass, ReasonSLOOverloadBypass, ReasonRequestTemplate, ReasonLongPretoken:
 		return RouteDecode
 	case ReasonSLOPrefillLocal, ReasonSLOOverloadPrefillLocal:
 		return RoutePrefillLocal

@@ -74,6 +74,9 @@ type Model struct {
 	Streams      EventStreams   // nil: every stream counts as live
 	// BlockSize is the model's KV block size in tokens; 0 takes Options.Policy.BlockSize.
 	BlockSize int
+	// MaxModelLen is the engines' max_model_len (0: unknown). A prompt over it is refused as
+	// vLLM refuses it (*tokenizer.LengthError), after as little tokenization as vLLM does.
+	MaxModelLen int
 }
 
 // ModelInfo describes one served model (Admin, /readyz).
@@ -94,6 +97,7 @@ type model struct {
 	pool      *pool.Pool
 	streams   EventStreams
 	blockSize int // 0: the router policy's
+	maxLen    int // max_model_len, 0: unknown
 	// policy is the router's policy config with this model's block size (swapped by SetPolicy).
 	policy atomic.Pointer[policy.Config]
 }
@@ -137,8 +141,11 @@ func buildModels(opts *Options) ([]*model, map[string]target, error) {
 		if s.BlockSize < 0 {
 			errs = append(errs, fmt.Errorf("route: model %q: BlockSize %d must be >= 0", s.Name, s.BlockSize))
 		}
+		if s.MaxModelLen < 0 {
+			errs = append(errs, fmt.Errorf("route: model %q: MaxModelLen %d must be >= 0", s.Name, s.MaxModelLen))
+		}
 		m := &model{name: s.Name, adapters: append([]string(nil), s.LoRAAdapters...), tok: s.Tokenizer,
-			index: s.Index, pool: s.Pool, streams: s.Streams, blockSize: s.BlockSize}
+			index: s.Index, pool: s.Pool, streams: s.Streams, blockSize: s.BlockSize, maxLen: s.MaxModelLen}
 		models = append(models, m)
 		if s.Name != "" {
 			claim(s.Name, target{m: m}, "a model")

@@ -50,7 +50,8 @@ type Outcome struct {
 // IsFallback reports whether the outcome came from Fallback (no policy decision).
 func (o *Outcome) IsFallback() bool {
 	r := o.Decision.Reason
-	return r == policy.ReasonPassthrough || r == policy.ReasonFailureOpen || r == policy.ReasonRequestTemplate
+	return r == policy.ReasonPassthrough || r == policy.ReasonFailureOpen || r == policy.ReasonRequestTemplate ||
+		r == policy.ReasonLongPretoken
 }
 
 // Destination is the worker Envoy must dial for this outcome.

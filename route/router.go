@@ -30,6 +30,12 @@ var (
 	// ErrDecisionDeadline is the policy error of a decision (after tokenization) slower than
 	// DecisionDeadline.
 	ErrDecisionDeadline = errors.New("route: decision deadline exceeded")
+	// ErrCancelled: the request's context ended during the decision (the client went away);
+	// nothing was booked.
+	ErrCancelled = errors.New("request cancelled during the decision")
+	// ErrPromptTooLong is matched by the refusal of a prompt over its model's max_model_len
+	// (vLLM's own 400; the error's Param method names vLLM's parameter).
+	ErrPromptTooLong = tokenizer.ErrPromptTooLong
 )
 
 // DecisionDeadline bounds the decision steps after tokenization (conditional-disagg.md §3).
@@ -86,6 +92,7 @@ type Router struct {
 	mix      mixCounts // the observed mix, for RoleAdvice (advice.go)
 	now      func() time.Time
 	observe  func(*Outcome)
+	maxWord  int // Options.MaxPretokenBytes
 }
 
 // Options are the Router's collaborators. Policy is required, and either Models or the
@@ -116,6 +123,10 @@ type Options struct {
 	// Observe, if set, sees every finished decision (booked or dry-run) before Decide returns,
 	// on the deciding goroutine. Tests and the simulator's report use it.
 	Observe func(*Outcome)
+	// MaxPretokenBytes bounds one pre-token of a prompt (0: none): a prompt holding a longer
+	// one is not tokenized but routed by load, reason long_pretoken (its BPE would take CPU
+	// out of proportion: a fresh 4 MiB word is seconds).
+	MaxPretokenBytes int
 }
 
 // New checks opts and returns a Router.
@@ -131,8 +142,11 @@ func New(opts Options) (*Router, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if opts.MaxPretokenBytes < 0 {
+		return nil, fmt.Errorf("route: MaxPretokenBytes %d must be >= 0", opts.MaxPretokenBytes)
+	}
 	r := &Router{models: models, names: names, unknown: opts.UnknownModel,
-		now: opts.Now, seed: opts.Seed, observe: opts.Observe}
+		now: opts.Now, seed: opts.Seed, observe: opts.Observe, maxWord: opts.MaxPretokenBytes}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -187,6 +201,9 @@ type scratch struct {
 	ovAt map[kvindex.WorkerID]int32
 	// shadowPCG is the candidate config's tie-break source (shadow.go).
 	shadowPCG rand.PCG
+	// tok and budget bound one decision's tokenization (tokenizer.Bounded).
+	tok    tokenizer.Tokenizer
+	budget tokenizer.Budget
 }
 
 // linearOverlaps: up to this many overlapping workers, signals finds a worker's overlap by
@@ -243,7 +260,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return out, fmt.Errorf("%w: decide %s: %w", ErrInternal, req.Endpoint, err)
+		return out, fmt.Errorf("%w: decide %s: %w", ErrCancelled, req.Endpoint, err)
 	}
 	clock := newStageClock(r.now)
 	name := req.Model
@@ -267,9 +284,12 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	defer r.scratch.Put(sc)
 	n := r.seq.Add(1)
 	sc.pcg.Seed(r.seed, n)
-	if err := r.tokenize(m, sc, req); err != nil {
-		if errors.Is(err, tokenizer.ErrRequestTemplate) {
-			return r.requestTemplate(m, req, out)
+	if err := r.tokenize(ctx, m, sc, req); err != nil {
+		switch {
+		case errors.Is(err, tokenizer.ErrRequestTemplate):
+			return r.unread(m, req, out, policy.ReasonRequestTemplate)
+		case errors.Is(err, tokenizer.ErrWordTooLong):
+			return r.unread(m, req, out, policy.ReasonLongPretoken)
 		}
 		return out, err
 	}
@@ -309,6 +329,10 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		// The index answers in no particular order; Explain lists the workers by name.
 		slices.SortFunc(out.Overlaps, func(a, b kvindex.WorkerOverlap) int { return strings.Compare(string(a.Worker), string(b.Worker)) })
 	} else {
+		if err := ctx.Err(); err != nil {
+			// The client is gone: the decision is worth nothing and must book nothing.
+			return out, fmt.Errorf("%w: decide %s: %w", ErrCancelled, req.Endpoint, err)
+		}
 		id := "cd-" + strconv.FormatUint(n, 36)
 		var subset []string
 		if req.HasSubset {
@@ -341,8 +365,9 @@ func saltBytes(sc *scratch, salt string) []byte {
 }
 
 // tokenize fills sc.tokens from the body (or the request's own tokens); tokenizer refusals
-// are 400s.
-func (r *Router) tokenize(m *model, sc *scratch, req *Request) error {
+// are 400s. The tokenizer runs under the model's max_model_len, the pre-token bound and ctx
+// (tokenizer.Limits), so a prompt costs at most about what the engine will accept.
+func (r *Router) tokenize(ctx context.Context, m *model, sc *scratch, req *Request) error {
 	if req.Body == nil {
 		if len(req.Tokens) == 0 {
 			return fmt.Errorf("%w: decide %s: request has neither a body nor tokens", ErrInternal, req.Endpoint)
@@ -353,18 +378,41 @@ func (r *Router) tokenize(m *model, sc *scratch, req *Request) error {
 	if m.tok == nil {
 		return fmt.Errorf("%w: decide %s: model %q has no tokenizer", ErrInternal, req.Endpoint, m.name)
 	}
+	tok := m.tok
+	bounded := false
+	if t, ok := tok.(*tokenizer.Tokenizer); ok {
+		maxLen := m.maxLen
+		if maxLen > 0 && HasMember(req.Body, "truncate_prompt_tokens") {
+			maxLen = 0 // vLLM truncates such a prompt instead of refusing it
+		}
+		sc.budget.Reset(tokenizer.Limits{MaxInputTokens: maxLen, MaxWordBytes: r.maxWord, Done: ctx.Done()})
+		tok, bounded = t.Bounded(&sc.tok, &sc.budget), true
+	}
 	var err error
 	switch req.Endpoint {
 	case EndpointChat:
-		sc.tokens, err = m.tok.EncodeChat(sc.tokens[:0], req.Body, tokenizer.ChatOptions{Now: r.now()})
+		sc.tokens, err = tok.EncodeChat(sc.tokens[:0], req.Body, tokenizer.ChatOptions{Now: r.now()})
 	case EndpointCompletions:
-		sc.tokens, err = m.tok.EncodeCompletion(sc.tokens[:0], req.Body)
+		sc.tokens, err = tok.EncodeCompletion(sc.tokens[:0], req.Body)
 	default:
 		return fmt.Errorf("%w: decide: endpoint %s has no prompt", ErrInternal, req.Endpoint)
+	}
+	if bounded {
+		sc.tok = tokenizer.Tokenizer{} // the copy must not keep the budget or tables alive
+		if err == nil {
+			err = sc.budget.Err()
+		}
+		sc.budget.Done = nil
 	}
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, tokenizer.ErrCancelled):
+		return fmt.Errorf("%w: tokenize %s: %w", ErrCancelled, req.Endpoint, err)
+	case errors.Is(err, tokenizer.ErrWordTooLong):
+		return err
+	case errors.Is(err, tokenizer.ErrPromptTooLong):
+		return fmt.Errorf("%w: %w", ErrInvalidBody, err)
 	case errors.Is(err, tokenizer.ErrNoChatTemplate), errors.Is(err, tokenizer.ErrUnsupported):
 		return fmt.Errorf("%w: tokenize %s: %w", ErrInternal, req.Endpoint, err)
 	default:
@@ -422,13 +470,28 @@ func (m *model) commit(cfg *policy.Config, sc *scratch, in *policy.Input, dec *p
 		return fmt.Errorf("%w: book %s on decode=%s prefill=%s: %w", ErrInternal, id, dec.DecodeID, dec.PrefillID, err)
 	}
 	if m.streams != nil {
+		w := dec.DecodeID
 		if dec.Route == policy.RoutePrefillLocal {
-			m.streams.Routed(dec.PrefillID)
-		} else {
-			m.streams.Routed(dec.DecodeID)
+			w = dec.PrefillID
+		}
+		if storesBlock(sc, w) {
+			m.streams.Routed(w)
 		}
 	}
 	return nil
+}
+
+// storesBlock reports whether routing the prompt to worker w must make its engine publish a
+// BlockStored: the prompt has a full block beyond what w already holds. Only such requests
+// count towards the silence rule (conditional-disagg.md §8.3); a prompt shorter than one
+// block, or one w holds whole, stores nothing, and twenty of them must not mark a healthy
+// stream silent.
+func storesBlock(sc *scratch, w string) bool {
+	held := 0
+	if o, ok := sc.overlapOf(w); ok {
+		held = o.GPU
+	}
+	return len(sc.keys) > held
 }
 
 // Booking is the pool booking that commits dec (conditional-disagg.md §5.1). keys are the
@@ -547,10 +610,14 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 	return out, nil
 }
 
-// requestTemplate routes a chat request that brings its own template by load, with its own
-// reason: the router does not render a client's template, so it has no prompt to decide on.
-func (r *Router) requestTemplate(m *model, req *Request, parsed Outcome) (Outcome, error) {
-	out, err := r.fallback(m, req, policy.ReasonRequestTemplate)
+// unread routes by load, with its own reason, a request whose prompt the router does not
+// tokenize, so it has no prompt to decide on: a chat request that brings its own template (the
+// router does not render a client's template; vLLM refuses it unless
+// --trust-request-chat-template), or a prompt with a pre-token over Options.MaxPretokenBytes
+// (its BPE would cost CPU out of proportion; the engine tokenizes it anyway and answers for
+// it, and the decision costs no more CPU than the scan that found it).
+func (r *Router) unread(m *model, req *Request, parsed Outcome, reason policy.Reason) (Outcome, error) {
+	out, err := r.fallback(m, req, reason)
 	if req.DryRun && out.BookingID != "" {
 		m.pool.Release(out.BookingID) // Explain books nothing
 		out.BookingID = ""

@@ -152,6 +152,17 @@ func eachMember(body []byte, f func(m member)) error {
 	return nil
 }
 
+// HasMember reports whether body has a top-level member named name (escaped or not).
+func HasMember(body []byte, name string) bool {
+	found := false
+	_ = eachMember(body, func(m member) {
+		if k, ok := decodeKey(m.key); ok && k == name {
+			found = true
+		}
+	})
+	return found
+}
+
 // decodeKey decodes a raw key the way the engine's JSON parser does ("kv\u005ftransfer…").
 func decodeKey(raw []byte) (string, bool) {
 	for _, c := range raw {

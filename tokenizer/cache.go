@@ -71,6 +71,9 @@ func (c *segmentCache) encode(dst []uint32, text string, t *Tokenizer, sc *encod
 
 	n := len(dst)
 	dst = t.encodeSegment(dst, text, false, sc)
+	if t.budget != nil && t.budget.err != nil {
+		return dst // cut short: not the segment's ids
+	}
 	ids := append([]uint32(nil), dst[n:]...)
 	size := entryBytes(text, ids)
 	if size > c.maxBytes {

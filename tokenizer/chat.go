@@ -160,6 +160,9 @@ func (t *Tokenizer) renderChat(body []byte, opts ChatOptions, use func(prompt st
 		defer func() { sp.reset(); t.chat.splicers.Put(sp) }()
 		vars[pyOutputName] = sp.filter
 	}
+	if b := t.budget; b != nil && b.cancelled() {
+		return fmt.Errorf("tokenizer: render chat template: %w", ErrCancelled)
+	}
 	out, err := t.chat.tmpl.RenderValues(vars)
 	if err != nil {
 		return fmt.Errorf("tokenizer: render chat template: %w", err)
@@ -183,6 +186,9 @@ func (t *Tokenizer) EncodeChat(dst []uint32, body []byte, opts ChatOptions) ([]u
 	err := t.renderChat(body, opts, func(prompt string, call *chatCall) {
 		dst = t.encodeTruncated(dst, prompt, call.special, call.trunc)
 	})
+	if err == nil && t.budget != nil {
+		err = t.budget.err
+	}
 	return dst, err
 }
 

@@ -33,6 +33,9 @@ type Tokenizer struct {
 	cfg        modelConfig
 	scratch    *sync.Pool   // of *encodeScratch, shared by copies of the Tokenizer
 	decoder    *decodeTable // id -> bytes for Decode, built on first use, shared by copies
+	// maxCharsPerToken is the longest vocabulary entry in characters (budget.go).
+	maxCharsPerToken int
+	budget           *Budget // nil: unbounded; set only on a copy made by Bounded
 }
 
 // modelConfig is what tokenizer_config.json contributes.
@@ -85,6 +88,7 @@ func newTokenizer(data []byte) (*Tokenizer, error) {
 		}
 		t.special[a.Content] = a.ID
 	}
+	t.maxCharsPerToken = maxChars(ms.Vocab, spec.AddedTokens)
 	t.rawAdded = newAddedMatcher(raw)
 	t.normAdded = newAddedMatcher(norm)
 	if err := t.parsePostProcessor(spec.PostProcessor); err != nil {
@@ -167,6 +171,13 @@ func (t *Tokenizer) Encode(dst []uint32, text string, special SpecialTokens) []u
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
+	b := t.budget
+	if b != nil {
+		if !b.admitText(text, t.maxCharsPerToken) {
+			return dst
+		}
+		b.base = len(dst)
+	}
 	if special {
 		dst = append(dst, t.prefix...)
 	}
@@ -176,6 +187,9 @@ func (t *Tokenizer) Encode(dst []uint32, text string, special SpecialTokens) []u
 	t.scratch.Put(sc)
 	if special {
 		dst = append(dst, t.suffix...)
+	}
+	if b != nil {
+		b.finish(len(dst) - b.base)
 	}
 	return dst
 }
@@ -237,6 +251,9 @@ func (t *Tokenizer) encodeSegment(dst []uint32, text string, first bool, sc *enc
 		}
 		sc.words = t.pre.split(sc.words[:0], p.text, first && j == 0)
 		for _, w := range sc.words {
+			if b := t.budget; b != nil && !b.admitWord(w, len(dst)-b.base) {
+				return dst
+			}
 			dst = t.model.encodeWord(dst, w, &sc.bpe)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"k8s.io/client-go/kubernetes"
@@ -149,7 +150,7 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ropts := route.Options{Policy: cfg.Settings.Policy}
+	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes}
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}
@@ -160,7 +161,7 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 		}
 		s.models = append(s.models, m)
 		rm := route.Model{Name: mc.Name, LoRAAdapters: mc.LoRAAdapters, Tokenizer: toks[i], Index: m.index,
-			Pool: m.pool, BlockSize: mc.Pool.BlockSize}
+			Pool: m.pool, BlockSize: mc.Pool.BlockSize, MaxModelLen: mc.MaxModelLen}
 		if m.streams != nil {
 			rm.Streams = m.streams
 		}
@@ -257,14 +258,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 		return err
 	}
 	s.startBodyBytes = cfg.Settings.MaxBodyBytes
-	gopts := extproc.GRPCOptions{MaxBodyBytes: s.startBodyBytes}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return fmt.Errorf("load TLS key pair %s: %w", cfg.TLSCert, err)
-		}
-		gopts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
+	gopts := extproc.GRPCOptions{MaxBodyBytes: s.startBodyBytes, TLS: cfg.TLS, MaxConcurrentStreams: uint32(cfg.MaxStreamsPerConnection)}
 	g, hs := extproc.NewGRPCServer(s.ext, gopts)
 	s.health = hs
 	if hooks.extProc != nil {
@@ -280,7 +274,8 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
 	}
-	glis, alis, hlis := lis[0], lis[1], lis[2]
+	// A connection past max_connections waits in the kernel's accept queue until one closes.
+	glis, alis, hlis := netutil.LimitListener(lis[0], cfg.MaxConnections), lis[1], lis[2]
 	if cfg.Admin.TLS != nil {
 		hlis = tls.NewListener(hlis, cfg.Admin.TLS)
 	}

@@ -69,8 +69,17 @@ func podLabels(t *testing.T, objs []object, name string) map[string]string {
 // Inference Extension the peers given, which the chart requires), and to the admin port only the
 // monitoring namespace and the listed peers (Admin gRPC too when exposed).
 func TestChartNetworkPolicy(t *testing.T) {
-	if np, _ := networkPolicy(t, variant{values: []string{"common.yaml", "plain-envoy.yaml"}}); np != nil {
-		t.Fatal("a NetworkPolicy is rendered by default")
+	if np, _ := networkPolicy(t, variant{values: []string{"common.yaml", "plain-envoy.yaml"}}); np == nil {
+		t.Fatal("no NetworkPolicy by default: the ext_proc port is open to every pod")
+	}
+	// Without it the chart wants the operator's word that something else closes the port.
+	off := variant{values: []string{"common.yaml", "plain-envoy.yaml"}, set: []string{"networkPolicy.enabled=false"}}
+	if _, err := helmRun(t, off.args()...); err == nil || !strings.Contains(err.Error(), "extProc.allowUnauthenticated=true") {
+		t.Fatalf("err = %v; want the chart to refuse an unprotected ext_proc port", err)
+	}
+	off.set = append(off.set, "extProc.allowUnauthenticated=true")
+	if np, _ := networkPolicy(t, off); np != nil {
+		t.Fatal("a NetworkPolicy is rendered when disabled")
 	}
 	on := "networkPolicy.enabled=true"
 	const extProc, admin, adminGRPC = 9002, 9090, 9003
@@ -128,12 +137,14 @@ func TestChartNetworkPolicy(t *testing.T) {
 			t.Fatal("the ext_proc peer admits the proxy of another Gateway")
 		}
 	})
-	t.Run("inference_pool_needs_peers", func(t *testing.T) {
-		_, err := helmRun(t, variant{values: []string{"common.yaml", "inference-pool.yaml"}, set: []string{on}}.args()...)
-		if err == nil || !strings.Contains(err.Error(), "networkPolicy.extProcFrom: gateway.type inference-pool") {
-			t.Fatalf("err = %v; want the chart to ask for the gateway's peers", err)
+	t.Run("inference_pool_peers", func(t *testing.T) {
+		// Unnamed, the gateway may be any pod of the release namespace, and no pod elsewhere.
+		np, _ := networkPolicy(t, variant{values: []string{"common.yaml", "inference-pool.yaml"}, set: []string{on}})
+		if r := ruleFor(t, np, extProc); len(r.From) != 1 || r.From[0].NamespaceSelector != nil || r.From[0].PodSelector == nil ||
+			len(r.From[0].PodSelector.MatchLabels) != 0 {
+			t.Fatalf("ext_proc peers %+v; want every pod of the release namespace only", r.From)
 		}
-		np, _ := networkPolicy(t, variant{values: []string{"common.yaml", "inference-pool.yaml"}, set: []string{on,
+		np, _ = networkPolicy(t, variant{values: []string{"common.yaml", "inference-pool.yaml"}, set: []string{on,
 			"networkPolicy.extProcFrom[0].podSelector.matchLabels.gateway\\.networking\\.k8s\\.io/gateway-name=inference-gateway",
 			"networkPolicy.adminFrom[0].namespaceSelector.matchLabels.team=ops",
 			"admin.grpc.expose=true"}})
@@ -149,4 +160,42 @@ func TestChartNetworkPolicy(t *testing.T) {
 			t.Fatalf("exposed Admin gRPC peers %+v; want the admin peers", g.From)
 		}
 	})
+}
+
+// TestChartEngineNetworkPolicy: the engines' KV event and replay ports publish token ids
+// (docs/deploy.md §3); enabled, the policy admits only the router pods to them and leaves the
+// engines' HTTP ports open; it needs the engines' labels.
+func TestChartEngineNetworkPolicy(t *testing.T) {
+	base := variant{values: []string{"common.yaml", "plain-envoy.yaml"}}
+	for _, o := range render(t, base) {
+		if o.Kind == "NetworkPolicy" && o.Name == release+"-engines" {
+			t.Fatal("an engine NetworkPolicy without engine labels")
+		}
+	}
+	on := base
+	on.set = []string{"engineNetworkPolicy.enabled=true"}
+	if _, err := helmRun(t, on.args()...); err == nil || !strings.Contains(err.Error(), "engineNetworkPolicy.podSelector") {
+		t.Fatalf("err = %v; want the chart to ask for the engines' labels", err)
+	}
+	on.set = append(on.set, "engineNetworkPolicy.podSelector.app=vllm")
+	objs := render(t, on)
+	v, err := decodeStrict(find(t, objs, "NetworkPolicy", release+"-engines"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := v.(*networkingv1.NetworkPolicy)
+	if !selects(t, &np.Spec.PodSelector, map[string]string{"app": "vllm", "role": "decode"}) {
+		t.Fatalf("podSelector %v does not select the engines", np.Spec.PodSelector)
+	}
+	router := podLabels(t, objs, release)
+	envoyPods := podLabels(t, objs, release+"-envoy")
+	for _, port := range []int32{5557, 5567} {
+		r := ruleFor(t, np, port)
+		if len(r.From) != 1 || !selects(t, r.From[0].PodSelector, router) || selects(t, r.From[0].PodSelector, envoyPods) {
+			t.Fatalf("port %d peers %+v; want the router pods only", port, r.From)
+		}
+	}
+	if r := ruleFor(t, np, 8000); len(r.From) != 0 {
+		t.Fatalf("engine HTTP peers %+v; want every peer", r.From)
+	}
 }

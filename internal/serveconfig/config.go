@@ -3,6 +3,7 @@ package serveconfig
 import (
 	"bytes"
 	"cmp"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -25,26 +26,43 @@ import (
 // File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
 // can be overridden by its flag.
 type File struct {
-	Listen          string        `yaml:"listen"`
-	AdminListen     string        `yaml:"admin_listen"`
-	AdminGRPCListen string        `yaml:"admin_grpc_listen"`
-	AdminTokenFile  string        `yaml:"admin_token_file"`
-	AdminTLSCert    string        `yaml:"admin_tls_cert"`
-	AdminTLSKey     string        `yaml:"admin_tls_key"`
-	AdminClientCA   string        `yaml:"admin_client_ca"`
-	TLSCert         string        `yaml:"tls_cert"`
-	TLSKey          string        `yaml:"tls_key"`
-	MaxBodyBytes    int           `yaml:"max_body_bytes"`
-	FailureMode     string        `yaml:"failure_mode"`
-	DebugHeaders    bool          `yaml:"debug_headers"`
-	LLMDCompat      bool          `yaml:"llmd_compat"`
-	DrainTimeout    time.Duration `yaml:"drain_timeout"`
-	UnreadyDelay    time.Duration `yaml:"unready_delay"`
-	LogLevel        string        `yaml:"log_level"`
+	Listen          string `yaml:"listen"`
+	AdminListen     string `yaml:"admin_listen"`
+	AdminGRPCListen string `yaml:"admin_grpc_listen"`
+	AdminTokenFile  string `yaml:"admin_token_file"`
+	AdminTLSCert    string `yaml:"admin_tls_cert"`
+	AdminTLSKey     string `yaml:"admin_tls_key"`
+	AdminClientCA   string `yaml:"admin_client_ca"`
+	TLSCert         string `yaml:"tls_cert"`
+	TLSKey          string `yaml:"tls_key"`
+	// TLSClientCA makes the ext_proc port require a client certificate it signs (mTLS).
+	TLSClientCA string `yaml:"tls_client_ca"`
+	// AllowUnauthenticatedListen lets listen be off loopback without mTLS: the operator
+	// states that the network admits only the gateway (a NetworkPolicy, a firewall).
+	AllowUnauthenticatedListen bool          `yaml:"allow_unauthenticated_listen"`
+	MaxBodyBytes               int           `yaml:"max_body_bytes"`
+	FailureMode                string        `yaml:"failure_mode"`
+	DebugHeaders               bool          `yaml:"debug_headers"`
+	LLMDCompat                 bool          `yaml:"llmd_compat"`
+	DrainTimeout               time.Duration `yaml:"drain_timeout"`
+	UnreadyDelay               time.Duration `yaml:"unready_delay"`
+	LogLevel                   string        `yaml:"log_level"`
 	// Resource bounds of the ext_proc listener (extproc README "Resource bounds").
 	StreamIdleTimeout    time.Duration `yaml:"stream_idle_timeout"`
 	DecisionQueueTimeout time.Duration `yaml:"decision_queue_timeout"`
 	DecisionConcurrency  int           `yaml:"decision_concurrency"` // 0 = GOMAXPROCS; restart to change
+	// The request phase as a whole, however steadily bytes come (reloadable).
+	StreamRequestTimeout time.Duration `yaml:"stream_request_timeout"`
+	// A decided stream's wait for response headers before its booking is released (reloadable).
+	UnansweredBookingTimeout time.Duration `yaml:"unanswered_booking_timeout"`
+	// Bytes every open stream holds together (reloadable).
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
+	// ext_proc connections and streams per connection (restart to change).
+	MaxConnections          int `yaml:"max_connections"`
+	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
+	// MaxPretokenBytes bounds one pre-token of a prompt (0: none); a prompt with a longer one
+	// is routed by load untokenized, reason long_pretoken (restart to change).
+	MaxPretokenBytes int `yaml:"max_pretoken_bytes"`
 	// Model is the single-model form: one model served by the top-level workers. Models is
 	// the several-model form (each entry with its own name and workers); they are exclusive.
 	Model  ModelFile   `yaml:"model"`
@@ -96,13 +114,16 @@ type File struct {
 
 // config is the validated configuration of `serve`.
 type Config struct {
-	File          File   // the merged file and flags, as given
-	Listen        string // ext_proc + health gRPC
-	AdminListen   string // admin HTTP
-	AdminGRPC     string // Admin gRPC
-	Admin         AdminAccess
-	TLSCert       string // ext_proc port TLS
-	TLSKey        string
+	File        File   // the merged file and flags, as given
+	Listen      string // ext_proc + health gRPC
+	AdminListen string // admin HTTP
+	AdminGRPC   string // Admin gRPC
+	Admin       AdminAccess
+	TLSCert     string // ext_proc port TLS
+	TLSKey      string
+	// TLS is the ext_proc port's TLS (nil: plaintext), with client authentication when
+	// tls_client_ca is set.
+	TLS           *tls.Config
 	DrainTimeout  time.Duration
 	UnreadyDelay  time.Duration
 	LogLevel      slog.Level
@@ -119,6 +140,12 @@ type Config struct {
 	UnknownModel string // reject or passthrough
 	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
 	DecisionConcurrency int
+	// MaxConnections bounds the ext_proc port's open connections (netutil.LimitListener);
+	// MaxStreamsPerConnection is extproc.GRPCOptions.MaxConcurrentStreams.
+	MaxConnections          int
+	MaxStreamsPerConnection int
+	// MaxPretokenBytes is route.Options.MaxPretokenBytes.
+	MaxPretokenBytes int
 	// Kubernetes is discovery.kubernetes with defaults (its client settings and every entry;
 	// each model's entries are in Model.Discovery); nil without Kubernetes discovery.
 	Kubernetes *kube.Config
@@ -162,7 +189,7 @@ func NewFlags() *Flags {
 	fs.BoolVar(&f.condDisagg, "router-conditional-disagg", false, "enable conditional disaggregation")
 	fs.StringVar(&f.condDisaggConfig, "router-conditional-disagg-config", "", "JSON policy object (conditional-disagg.md §2)")
 	fs.Float64Var(&f.queueThreshold, "router-queue-threshold", 0, "prefill queue threshold (θp when prefill_busy_threshold is unset)")
-	fs.StringVar(&f.listen, "listen", "0.0.0.0:9002", "ext_proc gRPC address (Envoy; ext_proc and health only)")
+	fs.StringVar(&f.listen, "listen", DefaultListen, "ext_proc gRPC address (Envoy; ext_proc and health only); off loopback it needs tls_client_ca or allow_plaintext_extproc")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9090", "admin HTTP address (/metrics, /healthz, /readyz, /debug/explain)")
 	fs.StringVar(&f.adminGRPCListen, "admin-grpc-listen", "127.0.0.1:9003", "Admin gRPC address (Explain, ListWorkers, ReloadConfig)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the bearer token the Admin API requires (required off loopback unless --admin-client-ca)")
@@ -186,6 +213,18 @@ func NewFlags() *Flags {
 // MaxDecisionConcurrency bounds decision_concurrency: decisions beyond the cores only share them.
 const MaxDecisionConcurrency = 1024
 
+// DefaultListen is the ext_proc port's default address: loopback, so that only an Envoy on the
+// same host (a sidecar, the demo) reaches it until the operator opens it on purpose.
+const DefaultListen = "127.0.0.1:9002"
+
+// Defaults of the ext_proc listener's connection bounds. Envoy opens about one connection per
+// worker thread to each ext_proc host and multiplexes every request on them.
+const (
+	DefaultMaxConnections          = 64
+	DefaultMaxStreamsPerConnection = int(extproc.DefaultMaxConcurrentStreams)
+	DefaultMaxPretokenBytes        = 4096
+)
+
 // The range of router.kv_events_max_message_bytes: below 64 KiB a long prompt's BlockStored
 // batch would be refused; above 256 MiB one hostile frame could cost gigabytes of memory.
 const (
@@ -196,10 +235,13 @@ const (
 // defaultFile is the file configuration before the YAML and the flags apply.
 func defaultFile() File {
 	var fc File
-	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = "0.0.0.0:9002", "127.0.0.1:9090", "127.0.0.1:9003"
+	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = DefaultListen, "127.0.0.1:9090", "127.0.0.1:9003"
 	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
 	fc.DrainTimeout, fc.LogLevel, fc.UnknownModel = 15*time.Minute, "info", "reject"
 	fc.StreamIdleTimeout, fc.DecisionQueueTimeout = extproc.DefaultStreamIdleTimeout, extproc.DefaultDecisionQueueTimeout
+	fc.StreamRequestTimeout, fc.UnansweredBookingTimeout = extproc.DefaultStreamRequestTimeout, extproc.DefaultUnansweredBookingTimeout
+	fc.MaxBufferedBytes, fc.MaxConnections, fc.MaxStreamsPerConnection = extproc.DefaultMaxBufferedBytes, DefaultMaxConnections, DefaultMaxStreamsPerConnection
+	fc.MaxPretokenBytes = DefaultMaxPretokenBytes
 	fc.Router.Mode = "kv"
 	fc.Router.Selection = policy.DefaultSelection()
 	fc.Router.Silence = policy.Silence{After: policy.DefaultKVEventsSilence, MinRequests: policy.DefaultKVEventsMinRequests}
@@ -306,7 +348,8 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
 		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
 		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, KVEvents: fc.Router.KVEvents,
-		UnknownModel: fc.UnknownModel, DecisionConcurrency: fc.DecisionConcurrency}
+		UnknownModel: fc.UnknownModel, DecisionConcurrency: fc.DecisionConcurrency,
+		MaxConnections: fc.MaxConnections, MaxStreamsPerConnection: fc.MaxStreamsPerConnection, MaxPretokenBytes: fc.MaxPretokenBytes}
 	if fc.Listen == "" {
 		bad("listen", `""`, "must be host:port")
 	}
@@ -320,6 +363,8 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	if (fc.TLSCert == "") != (fc.TLSKey == "") {
 		bad("tls_cert/tls_key", fc.TLSCert+"/"+fc.TLSKey, "must be given together")
 	}
+	c.TLS = extProcTLS(fc, bad)
+	checkListenAccess(fc, c.TLS, bad)
 	if fc.DrainTimeout <= 0 {
 		bad("drain_timeout", fc.DrainTimeout, "must be > 0")
 	}
@@ -340,6 +385,7 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		bad("router.kv_events_max_message_bytes", m, fmt.Sprintf("is outside [%d, %d] (0 = %d)",
 			MinKVEventsMessageBytes, MaxKVEventsMessageBytes, kvevents.DefaultMaxPayloadBytes))
 	}
+	checkListenerBounds(fc, bad)
 	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
 		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))
 	}
@@ -360,7 +406,8 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	}
 	c.Settings = &extproc.Settings{Policy: &pc, Shadow: shadow, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
-		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout}
+		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout,
+		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
 	if len(c.Models) > 0 {

@@ -27,6 +27,9 @@ type ModelFile struct {
 	ChatTemplate  string `yaml:"chat_template"`
 	BlockSize     int    `yaml:"block_size"`
 	CacheSegments *int   `yaml:"cache_segments"`
+	// MaxModelLen is the engines' --max-model-len (0: unknown). A prompt over it is refused
+	// with vLLM's own 400 after as little tokenization as vLLM does.
+	MaxModelLen int `yaml:"max_model_len"`
 	// LoRAAdapters are the request model names that are LoRA adapters of this model (vLLM
 	// --lora-modules names): their prompts are keyed with the adapter, as the engine keys
 	// their blocks.
@@ -49,6 +52,7 @@ type Model struct {
 	Tokenizer     string // model directory
 	ChatTemplate  string // template file overriding the directory's ("" none)
 	CacheSegments int
+	MaxModelLen   int // 0: unknown
 	LoRAAdapters  []string
 	Pool          pool.Config // the model's workers; Pool.BlockSize is the model's block size
 	// Discovery are the discovery.kubernetes entries of this model (with defaults).
@@ -143,6 +147,9 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 		if m.BlockSize < 1 {
 			bad(f+".block_size", m.BlockSize, "must be >= 1 (the workers' vLLM --block-size)")
 		}
+		if m.MaxModelLen < 0 {
+			bad(f+".max_model_len", m.MaxModelLen, "must be >= 0 (the workers' vLLM --max-model-len; 0 = unknown)")
+		}
 		if *m.CacheSegments < 0 {
 			bad(f+".cache_segments", *m.CacheSegments, "must be >= 0")
 		}
@@ -173,7 +180,7 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 			*errs = append(*errs, err)
 		}
 		out = append(out, Model{Name: m.Name, Tokenizer: m.Tokenizer, ChatTemplate: m.ChatTemplate,
-			CacheSegments: *m.CacheSegments, LoRAAdapters: m.LoRAAdapters, Pool: pc, Discovery: disc[i]})
+			CacheSegments: *m.CacheSegments, MaxModelLen: m.MaxModelLen, LoRAAdapters: m.LoRAAdapters, Pool: pc, Discovery: disc[i]})
 	}
 	return out
 }

@@ -37,8 +37,15 @@ func RestartNeeded(old, cur *Config) string {
 	}
 	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
 		old.TLSCert != cur.TLSCert || old.TLSKey != cur.TLSKey || !reflect.DeepEqual(old.File.AdminTokenFile, cur.File.AdminTokenFile) ||
-		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA {
+		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA ||
+		old.File.TLSClientCA != cur.File.TLSClientCA || old.File.AllowUnauthenticatedListen != cur.File.AllowUnauthenticatedListen {
 		fields = append(fields, "listeners/tls")
+	}
+	if old.MaxConnections != cur.MaxConnections || old.MaxStreamsPerConnection != cur.MaxStreamsPerConnection {
+		fields = append(fields, "max_connections/max_streams_per_connection")
+	}
+	if old.MaxPretokenBytes != cur.MaxPretokenBytes {
+		fields = append(fields, "max_pretoken_bytes")
 	}
 	if !reflect.DeepEqual(old.Kubernetes, cur.Kubernetes) {
 		fields = append(fields, "discovery")

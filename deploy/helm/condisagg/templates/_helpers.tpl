@@ -63,12 +63,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* The serve config: .Values.config plus the keys the chart owns. */}}
 {{- define "condisagg.serveConfig" -}}
 {{- $c := deepCopy .Values.config -}}
-{{- range $k := list "listen" "admin_listen" "admin_grpc_listen" "admin_token_file" "admin_tls_cert" "admin_tls_key" "admin_client_ca" -}}
+{{- range $k := list "listen" "allow_unauthenticated_listen" "admin_listen" "admin_grpc_listen" "admin_token_file" "admin_tls_cert" "admin_tls_key" "admin_client_ca" -}}
 {{- if hasKey $c $k -}}
 {{- fail (printf "config.%s: the chart sets it (ports.*, admin.*); remove it from config" $k) -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $c "listen" (printf "0.0.0.0:%d" (int .Values.ports.extProc)) -}}
+{{- /* Off loopback condisagg needs mTLS or the statement that the network admits only the
+gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allowUnauthenticated). */ -}}
+{{- if not (or .Values.networkPolicy.enabled .Values.extProc.allowUnauthenticated) -}}
+{{- fail "networkPolicy.enabled=false leaves the ext_proc port open to every pod: keep the NetworkPolicy, or set extProc.allowUnauthenticated=true if your own policy or firewall admits only the gateway" -}}
+{{- end -}}
+{{- $_ := set $c "allow_unauthenticated_listen" true -}}
 {{- $_ := set $c "admin_listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) -}}
 {{- $grpcHost := ternary "0.0.0.0" "127.0.0.1" .Values.admin.grpc.expose -}}
 {{- $_ := set $c "admin_grpc_listen" (printf "%s:%d" $grpcHost (int .Values.ports.adminGRPC)) -}}
