@@ -313,7 +313,11 @@ func (d *driver) batch(ctx context.Context, rqs []request) {
 // ---- bodies ----
 
 func completion(prompt string, maxTokens int, stream, usage bool) []byte {
-	m := map[string]any{"model": modelName, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0}
+	return completionFor(modelName, prompt, maxTokens, stream, usage)
+}
+
+func completionFor(model, prompt string, maxTokens int, stream, usage bool) []byte {
+	m := map[string]any{"model": model, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0}
 	setStream(m, stream, usage)
 	b, _ := json.Marshal(m)
 	return b

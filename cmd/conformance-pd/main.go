@@ -39,12 +39,14 @@ import (
 const (
 	blockSize = 32
 	modelName = "tiny-qwen3"
+	loraName  = "sql-lora" // the adapter's request model name (vLLM --lora-modules NAME=DIR)
 	prefillID = "prefill-0"
 	decodeID  = "decode-0"
 )
 
 type config struct {
 	root, model, condisagg, sidecar, workdir string
+	loraDir                                  string // the adapter both engines serve as loraName
 	prefill, decode                          engineSpec
 	sidecarPort, faultPort                   int
 	listen, adminGRPC, adminWeb              int
@@ -62,6 +64,7 @@ func main() {
 	flag.StringVar(&c.condisagg, "condisagg", "bin/condisagg", "condisagg binary")
 	flag.StringVar(&c.sidecar, "pd-sidecar", "bin/pd-sidecar", "pd-sidecar binary")
 	flag.StringVar(&c.workdir, "workdir", "", "logs and config (default: a new temp dir)")
+	flag.StringVar(&c.loraDir, "lora-adapter", ".cache/models/tiny-qwen3-lora", "LoRA adapter both engines serve as "+loraName+" (scripts/vllm-tiny-model.py --lora-out)")
 	flag.IntVar(&c.prefill.port, "prefill-port", 18401, "prefill engine HTTP port (KV events, replay and NIXL side channel: 15801, 15811, 5801)")
 	flag.IntVar(&c.decode.port, "decode-port", 18402, "decode engine HTTP port (KV events, replay and NIXL side channel: 15802, 15812, 5802)")
 	flag.IntVar(&c.sidecarPort, "sidecar-port", 18410, "pd-sidecar port: the prefill worker's endpoint as condisagg knows it")
@@ -81,7 +84,7 @@ func main() {
 		fatal(err)
 	}
 	c.root = root
-	for _, p := range []*string{&c.model, &c.condisagg, &c.sidecar} {
+	for _, p := range []*string{&c.model, &c.condisagg, &c.sidecar, &c.loraDir} {
 		if !filepath.IsAbs(*p) {
 			*p = filepath.Join(root, *p)
 		}
@@ -190,7 +193,9 @@ func (d *driver) startEngine(ctx context.Context, name string, s engineSpec, kvR
 		Blocks: d.c.blocks, MaxModelLen: d.c.maxLen, StartTimeout: d.c.startTimeout,
 		Env: []string{"VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1", fmt.Sprintf("VLLM_NIXL_SIDE_CHANNEL_PORT=%d", s.side),
 			"UCX_TLS=tcp,self,sm", "UCX_NET_DEVICES=lo"},
-		Extra: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector",` + kvRole + `,"kv_buffer_device":"cpu"}`}})
+		Extra: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector",` + kvRole + `,"kv_buffer_device":"cpu"}`,
+			// As established in docs/vllm-facts.md §d: a rank-8 adapter, one LoRA slot.
+			"--enable-lora", "--lora-modules", loraName + "=" + d.c.loraDir, "--max-lora-rank", "8", "--max-loras", "1"}})
 }
 
 // startSidecar runs pd-sidecar on the prefill worker's advertised endpoint; it dials the
@@ -217,7 +222,7 @@ debug_headers: true # x-condisagg-decision: the route and the credit of each req
 failure_mode: closed
 unready_delay: 0s
 drain_timeout: 1s
-model: {tokenizer: %s, block_size: %d}
+model: {tokenizer: %s, block_size: %d, lora_adapters: [%s]}
 router:
   mode: kv
   kv_events: true
@@ -229,7 +234,7 @@ pool: {scrape_interval: 0s}
 workers:
   - {name: %s, role: prefill, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
   - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize,
+`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, loraName,
 		prefillID, c.sidecarPort, c.prefill.kv, c.prefill.replay, c.blocks,
 		decodeID, c.decode.port, c.decode.kv, c.decode.replay, c.blocks)
 }

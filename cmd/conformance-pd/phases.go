@@ -15,7 +15,7 @@ import (
 )
 
 // Categories, in table order.
-var categories = []string{"fresh (remote)", "follow-up (local)", "sub-block (remote)", "near max_model_len",
+var categories = []string{"fresh (remote)", "follow-up (local)", "lora fresh (remote)", "lora follow-up (local)", "sub-block (remote)", "near max_model_len",
 	"cached on prefill", "failure, recompute", "failure, recompute, D hit", "in flight at once",
 	"kill decode mid-stream", "failure, fail", "fresh after restart", "follow-up after restart", "kill prefill mid-prefill"}
 
@@ -57,6 +57,14 @@ func (d *driver) corpus(ctx context.Context) error {
 		first.cat, follow.cat = "fresh (remote)", "follow-up (local)"
 		d.one(ctx, first)
 		d.one(ctx, follow)
+	}
+	// The same kind of conversation under the LoRA adapter: its KV computed with the adapter
+	// at the prefill engine, moved, and hit under the adapter at the decode engine.
+	for i := range 3 {
+		f := formats[i%2]
+		a, more := words(250+i, 70), words(750+i, 6)
+		d.one(ctx, request{cat: "lora fresh (remote)", path: "/v1/completions", body: completionFor(loraName, a, 8, f.stream, f.usage), wantRoute: "prefill"})
+		d.one(ctx, request{cat: "lora follow-up (local)", path: "/v1/completions", body: completionFor(loraName, a+" "+more, 8, f.stream, f.usage), wantRoute: "decode"})
 	}
 	for i := range 5 {
 		d.one(ctx, fresh(formats[i%4], 300+i, 2, "sub-block (remote)"))
