@@ -53,19 +53,20 @@ func (x *exchange) nextBound(now time.Time) bound {
 		}
 		return b
 	}
-	if x.routed && !x.sawResponse && x.resp.booking != "" && !x.resp.released {
+	if x.routed && !x.sawResponse && x.resp.booking != "" && !x.resp.released && !x.resp.freedEarly {
 		return bound{kind: boundUnanswered, after: max(x.decidedAt.Add(x.set.unansweredTimeout()).Sub(now), 0)}
 	}
 	return bound{}
 }
 
 // releaseUnanswered releases the booking of a decided stream that saw no response in time;
-// the stream stays open and a late answer is still observed, with nothing left to release.
+// the stream stays open and a late answer is still observed and classified (a slow
+// non-streamed answer sends its headers only at its end), its releases then no-ops.
 func (x *exchange) releaseUnanswered() {
-	if x.resp.booking == "" || x.resp.released {
+	if x.resp.booking == "" || x.resp.released || x.resp.freedEarly {
 		return
 	}
-	x.resp.released = true
+	x.resp.freedEarly = true
 	x.srv.router.Release(x.resp.booking)
 	x.srv.metrics.UnansweredReleases.Inc()
 }

@@ -29,8 +29,11 @@ type respObserver struct {
 	jsonOver  bool
 	ended     bool // the response ended (end_of_stream, trailers, error)
 	released  bool
-	prefill   bool // the prefill entry was released
-	firstSeen bool // the first token was seen
+	// freedEarly: unanswered_booking_timeout released the booking before any response; the
+	// answer is still observed (latency, usage, transfer truth), and releasing again is a no-op.
+	freedEarly bool
+	prefill    bool // the prefill entry was released
+	firstSeen  bool // the first token was seen
 	// The slo policy's uncorrected forecasts for this request (ms; 0 = none), the first
 	// token's time and the token events since, for its controller (route.ObserveLatency).
 	forecastTTFT, forecastTPOT float64

@@ -94,6 +94,38 @@ func TestPhaseBounds(t *testing.T) {
 			t.Fatalf("unanswered releases %v, want 1", got)
 		}
 	})
+	t.Run("a_late_answer_is_still_classified", func(t *testing.T) {
+		// A non-streamed remote answer sends its headers only when it is complete: one slower
+		// than unanswered_booking_timeout loses its booking, not its transfer truth.
+		e := newEnv(t, envOptions{workers: defaultWorkers()[1:], settings: func(s *Settings) {
+			s.StreamIdleTimeout, s.StreamRequestTimeout, s.UnansweredBookingTimeout = idle, whole, unanswered
+		}})
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			f := &fakeStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest)}
+			done := make(chan error, 1)
+			go func() { done <- e.server.process(f) }()
+			f.in <- headersMsg(buffered, false)
+			f.in <- bodyMsg(chatBody("a slow remote answer", false), true)
+			time.Sleep(2 * unanswered)
+			synctest.Wait()
+			if e.totalRequests() != 0 {
+				t.Fatalf("bookings %d after unanswered_booking_timeout, want 0", e.totalRequests())
+			}
+			f.in <- &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+				Headers: hdrs(":status", "200", "content-type", "application/json", "x-condisagg-kv-transfer", "pulled")}}}
+			f.in <- &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+				Body: []byte(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}`), EndOfStream: true}}}
+			synctest.Wait()
+			cancel()
+			<-done
+			synctest.Wait()
+		})
+		if got := e.server.RecentTransfers(1); len(got) != 1 || got[0].Outcome != TransferTransferred {
+			t.Fatalf("late answer classified as %+v, want transferred", got)
+		}
+	})
 	t.Run("response_headers_stop_the_unanswered_bound", func(t *testing.T) {
 		e := env(t)
 		synctest.Test(t, func(t *testing.T) {
