@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,13 +61,8 @@ func TestPhaseBounds(t *testing.T) {
 	t.Run("a_decided_stream_without_response_releases_its_booking", func(t *testing.T) {
 		e := env(t)
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			f := &fakeStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest)}
-			done := make(chan error, 1)
-			go func() { done <- e.server.process(f) }()
-			f.in <- headersMsg(buffered, false)
-			f.in <- bodyMsg(chatBody("decided, then never answered", true), true)
+			_, done, stop := decidedStream(e, "decided, then never answered", true)
+			defer stop()
 			synctest.Wait()
 			if e.totalRequests() != 1 {
 				t.Fatalf("bookings %d after the decision, want 1", e.totalRequests())
@@ -86,9 +82,7 @@ func TestPhaseBounds(t *testing.T) {
 				t.Fatalf("the stream ended (%v); it must stay open for a late answer", err)
 			default:
 			}
-			cancel()
-			<-done
-			synctest.Wait()
+			stop()
 		})
 		if got := testutil.ToFloat64(e.metrics.UnansweredReleases); got != 1 {
 			t.Fatalf("unanswered releases %v, want 1", got)
@@ -101,13 +95,8 @@ func TestPhaseBounds(t *testing.T) {
 			s.StreamIdleTimeout, s.StreamRequestTimeout, s.UnansweredBookingTimeout = idle, whole, unanswered
 		}})
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			f := &fakeStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest)}
-			done := make(chan error, 1)
-			go func() { done <- e.server.process(f) }()
-			f.in <- headersMsg(buffered, false)
-			f.in <- bodyMsg(chatBody("a slow remote answer", false), true)
+			f, _, stop := decidedStream(e, "a slow remote answer", false)
+			defer stop()
 			time.Sleep(2 * unanswered)
 			synctest.Wait()
 			if e.totalRequests() != 0 {
@@ -118,9 +107,7 @@ func TestPhaseBounds(t *testing.T) {
 			f.in <- &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
 				Body: []byte(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}`), EndOfStream: true}}}
 			synctest.Wait()
-			cancel()
-			<-done
-			synctest.Wait()
+			stop()
 		})
 		if got := e.server.RecentTransfers(1); len(got) != 1 || got[0].Outcome != TransferTransferred {
 			t.Fatalf("late answer classified as %+v, want transferred", got)
@@ -129,13 +116,8 @@ func TestPhaseBounds(t *testing.T) {
 	t.Run("response_headers_stop_the_unanswered_bound", func(t *testing.T) {
 		e := env(t)
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			f := &fakeStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest)}
-			done := make(chan error, 1)
-			go func() { done <- e.server.process(f) }()
-			f.in <- headersMsg(buffered, false)
-			f.in <- bodyMsg(chatBody("answered in time", true), true)
+			f, _, stop := decidedStream(e, "answered in time", true)
+			defer stop()
 			f.in <- &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 				Headers: hdrs(":status", "200", "content-type", "text/event-stream")}}}
 			time.Sleep(10 * unanswered)
@@ -143,9 +125,24 @@ func TestPhaseBounds(t *testing.T) {
 			if e.totalRequests() != 1 {
 				t.Fatalf("bookings %d while the answer streams, want 1", e.totalRequests())
 			}
-			cancel()
-			<-done
-			synctest.Wait()
+			stop()
 		})
+	})
+}
+
+// decidedStream opens a stream on e's server (inside a synctest bubble) and sends it a BUFFERED
+// chat request, which is decided; stop ends the stream and waits for the server to return (once:
+// callers defer it for the failure paths).
+func decidedStream(e *env, question string, stream bool) (f *fakeStream, done <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	f = &fakeStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest)}
+	ended := make(chan error, 1)
+	go func() { ended <- e.server.process(f) }()
+	f.in <- headersMsg(buffered, false)
+	f.in <- bodyMsg(chatBody(question, stream), true)
+	return f, ended, sync.OnceFunc(func() {
+		cancel()
+		<-ended
+		synctest.Wait()
 	})
 }
