@@ -70,13 +70,9 @@ func prefillBody(req object, path string) []byte {
 	)
 }
 
-// decodeBody is the client's request with P's kv_transfer_params (§6.3 step 4), verbatim but
-// for remote_prefill_cached_tokens, which is removed so that D reports what it loaded and
-// computed itself. Any kv_transfer_params the client sent is replaced.
+// decodeBody is the client's request with the decode leg's kv_transfer_params (§6.3 step 4,
+// prefillAnswer.kvTransferParams). Any kv_transfer_params the client sent is replaced.
 func decodeBody(req object, kvTransferParams []byte) []byte {
-	if kv, err := parseObject(kvTransferParams); err == nil && kv.has(keyRemotePrefillCachedTokens) {
-		kvTransferParams = kv.rewrite(edit{key: keyRemotePrefillCachedTokens, op: opDelete})
-	}
 	return req.rewrite(edit{key: keyKVTransferParams, op: opSet, value: kvTransferParams})
 }
 
@@ -88,7 +84,10 @@ func localBody(req object) []byte {
 
 // prefillAnswer is what the decode leg needs from P's response (§6.3 step 3).
 type prefillAnswer struct {
-	kvTransferParams []byte // P's object, verbatim
+	// kvTransferParams is P's object for the decode leg: verbatim but for
+	// remote_prefill_cached_tokens, which is removed so that D reports what it loaded and
+	// computed itself (docs/disagg-truth.md).
+	kvTransferParams []byte
 	// cachedTokens is P's own prefix-cache hit: kv_transfer_params.remote_prefill_cached_tokens
 	// (vLLM 0.32), else usage.prompt_tokens_details.cached_tokens.
 	cachedTokens int64
@@ -107,8 +106,9 @@ func parsePrefillAnswer(body []byte) (prefillAnswer, error) {
 		return prefillAnswer{}, fmt.Errorf("prefill response: kv_transfer_params=%.40q: %w", kv, ErrNoKVTransferParams)
 	}
 	ans := prefillAnswer{kvTransferParams: kv}
-	if params, err := parseObject(kv); err == nil {
+	if params, err := parseObject(kv); err == nil && params.has(keyRemotePrefillCachedTokens) {
 		ans.cachedTokens, ans.cachedKnown = nonNegative(params.last(keyRemotePrefillCachedTokens))
+		ans.kvTransferParams = params.rewrite(edit{key: keyRemotePrefillCachedTokens, op: opDelete})
 	}
 	if !ans.cachedKnown {
 		ans.cachedTokens, ans.cachedKnown = cachedTokens(obj)
