@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/condisagg/condisagg/feedback"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -46,17 +47,14 @@ type engine struct {
 
 // reqState is the cluster's state of one request.
 type reqState struct {
-	prompt  []uint32 // held until the decode engine has the request
-	output  []uint32
-	booking string
-	decode  int32 // engine index
-	whole   bool  // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
-	// route and the slo policy's uncorrected forecasts (ms; 0 = none) for the controller.
-	route                      policy.Route
-	forecastTTFT, forecastTPOT float64
-	last                       time.Duration
-	n                          int
-	res                        *workload.Result
+	prompt []uint32 // held until the decode engine has the request
+	output []uint32
+	ticket *route.Ticket // the decision's booking and what its answer teaches the router
+	decode int32         // engine index
+	whole  bool          // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
+	last   time.Duration
+	n      int
+	res    *workload.Result
 }
 
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
@@ -83,7 +81,8 @@ type Cluster struct {
 	done    int
 	err     error
 
-	router  *route.Router // the server's decision pipeline
+	router  *route.Router     // the server's decision pipeline
+	learner *feedback.Learner // what the router learns from the answers (slo feedback, role advice)
 	store   kvindex.Store
 	opts    Options
 	lastEnd time.Duration
@@ -156,8 +155,9 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	}
 	pc := c.pcfg
 	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
+	c.learner = feedback.New()
 	c.router, err = route.New(route.Options{Index: c.index, Pool: c.pool, Policy: &pc, Seed: c.rep.RouterSeed,
-		Now: func() time.Time { return Epoch.Add(c.now) }})
+		Now: c.clock, Learner: c.learner})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

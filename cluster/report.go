@@ -3,6 +3,7 @@ package cluster
 import (
 	"time"
 
+	"github.com/condisagg/condisagg/feedback"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
@@ -36,7 +37,7 @@ type Report struct {
 	// without one.
 	Shadow *route.ShadowStats `json:",omitempty"`
 	// Feedback is the slo policy's controller at the end of the run (nil for other policies).
-	Feedback []route.FeedbackState `json:",omitempty"`
+	Feedback []feedback.State `json:",omitempty"`
 	// RoleAdvice is what the live service's analytic advice says of the run's mix (slo policy).
-	RoleAdvice route.RoleAdvice `json:",omitempty"`
+	RoleAdvice feedback.RoleAdvice `json:",omitempty"`
 }

@@ -28,9 +28,7 @@ func (c *Cluster) arrive(i int) {
 		c.fail(i, err)
 		return
 	}
-	st.booking = out.BookingID
-	st.route = out.Route
-	st.forecastTTFT, st.forecastTPOT = route.Forecasts(&out.Decision, out.Route)
+	st.ticket = out.Ticket
 	c.record(i, &out)
 	switch out.Route {
 	case policy.RouteDecode:
@@ -58,37 +56,29 @@ func (c *Cluster) record(i int, out *route.Outcome) {
 	res.Route, res.Reason = c.rep.Decisions[i].Route, c.rep.Decisions[i].Reason
 }
 
-// release ends request i's booking (everything, or only the prefill entry at the first token),
-// as extproc does when it sees the response end or the first token.
-func (c *Cluster) release(i int32, prefillOnly bool) {
+// The answer's events go to the request's ticket as extproc reports what it sees of a
+// response, with the cluster's virtual clock: the ticket releases the bookings and teaches the
+// router (route.Ticket). Each is traced for the replay of the golden test.
+
+// firstToken: request i's first output token arrived.
+func (c *Cluster) firstToken(i int32) {
 	st := &c.state[i]
-	if st.booking == "" {
-		return
-	}
-	kind := OpRelease
-	if prefillOnly {
-		kind = OpReleasePrefill
-		c.router.ReleasePrefill(st.booking)
-	} else {
-		c.router.Release(st.booking)
-	}
-	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: kind, At: c.now, Index: int(i), Booking: st.booking})
-	}
+	st.ticket.FirstToken(c.clock(), true)
+	c.trace(OpFirstToken, i, 0)
 }
 
-// prefillDone ends remote request i's prefill entry when its prefill leg ends, as extproc does
-// when the sidecar's response headers report the leg over: the prefill worker is free now,
-// whatever queue the decode side holds the request in.
+// prefillDone: remote request i's prefill leg ended, as the sidecar's response headers report
+// it; the prefill worker is free now, whatever queue the decode side holds the request in.
 func (c *Cluster) prefillDone(i int32) {
+	c.state[i].ticket.PrefillDone()
+	c.trace(OpPrefillDone, i, 0)
+}
+
+// finished: request i's answer completed with its n output tokens.
+func (c *Cluster) finished(i int32) {
 	st := &c.state[i]
-	if st.booking == "" {
-		return
-	}
-	c.router.ReleasePrefill(st.booking)
-	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: OpPrefillDone, At: c.now, Index: int(i), Booking: st.booking})
-	}
+	st.ticket.Finish(c.clock(), st.n)
+	c.trace(OpRelease, i, st.n)
 }
 
 // fail ends request i with an error and releases whatever it booked.
@@ -96,9 +86,19 @@ func (c *Cluster) fail(i int, err error) {
 	st := &c.state[i]
 	st.res.Err = err.Error()
 	st.prompt, st.output = nil, nil
-	c.release(int32(i), false)
+	st.ticket.Cancel()
+	c.trace(OpRelease, int32(i), 0)
 	c.completed()
 }
+
+func (c *Cluster) trace(kind OpKind, i int32, output int) {
+	if c.opts.Trace != nil && c.state[i].ticket != nil {
+		c.opts.Trace(Op{Kind: kind, At: c.now, Index: int(i), Booking: c.state[i].ticket.BookingID(), Output: output})
+	}
+}
+
+// clock is the cluster's virtual now on the router's clock.
+func (c *Cluster) clock() time.Time { return Epoch.Add(c.now) }
 
 func (c *Cluster) completed() {
 	c.done++
@@ -159,11 +159,7 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		st.res.E2E = st.last - st.res.Arrival
 		st.res.OutputTokens = st.n
-		c.router.ObserveOutput(st.n)
-		if tpot, ok := st.res.TPOT(); ok && st.forecastTPOT > 0 {
-			c.router.ObserveLatency(st.route, route.MetricTPOT, st.forecastTPOT, toMS(tpot))
-		}
-		c.release(idx, false)
+		c.finished(idx)
 		c.completed()
 	}
 	c.publish(i, res.Events)
@@ -174,10 +170,7 @@ func (c *Cluster) token(idx int32, k int) {
 	st := &c.state[idx]
 	if k == 0 {
 		st.res.TTFT = c.now - st.res.Arrival
-		if st.forecastTTFT > 0 {
-			c.router.ObserveLatency(st.route, route.MetricTTFT, st.forecastTTFT, toMS(st.res.TTFT))
-		}
-		c.release(idx, true)
+		c.firstToken(idx)
 	} else {
 		st.res.Gaps = append(st.res.Gaps, c.now-st.last)
 	}
@@ -229,8 +222,8 @@ func (c *Cluster) finish() *Report {
 		rep.Shadow = &st
 	}
 	if c.pcfg.Disagg.Policy == policy.SLOKind {
-		rep.Feedback = c.router.Feedback()
-		rep.RoleAdvice = c.router.RoleAdvice()
+		rep.Feedback = c.learner.State()
+		rep.RoleAdvice = c.learner.Advice(&c.pcfg, len(c.pool.Workers()))
 	}
 	first := never
 	if len(c.reqs) > 0 {

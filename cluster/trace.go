@@ -13,9 +13,11 @@ type OpKind uint8
 const (
 	// OpDecide: request Index was routed (route.Router.Decide) with prompt Tokens.
 	OpDecide OpKind = iota + 1
-	// OpReleasePrefill: the first token of request Index arrived; its prefill entry ended.
-	OpReleasePrefill
-	// OpRelease: request Index ended (finished or failed); its booking ended.
+	// OpFirstToken: the first token of request Index arrived (route.Ticket.FirstToken); its
+	// prefill entry ended.
+	OpFirstToken
+	// OpRelease: request Index ended, finished with Output tokens (route.Ticket.Finish) or
+	// failed with Output 0 (route.Ticket.Cancel); its booking ended.
 	OpRelease
 	// OpEvent: engine Worker published a KV event that reached the index.
 	OpEvent
@@ -34,7 +36,8 @@ type Op struct {
 	Tokens  []uint32     // OpDecide: the prompt
 	Record  route.Record // OpDecide: the decision
 	Err     error        // OpDecide: the routing error, if any
-	Booking string       // release ops
+	Booking string       // the ops after OpDecide: the request's booking
+	Output  int          // OpRelease: the output tokens of a finished request (0: it failed)
 
 	Worker string    // OpEvent: the publishing engine
 	Event  sim.Event // OpEvent (its slices are the run's own)

@@ -53,7 +53,7 @@ func (x *exchange) nextBound(now time.Time) bound {
 		}
 		return b
 	}
-	if x.routed && !x.sawResponse && x.resp.booking != "" && !x.resp.released && !x.resp.freedEarly {
+	if x.routed && !x.sawResponse && x.resp.following() && !x.resp.freedEarly {
 		return bound{kind: boundUnanswered, after: max(x.decidedAt.Add(x.set.unansweredTimeout()).Sub(now), 0)}
 	}
 	return bound{}
@@ -63,11 +63,11 @@ func (x *exchange) nextBound(now time.Time) bound {
 // the stream stays open and a late answer is still observed and classified (a slow
 // non-streamed answer sends its headers only at its end), its releases then no-ops.
 func (x *exchange) releaseUnanswered() {
-	if x.resp.booking == "" || x.resp.released || x.resp.freedEarly {
+	if !x.resp.following() || x.resp.freedEarly {
 		return
 	}
 	x.resp.freedEarly = true
-	x.srv.router.Release(x.resp.booking)
+	x.resp.ticket.Release()
 	x.srv.metrics.UnansweredReleases.Inc()
 }
 

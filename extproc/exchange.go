@@ -270,9 +270,7 @@ func (x *exchange) decide(ctx context.Context, eos bool) resps {
 	// members; a request that failed open may not have got that far.
 	if out.Body.EngineControl || out.Decision.Reason == policy.ReasonFailureOpen {
 		if body, cleaned, err = x.cleanBody(x.body); err != nil {
-			if out.BookingID != "" {
-				x.srv.router.Release(out.BookingID) // not routed: nothing else would release it
-			}
+			out.Ticket.Cancel() // not routed: nothing else would release it
 			return x.reject(err)
 		}
 	}
@@ -401,7 +399,7 @@ func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
 // the request body as it goes upstream (full duplex, or a cleaned BUFFERED body).
 func (x *exchange) routedResponse(p phase, out *route.Outcome, body []byte) *extprocv3.ProcessingResponse {
 	if x.routed {
-		x.resp.finish(x) // unreachable (one request per stream); never let a booking go untracked
+		x.resp.fail(x) // unreachable (one request per stream); never let a booking go untracked
 	}
 	x.out, x.routed, x.decidedAt = *out, true, time.Now()
 	x.resp.start(out)
@@ -482,7 +480,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) resps {
 }
 
 func (x *exchange) responseTrailers() resps {
-	x.resp.finish(x)
+	x.resp.fail(x) // trailers end the response; a finished answer ended before
 	return x.one(x.srv.fixed.cont[phaseResponseTrailers])
 }
 

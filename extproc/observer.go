@@ -10,16 +10,17 @@ import (
 	"github.com/condisagg/condisagg/route"
 )
 
-// respObserver follows the response of a booked request and releases its bookings
-// (conditional-disagg.md §5.2, envoy-extproc.md §3): the prefill entry when the sidecar reports
-// the prefill leg over (x-condisagg-prefill-ms on the response headers), else at the first
-// token (non-streaming: at the response headers); everything at the end, on an upstream error,
-// or when the stream ends first.
+// respObserver follows the response of a booked request and reports what it sees to the
+// request's route.Ticket, which releases the bookings (conditional-disagg.md §5.2,
+// envoy-extproc.md §3) and feeds the slo controller: the prefill leg's end when the sidecar
+// reports it (x-condisagg-prefill-ms on the response headers), the first token (non-streaming:
+// the response headers), the finished answer, or its failure (an upstream error, a stream that
+// ends first).
 type respObserver struct {
-	booking   string // pool booking id; "" = nothing to release
-	dest      string // the destination Envoy was told to use
-	destID    string // the worker behind dest, whose health the response informs
-	classify  bool   // a 5xx from Envoy itself or the worker: the first body chunk tells which
+	ticket    *route.Ticket // nil = nothing booked, nothing to follow
+	dest      string        // the destination Envoy was told to use
+	destID    string        // the worker behind dest, whose health the response informs
+	classify  bool          // a 5xx from Envoy itself or the worker: the first body chunk tells which
 	route     policy.Route
 	bypass    bool
 	cached    int // router's cached(d), for the bypass usage error
@@ -28,18 +29,11 @@ type respObserver struct {
 	json      []byte // copy of a non-streaming answer, up to MaxJSONResponse
 	jsonOver  bool
 	ended     bool // the response ended (end_of_stream, trailers, error)
-	released  bool
 	// freedEarly: unanswered_booking_timeout released the booking before any response; the
 	// answer is still observed (latency, usage, transfer truth), and releasing again is a no-op.
-	freedEarly bool
-	prefill    bool // the prefill entry was released
-	firstSeen  bool // the first token was seen
-	// The slo policy's uncorrected forecasts for this request (ms; 0 = none), the first
-	// token's time and the token events since, for its controller (route.ObserveLatency).
-	forecastTTFT, forecastTPOT float64
-	firstAt                    time.Time
-	tokenEvents                int
-	outputTokens               int64 // usage.completion_tokens when the answer reported it
+	freedEarly   bool
+	tokenEvents  int   // token events of a streamed answer
+	outputTokens int64 // usage.completion_tokens when the answer reported it
 	// A remote-prefill request's pair, whose decode leg's usage is classified once
 	// (docs/disagg-truth.md); judged when done or not wanted.
 	prefillID, decodeID string
@@ -53,26 +47,29 @@ type respObserver struct {
 }
 
 func (o *respObserver) start(out *route.Outcome) {
-	*o = respObserver{booking: out.BookingID, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
+	*o = respObserver{ticket: out.Ticket, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached,
 		judged: out.Route != policy.RoutePrefill || out.Prefill.ID == "" || out.Decode.ID == "", prefillCached: -1}
 	if !o.judged {
 		o.prefillID, o.decodeID = out.Prefill.ID, out.Decode.ID
 	}
-	o.forecastTTFT, o.forecastTPOT = route.Forecasts(&out.Decision, out.Route)
 }
+
+// following reports whether the answer is still followed: a booked request whose ticket has
+// not ended.
+func (o *respObserver) following() bool { return !o.ticket.Ended() }
 
 // served checks the endpoint the gateway reports it used (envoy-extproc.md §2): another one
 // means the gateway retried elsewhere on its own, so the booking is wrong and is released.
 func (o *respObserver) served(x *exchange, endpoint string) {
-	if endpoint == "" || o.booking == "" || o.released {
+	if endpoint == "" || !o.following() {
 		return
 	}
 	if first, _, _ := strings.Cut(endpoint, ","); strings.TrimSpace(first) == o.dest {
 		return
 	}
 	x.srv.metrics.ServedMismatch.Inc()
-	o.finish(x)
+	o.fail(x)
 }
 
 // headerPrefillMs is the sidecar's response header on a request that ran a prefill leg: its
@@ -107,20 +104,17 @@ func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
 	o.health(x, code, contentType, eos)
 	if rh.prefillMs >= 0 && o.route == policy.RoutePrefill {
 		x.srv.metrics.PrefillLegSecs.Observe(float64(rh.prefillMs) / 1000)
-		if o.booking != "" && !o.released && !o.prefill {
-			o.prefill = true
-			x.srv.router.ReleasePrefill(o.booking)
-		}
+		o.ticket.PrefillDone()
 	}
 	if o.route == policy.RoutePrefill && rh.kvTransfer != "" {
 		o.kvTransfer, o.prefillCached = rh.kvTransfer, rh.prefillCached
 	}
-	if o.booking == "" || o.released {
+	if !o.following() {
 		return
 	}
 	if code >= 400 {
 		x.srv.metrics.UpstreamErrors.WithLabelValues(o.route.String(), statusLabel(code)).Inc()
-		o.finish(x)
+		o.fail(x)
 		return
 	}
 	o.answered = code >= 200 && code < 300
@@ -129,7 +123,7 @@ func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
 		o.firstToken(x) // vLLM sends non-streaming headers once the answer is complete
 	}
 	if eos {
-		o.finish(x)
+		o.fail(x) // headers only: no answer to finish
 	}
 }
 
@@ -165,7 +159,7 @@ func (o *respObserver) body(x *exchange, chunk []byte, eos bool) {
 	if o.classify && len(chunk) > 0 {
 		o.classifyLocalReply(x, chunk)
 	}
-	if o.booking == "" || o.released {
+	if !o.following() {
 		return
 	}
 	if o.streaming {
@@ -183,10 +177,10 @@ func (o *respObserver) body(x *exchange, chunk []byte, eos bool) {
 			obs := parseJSONResponse(o.json)
 			o.observed(x, &obs)
 			if obs.HasUsage && !obs.Done {
-				o.observeOutput(x)
+				o.complete(x)
 			}
 		}
-		o.finish(x)
+		o.fail(x) // no-op after complete: the answer ended unfinished
 	}
 }
 
@@ -196,7 +190,7 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	if obs.Overflow {
 		m.SSEOverflow.Inc()
 	}
-	if obs.FirstToken {
+	if obs.FirstToken && o.streaming {
 		o.firstToken(x)
 	}
 	o.tokenEvents += obs.TokenEvents
@@ -216,49 +210,27 @@ func (o *respObserver) observed(x *exchange, obs *observation) {
 	if obs.Error {
 		o.answerFailed() // a failed answer says nothing about the transfer
 		m.UpstreamErrors.WithLabelValues(o.route.String(), "stream_error").Inc()
-		o.finish(x)
+		o.fail(x)
 	}
 	if obs.Done {
-		o.observeTPOT(x)
-		o.observeOutput(x)
-		o.finish(x)
+		o.complete(x)
 	}
 }
 
-// observeOutput counts the answer's output length for the role advice: the usage's
-// completion tokens, else the token events.
-func (o *respObserver) observeOutput(x *exchange) {
+// complete reports the finished answer with its output length: the usage's completion
+// tokens, else the token events.
+func (o *respObserver) complete(x *exchange) {
 	n := int(o.outputTokens)
 	if n <= 0 {
 		n = o.tokenEvents
 	}
-	x.srv.router.ObserveOutput(n)
-}
-
-// observeTPOT feeds the controller the stream's time per output token: first token to [DONE]
-// over the token events after the first.
-func (o *respObserver) observeTPOT(x *exchange) {
-	if o.forecastTPOT <= 0 || o.firstAt.IsZero() || o.tokenEvents < 2 {
-		return
-	}
-	ms := float64(time.Since(o.firstAt)) / float64(time.Millisecond) / float64(o.tokenEvents-1)
-	x.srv.router.ObserveLatency(o.route, route.MetricTPOT, o.forecastTPOT, ms)
+	o.ticket.Finish(x.srv.now(), n)
+	o.end(x)
 }
 
 func (o *respObserver) firstToken(x *exchange) {
-	if o.firstSeen {
-		return
-	}
-	o.firstSeen = true
-	if !o.prefill {
-		o.prefill = true
-		x.srv.router.ReleasePrefill(o.booking)
-	}
-	o.firstAt = time.Now()
-	ttft := o.firstAt.Sub(x.decidedAt)
-	x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(ttft.Seconds())
-	if o.forecastTTFT > 0 && o.streaming { // a non-streamed answer's headers come at its end
-		x.srv.router.ObserveLatency(o.route, route.MetricTTFT, o.forecastTTFT, float64(ttft)/float64(time.Millisecond))
+	if ttft, first := o.ticket.FirstToken(x.srv.now(), o.streaming); first {
+		x.srv.metrics.FirstTokenSecs.WithLabelValues(o.route.String()).Observe(ttft.Seconds())
 	}
 }
 
@@ -283,27 +255,29 @@ func (o *respObserver) answerFailed() {
 	}
 }
 
-// finish releases everything the booking still holds (idempotent). A successful remote-prefill
-// answer is classified here, when its last usage has been seen; a failed KV load whatever the
-// answer of the sidecar's local retry.
-func (o *respObserver) finish(x *exchange) {
+// fail ends an answer that did not complete (an upstream error, a cut stream, a gateway that
+// served elsewhere): the ticket releases everything it still holds and learns nothing.
+// Idempotent, and a no-op after complete.
+func (o *respObserver) fail(x *exchange) {
+	o.ticket.Cancel()
+	o.end(x)
+}
+
+// end marks the response over. A successful remote-prefill answer is classified here, when its
+// last usage has been seen; a failed KV load whatever the answer of the sidecar's local retry.
+func (o *respObserver) end(x *exchange) {
 	if (o.answered || o.kvTransfer == sidecarFailed) && !o.judged {
 		o.judgeTransfer(x)
 	}
 	o.ended = true
-	if o.booking == "" || o.released {
-		return
-	}
-	o.released = true
-	x.srv.router.Release(o.booking)
 }
 
-// cancel runs when the stream ends: a booking still held means the response never ended.
+// cancel runs when the stream ends: a ticket still open means the response never ended.
 func (o *respObserver) cancel(x *exchange) {
-	if o.booking == "" || o.released {
+	if !o.following() {
 		return
 	}
 	x.srv.metrics.Cancelled.Inc()
 	o.answerFailed() // the answer never ended
-	o.finish(x)
+	o.fail(x)
 }

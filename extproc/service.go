@@ -38,6 +38,7 @@ type Server struct {
 	onHeld      func(int)      // tests: each stream's held bytes after each message
 	buffered    atomic.Int64   // bytes every open stream holds (the sum of their heldBytes)
 	warnLog     logThrottle    // per-request warnings (client strings in them)
+	now         func() time.Time
 }
 
 // policyErrorEvery rate-limits the remote_policy_error warning.
@@ -66,6 +67,10 @@ type ServerOptions struct {
 	// Recent, if set, records every routed request's outcome (decisions and fallbacks, not
 	// rejections, not Explain) for the status page.
 	Recent *route.Recent
+	// Now is the clock of what the response phase reports to a request's route.Ticket (its
+	// first token, its end), from which the slo controller learns latencies; nil: time.Now.
+	// Tests that replay a virtual timeline set it; timeouts always run on the wall clock.
+	Now func() time.Time
 }
 
 // NewServer returns the ext_proc service over opts.Router.
@@ -86,7 +91,10 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent,
 		// At least as many transfer records as decisions, so that a kept remote decision's
 		// outcome is normally kept too (RecentDecisions).
-		transfers: newTransferLog(max(recentTransfers, opts.Recent.Size()))}
+		transfers: newTransferLog(max(recentTransfers, opts.Recent.Size())), now: opts.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
 	}

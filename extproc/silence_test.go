@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/condisagg/condisagg/policy"
-	"github.com/condisagg/condisagg/route"
 )
 
 // downStreams reports every stream down except the listed workers.
@@ -108,57 +107,5 @@ condisagg_indexed_blocks{medium="gpu",worker="decode-1"} %d
 `, n)
 	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "condisagg_indexed_blocks"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestFeedbackCollector: the slo controller's bound and its reversals, which the alert rules
-// read (CondisaggSLOFeedbackPinned, CondisaggSLOFeedbackOscillating), follow the controller:
-// a latency that steps up, down and up again turns the loop back twice.
-func TestFeedbackCollector(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	if err := e.reg.Register(e.router.IndexCollector()); err != nil {
-		t.Fatal(err)
-	}
-	bound := e.router.Policy().Disagg.SLOFeedbackMax
-	want := fmt.Sprintf(`
-# HELP condisagg_slo_feedback_bound The configured bound of the slo controller's correction (slo_feedback_max): factors stay in [1/bound, bound].
-# TYPE condisagg_slo_feedback_bound gauge
-condisagg_slo_feedback_bound %g
-`, bound)
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "condisagg_slo_feedback_bound"); err != nil {
-		t.Fatal(err)
-	}
-	reversals := func() float64 {
-		mfs, err := e.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "condisagg_slo_feedback_reversals_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["route"] == "decode" && labels["metric"] == "ttft" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-		t.Fatal("no condisagg_slo_feedback_reversals_total{route=decode,metric=ttft}")
-		return 0
-	}
-	if got := reversals(); got != 0 {
-		t.Fatalf("reversals before any sample = %v", got)
-	}
-	for _, ratio := range []float64{3, 1, 3} {
-		for range 400 {
-			e.router.ObserveLatency(policy.RouteDecode, route.MetricTTFT, 100, 100*ratio)
-		}
-	}
-	if got := reversals(); got != 2 {
-		t.Fatalf("reversals after up, down, up = %v, want 2", got)
 	}
 }

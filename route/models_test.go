@@ -132,7 +132,7 @@ func TestModelsRouteIndependently(t *testing.T) {
 	if active(b.Pool) != 1 || active(a.Pool) != 0 {
 		t.Fatalf("bookings llama3=%d qwen3=%d, want 1 and 0", active(b.Pool), active(a.Pool))
 	}
-	if !r.Release(out.BookingID) || active(b.Pool) != 0 {
+	if out.Ticket.Cancel(); active(b.Pool) != 0 {
 		t.Fatal("release did not reach the llama3 pool")
 	}
 }
@@ -171,7 +171,7 @@ func TestUnknownModel(t *testing.T) {
 		if active(a.Pool) != 1 || active(b.Pool) != 0 {
 			t.Fatal("passthrough not booked on the first model's pool")
 		}
-		r.Release(out.BookingID)
+		out.Ticket.Cancel()
 		dry, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: body, DryRun: true})
 		if err != nil || !dry.UnknownModel || dry.BookingID != "" || active(a.Pool) != 0 {
 			t.Fatalf("dry-run passthrough %+v %v (active %d)", dry, err, active(a.Pool))
@@ -181,13 +181,13 @@ func TestUnknownModel(t *testing.T) {
 		// Both of the first model's decode workers are busy: unknown names go to the second
 		// model's idle workers, and back to the first once its load is gone.
 		r, a, b := twoModels(t, UnknownPassthrough)
-		var ids []string
+		var tickets []*Ticket
 		for range 2 {
 			out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Tokens: prompt(40), Model: "qwen3"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids = append(ids, out.BookingID)
+			tickets = append(tickets, out.Ticket)
 		}
 		for _, w := range a.Pool.Workers() {
 			if w.Role == pool.RoleDecode && w.ActiveRequests == 0 {
@@ -201,9 +201,9 @@ func TestUnknownModel(t *testing.T) {
 		if !out.UnknownModel || out.Model != "llama3" || !strings.HasPrefix(out.Decode.ID, "l-d") || active(b.Pool) == 0 {
 			t.Fatalf("unknown model with the first model busy: model %q worker %q (second model active %d)", out.Model, out.Decode.ID, active(b.Pool))
 		}
-		r.Release(out.BookingID)
-		for _, id := range ids {
-			r.Release(id)
+		out.Ticket.Cancel()
+		for _, tk := range tickets {
+			tk.Cancel()
 		}
 		if out, err := r.Decide(context.Background(), &Request{Endpoint: EndpointCompletions, Body: body, DryRun: true}); err != nil || out.Model != "qwen3" {
 			t.Fatalf("idle fleet: model %q, %v; want the first model", out.Model, err)

@@ -45,6 +45,9 @@ type Outcome struct {
 	// Shadow is what the candidate config would have done (nil without one, for Explain and
 	// for fallbacks).
 	Shadow *ShadowChoice
+	// Ticket follows the request after the decision and ends its booking (nil when nothing
+	// was booked). Copies of an Outcome share it.
+	Ticket *Ticket
 }
 
 // IsFallback reports whether the outcome came from Fallback (no policy decision).

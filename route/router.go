@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/condisagg/condisagg/feedback"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -55,6 +56,15 @@ type EventStreams interface {
 	Routed(worker string)
 }
 
+// Learner is what decisions read and tickets teach: the slo policy's corrections and the
+// observed mix (package feedback; *feedback.Learner satisfies it).
+type Learner interface {
+	Corrections() [3]policy.Correction
+	ObserveLatency(rt policy.Route, m feedback.Metric, forecastMS, observedMS, bound float64)
+	ObserveRouted(isl int, prefillTokens int64)
+	ObserveOutput(tokens int)
+}
+
 // Request is one request to route. A server request carries the OpenAI Body, which Decide
 // checks and tokenizes; the simulator, which has no text, carries the prompt's Tokens and no
 // Body. Everything after tokenization is the same for both.
@@ -80,19 +90,18 @@ type Request struct {
 // and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
 // atomically by SetPolicy.
 type Router struct {
-	models   []*model          // in configuration order; models[0] takes unnamed fallbacks
-	names    map[string]target // request model name -> model and adapter
-	unknown  UnknownModel
-	policy   atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
-	seq      atomic.Uint64
-	seed     uint64
-	scratch  sync.Pool // *scratch
-	shadow   shadowState
-	feedback feedback
-	mix      mixCounts // the observed mix, for RoleAdvice (advice.go)
-	now      func() time.Time
-	observe  func(*Outcome)
-	maxWord  int // Options.MaxPretokenBytes
+	models  []*model          // in configuration order; models[0] takes unnamed fallbacks
+	names   map[string]target // request model name -> model and adapter
+	unknown UnknownModel
+	policy  atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
+	seq     atomic.Uint64
+	seed    uint64
+	scratch sync.Pool // *scratch
+	shadow  shadowState
+	learner Learner
+	now     func() time.Time
+	observe func(*Outcome)
+	maxWord int // Options.MaxPretokenBytes
 }
 
 // Options are the Router's collaborators. Policy is required, and either Models or the
@@ -123,6 +132,10 @@ type Options struct {
 	// Observe, if set, sees every finished decision (booked or dry-run) before Decide returns,
 	// on the deciding goroutine. Tests and the simulator's report use it.
 	Observe func(*Outcome)
+	// Learner learns from the answers (route.Ticket) what the slo policy's corrections and the
+	// role advice need; nil: a private feedback.New() nobody reads. Whoever reports its state
+	// (metrics, the simulator's report) makes it and hands it in.
+	Learner Learner
 	// MaxPretokenBytes bounds one pre-token of a prompt (0: none): a prompt holding a longer
 	// one is not tokenized but routed by load, reason long_pretoken (its BPE would take CPU
 	// out of proportion: a fresh 4 MiB word is seconds).
@@ -146,7 +159,10 @@ func New(opts Options) (*Router, error) {
 		return nil, fmt.Errorf("route: MaxPretokenBytes %d must be >= 0", opts.MaxPretokenBytes)
 	}
 	r := &Router{models: models, names: names, unknown: opts.UnknownModel,
-		now: opts.Now, seed: opts.Seed, observe: opts.Observe, maxWord: opts.MaxPretokenBytes}
+		now: opts.Now, seed: opts.Seed, observe: opts.Observe, maxWord: opts.MaxPretokenBytes, learner: opts.Learner}
+	if r.learner == nil {
+		r.learner = feedback.New()
+	}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -305,7 +321,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	now := clock.last
 	in := policy.Input{Now: now, ISL: len(sc.tokens), SLO: req.SLO}
 	if cfg.Disagg.Policy == policy.SLOKind {
-		in.Feedback = r.feedback.corrections()
+		in.Feedback = r.learner.Corrections()
 	}
 	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc, now)
 	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc, now)
@@ -342,9 +358,12 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 			return out, err
 		}
 		out.BookingID, booked = id, id
-		r.observeMix(in.ISL, dec.PrefillTokens)
+		r.learner.ObserveRouted(in.ISL, dec.PrefillTokens)
 	}
 	out.Stages[StageBook] = clock.lap()
+	if booked != "" {
+		out.Ticket = r.newTicket(m, booked, &dec, clock.last)
+	}
 	fill(&out, &dec, &sc.snap)
 	if hasCand {
 		out.Shadow = r.compareShadow(&dec, &cand)
@@ -509,16 +528,6 @@ func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking
 	return b
 }
 
-// ReleasePrefill ends the prefill entry of a booking (the first token arrived).
-func (r *Router) ReleasePrefill(bookingID string) bool {
-	for _, m := range r.models { // booking ids are unique across models
-		if m.pool.ReleasePrefill(bookingID) {
-			return true
-		}
-	}
-	return false
-}
-
 // ReportUpstream passes what the response phase saw of a worker to its health (pool): a
 // status (5xx counts against the worker, anything else clears its failure streak) or a
 // connection that could not be made.
@@ -529,16 +538,6 @@ func (r *Router) ReportUpstream(workerID string, status int, connectFailure bool
 			return // a worker that left every pool is no news
 		}
 	}
-}
-
-// Release ends a booking (the response ended, failed or was cancelled).
-func (r *Router) Release(bookingID string) bool {
-	for _, m := range r.models {
-		if m.pool.Release(bookingID) {
-			return true
-		}
-	}
-	return false
 }
 
 // fill copies the decision's workers into out.
@@ -602,6 +601,9 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 		id = ""
 	}
 	out.BookingID, booked = id, id
+	if id != "" {
+		out.Ticket = r.newTicket(m, id, &dec, in.Now)
+	}
 	out.Model = m.name
 	fill(&out, &dec, &sc.snap)
 	if r.observe != nil {
@@ -619,8 +621,8 @@ func (r *Router) fallback(m *model, req *Request, reason policy.Reason) (out Out
 func (r *Router) unread(m *model, req *Request, parsed Outcome, reason policy.Reason) (Outcome, error) {
 	out, err := r.fallback(m, req, reason)
 	if req.DryRun && out.BookingID != "" {
-		m.pool.Release(out.BookingID) // Explain books nothing
-		out.BookingID = ""
+		out.Ticket.Cancel() // Explain books nothing
+		out.BookingID, out.Ticket = "", nil
 	}
 	out.Body, out.Model, out.LoRA = parsed.Body, parsed.Model, parsed.LoRA
 	return out, err
@@ -640,8 +642,8 @@ func (r *Router) unknownModel(ctx context.Context, req *Request, body Body, name
 	m := r.lightestModel()
 	out, err := r.fallback(m, req, policy.ReasonPassthrough)
 	if req.DryRun && out.BookingID != "" {
-		m.pool.Release(out.BookingID) // Explain books nothing
-		out.BookingID = ""
+		out.Ticket.Cancel() // Explain books nothing
+		out.BookingID, out.Ticket = "", nil
 	}
 	out.Body, out.UnknownModel = body, true
 	return out, err

@@ -96,7 +96,7 @@ func TestFallbackSpreadsAndBooks(t *testing.T) {
 		}
 	}
 	for _, id := range ids {
-		if !r.Release(id) {
+		if !p.Release(id) {
 			t.Fatalf("booking %s not held", id)
 		}
 	}
@@ -109,7 +109,7 @@ func TestFallbackSpreadsAndBooks(t *testing.T) {
 	if err != nil || out.Decode.ID != "d2" || out.Reason != "failure_open" {
 		t.Fatalf("subset fallback: %+v %v", out, err)
 	}
-	r.Release(out.BookingID)
+	out.Ticket.Cancel()
 	if _, err := r.Fallback(ctx, &Request{Subset: []string{"10.9.9.9"}, HasSubset: true}, policy.ReasonPassthrough); !errors.Is(err, ErrSubsetNoMatch) {
 		t.Fatalf("unmatched subset: %v", err)
 	}

@@ -67,7 +67,7 @@ func TestShadowCountsAndNeverSteers(t *testing.T) {
 	}
 	// Only the live decisions are booked.
 	for _, id := range live {
-		if !r.Release(id) {
+		if !p.Release(id) {
 			t.Fatalf("booking %s missing", id)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/feedback"
 	"github.com/condisagg/condisagg/internal/eventstreams"
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
@@ -150,7 +151,8 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes}
+	learner := feedback.New()
+	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner}
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}
@@ -179,7 +181,10 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 	if err != nil {
 		return err
 	}
-	return s.reg.Register(s.router.IndexCollector())
+	// The role advice is for the first model's fleet (both roles).
+	workers := func() int { return len(s.router.Pool().Workers()) }
+	return errors.Join(s.reg.Register(s.router.IndexCollector()),
+		s.reg.Register(feedback.NewCollector(learner, s.router.Policy, workers)))
 }
 
 // buildModel creates one model's index, event group and pool. With several models each

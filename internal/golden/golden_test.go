@@ -25,6 +25,7 @@ import (
 
 	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/feedback"
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
@@ -103,11 +104,13 @@ type server struct {
 	appliers map[string]*kvevents.Applier
 	enc      vllmsim.Encoder
 	records  []route.Record
+	learner  *feedback.Learner
+	policy   policy.Config
 }
 
 func newServer(t *testing.T, rep *cluster.Report) *server {
 	t.Helper()
-	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}}
+	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}, learner: feedback.New(), policy: rep.Policy}
 	reg := prometheus.NewRegistry()
 	var err error
 	s.pool, err = pool.New(rep.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Clock: s.clock})
@@ -135,12 +138,12 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 	}
 	pc := rep.Policy
 	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,
-		Now: s.clock.Now, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
+		Now: s.clock.Now, Learner: s.learner, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := &extproc.Settings{Policy: &pc, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed}
-	srv, err := extproc.NewServer(extproc.ServerOptions{Router: r, Settings: set, Metrics: extproc.NewMetrics(reg)})
+	srv, err := extproc.NewServer(extproc.ServerOptions{Router: r, Settings: set, Metrics: extproc.NewMetrics(reg), Now: s.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,15 +246,20 @@ func (q *request) prefillDone(t *testing.T) {
 	q.headers = true
 }
 
-// end finishes the answer and the stream.
-func (q *request) end(t *testing.T) {
+// end finishes the answer and the stream: a finished answer of output tokens reports them in
+// its last usage chunk, as vLLM does with include_usage; a request that never answered fails.
+func (q *request) end(t *testing.T, output int) {
 	t.Helper()
 	if !q.headers {
 		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "500"), EndOfStream: true}}})
 	} else {
+		last := "data: [DONE]\n\n"
+		if output > 0 {
+			last = fmt.Sprintf("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":%d}}\n\n", output) + last
+		}
 		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-			ResponseBody: &extprocv3.HttpBody{Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}})
+			ResponseBody: &extprocv3.HttpBody{Body: []byte(last), EndOfStream: true}}})
 	}
 	if err := q.stream.CloseSend(); err != nil {
 		t.Fatal(err)
@@ -289,7 +297,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
 			}
 			if h == nil {
-				q.end(t)
+				q.end(t, 0)
 				continue
 			}
 			open[op.Index] = q
@@ -299,7 +307,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 			r := s.records[n]
 			out[op.Index] = r
 			want := endpoints[r.Decode]
-			if r.Route == "prefill" {
+			if r.Route != policy.RouteDecode.String() { // remote and prefill_local dial the prefill worker
 				want = endpoints[r.Prefill]
 			}
 			if got := h[extproc.HeaderDestination]; got != want {
@@ -307,11 +315,11 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 			}
 		case cluster.OpPrefillDone:
 			open[op.Index].prefillDone(t)
-		case cluster.OpReleasePrefill:
+		case cluster.OpFirstToken:
 			open[op.Index].firstToken(t)
 		case cluster.OpRelease:
 			if q := open[op.Index]; q != nil {
-				q.end(t)
+				q.end(t, op.Output)
 				delete(open, op.Index)
 			}
 		}
@@ -320,9 +328,11 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 }
 
 // TestServerAndSimulatorDecideAlike is the golden test of the routing core: the same request
-// sequence, KV events and releases through the ext_proc server (bufconn, vLLM-encoded events
-// through the kvevents decoder) and through cluster.Run give identical decision records, and
-// both leave no booking behind.
+// sequence, KV events and answer events (first tokens, prefill legs, finished answers with
+// their output lengths) through the ext_proc server (bufconn, vLLM-encoded events through the
+// kvevents decoder, the replay's virtual clock) and through cluster.Run give identical
+// decision records and, under the slo policy, an identical learned state (the controller's
+// loops and the role advice), and both leave no booking behind.
 func TestServerAndSimulatorDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -339,6 +349,11 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}},
 		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}},
 		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}},
+		// The slo policy places on all three routes (prefill_local: the whole request on a
+		// prefill worker) and learns from every answer: the server's tickets, on the replay's
+		// clock, must learn what the simulator's learned.
+		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}},
+		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -351,20 +366,66 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			tc.cfg.Engine = sim.Config{NumGPUBlocks: 3000, MaxNumBatchedTokens: 4096, MaxNumSeqs: 64, Model: model}
 			rec := runCluster(t, tc.cfg, reqs)
-			got := newServer(t, rec.rep).replay(t, rec, cluster.Epoch)
-			reasons := map[string]int{}
+			srv := newServer(t, rec.rep)
+			got := srv.replay(t, rec, cluster.Epoch)
+			reasons, routes := map[string]int{}, map[string]int{}
 			for i, want := range rec.rep.Decisions {
 				if got[i] != want {
 					t.Fatalf("request %d:\n server    %+v\n simulator %+v", i, got[i], want)
 				}
 				reasons[want.Reason]++
+				routes[want.Route]++
+			}
+			if tc.cfg.Disagg.Policy == policy.SLOKind {
+				sameLearning(t, srv, rec.rep, routes)
 			}
 			if rec.rep.ResidualLoad != 0 {
 				t.Fatalf("simulator left load %d booked", rec.rep.ResidualLoad)
 			}
-			t.Logf("%d identical decisions, %d ops; reasons %v", len(got), len(rec.ops), fmt.Sprint(reasons))
+			t.Logf("%d identical decisions, %d ops; routes %v; reasons %v", len(got), len(rec.ops), routes, fmt.Sprint(reasons))
 		})
 	}
+}
+
+// sameLearning holds the server's learner to the simulator's: every loop of the slo
+// controller (samples, smoothed ratio, correction, updates) and the role advice. The run must
+// have placed on every route and fed the loops, or the comparison proves little.
+func sameLearning(t *testing.T, srv *server, rep *cluster.Report, routes map[string]int) {
+	t.Helper()
+	for _, rt := range policy.Routes() {
+		if routes[rt.String()] == 0 {
+			t.Errorf("no %s placement: %v", rt, routes)
+		}
+	}
+	state := srv.learner.State()
+	if len(state) != len(rep.Feedback) {
+		t.Fatalf("server %d loops, simulator %d", len(state), len(rep.Feedback))
+	}
+	samples := 0
+	for i := range state {
+		if state[i] != rep.Feedback[i] {
+			t.Errorf("loop %s/%s:\n server    %+v\n simulator %+v", state[i].Route, state[i].Metric, state[i], rep.Feedback[i])
+		}
+		samples += state[i].Samples
+		t.Logf("loop %s/%s: %d samples, ratio %.3f, factor %.3f, %d updates", state[i].Route, state[i].Metric,
+			state[i].Samples, state[i].Ratio, state[i].Factor, state[i].Updates)
+	}
+	if samples == 0 {
+		t.Error("the controller learned from no answer")
+	}
+	if got := srv.learner.Advice(&srv.policy, len(srv.pool.Workers())); got != rep.RoleAdvice || !got.Valid {
+		t.Errorf("role advice:\n server    %+v\n simulator %+v", got, rep.RoleAdvice)
+	}
+}
+
+// slo is the slo policy with the cost model of the simulated engines and objectives ttft and
+// tpot (ms).
+func slo(t *testing.T, ttft, tpot int) policy.Disagg {
+	d, err := policy.ParseDisagg([]byte(fmt.Sprintf(`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_ttft_ms":%d,"slo_tpot_ms":%d}`, ttft, tpot)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func disagg(k policy.Kind, effISL int64, ratio float64) policy.Disagg {

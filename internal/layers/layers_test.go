@@ -30,8 +30,9 @@ var allowed = map[string][]string{
 	"sim":                   {"kvindex", "cost"},
 	"kvevents":              {"kvindex"},
 	"pool":                  {"policy"},
-	"route":                 {"tokenizer", "kvindex", "policy", "pool", "internal/reqjson"},
-	"cluster":               {"route", "sim", "workload", "kvindex", "policy", "pool"},
+	"feedback":              {"policy"},
+	"route":                 {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
+	"cluster":               {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
 	"tune":                  {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
 	"kvevents/zmq":          {"kvevents", "kvindex"},
 	"sim/vllmsim":           {"sim", "tokenizer", "kvevents"},
@@ -58,7 +59,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "policy", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
 
 type pkg struct {
 	path    string

@@ -1,4 +1,4 @@
-package route
+package feedback
 
 import (
 	"math"
@@ -34,35 +34,35 @@ type RoleAdvice struct {
 	PrefillMSPerReq, DecodeMSPerReq float64
 }
 
-// observeMix counts one routed request.
-func (r *Router) observeMix(isl int, prefill int64) {
-	r.mix.requests.Add(1)
-	r.mix.promptTokens.Add(int64(isl))
-	r.mix.prefillTokens.Add(prefill)
+// routed counts one routed request.
+func (x *mixCounts) routed(isl int, prefill int64) {
+	x.requests.Add(1)
+	x.promptTokens.Add(int64(isl))
+	x.prefillTokens.Add(prefill)
 }
 
-// ObserveOutput counts the output length of one finished request (the response's usage or
-// its token events), for RoleAdvice.
-func (r *Router) ObserveOutput(tokens int) {
+// output counts the output length of one finished request (the response's usage or its
+// token events).
+func (x *mixCounts) output(tokens int) {
 	if tokens <= 0 {
 		return
 	}
-	r.mix.outputs.Add(1)
-	r.mix.outputTokens.Add(int64(tokens))
+	x.outputs.Add(1)
+	x.outputTokens.Add(int64(tokens))
 }
 
-// RoleAdvice prices the observed mix (see the file comment). Without the slo policy's cost
-// model, or before a request and an output length were observed, it is not Valid.
-func (r *Router) RoleAdvice() RoleAdvice {
-	cfg := r.policy.Load()
+// advice prices the observed mix (see the file comment) for a fleet of workers under cfg.
+// Without the slo policy's cost model, or before a request and an output length were
+// observed, it is not Valid.
+func (x *mixCounts) advice(cfg *policy.Config, workers int) RoleAdvice {
 	m := cfg.Disagg.Cost
-	out := RoleAdvice{Workers: len(r.models[0].pool.Workers())}
-	reqs, outs := float64(r.mix.requests.Load()), float64(r.mix.outputs.Load())
+	out := RoleAdvice{Workers: workers}
+	reqs, outs := float64(x.requests.Load()), float64(x.outputs.Load())
 	if m.Name == "" || reqs == 0 || outs == 0 || out.Workers == 0 {
 		return out
 	}
-	isl, eff := float64(r.mix.promptTokens.Load())/reqs, float64(r.mix.prefillTokens.Load())/reqs
-	osl := float64(r.mix.outputTokens.Load()) / outs
+	isl, eff := float64(x.promptTokens.Load())/reqs, float64(x.prefillTokens.Load())/reqs
+	osl := float64(x.outputTokens.Load()) / outs
 	cachedTok := isl - eff
 	// Prefill: one request's uncached suffix with attention over its prefix, chunks of the
 	// default budget each paying the fixed step cost.

@@ -1,4 +1,4 @@
-package route
+package feedback
 
 import (
 	"math"
@@ -8,7 +8,7 @@ import (
 	"github.com/condisagg/condisagg/policy"
 )
 
-func factorOf(f *feedback, rt policy.Route, m Metric) float64 {
+func factorOf(f *loop, rt policy.Route, m Metric) float64 {
 	c := f.corrections()[rt]
 	v := c.TTFT
 	if m == MetricTPOT {
@@ -25,7 +25,7 @@ func factorOf(f *feedback, rt policy.Route, m Metric) float64 {
 // bounded number of times per step (no oscillation) and holds still between steps, under ±10%
 // noise that never moves it by itself.
 func TestFeedbackStepChange(t *testing.T) {
-	var f feedback
+	var f loop
 	rng := rand.New(rand.NewPCG(1, 2))
 	feed := func(n int, ratio float64) (moves int) {
 		for range n {
@@ -61,7 +61,7 @@ func TestFeedbackStepChange(t *testing.T) {
 // TestFeedbackBoundsAndJunk: corrections stay within [1/max, max]; samples without a forecast
 // or with non-finite values are ignored; too few samples change nothing.
 func TestFeedbackBoundsAndJunk(t *testing.T) {
-	var f feedback
+	var f loop
 	for range feedbackMinCount - 1 {
 		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 8)
 	}

@@ -1,4 +1,4 @@
-package route
+package feedback
 
 import (
 	"math"
@@ -55,14 +55,14 @@ type feedbackCell struct {
 	factor    atomic.Uint64 // math.Float64bits of the correction in force (0 = 1)
 }
 
-// feedback is the Router's controller state.
-type feedback struct {
+// loop is the controller state.
+type loop struct {
 	mu    sync.Mutex // guards every cell's ewma, n and updates
 	cells [3][numMetrics]feedbackCell
 }
 
-// FeedbackState is one loop's state, for metrics and Explain.
-type FeedbackState struct {
+// State is one loop's state, for metrics, the simulator's report and Explain.
+type State struct {
 	Route     policy.Route
 	Metric    Metric
 	Factor    float64 // the correction in force
@@ -75,7 +75,7 @@ type FeedbackState struct {
 // observe feeds one request's observed latency of metric for placement rt, beside the cost
 // model's uncorrected forecast for it (both in ms). Samples without a forecast, or non-finite ones,
 // are ignored. bound is the configured maximum correction (policy.Disagg.SLOFeedbackMax).
-func (f *feedback) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound float64) {
+func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound float64) {
 	if rt > policy.RoutePrefillLocal || m >= numMetrics || !(forecastMS > 0) || !(observedMS >= 0) ||
 		math.IsInf(forecastMS, 0) || math.IsInf(observedMS, 0) {
 		return
@@ -121,7 +121,7 @@ func (f *feedback) observe(rt policy.Route, m Metric, forecastMS, observedMS, bo
 }
 
 // corrections are the corrections in force, as policy.Input.Feedback takes them.
-func (f *feedback) corrections() (out [3]policy.Correction) {
+func (f *loop) corrections() (out [3]policy.Correction) {
 	for r := range out {
 		out[r].TTFT = math.Float64frombits(f.cells[r][MetricTTFT].factor.Load())
 		out[r].TPOT = math.Float64frombits(f.cells[r][MetricTPOT].factor.Load())
@@ -129,27 +129,19 @@ func (f *feedback) corrections() (out [3]policy.Correction) {
 	return out
 }
 
-// ObserveLatency feeds the slo policy's controller one observed latency (ms) of a request
-// routed on rt, beside the cost model's uncorrected forecast (ms: the decision's Estimate
-// divided by the factor it carried; see UncorrectedForecast). The server's response phase and
-// the simulator call it alike.
-func (r *Router) ObserveLatency(rt policy.Route, m Metric, forecastMS, observedMS float64) {
-	r.feedback.observe(rt, m, forecastMS, observedMS, r.policy.Load().Disagg.SLOFeedbackMax)
-}
-
-// Feedback reports every loop of the controller.
-func (r *Router) Feedback() []FeedbackState {
-	r.feedback.mu.Lock()
-	defer r.feedback.mu.Unlock()
-	var out []FeedbackState
+// state reports every loop of the controller.
+func (f *loop) state() []State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []State
 	for _, rt := range policy.Routes() {
 		for m := range numMetrics {
-			c := &r.feedback.cells[rt][m]
+			c := &f.cells[rt][m]
 			fac := math.Float64frombits(c.factor.Load())
 			if fac == 0 {
 				fac = 1
 			}
-			out = append(out, FeedbackState{Route: rt, Metric: m, Factor: fac, Ratio: c.ewma, Samples: c.n,
+			out = append(out, State{Route: rt, Metric: m, Factor: fac, Ratio: c.ewma, Samples: c.n,
 				Updates: c.updates, Reversals: c.reversals})
 		}
 	}
