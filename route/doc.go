@@ -6,8 +6,10 @@
 //	(kvindex.Index.Overlap) ─> snapshot (pool.Pool.Snapshot, subset hint) ─> policy.Decide
 //	─> deadline check ─> commit: pool.Pool.Book, one demotion on a denied bypass ─> Outcome
 //
-// Release and ReleasePrefill end what a decision booked; Fallback routes requests that get no
-// policy decision (booked, by load). Outcome.Record is the decision record: the comparable part of a decision, which
+// Every booked Outcome carries a Ticket, the request's life after the decision: the response
+// phase (extproc, the simulator) reports the answer's events to it, and it releases what the
+// decision booked and teaches the Learner (package feedback). Fallback routes requests that get
+// no policy decision (booked, by load, with a ticket). Outcome.Record is the decision record: the comparable part of a decision, which
 // the golden test (internal/golden) uses to prove the server and the simulator decide alike.
 //
 // A request carries either an OpenAI body (parsed once here, then tokenized) or, from the
@@ -24,6 +26,6 @@
 //
 // Concurrency: a Router is safe for concurrent use; the policy config is swapped atomically.
 // A Recent is safe for concurrent use: Add takes one per-slot lock and never allocates.
-// Imports: tokenizer, kvindex, policy, pool (and prometheus for the index collector); never
+// Imports: tokenizer, kvindex, policy, pool, feedback (and prometheus for the index collector); never
 // extproc, cluster, kvevents or cmd.
 package route
