@@ -166,6 +166,7 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		if err := c.router.SetShadow(&sc); err != nil {
 			return nil, fmt.Errorf("cluster: shadow: %w", err)
 		}
+		c.rep.ShadowPolicy = &sc
 	}
 	c.state = make([]reqState, len(reqs))
 	for i := range reqs {

@@ -36,6 +36,9 @@ type Report struct {
 	// Shadow is the candidate's agreement with the router over the run (Config.Shadow); nil
 	// without one.
 	Shadow *route.ShadowStats `json:",omitempty"`
+	// ShadowPolicy is the candidate's policy configuration as the router got it, for a replay
+	// against another router (internal/golden); nil without a candidate.
+	ShadowPolicy *policy.Config `json:"-"`
 	// Feedback is the slo policy's controller at the end of the run (nil for other policies).
 	Feedback []feedback.State `json:",omitempty"`
 	// RoleAdvice is what the live service's analytic advice says of the run's mix (slo policy).

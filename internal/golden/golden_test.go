@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,6 +105,7 @@ type server struct {
 	appliers map[string]*kvevents.Applier
 	enc      vllmsim.Encoder
 	records  []route.Record
+	router   *route.Router
 	learner  *feedback.Learner
 	policy   policy.Config
 }
@@ -142,7 +144,8 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := &extproc.Settings{Policy: &pc, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed}
+	s.router = r
+	set := &extproc.Settings{Policy: &pc, Shadow: rep.ShadowPolicy, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed}
 	srv, err := extproc.NewServer(extproc.ServerOptions{Router: r, Settings: set, Metrics: extproc.NewMetrics(reg), Now: s.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -354,6 +357,10 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// clock, must learn what the simulator's learned.
 		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}},
 		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}},
+		// A candidate config decides beside the live one on every request: the server's
+		// shadow statistics must be the simulator's.
+		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -378,6 +385,13 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			if tc.cfg.Disagg.Policy == policy.SLOKind {
 				sameLearning(t, srv, rec.rep, routes)
+			}
+			if tc.cfg.Shadow != nil {
+				st := srv.router.ShadowStats()
+				if rec.rep.Shadow == nil || st.Decisions == 0 || st.Decisions == st.SameRoute || !reflect.DeepEqual(st, *rec.rep.Shadow) {
+					t.Fatalf("shadow statistics:\n server    %+v\n simulator %+v", st, rec.rep.Shadow)
+				}
+				t.Logf("shadow: %d decisions, %d on the same route", st.Decisions, st.SameRoute)
 			}
 			if rec.rep.ResidualLoad != 0 {
 				t.Fatalf("simulator left load %d booked", rec.rep.ResidualLoad)
@@ -427,6 +441,8 @@ func slo(t *testing.T, ttft, tpot int) policy.Disagg {
 	}
 	return d
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func disagg(k policy.Kind, effISL int64, ratio float64) policy.Disagg {
 	d := policy.DefaultDisagg()
