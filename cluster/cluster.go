@@ -26,6 +26,10 @@ type Options struct {
 	// order: decisions, releases and KV events. Slices in an Op are the run's own; copy them
 	// to keep them.
 	Trace func(Op)
+	// Prompt, if set, gives request r's prompt tokens in place of Config.Vocab's expansion of
+	// its segments: a test that replays real request bodies (chat, rendered by the real
+	// tokenizer) runs the simulator on the same tokens. The slice is read, never changed.
+	Prompt func(r *workload.Request) []uint32
 }
 
 // Epoch is the wall time of virtual time 0: the pool's clock and the router's Now read Epoch plus the

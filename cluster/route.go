@@ -16,7 +16,11 @@ import (
 // it to the chosen engine.
 func (c *Cluster) arrive(i int) {
 	r, st := &c.reqs[i], &c.state[i]
-	st.prompt = c.cfg.Vocab.AppendPrompt(make([]uint32, 0, r.InputTokens), r)
+	if c.opts.Prompt != nil {
+		st.prompt = c.opts.Prompt(r)
+	} else {
+		st.prompt = c.cfg.Vocab.AppendPrompt(make([]uint32, 0, r.InputTokens), r)
+	}
 	if r.OutputTokens > 0 {
 		st.output = c.cfg.Vocab.AppendOutput(make([]uint32, 0, r.OutputTokens), r)
 	}

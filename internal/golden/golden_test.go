@@ -79,7 +79,9 @@ type recorded struct {
 	ops []cluster.Op
 }
 
-func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request) recorded {
+// runCluster runs the simulator on reqs; prompts, when not nil, are the requests' prompt
+// tokens (rendered chat bodies) in place of the vocabulary's.
+func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request, prompts [][]uint32) recorded {
 	t.Helper()
 	var rec recorded
 	trace := func(op cluster.Op) {
@@ -88,7 +90,11 @@ func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request) recor
 		op.Event.Tokens = append([]uint32(nil), op.Event.Tokens...)
 		rec.ops = append(rec.ops, op)
 	}
-	rep, err := cluster.Run(context.Background(), cfg, reqs, cluster.Options{Trace: trace})
+	opts := cluster.Options{Trace: trace}
+	if prompts != nil {
+		opts.Prompt = func(r *workload.Request) []uint32 { return prompts[r.Index] }
+	}
+	rep, err := cluster.Run(context.Background(), cfg, reqs, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,14 +136,7 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 		s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
 	}
 	s.enc = vllmsim.Encoder{Format: vllmsim.FormatMap, Hashes: vllmsim.HashInt, BlockSize: bs}
-	dir, err := repo.Model("qwen3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir, tokenizer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := qwen3(t)
 	pc := rep.Policy
 	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,
 		Now: s.clock.Now, Learner: s.learner, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
@@ -192,31 +191,27 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 	return hm
 }
 
-// decide sends a completions request with the prompt as token ids, as Envoy would in BUFFERED
-// mode, and returns the routing headers condisagg set (nil for an immediate response).
-func (s *server) decide(t *testing.T, tokens []uint32) (*request, map[string]string) {
+// decide sends a request as Envoy would in BUFFERED mode, and returns the routing headers
+// condisagg set (nil for an immediate response): the chat body when there is one, else a
+// completions request with the prompt as token ids.
+func (s *server) decide(t *testing.T, tokens []uint32, chat []byte) (*request, map[string]string) {
 	t.Helper()
 	stream, err := s.client.Process(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := &request{stream: stream}
+	path, body := "/v1/chat/completions", chat
+	if chat == nil {
+		path, body = "/v1/completions", completionBody(tokens)
+	}
 	q.exchange(t, &extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
 			ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: headerMap(":method", "POST", ":path", "/v1/completions", "content-type", "application/json")}}})
-	var body strings.Builder
-	body.WriteString(`{"model":"m","stream":true,"prompt":[`)
-	for i, tok := range tokens {
-		if i > 0 {
-			body.WriteByte(',')
-		}
-		body.WriteString(strconv.FormatUint(uint64(tok), 10))
-	}
-	body.WriteString(`]}`)
+			Headers: headerMap(":method", "POST", ":path", path, "content-type", "application/json")}}})
 	resp := q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-		RequestBody: &extprocv3.HttpBody{Body: []byte(body.String()), EndOfStream: true}}})
+		RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
 	if resp.GetImmediateResponse() != nil {
 		return q, nil
 	}
@@ -274,9 +269,23 @@ func (q *request) end(t *testing.T, output int) {
 	}
 }
 
+func completionBody(tokens []uint32) []byte {
+	var body strings.Builder
+	body.WriteString(`{"model":"m","stream":true,"prompt":[`)
+	for i, tok := range tokens {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(strconv.FormatUint(uint64(tok), 10))
+	}
+	body.WriteString(`]}`)
+	return []byte(body.String())
+}
+
 // replay feeds the run's operations to the server in order and returns its records, one per
-// request (the zero Record where the server refused the request).
-func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Record {
+// request (the zero Record where the server refused the request). chats, when not nil, are
+// the requests' chat bodies, sent in place of their token ids.
+func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]byte) []route.Record {
 	t.Helper()
 	open := map[int]*request{}
 	out := make([]route.Record, len(rec.rep.Decisions))
@@ -295,7 +304,11 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time) []route.Rec
 			}
 		case cluster.OpDecide:
 			n := len(s.records)
-			q, h := s.decide(t, op.Tokens)
+			var chat []byte
+			if chats != nil {
+				chat = chats[op.Index]
+			}
+			q, h := s.decide(t, op.Tokens, chat)
 			if (h == nil) != (op.Err != nil) {
 				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
 			}
@@ -341,26 +354,31 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		name string
 		rate float64 // sessions per second
 		cfg  cluster.Config
+		chat bool // the server gets chat bodies, the simulator their tokens as qwen3 renders them
 	}{
 		{"isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 3,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false},
 		{"isl_bounding_1p3d_guard", 4, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 4,
-			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}},
+			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false},
 		// One prefill worker with a small token budget under the same traffic: the load
 		// policies see it busy, so prefill_busy reasons and decode-busy guard denials occur.
 		{"prefill_load_1p2d_saturated", 400, cluster.Config{Prefill: 1, Decode: 2, Mode: cluster.Conditional, Seed: 8,
-			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}},
-		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}},
-		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}},
+			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false},
+		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false},
+		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false},
 		// The slo policy places on all three routes (prefill_local: the whole request on a
 		// prefill worker) and learns from every answer: the server's tickets, on the replay's
 		// clock, must learn what the simulator's learned.
-		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}},
-		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}},
+		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false},
+		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false},
+		// Chat bodies: the server renders Qwen3's chat template and tokenizes; the simulator
+		// runs on the same tokens, so the engines' KV events carry what the server's index keys.
+		{"chat_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 12,
+			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -372,16 +390,22 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.cfg.Engine = sim.Config{NumGPUBlocks: 3000, MaxNumBatchedTokens: 4096, MaxNumSeqs: 64, Model: model}
-			rec := runCluster(t, tc.cfg, reqs)
+			var chats [][]byte
+			var prompts [][]uint32
+			if tc.chat {
+				chats, prompts = chatCorpus(t, reqs)
+			}
+			rec := runCluster(t, tc.cfg, reqs, prompts)
 			srv := newServer(t, rec.rep)
-			got := srv.replay(t, rec, cluster.Epoch)
-			reasons, routes := map[string]int{}, map[string]int{}
+			got := srv.replay(t, rec, cluster.Epoch, chats)
+			reasons, routes, cachedTokens := map[string]int{}, map[string]int{}, 0
 			for i, want := range rec.rep.Decisions {
 				if got[i] != want {
 					t.Fatalf("request %d:\n server    %+v\n simulator %+v", i, got[i], want)
 				}
 				reasons[want.Reason]++
 				routes[want.Route]++
+				cachedTokens += want.Cached
 			}
 			if tc.cfg.Disagg.Policy == policy.SLOKind {
 				sameLearning(t, srv, rec.rep, routes)
@@ -396,7 +420,11 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			if rec.rep.ResidualLoad != 0 {
 				t.Fatalf("simulator left load %d booked", rec.rep.ResidualLoad)
 			}
-			t.Logf("%d identical decisions, %d ops; routes %v; reasons %v", len(got), len(rec.ops), routes, fmt.Sprint(reasons))
+			if tc.chat && cachedTokens == 0 {
+				t.Fatal("no chat prompt found its prefix cached: the corpus tests no cache credit")
+			}
+			t.Logf("%d identical decisions, %d ops, %d prompt tokens credited as cached; routes %v; reasons %v",
+				len(got), len(rec.ops), cachedTokens, routes, fmt.Sprint(reasons))
 		})
 	}
 }
@@ -443,6 +471,59 @@ func slo(t *testing.T, ttft, tpot int) policy.Disagg {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// qwen3 is the real Qwen3 tokenizer and chat template of the test models.
+func qwen3(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	dir, err := repo.Model("qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir, tokenizer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// chatCorpus turns each request into a chat body, one message per prompt segment (a system
+// message, then user messages) whose words follow the segment's pseudo-tokens, so a session's
+// turns share their leading messages as its segments share their prefix; prompts are the
+// bodies' tokens as the real tokenizer renders them.
+func chatCorpus(t *testing.T, reqs []workload.Request) (bodies [][]byte, prompts [][]uint32) {
+	t.Helper()
+	tok, vocab := qwen3(t), workload.DefaultVocab()
+	var ids []uint32
+	for i := range reqs {
+		var b strings.Builder
+		b.WriteString(`{"model":"m","stream":true,"messages":[`)
+		for k, seg := range reqs[i].Prompt {
+			role := "user"
+			if k == 0 {
+				role = "system"
+			} else {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"role":%q,"content":"`, role)
+			ids = vocab.AppendSegment(ids[:0], seg)
+			for j, id := range ids {
+				if j > 0 {
+					b.WriteByte(' ')
+				}
+				b.WriteString("w" + strconv.FormatUint(uint64(id%997), 36))
+			}
+			b.WriteString(`"}`)
+		}
+		b.WriteString(`]}`)
+		body := []byte(b.String())
+		p, err := tok.EncodeChat(nil, body, tokenizer.ChatOptions{})
+		if err != nil {
+			t.Fatalf("request %d: render: %v", i, err)
+		}
+		bodies, prompts = append(bodies, body), append(prompts, p)
+	}
+	return bodies, prompts
+}
 
 func disagg(k policy.Kind, effISL int64, ratio float64) policy.Disagg {
 	d := policy.DefaultDisagg()
