@@ -30,6 +30,9 @@ type Options struct {
 	// its segments: a test that replays real request bodies (chat, rendered by the real
 	// tokenizer) runs the simulator on the same tokens. The slice is read, never changed.
 	Prompt func(r *workload.Request) []uint32
+	// Subset, if set, gives request r's subset hint (route.Request.Subset, the gateway's
+	// envoy.lb.subset_hint; nil: none), as an endpoint picker in front of the router would.
+	Subset func(r *workload.Request) []string
 }
 
 // Epoch is the wall time of virtual time 0: the pool's clock and the router's Now read Epoch plus the

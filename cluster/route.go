@@ -24,9 +24,14 @@ func (c *Cluster) arrive(i int) {
 	if r.OutputTokens > 0 {
 		st.output = c.cfg.Vocab.AppendOutput(make([]uint32, 0, r.OutputTokens), r)
 	}
-	out, err := c.router.Decide(context.Background(), &route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt})
+	req := route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt}
+	if c.opts.Subset != nil {
+		req.Subset = c.opts.Subset(r)
+		req.HasSubset = req.Subset != nil
+	}
+	out, err := c.router.Decide(context.Background(), &req)
 	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Record: out.Record(), Err: err})
+		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Subset: req.Subset, Record: out.Record(), Err: err})
 	}
 	if err != nil {
 		c.fail(i, err)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/extproc"
@@ -79,21 +80,18 @@ type recorded struct {
 	ops []cluster.Op
 }
 
-// runCluster runs the simulator on reqs; prompts, when not nil, are the requests' prompt
-// tokens (rendered chat bodies) in place of the vocabulary's.
-func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request, prompts [][]uint32) recorded {
+// runCluster runs the simulator on reqs with opts (its Trace is the recorder's).
+func runCluster(t *testing.T, cfg cluster.Config, reqs []workload.Request, opts cluster.Options) recorded {
 	t.Helper()
 	var rec recorded
 	trace := func(op cluster.Op) {
 		op.Tokens = append([]uint32(nil), op.Tokens...)
+		op.Subset = append([]string(nil), op.Subset...)
 		op.Event.Hashes = append([]uint64(nil), op.Event.Hashes...)
 		op.Event.Tokens = append([]uint32(nil), op.Event.Tokens...)
 		rec.ops = append(rec.ops, op)
 	}
-	opts := cluster.Options{Trace: trace}
-	if prompts != nil {
-		opts.Prompt = func(r *workload.Request) []uint32 { return prompts[r.Index] }
-	}
+	opts.Trace = trace
 	rep, err := cluster.Run(context.Background(), cfg, reqs, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +192,7 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 // decide sends a request as Envoy would in BUFFERED mode, and returns the routing headers
 // condisagg set (nil for an immediate response): the chat body when there is one, else a
 // completions request with the prompt as token ids.
-func (s *server) decide(t *testing.T, tokens []uint32, chat []byte) (*request, map[string]string) {
+func (s *server) decide(t *testing.T, tokens []uint32, chat []byte, subset []string) (*request, map[string]string) {
 	t.Helper()
 	stream, err := s.client.Process(context.Background())
 	if err != nil {
@@ -205,9 +203,18 @@ func (s *server) decide(t *testing.T, tokens []uint32, chat []byte) (*request, m
 	if chat == nil {
 		path, body = "/v1/completions", completionBody(tokens)
 	}
+	var md *corev3.Metadata
+	if subset != nil { // the endpoint picker's hint, as Envoy passes it
+		hint, err := structpb.NewStruct(map[string]any{extproc.SubsetKey: strings.Join(subset, ",")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extproc.SubsetNamespace: hint}}
+	}
 	q.exchange(t, &extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
 			ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
+		MetadataContext: md,
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 			Headers: headerMap(":method", "POST", ":path", path, "content-type", "application/json")}}})
 	resp := q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
@@ -308,7 +315,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]b
 			if chats != nil {
 				chat = chats[op.Index]
 			}
-			q, h := s.decide(t, op.Tokens, chat)
+			q, h := s.decide(t, op.Tokens, chat, op.Subset)
 			if (h == nil) != (op.Err != nil) {
 				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
 			}
@@ -355,30 +362,35 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		rate float64 // sessions per second
 		cfg  cluster.Config
 		chat bool // the server gets chat bodies, the simulator their tokens as qwen3 renders them
+		// subset: every third request carries a subset hint that leaves out one decode and
+		// one prefill worker.
+		subset bool
 	}{
 		{"isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 3,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, false},
 		{"isl_bounding_1p3d_guard", 4, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 4,
-			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false},
+			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false, false},
 		// One prefill worker with a small token budget under the same traffic: the load
 		// policies see it busy, so prefill_busy reasons and decode-busy guard denials occur.
 		{"prefill_load_1p2d_saturated", 400, cluster.Config{Prefill: 1, Decode: 2, Mode: cluster.Conditional, Seed: 8,
-			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false},
-		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false},
-		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false},
+			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false, false},
+		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false, false},
+		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false, false},
 		// The slo policy places on all three routes (prefill_local: the whole request on a
 		// prefill worker) and learns from every answer: the server's tickets, on the replay's
 		// clock, must learn what the simulator's learned.
-		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false},
-		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false},
+		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false},
+		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false, false},
 		// Chat bodies: the server renders Qwen3's chat template and tokenizes; the simulator
 		// runs on the same tokens, so the engines' KV events carry what the server's index keys.
 		{"chat_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 12,
-			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true},
+			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true, false},
+		{"subset_isl_or_load_2p3d", 40, cluster.Config{Prefill: 2, Decode: 3, Mode: cluster.Conditional, Seed: 13,
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -391,11 +403,33 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			tc.cfg.Engine = sim.Config{NumGPUBlocks: 3000, MaxNumBatchedTokens: 4096, MaxNumSeqs: 64, Model: model}
 			var chats [][]byte
-			var prompts [][]uint32
+			var opts cluster.Options
 			if tc.chat {
+				var prompts [][]uint32
 				chats, prompts = chatCorpus(t, reqs)
+				opts.Prompt = func(r *workload.Request) []uint32 { return prompts[r.Index] }
 			}
-			rec := runCluster(t, tc.cfg, reqs, prompts)
+			hinted := 0
+			if tc.subset {
+				// The simulator's workers are at 10.0.0.2.., prefill first; checked below.
+				var hint []string
+				for i := range tc.cfg.Prefill + tc.cfg.Decode {
+					if i != 0 && i != tc.cfg.Prefill {
+						hint = append(hint, "10.0.0."+strconv.Itoa(i+2)+":8000")
+					}
+				}
+				opts.Subset = func(r *workload.Request) []string {
+					if r.Index%3 != 1 {
+						return nil
+					}
+					hinted++
+					return hint
+				}
+			}
+			rec := runCluster(t, tc.cfg, reqs, opts)
+			if tc.subset {
+				checkHinted(t, rec, hinted)
+			}
 			srv := newServer(t, rec.rep)
 			got := srv.replay(t, rec, cluster.Epoch, chats)
 			reasons, routes, cachedTokens := map[string]int{}, map[string]int{}, 0
@@ -426,6 +460,50 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			t.Logf("%d identical decisions, %d ops, %d prompt tokens credited as cached; routes %v; reasons %v",
 				len(got), len(rec.ops), cachedTokens, routes, fmt.Sprint(reasons))
 		})
+	}
+}
+
+// checkHinted checks that the subset case tested something: hinted requests were routed, and
+// none of them to a worker the hint left out (one of each role).
+func checkHinted(t *testing.T, rec recorded, hinted int) {
+	t.Helper()
+	out := map[string]pool.Role{}
+	for _, w := range rec.rep.Pool.Workers {
+		out[w.Name] = w.Role
+	}
+	for _, op := range rec.ops {
+		if op.Kind != cluster.OpDecide {
+			continue
+		}
+		for _, e := range op.Subset {
+			for _, w := range rec.rep.Pool.Workers {
+				if w.Endpoint == e {
+					delete(out, w.Name)
+				}
+			}
+		}
+		if op.Subset != nil {
+			break
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("the hint leaves out %v, want one prefill and one decode worker", out)
+	}
+	routed := 0
+	for _, op := range rec.ops {
+		if op.Kind != cluster.OpDecide || op.Subset == nil || op.Err != nil {
+			continue
+		}
+		routed++
+		if _, ok := out[op.Record.Decode]; ok {
+			t.Fatalf("request %d: decode worker %s is not in its hint", op.Index, op.Record.Decode)
+		}
+		if _, ok := out[op.Record.Prefill]; ok {
+			t.Fatalf("request %d: prefill worker %s is not in its hint", op.Index, op.Record.Prefill)
+		}
+	}
+	if hinted == 0 || routed == 0 {
+		t.Fatalf("%d hinted requests, %d routed", hinted, routed)
 	}
 }
 
