@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/condisagg/condisagg/internal/serveconfig"
+	"github.com/condisagg/condisagg/server/config"
 )
 
 func itoa32(n int32) string { return strconv.Itoa(int(n)) }
@@ -59,14 +59,14 @@ func TestChartAdminGRPCExposure(t *testing.T) {
 	}
 }
 
-// loadDoc loads a serve config document through internal/serveconfig.
+// loadDoc loads a serve config document through internal/config.
 func loadDoc(t *testing.T, doc map[string]any) error {
 	t.Helper()
 	out, err := yamlMarshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveconfig.NewFlags()
+	f := config.NewFlags()
 	if err := f.FS.Parse([]string{"--config", writeFile(t, t.TempDir(), "condisagg.yaml", string(out))}); err != nil {
 		t.Fatal(err)
 	}

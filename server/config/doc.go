@@ -6,4 +6,4 @@
 //
 // It reads files (the config, the admin token, TLS material) and nothing else: no sockets, no
 // goroutines. cmd/condisagg wires the result; reloads call Flags.Load again.
-package serveconfig
+package config
