@@ -196,7 +196,7 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 		return nil, err
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
-	if cfg.KVEvents {
+	if cfg.Router.KVEvents {
 		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log,
 			MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, m.index, kvevents.Limits{}); err != nil {
 			return nil, err
@@ -267,7 +267,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 	}
 	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
-	for i, addr := range []string{cfg.Listen, cfg.AdminGRPC, cfg.AdminListen} {
+	for i, addr := range []string{cfg.Listen, cfg.AdminGRPCListen, cfg.AdminListen} {
 		if lis[i], err = net.Listen("tcp", addr); err != nil {
 			for _, l := range lis[:i] {
 				l.Close()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +22,10 @@ import (
 	"github.com/condisagg/condisagg/pool/kube"
 )
 
-// File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4). Every field
-// can be overridden by its flag.
+// File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4), merged with the
+// flags. Its scalar settings are stated in the settings table (settings.go: key, flag, default,
+// help, rule); the YAML keys are the struct tags. Load normalises the single-model form
+// (model + top-level workers) into a one-entry Models, so Model and Workers are empty after it.
 type File struct {
 	Listen          string `yaml:"listen"`
 	AdminListen     string `yaml:"admin_listen"`
@@ -35,10 +36,9 @@ type File struct {
 	AdminClientCA   string `yaml:"admin_client_ca"`
 	TLSCert         string `yaml:"tls_cert"`
 	TLSKey          string `yaml:"tls_key"`
-	// TLSClientCA makes the ext_proc port require a client certificate it signs (mTLS).
-	TLSClientCA string `yaml:"tls_client_ca"`
-	// AllowUnauthenticatedListen lets listen be off loopback without mTLS: the operator
-	// states that the network admits only the gateway (a NetworkPolicy, a firewall).
+	TLSClientCA     string `yaml:"tls_client_ca"`
+	// AllowUnauthenticatedListen is the operator's statement that the network admits only the
+	// gateway (a NetworkPolicy, a firewall).
 	AllowUnauthenticatedListen bool          `yaml:"allow_unauthenticated_listen"`
 	MaxBodyBytes               int           `yaml:"max_body_bytes"`
 	FailureMode                string        `yaml:"failure_mode"`
@@ -48,28 +48,21 @@ type File struct {
 	UnreadyDelay               time.Duration `yaml:"unready_delay"`
 	LogLevel                   string        `yaml:"log_level"`
 	// Resource bounds of the ext_proc listener (extproc README "Resource bounds").
-	StreamIdleTimeout    time.Duration `yaml:"stream_idle_timeout"`
-	DecisionQueueTimeout time.Duration `yaml:"decision_queue_timeout"`
-	DecisionConcurrency  int           `yaml:"decision_concurrency"` // 0 = GOMAXPROCS; restart to change
-	// The request phase as a whole, however steadily bytes come (reloadable).
-	StreamRequestTimeout time.Duration `yaml:"stream_request_timeout"`
-	// A decided stream's wait for response headers before its booking is released (reloadable).
+	StreamIdleTimeout        time.Duration `yaml:"stream_idle_timeout"`
+	DecisionQueueTimeout     time.Duration `yaml:"decision_queue_timeout"`
+	DecisionConcurrency      int           `yaml:"decision_concurrency"`
+	StreamRequestTimeout     time.Duration `yaml:"stream_request_timeout"`
 	UnansweredBookingTimeout time.Duration `yaml:"unanswered_booking_timeout"`
-	// Bytes every open stream holds together (reloadable).
-	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
-	// ext_proc connections and streams per connection (restart to change).
-	MaxConnections          int `yaml:"max_connections"`
-	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
-	// MaxPretokenBytes bounds one pre-token of a prompt (0: none); a prompt with a longer one
-	// is routed by load untokenized, reason long_pretoken (restart to change).
-	MaxPretokenBytes int `yaml:"max_pretoken_bytes"`
+	MaxBufferedBytes         int64         `yaml:"max_buffered_bytes"`
+	MaxConnections           int           `yaml:"max_connections"`
+	MaxStreamsPerConnection  int           `yaml:"max_streams_per_connection"`
+	MaxPretokenBytes         int           `yaml:"max_pretoken_bytes"`
 	// Model is the single-model form: one model served by the top-level workers. Models is
 	// the several-model form (each entry with its own name and workers); they are exclusive.
-	Model  ModelFile   `yaml:"model"`
+	Model  ModelFile   `yaml:"model,omitempty"`
 	Models []ModelFile `yaml:"models"`
-	// UnknownModel is what a request for a model name no model serves gets: "reject" (404,
-	// vLLM's answer) or "passthrough" (routed by load to the first model's decode workers,
-	// counted). A single model without a name takes every name.
+	// UnknownModel: a single model without a name takes every name, so it applies only to
+	// named models.
 	UnknownModel string `yaml:"unknown_model"`
 	Router       struct {
 		Mode                    string    `yaml:"mode"`
@@ -82,9 +75,8 @@ type File struct {
 		// makes it live.
 		ShadowDisaggConfig yaml.Node `yaml:"shadow_disagg_config"`
 		QueueThreshold     *float64  `yaml:"queue_threshold"`
-		// KVEventsMaxMessageBytes bounds one KV event batch; 0 = kvevents.DefaultMaxPayloadBytes.
-		// It is each event socket's ZMQ_MAXMSGSIZE (plus room for the topic and sequence
-		// frames): libzmq drops a peer that sends more before allocating it. Restart to change.
+		// KVEventsMaxMessageBytes is each event socket's ZMQ_MAXMSGSIZE (plus room for the
+		// topic and sequence frames): libzmq drops a peer that sends more before allocating it.
 		KVEventsMaxMessageBytes int              `yaml:"kv_events_max_message_bytes"`
 		Selection               policy.Selection `yaml:",inline"`
 		Silence                 policy.Silence   `yaml:",inline"`
@@ -94,8 +86,7 @@ type File struct {
 		SweepInterval   time.Duration `yaml:"sweep_interval"`
 		ResolveInterval time.Duration `yaml:"resolve_interval"`
 		ScrapeInterval  time.Duration `yaml:"scrape_interval"`
-		// Worker liveness (pool.Config): /health probing, on by default; health_interval < 0
-		// turns it and the passive upstream signals off.
+		// Worker liveness (pool.Config).
 		HealthInterval   time.Duration `yaml:"health_interval"`
 		HealthTimeout    time.Duration `yaml:"health_timeout"`
 		HealthPath       string        `yaml:"health_path"`
@@ -104,109 +95,51 @@ type File struct {
 		HealthBackoffMax time.Duration `yaml:"health_backoff_max"`
 		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
-	Workers []pool.WorkerConfig `yaml:"workers"`
+	Workers []pool.WorkerConfig `yaml:"workers,omitempty"`
 	// Discovery finds workers at run time, beside (or instead of) the static workers.
 	Discovery struct {
 		// Kubernetes watches EndpointSlices by label selector (pool/kube).
 		Kubernetes *kube.Config `yaml:"kubernetes"`
 	} `yaml:"discovery"`
+	// single records that the file used the single-model form (errors name "model" and
+	// "workers" rather than "models[i]"; the one model may be unnamed).
+	single bool
 }
 
-// config is the validated configuration of `serve`.
+// Config is the validated configuration of `serve`: the file merged with the flags (File,
+// whose settings it reads directly: c.Listen, c.DrainTimeout, ...) and what validation builds
+// from it. Models and LogLevel are the validated forms of the file's fields of the same names
+// (c.File.Models, c.File.LogLevel).
 type Config struct {
-	File        File   // the merged file and flags, as given
-	Listen      string // ext_proc + health gRPC
-	AdminListen string // admin HTTP
-	AdminGRPC   string // Admin gRPC
-	Admin       AdminAccess
-	TLSCert     string // ext_proc port TLS
-	TLSKey      string
+	File
+	Admin AdminAccess
 	// TLS is the ext_proc port's TLS (nil: plaintext), with client authentication when
 	// tls_client_ca is set.
-	TLS           *tls.Config
-	DrainTimeout  time.Duration
-	UnreadyDelay  time.Duration
-	LogLevel      slog.Level
-	Tokenizer     string // the first model's directory
-	CacheSegments int
-	KVEvents      bool
+	TLS      *tls.Config
+	LogLevel slog.Level
 	// KVEventsMaxMessageBytes is router.kv_events_max_message_bytes with its default
 	// (kvzmq.Config.MaxPayloadBytes).
 	KVEventsMaxMessageBytes int
 	Settings                *extproc.Settings
-	Pool                    pool.Config // the first model's pool
 	// Models are the served models in configuration order (one for the single-model form).
-	Models       []Model
-	UnknownModel string // reject or passthrough
-	// DecisionConcurrency is extproc.ServerOptions.DecisionConcurrency (0 = GOMAXPROCS).
-	DecisionConcurrency int
-	// MaxConnections bounds the ext_proc port's open connections (netutil.LimitListener);
-	// MaxStreamsPerConnection is extproc.GRPCOptions.MaxConcurrentStreams.
-	MaxConnections          int
-	MaxStreamsPerConnection int
-	// MaxPretokenBytes is route.Options.MaxPretokenBytes.
-	MaxPretokenBytes int
+	Models []Model
 	// Kubernetes is discovery.kubernetes with defaults (its client settings and every entry;
 	// each model's entries are in Model.Discovery); nil without Kubernetes discovery.
 	Kubernetes *kube.Config
 }
 
-// Flags are the command-line flags of serve; names follow Dynamo's router flags.
+// Flags are the command-line flags of serve: --config and one flag per setting of the table
+// that has one (Dynamo's router flags among them).
 type Flags struct {
-	FS               *flag.FlagSet
-	ConfigPath       string
-	routerMode       string
-	kvEvents         bool
-	condDisagg       bool
-	condDisaggConfig string
-	queueThreshold   float64
-	listen           string
-	adminListen      string
-	adminGRPCListen  string
-	adminTokenFile   string
-	adminTLSCert     string
-	adminTLSKey      string
-	adminClientCA    string
-	tokenizer        string
-	blockSize        int
-	failureMode      string
-	debugHeaders     bool
-	llmdCompat       bool
-	maxBodyBytes     int
-	tlsCert          string
-	tlsKey           string
-	drainTimeout     time.Duration
-	logLevel         string
-	unknownModel     string
+	FS         *flag.FlagSet
+	ConfigPath string
 }
 
+// NewFlags defines --config and the settings' flags on a new flag set.
 func NewFlags() *Flags {
 	f := &Flags{FS: flag.NewFlagSet("serve", flag.ContinueOnError)}
-	fs := f.FS
-	fs.StringVar(&f.ConfigPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
-	fs.StringVar(&f.routerMode, "router-mode", "kv", "router mode (kv is required by conditional disaggregation)")
-	fs.BoolVar(&f.kvEvents, "router-kv-events", false, "subscribe to every worker's KV events")
-	fs.BoolVar(&f.condDisagg, "router-conditional-disagg", false, "enable conditional disaggregation")
-	fs.StringVar(&f.condDisaggConfig, "router-conditional-disagg-config", "", "JSON policy object (conditional-disagg.md §2)")
-	fs.Float64Var(&f.queueThreshold, "router-queue-threshold", 0, "prefill queue threshold (θp when prefill_busy_threshold is unset)")
-	fs.StringVar(&f.listen, "listen", DefaultListen, "ext_proc gRPC address (Envoy; ext_proc and health only); off loopback it needs tls_client_ca or allow_plaintext_extproc")
-	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9090", "admin HTTP address (/metrics, /healthz, /readyz, /debug/explain)")
-	fs.StringVar(&f.adminGRPCListen, "admin-grpc-listen", "127.0.0.1:9003", "Admin gRPC address (Explain, ListWorkers, ReloadConfig)")
-	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "file holding the bearer token the Admin API requires (required off loopback unless --admin-client-ca)")
-	fs.StringVar(&f.adminTLSCert, "admin-tls-cert", "", "TLS certificate of both admin listeners (with --admin-tls-key)")
-	fs.StringVar(&f.adminTLSKey, "admin-tls-key", "", "TLS key of both admin listeners")
-	fs.StringVar(&f.adminClientCA, "admin-client-ca", "", "CA bundle: admin clients must present a certificate it signed (mTLS)")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "model directory with tokenizer.json")
-	fs.IntVar(&f.blockSize, "block-size", policy.DefaultBlockSize, "KV block size in tokens (must equal the workers')")
-	fs.StringVar(&f.failureMode, "failure-mode", string(extproc.FailOpen), "internal routing failure: open (least-loaded decode worker) or closed (503)")
-	fs.BoolVar(&f.debugHeaders, "debug-headers", false, "add x-condisagg-decision to requests and responses")
-	fs.BoolVar(&f.llmdCompat, "llmd-compat", false, "also set x-prefiller-host-port on the remote path")
-	fs.IntVar(&f.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "request body limit (413 above)")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate for the gRPC port (with --tls-key)")
-	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key for the gRPC port")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Minute, "bound of the graceful drain on SIGTERM")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.unknownModel, "unknown-model", "reject", "a request for a model no model serves: reject (404) or passthrough (routed by load, counted)")
+	f.FS.StringVar(&f.ConfigPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
+	addFlags(f.FS)
 	return f
 }
 
@@ -232,23 +165,7 @@ const (
 	MaxKVEventsMessageBytes = 256 << 20
 )
 
-// defaultFile is the file configuration before the YAML and the flags apply.
-func defaultFile() File {
-	var fc File
-	fc.Listen, fc.AdminListen, fc.AdminGRPCListen = DefaultListen, "127.0.0.1:9090", "127.0.0.1:9003"
-	fc.MaxBodyBytes, fc.FailureMode = extproc.DefaultMaxBodyBytes, string(extproc.FailOpen)
-	fc.DrainTimeout, fc.LogLevel, fc.UnknownModel = 15*time.Minute, "info", "reject"
-	fc.StreamIdleTimeout, fc.DecisionQueueTimeout = extproc.DefaultStreamIdleTimeout, extproc.DefaultDecisionQueueTimeout
-	fc.StreamRequestTimeout, fc.UnansweredBookingTimeout = extproc.DefaultStreamRequestTimeout, extproc.DefaultUnansweredBookingTimeout
-	fc.MaxBufferedBytes, fc.MaxConnections, fc.MaxStreamsPerConnection = extproc.DefaultMaxBufferedBytes, DefaultMaxConnections, DefaultMaxStreamsPerConnection
-	fc.MaxPretokenBytes = DefaultMaxPretokenBytes
-	fc.Router.Mode = "kv"
-	fc.Router.Selection = policy.DefaultSelection()
-	fc.Router.Silence = policy.Silence{After: policy.DefaultKVEventsSilence, MinRequests: policy.DefaultKVEventsMinRequests}
-	return fc
-}
-
-// load reads the file (if any), applies the explicitly set flags and validates everything,
+// Load reads the file (if any), applies the explicitly set flags and validates everything,
 // returning every problem at once.
 func (f *Flags) Load() (*Config, error) {
 	fc := defaultFile()
@@ -268,48 +185,19 @@ func (f *Flags) Load() (*Config, error) {
 			fc.Models[i].relativeTo(f.ConfigPath)
 		}
 	}
+	applyFlags(f.FS, &fc)
+	var flagErrs []error
+	if len(fc.Models) > 0 {
+		f.FS.Visit(func(fl *flag.Flag) {
+			if v, ok := fl.Value.(*flagValue); ok && v.s.singleModelOnly() {
+				flagErrs = append(flagErrs, fmt.Errorf("config: --%s: %s applies to the single-model form only; set it per model in models[]",
+					fl.Name, fl.Value))
+			}
+		})
+	}
 	disaggJSON, err := disaggFromFile(&fc.Router.ConditionalDisaggConfig)
 	if err != nil {
 		return nil, err
-	}
-	set := map[string]bool{}
-	f.FS.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	over := func(name string, apply func()) {
-		if set[name] {
-			apply()
-		}
-	}
-	over("router-mode", func() { fc.Router.Mode = f.routerMode })
-	over("router-kv-events", func() { fc.Router.KVEvents = f.kvEvents })
-	over("router-conditional-disagg", func() { fc.Router.ConditionalDisagg = f.condDisagg })
-	over("router-conditional-disagg-config", func() { disaggJSON = &f.condDisaggConfig })
-	over("router-queue-threshold", func() { fc.Router.QueueThreshold = &f.queueThreshold })
-	over("listen", func() { fc.Listen = f.listen })
-	over("admin-listen", func() { fc.AdminListen = f.adminListen })
-	over("admin-grpc-listen", func() { fc.AdminGRPCListen = f.adminGRPCListen })
-	over("admin-token-file", func() { fc.AdminTokenFile = f.adminTokenFile })
-	over("admin-tls-cert", func() { fc.AdminTLSCert = f.adminTLSCert })
-	over("admin-tls-key", func() { fc.AdminTLSKey = f.adminTLSKey })
-	over("admin-client-ca", func() { fc.AdminClientCA = f.adminClientCA })
-	over("tokenizer", func() { fc.Model.Tokenizer = f.tokenizer })
-	over("block-size", func() { fc.Model.BlockSize = f.blockSize })
-	over("failure-mode", func() { fc.FailureMode = f.failureMode })
-	over("debug-headers", func() { fc.DebugHeaders = f.debugHeaders })
-	over("llmd-compat", func() { fc.LLMDCompat = f.llmdCompat })
-	over("max-body-bytes", func() { fc.MaxBodyBytes = f.maxBodyBytes })
-	over("tls-cert", func() { fc.TLSCert = f.tlsCert })
-	over("tls-key", func() { fc.TLSKey = f.tlsKey })
-	over("drain-timeout", func() { fc.DrainTimeout = f.drainTimeout })
-	over("log-level", func() { fc.LogLevel = f.logLevel })
-	over("unknown-model", func() { fc.UnknownModel = f.unknownModel })
-	var flagErrs []error
-	if len(fc.Models) > 0 {
-		for _, name := range []string{"tokenizer", "block-size"} {
-			if set[name] {
-				flagErrs = append(flagErrs, fmt.Errorf("config: --%s: %s applies to the single-model form only; set it per model in models[]",
-					name, f.FS.Lookup(name).Value))
-			}
-		}
 	}
 	c, err := validate(fc, disaggJSON)
 	if len(flagErrs) > 0 {
@@ -345,17 +233,9 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
 	}
-	c := &Config{File: fc, Listen: fc.Listen, AdminListen: fc.AdminListen, AdminGRPC: fc.AdminGRPCListen,
-		TLSCert: fc.TLSCert, TLSKey: fc.TLSKey,
-		DrainTimeout: fc.DrainTimeout, UnreadyDelay: fc.UnreadyDelay, KVEvents: fc.Router.KVEvents,
-		UnknownModel: fc.UnknownModel, DecisionConcurrency: fc.DecisionConcurrency,
-		MaxConnections: fc.MaxConnections, MaxStreamsPerConnection: fc.MaxStreamsPerConnection, MaxPretokenBytes: fc.MaxPretokenBytes}
-	if fc.Listen == "" {
-		bad("listen", `""`, "must be host:port")
-	}
-	if fc.UnknownModel != "reject" && fc.UnknownModel != "passthrough" {
-		bad("unknown_model", strconv.Quote(fc.UnknownModel), "must be reject or passthrough")
-	}
+	errs = append(errs, normalise(&fc))
+	c := &Config{File: fc}
+	checkSettings(&fc, &errs)
 	var err error
 	if c.Admin, err = loadAdminAccess(fc); err != nil {
 		errs = append(errs, err)
@@ -365,34 +245,11 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	}
 	c.TLS = extProcTLS(fc, bad)
 	checkListenAccess(fc, c.TLS, bad)
-	if fc.DrainTimeout <= 0 {
-		bad("drain_timeout", fc.DrainTimeout, "must be > 0")
-	}
-	if fc.UnreadyDelay < 0 {
-		bad("unready_delay", fc.UnreadyDelay, "must be >= 0")
-	}
-	if err := c.LogLevel.UnmarshalText([]byte(fc.LogLevel)); err != nil {
-		bad("log_level", fc.LogLevel, "must be one of debug, info, warn, error")
-	}
-	if fc.StreamIdleTimeout == 0 {
-		bad("stream_idle_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinStreamIdleTimeout, extproc.MaxStreamIdleTimeout))
-	}
-	if fc.DecisionQueueTimeout == 0 {
-		bad("decision_queue_timeout", "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinDecisionQueueTimeout, extproc.MaxDecisionQueueTimeout))
-	}
+	_ = c.LogLevel.UnmarshalText([]byte(fc.LogLevel)) // checked with the settings
 	c.KVEventsMaxMessageBytes = cmp.Or(fc.Router.KVEventsMaxMessageBytes, kvevents.DefaultMaxPayloadBytes)
-	if m := c.KVEventsMaxMessageBytes; m < MinKVEventsMessageBytes || m > MaxKVEventsMessageBytes {
-		bad("router.kv_events_max_message_bytes", m, fmt.Sprintf("is outside [%d, %d] (0 = %d)",
-			MinKVEventsMessageBytes, MaxKVEventsMessageBytes, kvevents.DefaultMaxPayloadBytes))
-	}
-	checkListenerBounds(fc, bad)
-	if fc.DecisionConcurrency < 0 || fc.DecisionConcurrency > MaxDecisionConcurrency {
-		bad("decision_concurrency", fc.DecisionConcurrency, fmt.Sprintf("is outside [0, %d] (0 = GOMAXPROCS)", MaxDecisionConcurrency))
-	}
-	mfs, prefixes, err := modelsOf(fc)
-	errs = append(errs, err)
-	mfs = withModelDefaults(mfs)
-	disc, kc := discoveryOf(fc, mfs, len(fc.Models) > 0, &errs)
+	mfs := withModelDefaults(fc.Models)
+	prefixes := modelPrefixes(&fc)
+	disc, kc := discoveryOf(fc, mfs, !fc.single, &errs)
 	c.Kubernetes = kc
 	pc, err := policyConfig(fc, mfs, disc, disaggJSON)
 	errs = append(errs, err)
@@ -410,9 +267,6 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
-	if len(c.Models) > 0 {
-		c.Tokenizer, c.CacheSegments, c.Pool = c.Models[0].Tokenizer, c.Models[0].CacheSegments, c.Models[0].Pool
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"time"
+
+	"github.com/condisagg/condisagg/pool"
 )
 
 // Stamp identifies one version of the configuration file, to notice that it changed.
@@ -25,42 +28,34 @@ func FileStamp(path string) Stamp {
 	return Stamp{st.ModTime(), st.Size()}
 }
 
-// RestartNeeded names the changed fields a reload cannot apply ("" when there are none).
+// RestartNeeded names the changed fields a reload cannot apply ("" when there are none): the
+// models and their pools, the settings of the table marked restart, and discovery.
 func RestartNeeded(old, cur *Config) string {
 	var fields []string
-	if !reflect.DeepEqual(old.Pool, cur.Pool) {
-		fields = append(fields, "workers/pool")
+	if !reflect.DeepEqual(poolsOf(old), poolsOf(cur)) {
+		fields = append(fields, restartPool)
 	}
-	if old.Tokenizer != cur.Tokenizer || old.CacheSegments != cur.CacheSegments || !reflect.DeepEqual(old.Models, cur.Models) ||
-		old.UnknownModel != cur.UnknownModel {
-		fields = append(fields, "model")
+	if !reflect.DeepEqual(old.Models, cur.Models) {
+		fields = append(fields, restartModel)
 	}
-	if old.Listen != cur.Listen || old.AdminListen != cur.AdminListen || old.AdminGRPC != cur.AdminGRPC ||
-		old.TLSCert != cur.TLSCert || old.TLSKey != cur.TLSKey || !reflect.DeepEqual(old.File.AdminTokenFile, cur.File.AdminTokenFile) ||
-		old.File.AdminTLSCert != cur.File.AdminTLSCert || old.File.AdminClientCA != cur.File.AdminClientCA ||
-		old.File.TLSClientCA != cur.File.TLSClientCA || old.File.AllowUnauthenticatedListen != cur.File.AllowUnauthenticatedListen {
-		fields = append(fields, "listeners/tls")
-	}
-	if old.MaxConnections != cur.MaxConnections || old.MaxStreamsPerConnection != cur.MaxStreamsPerConnection {
-		fields = append(fields, "max_connections/max_streams_per_connection")
-	}
-	if old.MaxPretokenBytes != cur.MaxPretokenBytes {
-		fields = append(fields, "max_pretoken_bytes")
+	for _, g := range restartGroups(&old.File, &cur.File) {
+		if !slices.Contains(fields, g) {
+			fields = append(fields, g)
+		}
 	}
 	if !reflect.DeepEqual(old.Kubernetes, cur.Kubernetes) {
 		fields = append(fields, "discovery")
-	}
-	if old.DecisionConcurrency != cur.DecisionConcurrency {
-		fields = append(fields, "decision_concurrency")
-	}
-	if old.KVEvents != cur.KVEvents {
-		fields = append(fields, "router.kv_events")
-	}
-	if old.KVEventsMaxMessageBytes != cur.KVEventsMaxMessageBytes {
-		fields = append(fields, "router.kv_events_max_message_bytes")
 	}
 	if len(fields) == 0 {
 		return ""
 	}
 	return fmt.Sprintf("%v changed", fields)
+}
+
+func poolsOf(c *Config) []pool.Config {
+	ps := make([]pool.Config, len(c.Models))
+	for i, m := range c.Models {
+		ps[i] = m.Pool
+	}
+	return ps
 }
