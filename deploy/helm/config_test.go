@@ -65,7 +65,7 @@ func volumeAt(t *testing.T, pod *corev1.PodSpec, c *corev1.Container, path strin
 
 // loadServeConfig checks that every file the rendered serve config names is in the pod (the config
 // in the ConfigMap, the tokenizer in the model volume, the token in the Secret), then loads the
-// config through internal/serveconfig with those paths pointed at local stand-ins.
+// config through server/config with those paths pointed at local stand-ins.
 func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]any) {
 	t.Helper()
 	pod, c := routerPod(t, objs)
@@ -82,7 +82,7 @@ func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]an
 	if v := volumeAt(t, pod, c, model["tokenizer"].(string)); v.Name != "model" || v.PersistentVolumeClaim == nil {
 		t.Errorf("model.tokenizer %v is not in the model volume: %+v", model["tokenizer"], v)
 	}
-	model["tokenizer"] = dir // serveconfig only checks that the directory exists
+	model["tokenizer"] = dir // server/config only checks that the directory exists
 	tokenPath := doc["admin_token_file"].(string)
 	v := volumeAt(t, pod, c, tokenPath)
 	if v.Secret == nil {
@@ -107,7 +107,7 @@ func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]an
 	}
 	cfg, err := f.Load()
 	if err != nil {
-		t.Fatalf("rendered serve config refused by internal/serveconfig:\n%v\n%s", err, text)
+		t.Fatalf("rendered serve config refused by server/config:\n%v\n%s", err, text)
 	}
 	return cfg, doc
 }
