@@ -133,13 +133,14 @@ type Config struct {
 type Flags struct {
 	FS         *flag.FlagSet
 	ConfigPath string
+	given      File // the flags' values, in the fields where their settings land
 }
 
 // NewFlags defines --config and the settings' flags on a new flag set.
 func NewFlags() *Flags {
 	f := &Flags{FS: flag.NewFlagSet("serve", flag.ContinueOnError)}
 	f.FS.StringVar(&f.ConfigPath, "config", "", "YAML configuration file (re-read on SIGHUP and when it changes)")
-	addFlags(f.FS)
+	addFlags(f.FS, &f.given)
 	return f
 }
 
@@ -185,11 +186,11 @@ func (f *Flags) Load() (*Config, error) {
 			fc.Models[i].relativeTo(f.ConfigPath)
 		}
 	}
-	applyFlags(f.FS, &fc)
+	applyFlags(f.FS, &f.given, &fc)
 	var flagErrs []error
 	if len(fc.Models) > 0 {
 		f.FS.Visit(func(fl *flag.Flag) {
-			if v, ok := fl.Value.(*flagValue); ok && v.s.singleModelOnly() {
+			if s := flagSetting(fl.Name); s != nil && s.singleModelOnly() {
 				flagErrs = append(flagErrs, fmt.Errorf("config: --%s: %s applies to the single-model form only; set it per model in models[]",
 					fl.Name, fl.Value))
 			}

@@ -203,99 +203,79 @@ func defaultFile() File {
 	return fc
 }
 
-// set parses text (a flag's value) into the field p; an error says what the value must be.
-func set(p any, text string) error {
-	var err error
-	var want string
-	switch p := p.(type) {
-	case *string:
-		*p = text
-	case *bool:
-		*p, err = strconv.ParseBool(text)
-		want = "true or false"
-	case *int:
-		var v int64
-		v, err = strconv.ParseInt(text, 0, strconv.IntSize)
-		*p, want = int(v), "an integer"
-	case *int64:
-		*p, err = strconv.ParseInt(text, 0, 64)
-		want = "an integer"
-	case **float64:
-		var v float64
-		v, err = strconv.ParseFloat(text, 64)
-		*p, want = &v, "a number"
-	case *time.Duration:
-		*p, err = time.ParseDuration(text)
-		want = "a duration such as 30s or 15m"
-	case *yaml.Node:
-		// A JSON string, as router.conditional_disagg_config may be in the file.
-		*p = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: text}
-	default:
-		panic(fmt.Sprintf("config: setting of unsupported type %T", p))
+// addFlags defines the flag of every setting that has one, with the flag package's own
+// types: each flag parses into given, in the field where its setting lands, and Load copies
+// the flags given on the command line from there over the file.
+func addFlags(fs *flag.FlagSet, given *File) {
+	for i := range settings {
+		s := &settings[i]
+		if s.flag == "" {
+			continue
+		}
+		switch p := s.at(given).(type) {
+		case *string:
+			fs.StringVar(p, s.flag, defaultOf(s, ""), s.help)
+		case *bool:
+			fs.BoolVar(p, s.flag, defaultOf(s, false), s.help)
+		case *int:
+			fs.IntVar(p, s.flag, defaultOf(s, 0), s.help)
+		case *time.Duration:
+			fs.DurationVar(p, s.flag, defaultOf(s, time.Duration(0)), s.help)
+		case **float64:
+			*p = new(float64)
+			fs.Float64Var(*p, s.flag, 0, s.help)
+		case *yaml.Node:
+			fs.StringVar(&p.Value, s.flag, "", s.help) // JSON text: applyFlags makes it a string node
+		default:
+			panic(fmt.Sprintf("config: flag --%s of unsupported type %T", s.flag, p))
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("must be %s", want)
+}
+
+// defaultOf is s's default as a T (zero when the table gives none).
+func defaultOf[T any](s *setting, zero T) T {
+	if s.def == nil {
+		return zero
+	}
+	return s.def.(T)
+}
+
+// flagSetting is the setting of a flag (nil for --config).
+func flagSetting(name string) *setting {
+	for i := range settings {
+		if settings[i].flag == name {
+			return &settings[i]
+		}
 	}
 	return nil
 }
 
-// flagValue is one setting's flag: it checks the value's syntax when parsed and keeps its
-// text for Load, which applies it over the file.
-type flagValue struct {
-	s    *setting
-	text string
+// applyFlags sets, over the file, the settings whose flags were given on the command line.
+func applyFlags(fs *flag.FlagSet, given, fc *File) {
+	fs.Visit(func(fl *flag.Flag) {
+		s := flagSetting(fl.Name)
+		if s == nil {
+			return
+		}
+		v := reflect.ValueOf(s.at(given)).Elem()
+		switch p := s.at(given).(type) {
+		case **float64:
+			x := **p // the file's copy, not the flag's variable
+			v = reflect.ValueOf(&x)
+		case *yaml.Node:
+			// A JSON string, as a policy object may be in the file.
+			v = reflect.ValueOf(yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: p.Value})
+		}
+		reflect.ValueOf(s.at(fc)).Elem().Set(v)
+	})
 }
 
-func (v *flagValue) String() string {
-	if v == nil || v.s == nil {
-		return ""
-	}
-	if v.text != "" {
-		return v.text
-	}
-	return defaultText(v.s)
-}
-
-func (v *flagValue) Set(text string) error {
-	var scratch File
-	if err := set(v.s.at(&scratch), text); err != nil {
-		return err
-	}
-	v.text = text
-	return nil
-}
-
-// IsBoolFlag lets a bool setting's flag stand alone (--debug-headers).
-func (v *flagValue) IsBoolFlag() bool {
-	var scratch File
-	_, ok := v.s.at(&scratch).(*bool)
-	return ok
-}
-
-// defaultText is the default as a flag's help shows it ("" for the zero value).
+// defaultText is the default as the reference shows it ("" for the zero value).
 func defaultText(s *setting) string {
 	if s.def == nil || reflect.ValueOf(s.def).IsZero() {
 		return ""
 	}
 	return fmt.Sprint(s.def)
-}
-
-// addFlags defines the flag of every setting that has one.
-func addFlags(fs *flag.FlagSet) {
-	for i := range settings {
-		if s := &settings[i]; s.flag != "" {
-			fs.Var(&flagValue{s: s}, s.flag, s.help)
-		}
-	}
-}
-
-// applyFlags sets, over the file, the settings whose flags were given on the command line.
-func applyFlags(fs *flag.FlagSet, fc *File) {
-	fs.Visit(func(fl *flag.Flag) {
-		if v, ok := fl.Value.(*flagValue); ok {
-			_ = set(v.s.at(fc), v.text) // Set parsed it already
-		}
-	})
 }
 
 // checkSettings appends the broken rule of every setting to errs.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -77,16 +78,16 @@ func TestSettingsTable(t *testing.T) {
 	}
 }
 
-// TestFlagsParseTheirType: a flag's value is parsed as its setting's type when the flags
-// are parsed, and a bad one names what it must be.
+// TestFlagsParseTheirType: a flag's value is parsed as its setting's type when the flags are
+// parsed (the flag package's own types and messages), and a given flag overrides the file.
 func TestFlagsParseTheirType(t *testing.T) {
 	for _, c := range []struct {
 		spec, flag, value, want string
 	}{
-		{"an_int_flag_takes_an_integer", "block-size", "sixteen", "must be an integer"},
-		{"a_duration_flag_takes_a_duration", "drain-timeout", "15", "must be a duration such as 30s or 15m"},
-		{"a_bool_flag_takes_true_or_false", "debug-headers", "yes", "must be true or false"},
-		{"a_float_flag_takes_a_number", "router-queue-threshold", "two", "must be a number"},
+		{"an_int_flag_takes_an_integer", "block-size", "sixteen", `invalid value "sixteen" for flag -block-size: parse error`},
+		{"a_duration_flag_takes_a_duration", "drain-timeout", "15", `invalid value "15" for flag -drain-timeout: parse error`},
+		{"a_bool_flag_takes_true_or_false", "debug-headers", "yes", `invalid boolean value "yes" for -debug-headers: parse error`},
+		{"a_float_flag_takes_a_number", "router-queue-threshold", "two", `invalid value "two" for flag -router-queue-threshold: parse error`},
 	} {
 		t.Run(c.spec, func(t *testing.T) {
 			f := NewFlags()
@@ -97,6 +98,22 @@ func TestFlagsParseTheirType(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a_given_flag_lands_where_its_setting_does", func(t *testing.T) {
+		f := NewFlags()
+		if err := f.FS.Parse([]string{"--router-queue-threshold=3", "--drain-timeout=1m", "--llmd-compat",
+			"--router-conditional-disagg-config", `{"policy":"prefill_load"}`}); err != nil {
+			t.Fatal(err)
+		}
+		fc := defaultFile()
+		applyFlags(f.FS, &f.given, &fc)
+		if fc.Router.QueueThreshold == nil || *fc.Router.QueueThreshold != 3 || fc.DrainTimeout != time.Minute || !fc.LLMDCompat ||
+			fc.Router.ConditionalDisaggConfig.Value != `{"policy":"prefill_load"}` || fc.Listen != DefaultListen {
+			t.Fatalf("file after the flags: %+v", fc)
+		}
+		if fc.Router.QueueThreshold == f.given.Router.QueueThreshold {
+			t.Fatal("the file shares the flag's variable")
+		}
+	})
 }
 
 // referencePath is the configuration reference whose settings table the table generates.
