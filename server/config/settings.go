@@ -27,8 +27,8 @@ type setting struct {
 	flag string // command-line flag (Dynamo's names); "" : file only
 	help string
 	def  any // the default, typed like the field; nil: the zero value (or the component's default)
-	// at is the field in f: *string, *bool, *int, *int64, *float64, **float64, *time.Duration
-	// or *yaml.Node (a policy object: a mapping, or JSON text from the flag).
+	// at is the field in f: *string, *bool, *int, *int64, **float64, *time.Duration or
+	// *yaml.Node (a policy object: a mapping, or JSON text from the flag).
 	at func(f *File) any
 	// check returns "<value> <rule>" when v breaks the setting's rule, "" otherwise; nil when
 	// the component that receives the value validates it (extproc.Settings, pool.Config).
@@ -186,6 +186,9 @@ var settings = []setting{
 		at: func(f *File) any { return &f.Pool.UpstreamFailures }},
 }
 
+// value is the setting's field in f.
+func (s *setting) value(f *File) reflect.Value { return reflect.ValueOf(s.at(f)).Elem() }
+
 // singleModelOnly reports whether a setting belongs to the single-model form (its flag is an
 // error beside models[]).
 func (s *setting) singleModelOnly() bool { return strings.HasPrefix(s.key, "model.") }
@@ -195,7 +198,7 @@ func defaultFile() File {
 	var fc File
 	for i := range settings {
 		if s := &settings[i]; s.def != nil {
-			reflect.ValueOf(s.at(&fc)).Elem().Set(reflect.ValueOf(s.def))
+			s.value(&fc).Set(reflect.ValueOf(s.def))
 		}
 	}
 	fc.Router.Selection = policy.DefaultSelection()
@@ -257,7 +260,7 @@ func applyFlags(fs *flag.FlagSet, given, fc *File) {
 		if s == nil {
 			return
 		}
-		v := reflect.ValueOf(s.at(given)).Elem()
+		v := s.value(given)
 		switch p := s.at(given).(type) {
 		case **float64:
 			x := **p // the file's copy, not the flag's variable
@@ -266,7 +269,7 @@ func applyFlags(fs *flag.FlagSet, given, fc *File) {
 			// A JSON string, as a policy object may be in the file.
 			v = reflect.ValueOf(yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: p.Value})
 		}
-		reflect.ValueOf(s.at(fc)).Elem().Set(v)
+		s.value(fc).Set(v)
 	})
 }
 
@@ -285,7 +288,7 @@ func checkSettings(fc *File, errs *[]error) {
 		if s.check == nil {
 			continue
 		}
-		if msg := s.check(reflect.ValueOf(s.at(fc)).Elem().Interface()); msg != "" {
+		if msg := s.check(s.value(fc).Interface()); msg != "" {
 			*errs = append(*errs, fmt.Errorf("config: %s: %s", s.key, msg))
 		}
 	}
@@ -299,7 +302,7 @@ func restartGroups(old, cur *File) []string {
 		if s.restart == "" || slices.Contains(groups, s.restart) {
 			continue
 		}
-		if !reflect.DeepEqual(reflect.ValueOf(s.at(old)).Elem().Interface(), reflect.ValueOf(s.at(cur)).Elem().Interface()) {
+		if !reflect.DeepEqual(s.value(old).Interface(), s.value(cur).Interface()) {
 			groups = append(groups, s.restart)
 		}
 	}

@@ -183,3 +183,58 @@ func TestDefaultsHaveTheirFieldsTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartNeeded: a changed setting the table marks for restart names its group, a
+// reloadable one names nothing, and a changed model names the model.
+func TestRestartNeeded(t *testing.T) {
+	model := requireModel(t)
+	old, err := loadArgs(t, "--tokenizer", model, "--config", writeFile(t, t.TempDir(), "w.yaml", workersYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		spec   string
+		change func(*Config)
+		want   string
+	}{
+		{"a_reloadable_setting_needs_none", func(c *Config) { c.FailureMode = "closed"; c.StreamIdleTimeout *= 2 }, ""},
+		{"a_listener_needs_one", func(c *Config) { c.AdminTLSKey = "k.pem" }, "[listeners/tls] changed"},
+		{"connection_bounds_need_one", func(c *Config) { c.MaxStreamsPerConnection = 7 }, "[max_connections/max_streams_per_connection] changed"},
+		{"the_drain_needs_one", func(c *Config) { c.UnreadyDelay = 1 }, "[drain_timeout/unready_delay] changed"},
+		{"unknown_model_is_the_models", func(c *Config) { c.UnknownModel = "passthrough" }, "[model] changed"},
+		{"a_models_pool_needs_one", func(c *Config) {
+			c.Models = slices.Clone(c.Models)
+			c.Models[0].Pool.BookingTTL++
+		}, "[workers/pool model] changed"},
+	} {
+		t.Run(c.spec, func(t *testing.T) {
+			cur := *old
+			c.change(&cur)
+			if got := RestartNeeded(old, &cur); got != c.want {
+				t.Fatalf("RestartNeeded = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestSingleModelFormIsAList: the single-model form (model + top-level workers) is read as a
+// one-entry models list; nothing after parsing sees model or the top-level workers.
+func TestSingleModelFormIsAList(t *testing.T) {
+	model := requireModel(t)
+	c, err := loadArgs(t, "--config", writeFile(t, t.TempDir(), "w.yaml", "model: {tokenizer: "+model+", block_size: 32}\n"+workersYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.File
+	if len(f.Models) != 1 || f.Models[0].Tokenizer != model || f.Models[0].BlockSize != 32 || len(f.Models[0].Workers) != 2 ||
+		!reflect.DeepEqual(f.Model, ModelFile{}) || f.Workers != nil {
+		t.Fatalf("file after parsing: model %+v, workers %v, models %+v", f.Model, f.Workers, f.Models)
+	}
+	v, err := f.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v["model"]; ok || v["workers"] != nil || len(v["models"].([]any)) != 1 {
+		t.Fatalf("view %v", v)
+	}
+}
