@@ -18,7 +18,7 @@ import (
 
 // The commands `condisagg tune` and `condisagg matrix`: their flags, how the flags become a
 // Config or a MatrixConfig, and what each writes where. cmd/condisagg only dispatches to them,
-// as it hands `serve` to internal/serveconfig's flags.
+// as it hands `serve` to the server package.
 
 const tuneUsage = `usage: condisagg tune (--trace FILE | --synthetic NAME) [flags]
 

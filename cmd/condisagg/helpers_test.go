@@ -15,7 +15,27 @@ import (
 
 	"github.com/condisagg/condisagg/internal/repo"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+	"github.com/condisagg/condisagg/server"
 )
+
+// listenAddrs are the bound addresses of one serve (server.Addrs).
+type listenAddrs struct{ grpc, adminGRPC, http string }
+
+// serveHooks are the tests' observers of one serve (server.Hooks).
+type serveHooks struct {
+	listening func(listenAddrs)
+	extProc   func(*grpc.Server)
+	reloaded  func(trigger string, err error)
+}
+
+// runServe runs `condisagg serve` as main does, with the test's hooks.
+func runServe(ctx context.Context, args []string, stderr io.Writer, h serveHooks) int {
+	hooks := server.Hooks{ExtProc: h.extProc, Reloaded: h.reloaded}
+	if h.listening != nil {
+		hooks.Listening = func(a server.Addrs) { h.listening(listenAddrs{grpc: a.GRPC, adminGRPC: a.AdminGRPC, http: a.HTTP}) }
+	}
+	return server.Run(ctx, args, stderr, hooks)
+}
 
 // requireModel is the Qwen3 tokenizer directory of the test models.
 func requireModel(t *testing.T) string { return repo.TestModel(t, "qwen3") }

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/condisagg/condisagg/server"
 	"github.com/condisagg/condisagg/tune"
 )
 
@@ -46,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(ctx, args[1:], stderr, serveHooks{})
+		return server.Run(ctx, args[1:], stderr, server.Hooks{})
 	case "explain":
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "workers":

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/condisagg/condisagg/internal/statuspage"
+	"github.com/condisagg/condisagg/server/statuspage"
 )
 
 const uiToken = "0123456789abcdef-ui-token"

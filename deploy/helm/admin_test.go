@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/condisagg/condisagg/internal/serveconfig"
+	"github.com/condisagg/condisagg/server/config"
 )
 
 func itoa32(n int32) string { return strconv.Itoa(int(n)) }
@@ -28,7 +28,7 @@ func servicePorts(t *testing.T, objs []object) map[string]corev1.ServicePort {
 
 // TestChartAdminGRPCExposure: by default the Admin gRPC service binds loopback and is in neither
 // the container's ports nor the Service; admin.grpc.expose binds it off loopback, publishes it, and
-// the token Secret is wired (serveconfig refuses that address without a token, checked below).
+// the token Secret is wired (server/config refuses that address without a token, checked below).
 func TestChartAdminGRPCExposure(t *testing.T) {
 	for _, expose := range []bool{false, true} {
 		t.Run("expose="+strconv.FormatBool(expose), func(t *testing.T) {
@@ -42,10 +42,10 @@ func TestChartAdminGRPCExposure(t *testing.T) {
 				inPod = inPod || p.Name == "grpc-admin"
 			}
 			_, inService := servicePorts(t, objs)["grpc-admin"]
-			loopback := strings.HasPrefix(cfg.AdminGRPC, "127.0.0.1:")
+			loopback := strings.HasPrefix(cfg.AdminGRPCListen, "127.0.0.1:")
 			if loopback == expose || inPod != expose || inService != expose {
 				t.Errorf("admin_grpc_listen %s, container port %v, Service port %v; want off loopback and published = %v",
-					cfg.AdminGRPC, inPod, inService, expose)
+					cfg.AdminGRPCListen, inPod, inService, expose)
 			}
 			if cfg.Admin.Token == "" {
 				t.Error("no admin token wired")
@@ -59,14 +59,14 @@ func TestChartAdminGRPCExposure(t *testing.T) {
 	}
 }
 
-// loadDoc loads a serve config document through internal/serveconfig.
+// loadDoc loads a serve config document through server/config.
 func loadDoc(t *testing.T, doc map[string]any) error {
 	t.Helper()
 	out, err := yamlMarshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveconfig.NewFlags()
+	f := config.NewFlags()
 	if err := f.FS.Parse([]string{"--config", writeFile(t, t.TempDir(), "condisagg.yaml", string(out))}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/condisagg/condisagg/internal/serveconfig"
+	"github.com/condisagg/condisagg/server/config"
 )
 
 // routerPod returns the condisagg Deployment's pod spec and its container, strictly decoded.
@@ -65,8 +65,8 @@ func volumeAt(t *testing.T, pod *corev1.PodSpec, c *corev1.Container, path strin
 
 // loadServeConfig checks that every file the rendered serve config names is in the pod (the config
 // in the ConfigMap, the tokenizer in the model volume, the token in the Secret), then loads the
-// config through internal/serveconfig with those paths pointed at local stand-ins.
-func loadServeConfig(t *testing.T, objs []object) (*serveconfig.Config, map[string]any) {
+// config through server/config with those paths pointed at local stand-ins.
+func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]any) {
 	t.Helper()
 	pod, c := routerPod(t, objs)
 	text, cfgPath := serveConfigText(t, objs, c)
@@ -82,7 +82,7 @@ func loadServeConfig(t *testing.T, objs []object) (*serveconfig.Config, map[stri
 	if v := volumeAt(t, pod, c, model["tokenizer"].(string)); v.Name != "model" || v.PersistentVolumeClaim == nil {
 		t.Errorf("model.tokenizer %v is not in the model volume: %+v", model["tokenizer"], v)
 	}
-	model["tokenizer"] = dir // serveconfig only checks that the directory exists
+	model["tokenizer"] = dir // server/config only checks that the directory exists
 	tokenPath := doc["admin_token_file"].(string)
 	v := volumeAt(t, pod, c, tokenPath)
 	if v.Secret == nil {
@@ -101,13 +101,13 @@ func loadServeConfig(t *testing.T, objs []object) (*serveconfig.Config, map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveconfig.NewFlags()
+	f := config.NewFlags()
 	if err := f.FS.Parse([]string{"--config", writeFile(t, dir, "condisagg.yaml", string(out))}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.Load()
 	if err != nil {
-		t.Fatalf("rendered serve config refused by internal/serveconfig:\n%v\n%s", err, text)
+		t.Fatalf("rendered serve config refused by server/config:\n%v\n%s", err, text)
 	}
 	return cfg, doc
 }

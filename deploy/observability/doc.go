@@ -4,7 +4,7 @@
 // The dashboard is written as Go values here and marshalled to Grafana's dashboard JSON model;
 // `go test ./observability -update` (in deploy/) rewrites the JSON file, and the test fails when it
 // is stale. Every query is checked by promtool (it must parse) and, in the main module, against
-// the metrics the condisagg binary registers (cmd/condisagg TestObservabilityMetricNames).
+// the metrics the condisagg binary registers (server TestObservabilityMetricNames).
 //
 // The "Disaggregation truth" row shows whether remote-prefill requests' decode legs used the
 // transferred KV (condisagg_disagg_transfers_total, docs/disagg-truth.md).

@@ -20,41 +20,43 @@ const module = "github.com/condisagg/condisagg"
 // anything and are not listed; a library package missing from this table fails the test, so a
 // new package must take its place in the graph.
 var allowed = map[string][]string{
-	"policy":                {"cost"},
-	"cost":                  {},
-	"kvindex":               {},
-	"workload":              {},
-	"tokenizer":             {"internal/reqjson"},
-	"sidecar":               {},
-	"proto/condisagg/v1":    {},
-	"sim":                   {"kvindex", "cost"},
-	"kvevents":              {"kvindex"},
-	"pool":                  {"policy"},
-	"feedback":              {"policy"},
-	"route":                 {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
-	"cluster":               {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                  {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
-	"kvevents/zmq":          {"kvevents", "kvindex"},
-	"sim/vllmsim":           {"sim", "tokenizer", "kvevents"},
-	"extproc":               {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
-	"envoy":                 {"internal/proc", "internal/repo"},
-	"internal/repo":         {},
-	"internal/reqjson":      {},
-	"internal/flaglist":     {},
-	"internal/svgplot":      {},
-	"internal/adminclient":  {"proto/condisagg/v1"},
-	"internal/serveconfig":  {"extproc", "kvevents", "policy", "pool", "pool/kube"},
-	"internal/statuspage":   {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
-	"internal/eventstreams": {"extproc", "kvevents/zmq", "policy", "pool"},
-	"internal/kubeapi":      {"internal/proc", "internal/repo"},
-	"pool/kube":             {"pool"},
-	"internal/proc":         {},
-	"internal/engineproc":   {"internal/proc"},
-	"internal/importcheck":  {},
-	"internal/leakcheck":    {},
-	"scripts/benchtable":    {},
-	"internal/golden":       {},
-	"internal/layers":       {},
+	"policy":               {"cost"},
+	"cost":                 {},
+	"kvindex":              {},
+	"workload":             {},
+	"tokenizer":            {"internal/reqjson"},
+	"sidecar":              {},
+	"proto/condisagg/v1":   {},
+	"sim":                  {"kvindex", "cost"},
+	"kvevents":             {"kvindex"},
+	"pool":                 {"policy"},
+	"feedback":             {"policy"},
+	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
+	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
+	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
+	"kvevents/zmq":         {"kvevents", "kvindex"},
+	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
+	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
+	"envoy":                {"internal/proc", "internal/repo"},
+	"internal/repo":        {},
+	"internal/reqjson":     {},
+	"internal/flaglist":    {},
+	"internal/svgplot":     {},
+	"internal/adminclient": {"proto/condisagg/v1"},
+	"server": {"extproc", "route", "feedback", "policy", "pool", "pool/kube", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
+		"server/config", "server/statuspage", "server/eventstreams"},
+	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube"},
+	"server/statuspage":    {"extproc", "route", "policy", "pool", "kvindex", "server/config"},
+	"server/eventstreams":  {"extproc", "kvevents/zmq", "policy", "pool"},
+	"internal/kubeapi":     {"internal/proc", "internal/repo"},
+	"pool/kube":            {"pool"},
+	"internal/proc":        {},
+	"internal/engineproc":  {"internal/proc"},
+	"internal/importcheck": {},
+	"internal/leakcheck":   {},
+	"scripts/benchtable":   {},
+	"internal/golden":      {},
+	"internal/layers":      {},
 }
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
@@ -139,7 +141,7 @@ func TestCoresWithoutCgo(t *testing.T) {
 
 // serverSide are the packages that belong to the binary's side of the graph: they may reach
 // extproc (serve's configuration builds extproc.Settings; the golden test drives the server).
-var serverSide = []string{"extproc", "internal/serveconfig", "internal/statuspage", "internal/eventstreams", "internal/golden", "internal/layers"}
+var serverSide = []string{"extproc", "server", "server/config", "server/statuspage", "server/eventstreams", "internal/golden", "internal/layers"}
 
 // TestNobodyImportsServers: no other library package reaches extproc or a binary transitively.
 func TestNobodyImportsServers(t *testing.T) {
@@ -154,6 +156,31 @@ func TestNobodyImportsServers(t *testing.T) {
 			}
 			if dep == "extproc" || strings.HasPrefix(dep, "cmd/") || dep == "e2e" {
 				t.Errorf("%s depends on %s", name, dep)
+			}
+		}
+	}
+}
+
+// aboveInternal are the packages internal/ sits below: its helpers are leaves that no
+// server, routing, pool or event package reaches from inside.
+var aboveInternal = []string{"extproc", "route", "pool", "kvevents", "server"}
+
+// TestInternalIsLeaf: no package under internal/ reaches extproc, route, pool, kvevents or
+// server (or a package under them) through its closure.
+func TestInternalIsLeaf(t *testing.T) {
+	for name := range allowed {
+		if !strings.HasPrefix(name, "internal/") {
+			continue
+		}
+		for _, p := range list(t, "-deps", "./"+name) {
+			dep, mod := local(p.path)
+			if !mod {
+				continue
+			}
+			for _, above := range aboveInternal {
+				if dep == above || strings.HasPrefix(dep, above+"/") {
+					t.Errorf("%s depends on %s; internal/ holds leaf helpers only", name, dep)
+				}
 			}
 		}
 	}

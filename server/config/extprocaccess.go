@@ -1,13 +1,9 @@
-package serveconfig
+package config
 
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"os"
-	"time"
-
-	"github.com/condisagg/condisagg/extproc"
 )
 
 // The ext_proc port decides where requests go and books load on workers, so whoever reaches
@@ -62,24 +58,3 @@ const (
 	MaxStreamsPerConn = 1 << 16
 	MaxPretokenBytes  = 1 << 30
 )
-
-// checkListenerBounds checks the ext_proc listener's connection, stream and CPU bounds.
-func checkListenerBounds(fc File, bad func(string, any, string)) {
-	if n := fc.MaxConnections; n < 1 || n > MaxMaxConnections {
-		bad("max_connections", n, fmt.Sprintf("is outside [1, %d]", MaxMaxConnections))
-	}
-	if n := fc.MaxStreamsPerConnection; n < 1 || n > MaxStreamsPerConn {
-		bad("max_streams_per_connection", n, fmt.Sprintf("is outside [1, %d]", MaxStreamsPerConn))
-	}
-	if n := fc.MaxPretokenBytes; n < 0 || n > MaxPretokenBytes {
-		bad("max_pretoken_bytes", n, fmt.Sprintf("is outside [0, %d] (0 = no bound)", MaxPretokenBytes))
-	}
-	for _, d := range []struct {
-		field string
-		v     time.Duration
-	}{{"stream_request_timeout", fc.StreamRequestTimeout}, {"unanswered_booking_timeout", fc.UnansweredBookingTimeout}} {
-		if d.v == 0 {
-			bad(d.field, "0s", fmt.Sprintf("is outside [%s, %s]", extproc.MinStreamIdleTimeout, extproc.MaxStreamIdleTimeout))
-		}
-	}
-}

@@ -1,4 +1,4 @@
-package serveconfig
+package config
 
 import (
 	"path/filepath"
@@ -71,8 +71,8 @@ router:
 		p.Selection.CreditWeight != 0.5 || p.Selection.HostWeight != 0.75 || p.Silence.After.Seconds() != 60 || !p.DistinctPools {
 		t.Fatalf("policy %+v", p)
 	}
-	if len(c.Pool.Workers) != 2 || c.Pool.BlockSize != 16 {
-		t.Fatalf("pool %+v", c.Pool)
+	if len(c.Models[0].Pool.Workers) != 2 || c.Models[0].Pool.BlockSize != 16 {
+		t.Fatalf("pool %+v", c.Models[0].Pool)
 	}
 	if c.KVEventsMaxMessageBytes != 1<<20 {
 		t.Fatalf("kv_events_max_message_bytes %d, want 1048576", c.KVEventsMaxMessageBytes)
@@ -151,7 +151,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.Pool.Workers) != 2 || !c.KVEvents {
+	if c.Settings.Policy.Disagg.Policy != policy.ISLOrLoad || len(c.Models[0].Pool.Workers) != 2 || !c.Router.KVEvents {
 		t.Fatalf("example config: %+v", c.Settings.Policy)
 	}
 }
@@ -198,8 +198,8 @@ func TestConfigModels(t *testing.T) {
 		l.ChatTemplate != filepath.Join(dir, "tmpl.jinja") {
 		t.Fatalf("llama3 %+v", l)
 	}
-	if c.Pool.BlockSize != 16 || c.Settings.Policy.BlockSize != 16 || !c.Settings.Policy.DistinctPools {
-		t.Fatalf("first model's pool/policy %+v", c.Pool)
+	if c.Models[0].Pool.BlockSize != 16 || c.Settings.Policy.BlockSize != 16 || !c.Settings.Policy.DistinctPools {
+		t.Fatalf("first model's pool/policy %+v", c.Models[0].Pool)
 	}
 	// The single-model form: one unnamed model over the top-level workers.
 	c, err = loadArgs(t, "--tokenizer", requireModel(t), "--block-size", "32", "--config", writeFile(t, dir, "w.yaml", workersYAML))
@@ -297,8 +297,8 @@ workers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pool.Workers[1].DataParallelSize != 2 || c.Pool.Workers[0].DataParallelSize != 0 {
-		t.Fatalf("workers %+v", c.Pool.Workers)
+	if c.Models[0].Pool.Workers[1].DataParallelSize != 2 || c.Models[0].Pool.Workers[0].DataParallelSize != 0 {
+		t.Fatalf("workers %+v", c.Models[0].Pool.Workers)
 	}
 	bad := writeFile(t, dir, "dp-bad.yaml", `
 model: {tokenizer: `+model+`}

@@ -1,4 +1,4 @@
-package serveconfig
+package config
 
 import (
 	"fmt"
@@ -59,9 +59,10 @@ type Model struct {
 	Discovery []kube.Entry
 }
 
-// modelsOf returns the file's models (the single-model form as one model) with their field
-// prefixes ("model" or "models[i]") and the name of their workers field.
-func modelsOf(fc File) ([]ModelFile, []string, error) {
+// normalise turns the single-model form (model + top-level workers) into a one-entry
+// Models, so that everything after it sees only the list; it records the form in fc.single
+// and reports a file that mixes the two forms. Model and Workers are empty afterwards.
+func normalise(fc *File) error {
 	var errs []string
 	if len(fc.Models) == 0 {
 		m := fc.Model
@@ -70,20 +71,31 @@ func modelsOf(fc File) ([]ModelFile, []string, error) {
 				len(m.Workers)))
 		}
 		m.Workers = fc.Workers
-		return []ModelFile{m}, []string{"model"}, joinText(errs)
+		fc.Models, fc.single = []ModelFile{m}, true
+	} else {
+		if len(fc.Workers) > 0 {
+			errs = append(errs, fmt.Sprintf("config: workers: %d workers cannot be combined with models; move each worker into its model's models[i].workers",
+				len(fc.Workers)))
+		}
+		if m := fc.Model; m.Name != "" || m.Tokenizer != "" || m.ChatTemplate != "" || len(m.LoRAAdapters) > 0 || len(m.Workers) > 0 {
+			errs = append(errs, "config: model: the single-model form cannot be combined with models; move it into a models[] entry")
+		}
 	}
-	if len(fc.Workers) > 0 {
-		errs = append(errs, fmt.Sprintf("config: workers: %d workers cannot be combined with models; move each worker into its model's models[i].workers",
-			len(fc.Workers)))
-	}
-	if m := fc.Model; m.Name != "" || m.Tokenizer != "" || m.ChatTemplate != "" || len(m.LoRAAdapters) > 0 || len(m.Workers) > 0 {
-		errs = append(errs, "config: model: the single-model form cannot be combined with models; move it into a models[] entry")
+	fc.Model, fc.Workers = ModelFile{}, nil
+	return joinText(errs)
+}
+
+// modelPrefixes are the field prefixes of the models in errors: "model" for the
+// single-model form, "models[i]" otherwise.
+func modelPrefixes(fc *File) []string {
+	if fc.single {
+		return []string{"model"}
 	}
 	prefixes := make([]string, len(fc.Models))
 	for i := range fc.Models {
 		prefixes[i] = "models[" + strconv.Itoa(i) + "]"
 	}
-	return fc.Models, prefixes, joinText(errs)
+	return prefixes
 }
 
 func joinText(msgs []string) error {
@@ -116,7 +128,7 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 	bad := func(field string, value any, rule string) {
 		*errs = append(*errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
 	}
-	named := len(fc.Models) > 0
+	named := !fc.single
 	names := map[string]string{}     // request model name -> field that claims it
 	workers := map[string]string{}   // worker name -> model field
 	endpoints := map[string]string{} // worker endpoint -> model field

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/extproc"
-	"github.com/condisagg/condisagg/internal/serveconfig"
 	"github.com/condisagg/condisagg/route"
+	"github.com/condisagg/condisagg/server/config"
 )
 
 // Sources are what the page reads, each at request time. The router, the ext_proc server and
@@ -25,7 +25,7 @@ type Sources struct {
 	// Streams reports the KV event streams; it may return nil (no event streams).
 	Streams func() extproc.StreamReporter
 	// Config is the configuration in force (the last accepted reload).
-	Config func() *serveconfig.Config
+	Config func() *config.Config
 	// ConfigPath is the configuration file ("" : flags only).
 	ConfigPath string
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/condisagg/condisagg/internal/repo"
-	"github.com/condisagg/condisagg/internal/serveconfig"
+	"github.com/condisagg/condisagg/server/config"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
@@ -34,10 +34,10 @@ func exportedMetrics(t *testing.T) (map[string]bool, map[string]dto.MetricType) 
 	t.Helper()
 	dir := t.TempDir()
 	model := requireModel(t)
-	path := writeFile(t, dir, "condisagg.yaml", `model: {tokenizer: `+model+`}
+	path := repo.WriteFile(t, dir, "condisagg.yaml", `model: {tokenizer: `+model+`}
 router: {kv_events: true}
 `+workersYAML)
-	f := serveconfig.NewFlags()
+	f := config.NewFlags()
 	if err := f.FS.Parse([]string{"--config", path}); err != nil {
 		t.Fatal(err)
 	}

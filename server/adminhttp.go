@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"io"
@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/condisagg/condisagg/extproc"
-	"github.com/condisagg/condisagg/internal/serveconfig"
-	"github.com/condisagg/condisagg/internal/statuspage"
+	"github.com/condisagg/condisagg/server/config"
+	"github.com/condisagg/condisagg/server/statuspage"
 )
 
 // httpHandler serves the admin HTTP endpoints on its own mux.
@@ -33,6 +33,6 @@ func (s *service) httpHandler(admin *extproc.Admin, token string) http.Handler {
 	mux.Handle("POST /debug/explain", extproc.RequireToken(token, admin.ExplainHandler(func() int { return s.ext.Settings().MaxBodyBytes })))
 	statuspage.Register(mux, statuspage.Sources{Router: s.router, Server: s.ext, Recent: s.recent,
 		Ready:   func() bool { ready, _ := s.readiness(); return ready },
-		Streams: s.reporter, Config: func() *serveconfig.Config { return s.cfg.Load() }, ConfigPath: s.flags.ConfigPath}, token)
+		Streams: s.reporter, Config: func() *config.Config { return s.cfg.Load() }, ConfigPath: s.flags.ConfigPath}, token)
 	return mux
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/condisagg/condisagg/internal/serveconfig"
+	"github.com/condisagg/condisagg/server/config"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,31 +28,31 @@ import (
 
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/feedback"
-	"github.com/condisagg/condisagg/internal/eventstreams"
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
 	"github.com/condisagg/condisagg/route"
+	"github.com/condisagg/condisagg/server/eventstreams"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // fileCheckInterval is how often serve looks for a changed configuration file.
 const fileCheckInterval = 2 * time.Second
 
-// listenAddrs are the bound addresses of one serve.
-type listenAddrs struct {
-	grpc      string // ext_proc + health (Envoy)
-	adminGRPC string // Admin service
-	http      string // admin HTTP
+// Addrs are the bound addresses of one serve.
+type Addrs struct {
+	GRPC      string // ext_proc + health (Envoy)
+	AdminGRPC string // Admin service
+	HTTP      string // admin HTTP
 }
 
-// serveHooks let tests observe the server.
-type serveHooks struct {
-	listening func(listenAddrs)
-	extProc   func(*grpc.Server)              // the ext_proc server, once built (tests stop it to see serve fail)
-	reloaded  func(trigger string, err error) // after every reload attempt
+// Hooks let tests observe the server; main passes none.
+type Hooks struct {
+	Listening func(Addrs)
+	ExtProc   func(*grpc.Server)              // the ext_proc server, once built (tests stop it to see serve fail)
+	Reloaded  func(trigger string, err error) // after every reload attempt
 }
 
 // servedModel is one model's index, workers and event streams.
@@ -67,10 +67,10 @@ type servedModel struct {
 
 // service is one running `condisagg serve`.
 type service struct {
-	flags  *serveconfig.Flags
+	flags  *config.Flags
 	log    *slog.Logger
 	level  *slog.LevelVar
-	cfg    atomic.Pointer[serveconfig.Config]
+	cfg    atomic.Pointer[config.Config]
 	reg    *prometheus.Registry
 	models []*servedModel // in configuration order
 	router *route.Router
@@ -80,7 +80,7 @@ type service struct {
 	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
 	startBodyBytes int
-	hooks          serveHooks
+	hooks          Hooks
 	mu             sync.Mutex // serialises reloads
 	// kube is the Kubernetes API client of discovery.kubernetes and kubeNS the namespace of
 	// its entries that name none; nil without Kubernetes discovery (set by run before build).
@@ -88,9 +88,10 @@ type service struct {
 	kubeNS string
 }
 
-// runServe parses the flags, validates the configuration and serves until ctx ends.
-func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveHooks) int {
-	f := serveconfig.NewFlags()
+// Run is `condisagg serve`: it parses the flags, validates the configuration and serves until
+// ctx ends. It returns the exit code: 2 for bad flags or configuration, 1 when serving failed.
+func Run(ctx context.Context, args []string, stderr io.Writer, hooks Hooks) int {
+	f := config.NewFlags()
 	f.FS.SetOutput(stderr)
 	if err := f.FS.Parse(args); err != nil {
 		return 2
@@ -113,7 +114,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, hooks serveH
 }
 
 // run builds every component and serves until ctx ends.
-func (s *service) run(ctx context.Context, hooks serveHooks) error {
+func (s *service) run(ctx context.Context, hooks Hooks) error {
 	cfg := s.cfg.Load()
 	for _, w := range cfg.Settings.Policy.Warnings() {
 		s.log.Warn("configuration warning", "err", w)
@@ -148,7 +149,7 @@ func (s *service) run(ctx context.Context, hooks serveHooks) error {
 }
 
 // build creates the registry and, per model, the index, pool and event group, then the router.
-func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*tokenizer.Tokenizer) error {
+func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	learner := feedback.New()
@@ -189,7 +190,7 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 
 // buildModel creates one model's index, event group and pool. With several models each
 // model's pool and event-stream metrics carry a constant label model=<name>.
-func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc serveconfig.Model) (*servedModel, error) {
+func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.Model) (*servedModel, error) {
 	reg := prometheus.Registerer(s.reg)
 	if len(cfg.Models) > 1 {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"model": mc.Name}, s.reg)
@@ -200,7 +201,7 @@ func (s *service) buildModel(ctx context.Context, cfg *serveconfig.Config, mc se
 		return nil, err
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
-	if cfg.KVEvents {
+	if cfg.Router.KVEvents {
 		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log,
 			MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, m.index, kvevents.Limits{}); err != nil {
 			return nil, err
@@ -256,7 +257,7 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 // serve runs the ext_proc gRPC server, the Admin gRPC server, the admin HTTP server and the
 // background loops until ctx ends or a server fails (then the process exits non-zero, so its
 // supervisor restarts it).
-func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serveHooks) error {
+func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) error {
 	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
 		Promote: func(context.Context) error { return s.ext.PromoteShadow() }, Server: s.ext})
 	if err != nil {
@@ -266,12 +267,12 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	gopts := extproc.GRPCOptions{MaxBodyBytes: s.startBodyBytes, TLS: cfg.TLS, MaxConcurrentStreams: uint32(cfg.MaxStreamsPerConnection)}
 	g, hs := extproc.NewGRPCServer(s.ext, gopts)
 	s.health = hs
-	if hooks.extProc != nil {
-		hooks.extProc(g)
+	if hooks.ExtProc != nil {
+		hooks.ExtProc(g)
 	}
 	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
-	for i, addr := range []string{cfg.Listen, cfg.AdminGRPC, cfg.AdminListen} {
+	for i, addr := range []string{cfg.Listen, cfg.AdminGRPCListen, cfg.AdminListen} {
 		if lis[i], err = net.Listen("tcp", addr); err != nil {
 			for _, l := range lis[:i] {
 				l.Close()
@@ -293,8 +294,8 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if hooks.listening != nil {
-		hooks.listening(listenAddrs{grpc: glis.Addr().String(), adminGRPC: alis.Addr().String(), http: hlis.Addr().String()})
+	if hooks.Listening != nil {
+		hooks.Listening(Addrs{GRPC: glis.Addr().String(), AdminGRPC: alis.Addr().String(), HTTP: hlis.Addr().String()})
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -430,7 +431,7 @@ func (s *service) readiness() (bool, []string) {
 // watchConfig reloads on SIGHUP (hup) and when the file changes.
 func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	path := s.flags.ConfigPath
-	last := serveconfig.FileStamp(path)
+	last := config.FileStamp(path)
 	t := time.NewTicker(fileCheckInterval)
 	defer t.Stop()
 	for {
@@ -440,7 +441,7 @@ func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			_ = s.reload("sighup")
 		case <-t.C:
-			if st := serveconfig.FileStamp(path); path != "" && st != last {
+			if st := config.FileStamp(path); path != "" && st != last {
 				last = st
 				_ = s.reload("file_changed")
 			}
@@ -455,8 +456,8 @@ func (s *service) reloadFromAdmin(context.Context) error { return s.reload("admi
 func (s *service) reload(trigger string) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hooks.reloaded != nil {
-		defer func() { s.hooks.reloaded(trigger, err) }()
+	if s.hooks.Reloaded != nil {
+		defer func() { s.hooks.Reloaded(trigger, err) }()
 	}
 	cfg, err := s.flags.Load()
 	if err != nil {
@@ -482,7 +483,7 @@ func (s *service) reload(trigger string) (err error) {
 	}
 	s.cfg.Swap(cfg)
 	s.level.Set(cfg.LogLevel)
-	if restart := serveconfig.RestartNeeded(old, cfg); restart != "" {
+	if restart := config.RestartNeeded(old, cfg); restart != "" {
 		s.log.Warn("configuration reloaded; some changes need a restart", "reason", trigger, "err", restart)
 		return nil
 	}
@@ -492,7 +493,7 @@ func (s *service) reload(trigger string) (err error) {
 
 // blockSizeChange refuses a reload that changes a model's block size (the running index and
 // pool keep theirs); a changed model list only warns through RestartNeeded.
-func blockSizeChange(old, cur *serveconfig.Config) error {
+func blockSizeChange(old, cur *config.Config) error {
 	if len(old.Models) == 1 && len(cur.Models) == 1 {
 		if o, c := old.Models[0].Pool.BlockSize, cur.Models[0].Pool.BlockSize; o != c {
 			return fmt.Errorf("config: model.block_size: %d cannot change on reload (running with %d); restart instead", c, o)
