@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/eventstreams": {"extproc", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":      {"internal/proc", "internal/repo"},
 	"pool/kube":             {"pool"},
+	"pool/probe":            {"pool"},
 	"internal/proc":         {},
 	"internal/engineproc":   {"internal/proc"},
 	"internal/importcheck":  {},
@@ -60,6 +61,14 @@ var allowed = map[string][]string{
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
 var noCgo = []string{"cost", "policy", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+
+// pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
+// none of their non-test files may import: no sockets, HTTP, files or processes. Their shells
+// (pool/probe, kvevents/zmq, sim/vllmsim) do that work and feed them. pool may import net/url
+// and net/netip (pure parsers) but not net itself, nor net/http.
+var pureCores = []string{"cost", "policy", "kvindex", "workload", "sim", "kvevents", "pool"}
+
+var ioPackages = []string{"net", "net/http", "os", "os/exec", "syscall"}
 
 type pkg struct {
 	path    string
@@ -154,6 +163,27 @@ func TestNobodyImportsServers(t *testing.T) {
 			}
 			if dep == "extproc" || strings.HasPrefix(dep, "cmd/") || dep == "e2e" {
 				t.Errorf("%s depends on %s", name, dep)
+			}
+		}
+	}
+}
+
+// TestPureCoresDoNoIO: no pure core imports a package of I/O directly (ioPackages); pool's
+// probes, scrapes and DNS lookups live in pool/probe.
+func TestPureCoresDoNoIO(t *testing.T) {
+	args := make([]string, len(pureCores))
+	for i, core := range pureCores {
+		args[i] = "./" + core
+	}
+	pkgs := list(t, args...)
+	if len(pkgs) != len(pureCores) {
+		t.Fatalf("go list %v returned %d packages", args, len(pkgs))
+	}
+	for _, p := range pkgs {
+		name, _ := local(p.path)
+		for _, imp := range p.imports {
+			if slices.Contains(ioPackages, imp) {
+				t.Errorf("pure core %s imports %s: I/O belongs in its shell", name, imp)
 			}
 		}
 	}

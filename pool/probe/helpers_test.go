@@ -1,0 +1,32 @@
+package probe
+
+import (
+	"context"
+
+	"github.com/condisagg/condisagg/pool"
+)
+
+// run starts the shell of p under a context derived from ctx and returns the function that
+// cancels it and waits until Run has returned (safe to call more than once).
+func run(ctx context.Context, p *pool.Pool, opts Options) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		New(p, opts).Run(ctx)
+		close(done)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// resolverFunc answers LookupHost with a function.
+type resolverFunc func(host string) ([]string, error)
+
+func (f resolverFunc) LookupHost(_ context.Context, host string) ([]string, error) { return f(host) }
+
+func ids(ws []pool.WorkerInfo) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.ID)
+	}
+	return out
+}
