@@ -1,0 +1,164 @@
+// Package openaddr is the open-addressing hash table of the router's hot paths: uint64 keys
+// (block hashes, chained block keys) to small integer values, with linear probing, Fibonacci
+// hashing and backward-shift deletion (no tombstones, so heavy insert/delete churn never
+// lengthens probe sequences). kvindex keeps each worker's engine hashes in one, pool each
+// decode worker's active block keys.
+//
+// A zero value marks an empty slot, so the values stored must be non-zero; callers encode
+// their payload accordingly (a count from 1, a row + 1). The table grows by doubling when more
+// than 3/4 full and shrinks only through Clear or its zero value.
+//
+// A Table is not safe for concurrent use; its owner's lock guards it. It does no I/O and
+// imports nothing of the project.
+package openaddr
+
+import "iter"
+
+// Value is the type of a table's values; the zero value marks an empty slot.
+type Value interface {
+	~int32 | ~uint32 | ~int64 | ~uint64
+}
+
+const (
+	minSize = 16
+	// fibMul is 2^64 divided by the golden ratio: Fibonacci hashing spreads keys whose low
+	// bits alone would cluster (structured or sequential input).
+	fibMul = 0x9e3779b97f4a7c15
+	// clearKeep is the slot count up to which Clear keeps the allocation for reuse.
+	clearKeep = 1 << 16
+)
+
+// Table maps uint64 keys to non-zero values of V in two parallel arrays. Slot indices
+// (from Find and Slot) are valid until the next Put, Delete or growth. The zero value is an
+// empty table.
+type Table[V Value] struct {
+	keys  []uint64
+	vals  []V // 0 = empty slot
+	n     int
+	shift uint8 // 64 - log2(len(vals))
+}
+
+func (t *Table[V]) home(k uint64) uint64 { return (k * fibMul) >> (t.shift & 63) }
+
+// Len returns the number of entries.
+func (t *Table[V]) Len() int { return t.n }
+
+// Cap returns the number of slots (0 until the first Slot).
+func (t *Table[V]) Cap() int { return len(t.vals) }
+
+// Find returns the slot index of k, or -1.
+func (t *Table[V]) Find(k uint64) int {
+	if t.n == 0 {
+		return -1
+	}
+	mask := uint64(len(t.vals) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		if t.vals[i] == 0 {
+			return -1
+		}
+		if t.keys[i] == k {
+			return int(i)
+		}
+	}
+}
+
+// Slot returns the slot index of k and true, or the empty slot where k belongs and false;
+// fill that with Put before any other change to t. It grows t first if needed.
+func (t *Table[V]) Slot(k uint64) (int, bool) {
+	if (t.n+1)*4 > len(t.vals)*3 {
+		t.grow()
+	}
+	mask := uint64(len(t.vals) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		if t.vals[i] == 0 {
+			return int(i), false
+		}
+		if t.keys[i] == k {
+			return int(i), true
+		}
+	}
+}
+
+// Put stores k with the non-zero value v at the empty slot i returned by Slot.
+func (t *Table[V]) Put(i int, k uint64, v V) {
+	t.keys[i], t.vals[i] = k, v
+	t.n++
+}
+
+// Key returns the key at slot i.
+func (t *Table[V]) Key(i int) uint64 { return t.keys[i] }
+
+// Value returns the value at slot i, to read or change in place (never to zero: use Delete).
+func (t *Table[V]) Value(i int) *V { return &t.vals[i] }
+
+// Delete removes the entry at slot i.
+func (t *Table[V]) Delete(i int) {
+	mask := uint64(len(t.vals) - 1)
+	hole := uint64(i)
+	for j := (hole + 1) & mask; t.vals[j] != 0; j = (j + 1) & mask {
+		// Move slot j into the hole unless its home lies cyclically in (hole, j].
+		if h := t.home(t.keys[j]); (j-h)&mask >= (j-hole)&mask {
+			t.keys[hole], t.vals[hole] = t.keys[j], t.vals[j]
+			hole = j
+		}
+	}
+	t.keys[hole], t.vals[hole] = 0, 0
+	t.n--
+}
+
+// All yields every entry, in slot order.
+func (t *Table[V]) All() iter.Seq2[uint64, V] {
+	return func(yield func(uint64, V) bool) {
+		for i, v := range t.vals {
+			if v != 0 && !yield(t.keys[i], v) {
+				return
+			}
+		}
+	}
+}
+
+// Touch loads the home slot of k (a software prefetch: the misses of a batch overlap) and
+// returns a value that depends on it. t must have slots (Cap > 0).
+func (t *Table[V]) Touch(k uint64) uint64 {
+	h := t.home(k)
+	return t.keys[h] + uint64(t.vals[h])
+}
+
+// Clear drops every entry, keeping the allocation unless it is large.
+func (t *Table[V]) Clear() {
+	if len(t.vals) > clearKeep {
+		*t = Table[V]{}
+		return
+	}
+	clear(t.keys)
+	clear(t.vals)
+	t.n = 0
+}
+
+func (t *Table[V]) grow() {
+	keys, vals := t.keys, t.vals
+	size := max(minSize, 2*len(vals))
+	t.keys, t.vals = make([]uint64, size), make([]V, size)
+	t.shift = uint8(64 - log2(size))
+	mask := uint64(size - 1)
+	for j, v := range vals {
+		if v == 0 {
+			continue
+		}
+		i := t.home(keys[j])
+		for t.vals[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.keys[i], t.vals[i] = keys[j], v
+	}
+}
+
+// log2 returns log2 of the power of two n.
+func log2(n int) int {
+	l := 0
+	for n > 1 {
+		n >>= 1
+		l++
+	}
+	return l
+}
