@@ -12,7 +12,10 @@
 // imports nothing of the project.
 package openaddr
 
-import "iter"
+import (
+	"iter"
+	"math/bits"
+)
 
 // Value is the type of a table's values; the zero value marks an empty slot.
 type Value interface {
@@ -139,7 +142,7 @@ func (t *Table[V]) grow() {
 	keys, vals := t.keys, t.vals
 	size := max(minSize, 2*len(vals))
 	t.keys, t.vals = make([]uint64, size), make([]V, size)
-	t.shift = uint8(64 - log2(size))
+	t.shift = uint8(64 - bits.TrailingZeros(uint(size))) // size is a power of two
 	mask := uint64(size - 1)
 	for j, v := range vals {
 		if v == 0 {
@@ -151,14 +154,4 @@ func (t *Table[V]) grow() {
 		}
 		t.keys[i], t.vals[i] = keys[j], v
 	}
-}
-
-// log2 returns log2 of the power of two n.
-func log2(n int) int {
-	l := 0
-	for n > 1 {
-		n >>= 1
-		l++
-	}
-	return l
 }

@@ -106,17 +106,6 @@ func startBubble(t *testing.T, cfg pool.Config, modes map[string]string) *bubble
 	return b
 }
 
-func (b *bubble) worker(t *testing.T, id string) pool.WorkerInfo {
-	t.Helper()
-	for _, w := range b.p.Workers() {
-		if w.ID == id {
-			return w
-		}
-	}
-	t.Fatalf("worker %s not discovered", id)
-	return pool.WorkerInfo{}
-}
-
 // at advances the bubble's clock to offset d from its start.
 func (b *bubble) at(d time.Duration) {
 	if wait := time.Until(b.start.Add(d)); wait > 0 {
@@ -140,11 +129,11 @@ func TestProbeSchedule(t *testing.T) {
 		b := startBubble(t, pool.Config{}, map[string]string{epD0: "refuse"})
 		defer b.stop()
 		b.at(499 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("H1: d0 excluded after one failed probe: %+v", w)
 		}
 		b.at(500 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused || !w.HealthSince.Equal(b.start.Add(500*time.Millisecond)) {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused || !w.HealthSince.Equal(b.start.Add(500*time.Millisecond)) {
 			t.Fatalf("H1: d0 after two refused probes = healthy %v reason %s since %v", w.Healthy, w.HealthReason, w.HealthSince.Sub(b.start))
 		}
 		var s policy.Snapshot
@@ -161,11 +150,11 @@ func TestProbeSchedule(t *testing.T) {
 		}
 		b.ht.set(epD0, "ok")
 		b.at(32 * time.Second)
-		if w := b.worker(t, "d0"); w.Healthy {
+		if w := info(t, b.p, "d0"); w.Healthy {
 			t.Fatalf("H4: d0 back after one good probe")
 		}
 		b.at(32500 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered {
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered {
 			t.Fatalf("H4: d0 after two good probes = %+v", w)
 		}
 		for _, c := range []struct {
@@ -196,11 +185,11 @@ func TestProbeTimeout(t *testing.T) {
 		b := startBubble(t, pool.Config{}, map[string]string{epD0: "hang"})
 		defer b.stop()
 		b.at(899 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("excluded before the second timeout: %+v", w)
 		}
 		b.at(900 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
 			t.Fatalf("after two timeouts: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		if got := testutil.ToFloat64(b.m.HealthProbes.WithLabelValues("d0", "timeout")); got != 2 {
@@ -232,11 +221,11 @@ func TestUpstreamSignals(t *testing.T) {
 		report("d0", pool.Upstream{Status: 500}) // probe requested for 325 ms: 200 + 500/4
 		report("d0", pool.Upstream{})            // no response at all: says nothing
 		b.at(350 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("excluded after two failures: %+v", w)
 		}
 		report("d0", pool.Upstream{ConnectFailure: true})
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
 			t.Fatalf("after three failures: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		report("d0", pool.Upstream{Status: 200}) // an excluded worker comes back by probes only
@@ -244,18 +233,18 @@ func TestUpstreamSignals(t *testing.T) {
 		if got, want := b.ht.since(epD0, b.start), ms(0, 200, 325, 825, 1325); !slices.Equal(got, want) {
 			t.Fatalf("probes of d0 at %v, want %v", got, want)
 		}
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered || !w.HealthSince.Equal(b.start.Add(1325*time.Millisecond)) {
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered || !w.HealthSince.Equal(b.start.Add(1325*time.Millisecond)) {
 			t.Fatalf("after two good probes: %+v", w)
 		}
 		// A 4xx is a good response: the streak restarts.
 		for _, st := range []int{500, 503, 404, 500, 504} {
 			report("d1", pool.Upstream{Status: st})
 		}
-		if w := b.worker(t, "d1"); !w.Healthy {
+		if w := info(t, b.p, "d1"); !w.Healthy {
 			t.Fatalf("d1 excluded although a 404 broke the streak: %+v", w)
 		}
 		report("d1", pool.Upstream{Status: 500})
-		if w := b.worker(t, "d1"); w.Healthy || w.HealthReason != pool.ReasonUpstream5xx {
+		if w := info(t, b.p, "d1"); w.Healthy || w.HealthReason != pool.ReasonUpstream5xx {
 			t.Fatalf("d1 after three 5xx: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		if got := testutil.ToFloat64(b.m.HealthTransitions.WithLabelValues("d1", "upstream_5xx")); got != 1 {
@@ -282,7 +271,7 @@ func TestRequestProbe(t *testing.T) {
 		if got, want := b.ht.since(epD0, b.start), ms(0, 300); !slices.Equal(got, want) {
 			t.Fatalf("probes at %v, want %v", got, want)
 		}
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("a requested good probe excluded d0: %+v", w)
 		}
 		// A request while a probe is in flight is served right after it, not at the next slot.
@@ -296,7 +285,7 @@ func TestRequestProbe(t *testing.T) {
 			t.Fatalf("probes at %v, want %v", got, want)
 		}
 		b.at(1600 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
 			t.Fatalf("after two timeouts: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		if err := b.p.RequestProbe("nope"); !errors.Is(err, pool.ErrUnknownWorker) {
@@ -341,7 +330,7 @@ func TestHealthInputsCombine(t *testing.T) {
 		default:
 			t.Fatal("Changed not closed by an eligibility change")
 		}
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonManual {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonManual {
 			t.Fatalf("after SetHealth(false): %+v", w)
 		}
 		b.ht.set(epD0, "refuse")
@@ -349,7 +338,7 @@ func TestHealthInputsCombine(t *testing.T) {
 		if err := b.p.SetHealth("d0", true); err != nil {
 			t.Fatal(err)
 		}
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused {
 			t.Fatalf("SetHealth(true) while probes fail: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		// The scrape excludes it too; after the probes recover the scrape still holds it out.
@@ -359,11 +348,11 @@ func TestHealthInputsCombine(t *testing.T) {
 		}
 		b.ht.set(epD0, "ok")
 		b.at(3 * time.Second) // good probes at 1.5 and 2.0
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonScrapeFailed {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonScrapeFailed {
 			t.Fatalf("probes recovered, scrape failing: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		b.p.ApplyScrape(d0, pool.ScrapeOK, pool.Scrape{KVUsage: -1, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}, nil)
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != pool.ReasonScrapeRecovered {
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonScrapeRecovered {
 			t.Fatalf("every input healthy: %+v", w)
 		}
 		for reason, want := range map[string]float64{"manual": 1, "scrape_recovered": 1, "probe_refused": 0, "recovered": 0} {

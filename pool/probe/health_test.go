@@ -80,17 +80,6 @@ func runPool(t *testing.T, cfg pool.Config, engines ...*engine) *running {
 	return r
 }
 
-func (r *running) info(t *testing.T, id string) pool.WorkerInfo {
-	t.Helper()
-	for _, w := range r.p.Workers() {
-		if w.ID == id {
-			return w
-		}
-	}
-	t.Fatalf("worker %s not discovered", id)
-	return pool.WorkerInfo{}
-}
-
 // waitFor waits on Changed until id's eligibility is want, at most limit, and returns how
 // long it took.
 func (r *running) waitFor(t *testing.T, id string, want bool, limit time.Duration) time.Duration {
@@ -99,13 +88,13 @@ func (r *running) waitFor(t *testing.T, id string, want bool, limit time.Duratio
 	deadline := time.After(limit)
 	for {
 		changed := r.p.Changed()
-		if r.info(t, id).Healthy == want {
+		if info(t, r.p, id).Healthy == want {
 			return time.Since(start)
 		}
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("worker %s not healthy=%v within %v: %+v", id, want, limit, r.info(t, id))
+			t.Fatalf("worker %s not healthy=%v within %v: %+v", id, want, limit, info(t, r.p, id))
 		}
 	}
 }
@@ -145,7 +134,7 @@ func TestDeadWorkerLeavesSelection(t *testing.T) {
 	if inSnapshot(r.p, "d0") || !inSnapshot(r.p, "d1") {
 		t.Fatal("snapshot still has the dead worker, or lost the live one")
 	}
-	if w := r.info(t, "d0"); w.HealthReason != pool.ReasonProbeRefused {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeRefused {
 		t.Errorf("reason = %s, want probe_refused", w.HealthReason)
 	}
 	if got := r.p.HealthyCount(pool.RoleDecode); got != 1 {
@@ -165,7 +154,7 @@ func TestHungWorkerLeavesSelection(t *testing.T) {
 	e.mode.Store("hang")
 	took := r.waitFor(t, "d0", false, 2*time.Second)
 	t.Logf("hung /health excluded after %v (timeout %v)", took, pool.DefaultHealthTimeout)
-	if w := r.info(t, "d0"); w.HealthReason != pool.ReasonProbeTimeout {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeTimeout {
 		t.Errorf("reason = %s, want probe_timeout", w.HealthReason)
 	}
 	if r.p.HealthyCount(pool.RoleDecode) != 0 {
@@ -182,7 +171,7 @@ func TestUnhealthyAnswerAndRecovery(t *testing.T) {
 	e := newEngine(t, "503")
 	r := runPool(t, pool.Config{}, e)
 	r.waitFor(t, "d0", false, 2*time.Second)
-	if w := r.info(t, "d0"); w.HealthReason != pool.ReasonProbeFailed {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeFailed {
 		t.Errorf("reason = %s, want probe_failed", w.HealthReason)
 	}
 	e.mode.Store("ok")
@@ -191,7 +180,7 @@ func TestUnhealthyAnswerAndRecovery(t *testing.T) {
 		t.Errorf("back after %d good probes, want %d", got, pool.DefaultHealthSuccesses)
 	}
 	t.Logf("503 then 200: back after %v", took)
-	if w := r.info(t, "d0"); w.HealthReason != pool.ReasonRecovered {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonRecovered {
 		t.Errorf("reason = %s, want recovered", w.HealthReason)
 	}
 	for reason, want := range map[string]float64{"probe_failed": 1, "recovered": 1} {
@@ -216,7 +205,7 @@ func TestUpstreamFailuresProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w := r.info(t, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
+	if w := info(t, r.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
 		t.Fatalf("after %d connect failures: healthy %v reason %s", pool.DefaultUpstreamFailures, w.Healthy, w.HealthReason)
 	}
 }
@@ -232,7 +221,7 @@ func TestRunReturnsWithProbesInFlight(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("Run took %v to return with a probe in flight", took)
 	}
-	if w := r.info(t, "d0"); !w.Healthy {
+	if w := info(t, r.p, "d0"); !w.Healthy {
 		t.Fatalf("a probe cancelled by shutdown counted as a failure: %+v", w)
 	}
 }

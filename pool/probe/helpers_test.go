@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"testing"
 
 	"github.com/condisagg/condisagg/pool"
 )
@@ -22,6 +23,18 @@ func run(ctx context.Context, p *pool.Pool, opts Options) (stop func()) {
 type resolverFunc func(host string) ([]string, error)
 
 func (f resolverFunc) LookupHost(_ context.Context, host string) ([]string, error) { return f(host) }
+
+// info returns what p says of worker id, and fails t if p has no such worker.
+func info(t *testing.T, p *pool.Pool, id string) pool.WorkerInfo {
+	t.Helper()
+	for _, w := range p.Workers() {
+		if w.ID == id {
+			return w
+		}
+	}
+	t.Fatalf("worker %s not discovered", id)
+	return pool.WorkerInfo{}
+}
 
 func ids(ws []pool.WorkerInfo) []string {
 	var out []string

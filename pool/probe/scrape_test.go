@@ -48,17 +48,6 @@ func newScrapeFixture(t *testing.T, cfg pool.Config, c *http.Client, logs io.Wri
 	return f
 }
 
-func (f *scrapeFixture) info(t *testing.T, id string) pool.WorkerInfo {
-	t.Helper()
-	for _, w := range f.p.Workers() {
-		if w.ID == id {
-			return w
-		}
-	}
-	t.Fatalf("worker %s not discovered", id)
-	return pool.WorkerInfo{}
-}
-
 // TestScrape serves vLLM-format metrics from a real HTTP server on 127.0.0.1 and checks how the
 // scrape fills capacities, corrects request counts and drives health.
 func TestScrape(t *testing.T) {
@@ -91,19 +80,19 @@ func TestScrape(t *testing.T) {
 		{Name: "p0", Role: pool.RolePrefill, Endpoint: ep, MaxNumBatchedTokens: 2048},
 	}}, srv.Client(), &logs)
 	ctx := context.Background()
-	if w := f.info(t, "d0"); w.KVCapacityBlocks != -1 {
+	if w := info(t, f.p, "d0"); w.KVCapacityBlocks != -1 {
 		t.Fatalf("kvcap before scrape = %d, want -1", w.KVCapacityBlocks)
 	}
 	if err := f.s.ScrapeAll(ctx); err != nil {
 		t.Fatalf("ScrapeAll: %v", err)
 	}
-	if w := f.info(t, "d0"); w.KVCapacityBlocks != 27000 || w.Scrape.KVUsage != 0.4375 || !w.Scrape.At.Equal(t0) {
+	if w := info(t, f.p, "d0"); w.KVCapacityBlocks != 27000 || w.Scrape.KVUsage != 0.4375 || !w.Scrape.At.Equal(t0) {
 		t.Fatalf("d0 after scrape = %+v", w)
 	}
 	if strings.Contains(logs.String(), "block size differs") {
 		t.Fatalf("block size 16 matches the default yet was reported: %s", logs.String())
 	}
-	if w := f.info(t, "d1"); w.KVCapacityBlocks != 500 {
+	if w := info(t, f.p, "d1"); w.KVCapacityBlocks != 500 {
 		t.Fatalf("configured kvcap must win over scraped: %d", w.KVCapacityBlocks)
 	}
 	if got := testutil.ToFloat64(f.m.KVCapacityBlocks.WithLabelValues("d0")); got != 27000 {
@@ -135,7 +124,7 @@ func TestScrape(t *testing.T) {
 	if len(s.Decode)+len(s.Prefill) != 0 {
 		t.Fatalf("after %d failures snapshot still has %d+%d workers", pool.DefaultUnhealthyAfter, len(s.Decode), len(s.Prefill))
 	}
-	if w := f.info(t, "d0"); w.Healthy || w.KVCapacityBlocks != 27000 {
+	if w := info(t, f.p, "d0"); w.Healthy || w.KVCapacityBlocks != 27000 {
 		t.Fatalf("unhealthy worker keeps its last capacity: %+v", w)
 	}
 	mode.Store("garbage")
