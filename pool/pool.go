@@ -256,8 +256,7 @@ func (p *Pool) ApplyLookups(ls []Lookup) error {
 			failed = append(failed, wc.Name)
 			continue
 		}
-		slices.Sort(addrs)
-		for _, a := range slices.Compact(addrs) {
+		for _, a := range slices.Compact(slices.Sorted(slices.Values(addrs))) {
 			if _, err := netip.ParseAddr(a); err != nil {
 				continue
 			}
