@@ -17,35 +17,13 @@ type keyCounts struct {
 func (c *keyCounts) len() int { return c.t.Len() }
 
 // get returns k's count (0 when absent).
-func (c *keyCounts) get(k uint64) int32 {
-	if i := c.t.Find(k); i >= 0 {
-		return *c.t.Value(i)
-	}
-	return 0
-}
+func (c *keyCounts) get(k uint64) int32 { return c.t.Get(k) }
 
 // add adds one reference to k.
-func (c *keyCounts) add(k uint64) {
-	i, found := c.t.Slot(k)
-	if found {
-		*c.t.Value(i)++
-		return
-	}
-	c.t.Put(i, k, 1)
-}
+func (c *keyCounts) add(k uint64) { c.t.Incr(k) }
 
 // drop removes one reference from k, and k with its last one; an absent k is ignored.
-func (c *keyCounts) drop(k uint64) {
-	i := c.t.Find(k)
-	if i < 0 {
-		return
-	}
-	if n := c.t.Value(i); *n > 1 {
-		*n--
-		return
-	}
-	c.t.Delete(i)
-}
+func (c *keyCounts) drop(k uint64) { c.t.Decr(k) }
 
 // reset empties c and gives its memory back.
 func (c *keyCounts) reset() { *c = keyCounts{} }

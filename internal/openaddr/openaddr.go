@@ -65,18 +65,66 @@ func (t *Table[V]) Find(k uint64) int {
 	}
 }
 
-// Slot returns the slot index of k and true, or the empty slot where k belongs and false;
-// fill that with Put before any other change to t. It grows t first if needed.
-func (t *Table[V]) Slot(k uint64) (int, bool) {
-	if (t.n+1)*4 > len(t.vals)*3 {
-		t.grow()
+// Get returns k's value, or 0 when k is absent.
+func (t *Table[V]) Get(k uint64) V {
+	if t.n == 0 {
+		return 0
 	}
 	mask := uint64(len(t.vals) - 1)
 	for i := t.home(k); ; i = (i + 1) & mask {
-		if t.vals[i] == 0 {
-			return int(i), false
+		if v := t.vals[i]; v == 0 || t.keys[i] == k {
+			return v
 		}
-		if t.keys[i] == k {
+	}
+}
+
+// Slot returns the slot index of k and true, or the empty slot where k belongs and false;
+// fill that with Put before any other change to t. It grows t first if needed.
+func (t *Table[V]) Slot(k uint64) (int, bool) {
+	t.reserve()
+	return t.probe(k)
+}
+
+// Incr adds one to k's value, inserting k with 1 when absent.
+func (t *Table[V]) Incr(k uint64) {
+	t.reserve()
+	i, found := t.probe(k)
+	if !found {
+		t.keys[i] = k
+		t.n++
+	}
+	t.vals[i]++
+}
+
+// Decr removes one from k's value and deletes k with its last one; an absent k is left alone.
+func (t *Table[V]) Decr(k uint64) {
+	i := t.Find(k)
+	switch {
+	case i < 0:
+	case t.vals[i] > 1:
+		t.vals[i]--
+	default:
+		t.Delete(i)
+	}
+}
+
+// reserve grows t if one more entry would fill more than 3/4 of it.
+func (t *Table[V]) reserve() {
+	if (t.n+1)*4 > len(t.vals)*3 {
+		t.grow()
+	}
+}
+
+// probe returns the slot index of k and true, or the empty slot where k belongs and false.
+// t must have a free slot (reserve). Find and Get keep loops of their own so that they stay
+// within the inliner's budget.
+func (t *Table[V]) probe(k uint64) (int, bool) {
+	mask := uint64(len(t.vals) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		switch {
+		case t.vals[i] == 0:
+			return int(i), false
+		case t.keys[i] == k:
 			return int(i), true
 		}
 	}
