@@ -32,9 +32,8 @@ type Upstream struct {
 // without a connect failure (say, a client cancel) says nothing. UpstreamFailures failures in
 // a row exclude the worker at once; each failure also asks for an immediate probe, so a dead
 // engine is confirmed by its refused port. Reports count only while the shell probes
-// (BeginProbing) and only for
-// workers not already excluded (only probes bring a worker back). An unknown id is
-// ErrUnknownWorker.
+// (BeginProbing) and only for workers not already excluded (only probes bring a worker back).
+// An unknown id is ErrUnknownWorker.
 func (p *Pool) ReportUpstream(id string, u Upstream) error {
 	var reason HealthReason
 	switch {
