@@ -116,3 +116,36 @@ func BenchmarkTable(b *testing.B) {
 		})
 	}
 }
+
+// TestCountersMatchMap churns Incr and Decr (with Decr of absent keys) against a map of
+// counts, checking Get and Len, with clustered keys so that runs form and shifts happen.
+func TestCountersMatchMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var tab Table[int32]
+	want := map[uint64]int32{}
+	for i := range 200000 {
+		k := uint64(r.IntN(500)) << 40 // low bits all zero: only Fibonacci hashing spreads them
+		if r.IntN(2) == 0 {
+			tab.Incr(k)
+			want[k]++
+		} else {
+			tab.Decr(k)
+			if want[k] > 1 {
+				want[k]--
+			} else {
+				delete(want, k)
+			}
+		}
+		if got := tab.Get(k); got != want[k] {
+			t.Fatalf("op %d: Get(%#x) = %d, want %d", i, k, got, want[k])
+		}
+	}
+	if tab.Len() != len(want) {
+		t.Fatalf("Len = %d, want %d", tab.Len(), len(want))
+	}
+	for k, n := range want {
+		if got := tab.Get(k); got != n {
+			t.Fatalf("Get(%#x) = %d, want %d", k, got, n)
+		}
+	}
+}
