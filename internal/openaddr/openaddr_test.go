@@ -117,35 +117,53 @@ func BenchmarkTable(b *testing.B) {
 	}
 }
 
-// TestCountersMatchMap churns Incr and Decr (with Decr of absent keys) against a map of
-// counts, checking Get and Len, with clustered keys so that runs form and shifts happen.
+// TestCountersMatchMap runs random Incr and Decr (keys from small and colliding sets, so runs
+// form and backward shifts happen) against a Go map, comparing every count and the length.
 func TestCountersMatchMap(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	var tab Table[int32]
-	want := map[uint64]int32{}
-	for i := range 200000 {
-		k := uint64(r.IntN(500)) << 40 // low bits all zero: only Fibonacci hashing spreads them
-		if r.IntN(2) == 0 {
-			tab.Incr(k)
-			want[k]++
-		} else {
-			tab.Decr(k)
-			if want[k] > 1 {
-				want[k]--
-			} else {
-				delete(want, k)
+	for _, universe := range []int{8, 300, 5000} {
+		rng := rand.New(rand.NewPCG(uint64(universe), 3))
+		var kc Table[int32]
+		ref := map[uint64]int32{}
+		keys := make([]uint64, universe)
+		for i := range keys {
+			// Half the keys are structured (i << 40, low bits all zero) rather than random.
+			keys[i] = rng.Uint64()
+			if i%2 == 0 {
+				keys[i] = uint64(i) << 40
 			}
 		}
-		if got := tab.Get(k); got != want[k] {
-			t.Fatalf("op %d: Get(%#x) = %d, want %d", i, k, got, want[k])
+		for step := range 200000 {
+			k := keys[rng.IntN(universe)]
+			if rng.IntN(2) == 0 {
+				kc.Incr(k)
+				ref[k]++
+			} else {
+				kc.Decr(k)
+				if ref[k] > 1 {
+					ref[k]--
+				} else {
+					delete(ref, k)
+				}
+			}
+			if step%997 == 0 {
+				if kc.Len() != len(ref) {
+					t.Fatalf("universe %d step %d: len %d, want %d", universe, step, kc.Len(), len(ref))
+				}
+				for _, k := range keys {
+					if got, want := kc.Get(k), ref[k]; got != want {
+						t.Fatalf("universe %d step %d: count of %#x = %d, want %d", universe, step, k, got, want)
+					}
+				}
+			}
 		}
-	}
-	if tab.Len() != len(want) {
-		t.Fatalf("Len = %d, want %d", tab.Len(), len(want))
-	}
-	for k, n := range want {
-		if got := tab.Get(k); got != n {
-			t.Fatalf("Get(%#x) = %d, want %d", k, got, n)
+		kc = Table[int32]{}
+		if kc.Len() != 0 || kc.Get(keys[0]) != 0 {
+			t.Fatal("the zero value holds keys")
+		}
+		kc.Decr(keys[0]) // dropping from an empty table is a no-op
+		kc.Incr(0)       // key 0 is a key like any other
+		if kc.Get(0) != 1 || kc.Len() != 1 {
+			t.Fatalf("key 0: count %d len %d", kc.Get(0), kc.Len())
 		}
 	}
 }
