@@ -12,8 +12,8 @@
 //
 // An Index is built from engine events (Store, Remove, ClearWorker) per WorkerID, one per
 // engine stream, and per Medium (GPU, CPU, Disk). Each worker gets a dense slot number. For each
-// worker and medium an open-addressing table maps engine hash (EH) -> {key row, refcount}
-// (12 bytes a slot); a shared table maps each router key to a row holding the key and its GPU
+// worker and medium an open-addressing table (internal/openaddr) maps engine hash (EH) ->
+// {key row, refcount} (12 bytes a slot); a shared table maps each router key to a row holding the key and its GPU
 // holders: one inline word while they all lie in one group of 64 slots, a dense bitset over
 // every slot once a second group holds the key (a row costs 18 bytes, not 8 per 64 slots, at
 // large fleets); CPU and Disk bitsets are kept apart for the keys that have them.
@@ -70,7 +70,7 @@
 //
 // # Imports
 //
-// kvindex is a pure, I/O-free core: it imports nothing of the project and no net, os, log/slog,
-// prometheus or goczmq package (enforced by TestImports). Metrics and logging belong to the
+// kvindex is a pure, I/O-free core: of the project it imports only the internal/openaddr leaf,
+// and no net, os, log/slog, prometheus or goczmq package (enforced by TestImports). Metrics and logging belong to the
 // callers (kvevents counts StoreResult.Skip by its String label).
 package kvindex

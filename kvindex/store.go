@@ -180,7 +180,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 
 // allPresent reports whether every hash is already an entry of t (and there is at least one).
 func (ix *Index) allPresent(t *ehTable, hashes []uint64) bool {
-	if len(hashes) == 0 || len(t.meta) == 0 {
+	if len(hashes) == 0 || t.empty() {
 		return false
 	}
 	for _, eh := range hashes {
@@ -194,7 +194,7 @@ func (ix *Index) allPresent(t *ehTable, hashes []uint64) bool {
 // touchEH and touchKeys load the table slots and rows that storing keys under hashes will use,
 // so that their cache misses overlap instead of following one another (a software prefetch).
 func (ix *Index) touchEH(t *ehTable, hashes []uint64) {
-	if len(t.meta) == 0 {
+	if t.empty() {
 		return
 	}
 	var acc uint64

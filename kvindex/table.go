@@ -1,8 +1,12 @@
 package kvindex
 
+import "github.com/condisagg/condisagg/internal/openaddr"
+
 // Open-addressing hash tables with linear probing and backward-shift deletion (no tombstones,
 // so heavy store/remove churn never lengthens probe sequences). Both grow by doubling when more
-// than 3/4 full and never shrink, except through reset.
+// than 3/4 full and never shrink, except through reset. ehTable is an internal/openaddr table;
+// keyTable is its own layout (it stores no key, only a hash fragment and a row, and compares
+// keys in the rows), kept apart for the memory and the speed of Overlap.
 
 const (
 	minTableSize = 16
@@ -19,53 +23,26 @@ const (
 	metaRCMap    = 3
 )
 
-// ehTable maps engine hashes to entries {key row, refcount} for one worker and medium, in two
-// parallel arrays (12 bytes a slot; inserting a new hash reads only the meta array).
+// ehTable maps engine hashes to entries {key row, refcount} for one worker and medium: an
+// openaddr.Table of meta words (12 bytes a slot; inserting a new hash reads only the meta
+// array) plus the overflow map of large refcounts.
 type ehTable struct {
-	ehs   []uint64          // engine hashes
-	meta  []uint32          // 0 = empty slot; else the fields above
-	n     int               // entries
-	shift uint8             // 64 - log2(len(meta))
-	rc    map[uint64]uint32 // refcounts of 4 or more, by engine hash; usually nil
+	tab openaddr.Table[uint32] // engine hash -> meta word (the fields above; never 0)
+	rc  map[uint64]uint32      // refcounts of 4 or more, by engine hash; usually nil
 }
-
-func (t *ehTable) home(eh uint64) uint64 { return (eh * fibMul) >> (t.shift & 63) }
 
 // len returns the number of entries.
-func (t *ehTable) len() int { return t.n }
+func (t *ehTable) len() int { return t.tab.Len() }
+
+// empty reports whether t has no slots yet.
+func (t *ehTable) empty() bool { return t.tab.Cap() == 0 }
 
 // find returns the slot index of eh, or -1. The index is valid until the next put or delete.
-func (t *ehTable) find(eh uint64) int {
-	if t.n == 0 {
-		return -1
-	}
-	mask := uint64(len(t.meta) - 1)
-	for i := t.home(eh); ; i = (i + 1) & mask {
-		if t.meta[i] == 0 {
-			return -1
-		}
-		if t.ehs[i] == eh {
-			return int(i)
-		}
-	}
-}
+func (t *ehTable) find(eh uint64) int { return t.tab.Find(eh) }
 
 // slot returns the slot index of eh and true, or the empty slot where eh belongs and false;
 // fill that with put before any other change to t. It grows t first if needed.
-func (t *ehTable) slot(eh uint64) (int, bool) {
-	if (t.n+1)*4 > len(t.meta)*3 {
-		t.grow()
-	}
-	mask := uint64(len(t.meta) - 1)
-	for i := t.home(eh); ; i = (i + 1) & mask {
-		if t.meta[i] == 0 {
-			return int(i), false
-		}
-		if t.ehs[i] == eh {
-			return int(i), true
-		}
-	}
-}
+func (t *ehTable) slot(eh uint64) (int, bool) { return t.tab.Slot(eh) }
 
 // put stores a new entry for eh with one reference to ref (or excludedRef) at the empty slot i
 // from slot.
@@ -74,13 +51,15 @@ func (t *ehTable) put(i int, eh uint64, ref uint32) {
 	if ref != excludedRef {
 		field = ref + 1
 	}
-	t.ehs[i], t.meta[i] = eh, field
-	t.n++
+	t.tab.Put(i, eh, field)
 }
 
 // ref returns the row of the entry at slot i, or excludedRef.
-func (t *ehTable) ref(i int) uint32 {
-	if f := t.meta[i] & metaRowMask; f != metaExcluded {
+func (t *ehTable) ref(i int) uint32 { return metaRef(*t.tab.Value(i)) }
+
+// metaRef returns the row of a meta word, or excludedRef.
+func metaRef(meta uint32) uint32 {
+	if f := meta & metaRowMask; f != metaExcluded {
 		return f - 1
 	}
 	return excludedRef
@@ -88,97 +67,58 @@ func (t *ehTable) ref(i int) uint32 {
 
 // addRef adds one reference to the entry at slot i.
 func (t *ehTable) addRef(i int) {
-	switch c := t.meta[i] >> metaRCShift; {
+	meta := t.tab.Value(i)
+	switch c := *meta >> metaRCShift; {
 	case c < 2:
-		t.meta[i] += 1 << metaRCShift
+		*meta += 1 << metaRCShift
 	case c == 2:
-		t.meta[i] |= metaRCMap << metaRCShift
+		*meta |= metaRCMap << metaRCShift
 		if t.rc == nil {
 			t.rc = make(map[uint64]uint32)
 		}
-		t.rc[t.ehs[i]] = 4
+		t.rc[t.tab.Key(i)] = 4
 	default:
-		t.rc[t.ehs[i]]++
+		t.rc[t.tab.Key(i)]++
 	}
 }
 
 // dropRef removes one reference from the entry at slot i and reports whether it was the last;
 // the caller then deletes the entry.
 func (t *ehTable) dropRef(i int) bool {
-	switch c := t.meta[i] >> metaRCShift; {
+	meta := t.tab.Value(i)
+	switch c := *meta >> metaRCShift; {
 	case c == 0:
 		return true
 	case c < metaRCMap:
-		t.meta[i] -= 1 << metaRCShift
+		*meta -= 1 << metaRCShift
 	default:
-		eh := t.ehs[i]
+		eh := t.tab.Key(i)
 		if n := t.rc[eh] - 1; n > 3 {
 			t.rc[eh] = n
 		} else {
 			delete(t.rc, eh)
-			t.meta[i] = t.meta[i]&metaRowMask | 2<<metaRCShift
+			*meta = *meta&metaRowMask | 2<<metaRCShift
 		}
 	}
 	return false
 }
 
-func (t *ehTable) grow() {
-	ehs, meta := t.ehs, t.meta
-	size := max(minTableSize, 2*len(meta))
-	t.ehs, t.meta = make([]uint64, size), make([]uint32, size)
-	t.shift = uint8(64 - log2(size))
-	mask := uint64(size - 1)
-	for j, m := range meta {
-		if m == 0 {
-			continue
-		}
-		i := t.home(ehs[j])
-		for t.meta[i] != 0 {
-			i = (i + 1) & mask
-		}
-		t.ehs[i], t.meta[i] = ehs[j], m
-	}
-}
-
 // delete removes the entry at slot index at, as returned by find.
-func (t *ehTable) delete(at int) {
-	mask := uint64(len(t.meta) - 1)
-	i := uint64(at)
-	for j := (i + 1) & mask; t.meta[j] != 0; j = (j + 1) & mask {
-		// Move slot j into the hole at i unless its home lies cyclically in (i, j].
-		if h := t.home(t.ehs[j]); (j-h)&mask >= (j-i)&mask {
-			t.ehs[i], t.meta[i] = t.ehs[j], t.meta[j]
-			i = j
-		}
-	}
-	t.ehs[i], t.meta[i] = 0, 0
-	t.n--
-}
+func (t *ehTable) delete(at int) { t.tab.Delete(at) }
 
 // each calls f with the row (or excludedRef) of every entry.
 func (t *ehTable) each(f func(ref uint32)) {
-	for i, m := range t.meta {
-		if m != 0 {
-			f(t.ref(i))
-		}
+	for _, meta := range t.tab.All() {
+		f(metaRef(meta))
 	}
 }
 
 // touch loads the home slot of eh (a prefetch) and returns a value that depends on it.
-func (t *ehTable) touch(eh uint64) uint64 {
-	h := t.home(eh)
-	return t.ehs[h] + uint64(t.meta[h])
-}
+func (t *ehTable) touch(eh uint64) uint64 { return t.tab.Touch(eh) }
 
 // reset drops every entry, keeping the allocation unless it is large.
 func (t *ehTable) reset() {
-	if len(t.meta) > 1<<16 {
-		*t = ehTable{}
-		return
-	}
-	clear(t.ehs)
-	clear(t.meta)
-	t.n = 0
+	t.tab.Clear()
 	t.rc = nil
 }
 

@@ -107,8 +107,8 @@ func TestEHTableRefcounts(t *testing.T) {
 
 // ehRefcount decodes the refcount of slot i.
 func ehRefcount(t *ehTable, i int) int {
-	if c := t.meta[i] >> metaRCShift; c < metaRCMap {
+	if c := *t.tab.Value(i) >> metaRCShift; c < metaRCMap {
 		return int(c) + 1
 	}
-	return int(t.rc[t.ehs[i]])
+	return int(t.rc[t.tab.Key(i)])
 }

@@ -206,7 +206,7 @@ func (p *Pool) Release(requestID string) bool {
 }
 
 // Sweep releases every booking older than the TTL at now and returns how many it expired.
-// Run calls it every SweepInterval with the injected clock's time.
+// Expire calls it with the injected clock's time.
 func (p *Pool) Sweep(now time.Time) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -220,6 +220,10 @@ func (p *Pool) Sweep(now time.Time) int {
 	p.m.Expired.Add(float64(n))
 	return n
 }
+
+// Expire is Sweep at the injected clock's now; the shell (pool/probe) calls it every
+// SweepInterval.
+func (p *Pool) Expire() int { return p.Sweep(p.clock.Now()) }
 
 func (p *Pool) releasePrefillLocked(r *record) {
 	w := r.prefillOn

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -85,9 +84,9 @@ type Config struct {
 	BlockSize int
 	// BookingTTL releases bookings whose response was never observed (§5.2).
 	BookingTTL time.Duration
-	// SweepInterval is how often Run expires stale bookings.
+	// SweepInterval is how often the shell (pool/probe) expires stale bookings.
 	SweepInterval time.Duration
-	// ResolveInterval is how often Run re-resolves DNS endpoints.
+	// ResolveInterval is how often the shell (pool/probe) re-resolves DNS endpoints.
 	ResolveInterval time.Duration
 	// ScrapeInterval enables the vLLM /metrics scrape when > 0 (off by default).
 	ScrapeInterval time.Duration
@@ -98,7 +97,7 @@ type Config struct {
 	// MetricsPath is the scraped HTTP path on every worker's endpoint.
 	MetricsPath string
 
-	// Health probing (README "Health"). HealthInterval is how often Run probes every healthy
+	// Health probing (README "Health"). HealthInterval is how often pool/probe probes every healthy
 	// worker's HealthPath; 0 takes the default, < 0 turns probing off, and with it the passive
 	// signals of ReportUpstream (nothing could bring a worker they excluded back).
 	HealthInterval time.Duration
@@ -202,8 +201,9 @@ func (c Config) validateHealth() []error {
 	return errs
 }
 
-// probing reports whether Run probes workers' health.
-func (c Config) probing() bool { return c.HealthInterval > 0 }
+// Probing reports whether workers' health is probed (HealthInterval > 0): pool/probe probes
+// only then, and passive signals count only while it does.
+func (c Config) Probing() bool { return c.HealthInterval > 0 }
 
 func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	var errs []error
@@ -222,7 +222,7 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	if w.Role != RolePrefill && w.Role != RoleDecode {
 		bad("role", strconv.Quote(string(w.Role)), "must be one of prefill, decode")
 	}
-	if host, port, err := net.SplitHostPort(w.Endpoint); err != nil || host == "" || !validPort(port) {
+	if host, port, ok := splitHostPort(w.Endpoint); !ok || host == "" || !validPort(port) {
 		bad("endpoint", strconv.Quote(w.Endpoint), "must be host:port")
 	}
 	if w.DataParallelSize < 0 || w.DataParallelSize > MaxDataParallelSize {

@@ -81,7 +81,7 @@ func TestDataParallelDNSRanks(t *testing.T) {
 		KVEvents: "tcp://decode.svc:5557"}}}
 	f := newFixture(t, cfg)
 	f.res.set("decode.svc", "10.0.0.2", "10.0.0.1")
-	if err := f.p.Resolve(context.Background()); err != nil {
+	if err := resolve(context.Background(), f.p, f.res); err != nil {
 		t.Fatal(err)
 	}
 	var ids, evs []string

@@ -1,28 +1,17 @@
 package pool
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"sync"
-	"syscall"
 	"time"
 )
 
-// Bounds of probing.
-const (
-	probeConcurrent = 32      // probes in flight at once, over all workers
-	maxProbeBody    = 4 << 10 // bytes of a health answer read, so that its connection is reused
-	// probeGapDivisor: a requested probe starts no sooner than HealthInterval/4 after the
-	// previous one, so a burst of failing responses costs one probe, not one each.
-	probeGapDivisor = 4
-)
+// probeGapDivisor: a requested probe starts no sooner than HealthInterval/4 after the previous
+// one, so a burst of failing responses costs one probe, not one each.
+const probeGapDivisor = 4
 
-// probeSlot is a worker's place in the probe schedule. Times are the process's own clock, not
-// Options.Clock: they drive real timers. Guarded by Pool.mu.
+// probeSlot is a worker's place in the probe schedule, in Options.Clock's time (the shell's
+// timers wait the durations DueProbes returns). Guarded by Pool.mu.
 type probeSlot struct {
 	next      time.Time // when the next probe is due; zero: at once
 	started   time.Time // start of the last probe
@@ -42,9 +31,9 @@ type Upstream struct {
 // or a status >= 500 is a failure, any other status resets the streak, and a zero Status
 // without a connect failure (say, a client cancel) says nothing. UpstreamFailures failures in
 // a row exclude the worker at once; each failure also asks for an immediate probe, so a dead
-// engine is confirmed by its refused port. Reports count only while Run probes and only for
-// workers not already excluded (only probes bring a worker back). An unknown id is
-// ErrUnknownWorker.
+// engine is confirmed by its refused port. Reports count only while the shell probes
+// (BeginProbing) and only for workers not already excluded (only probes bring a worker back).
+// An unknown id is ErrUnknownWorker.
 func (p *Pool) ReportUpstream(id string, u Upstream) error {
 	var reason HealthReason
 	switch {
@@ -89,8 +78,8 @@ func (p *Pool) ReportUpstream(id string, u Upstream) error {
 
 // RequestProbe asks the prober to probe worker id now rather than at its next slot (no sooner
 // than HealthInterval/4 after its previous probe). The loss of a worker's KV event stream is a
-// reason to: the engine may be dead, or only its publisher. It is a no-op while Run does not
-// probe or when the worker is excluded (its backoff decides). An unknown id is
+// reason to: the engine may be dead, or only its publisher. It is a no-op while the shell does
+// not probe or when the worker is excluded (its backoff decides). An unknown id is
 // ErrUnknownWorker.
 func (p *Pool) RequestProbe(id string) error {
 	p.mu.Lock()
@@ -116,7 +105,7 @@ func (p *Pool) requestProbeLocked(w *worker) {
 
 // pullProbeLocked moves w's next probe to now, or to a quarter interval after its last one.
 func (p *Pool) pullProbeLocked(w *worker) {
-	at := time.Now()
+	at := p.clock.Now()
 	if soonest := w.probe.started.Add(p.cfg.HealthInterval / probeGapDivisor); soonest.After(at) {
 		at = soonest
 	}
@@ -126,7 +115,8 @@ func (p *Pool) pullProbeLocked(w *worker) {
 	}
 }
 
-// kickProber wakes the probe loop to recompute its schedule; a pending wake-up is enough.
+// kickProber wakes the shell's probe loop (ProbeKick) to recompute its schedule; a pending
+// wake-up is enough.
 func (p *Pool) kickProber() {
 	select {
 	case p.kick <- struct{}{}:
@@ -209,50 +199,40 @@ func (p *Pool) updateHealthLocked(w *worker, reason HealthReason, cause error) {
 	p.publishLocked(w)
 }
 
+// BeginProbing tells the pool that the shell probes from now on: passive signals
+// (ReportUpstream) and probe requests count until EndProbing.
+func (p *Pool) BeginProbing() { p.setProbing(true) }
+
+// EndProbing tells the pool that the shell has stopped probing and has no probe in flight.
+func (p *Pool) EndProbing() { p.setProbing(false) }
+
 func (p *Pool) setProbing(on bool) {
 	p.mu.Lock()
 	p.probing = on
 	p.mu.Unlock()
 }
 
-// probeLoop probes every worker's HealthPath until ctx is done and returns once its probes have
-// finished. Each worker has at most one probe in flight and all workers at most
-// probeConcurrent; a probe starts when its worker's slot is due, or sooner on request.
-func (p *Pool) probeLoop(ctx context.Context) {
-	p.setProbing(true)
-	defer p.setProbing(false)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	sem := make(chan struct{}, probeConcurrent)
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-p.kick:
-		}
-		due, wait := p.dueProbes(sem)
-		for _, w := range due {
-			wg.Go(func() {
-				p.probeWorker(ctx, w)
-				<-sem
-				p.kickProber() // a worker may be waiting for this slot
-			})
-		}
-		t.Reset(wait)
-	}
+// ProbeKick returns the channel that wakes the shell's probe loop: a probe was requested
+// sooner than scheduled, or workers joined (probed at once). Call DueProbes when it fires.
+func (p *Pool) ProbeKick() <-chan struct{} { return p.kick }
+
+// ProbeTarget is one worker whose health probe is due: the shell sends GET HealthPath to
+// Endpoint and reports the outcome with ProbeDone (or ProbeCancelled).
+type ProbeTarget struct {
+	ID       string
+	Endpoint string // ip:port
+	w        *worker
 }
 
-// dueProbes claims a slot of sem for every worker whose probe is due and returns them with
-// the wait until the next one is due (at most HealthInterval, so that workers discovered
-// meanwhile are picked up even without a kick). A due worker that finds sem full waits for
-// the kick of a finishing probe.
-func (p *Pool) dueProbes(sem chan struct{}) ([]*worker, time.Duration) {
-	now := time.Now()
+// DueProbes claims at most free workers whose probe is due at the clock's now (each then has
+// its probe in flight until ProbeDone or ProbeCancelled) and returns them with the wait until
+// the next one is due: at most HealthInterval, so that workers discovered meanwhile are
+// picked up even without a kick. A due worker left out for want of free slots is returned by
+// a later call; the shell calls again when one of its probes finishes.
+func (p *Pool) DueProbes(free int) ([]ProbeTarget, time.Duration) {
+	now := p.clock.Now()
 	wait := p.cfg.HealthInterval
-	var due []*worker
+	var due []ProbeTarget
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ws := range [][]*worker{p.decode, p.prefill} {
@@ -264,25 +244,32 @@ func (p *Pool) dueProbes(sem chan struct{}) ([]*worker, time.Duration) {
 				wait = min(wait, d)
 				continue
 			}
-			select {
-			case sem <- struct{}{}:
+			if len(due) < free {
 				w.probe.inFlight, w.probe.started = true, now
-				due = append(due, w)
-			default:
+				due = append(due, ProbeTarget{ID: w.id, Endpoint: w.endpoint, w: w})
 			}
 		}
 	}
 	return due, wait
 }
 
-// probeWorker probes w once and applies the outcome.
-func (p *Pool) probeWorker(ctx context.Context, w *worker) {
-	r, err := p.probeOne(ctx, w)
+// ProbeCancelled ends t's probe without an outcome: the shell is stopping, and a cancelled
+// probe says nothing about the worker.
+func (p *Pool) ProbeCancelled(t ProbeTarget) {
+	p.mu.Lock()
+	t.w.probe.inFlight = false
+	p.mu.Unlock()
+}
+
+// ProbeDone applies the outcome r of t's probe (err, if any, says why it failed) to the
+// worker's health (rules H1, H3, H4) and schedules its next probe.
+func (p *Pool) ProbeDone(t ProbeTarget, r ProbeResult, err error) {
+	w := t.w
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.probe.inFlight = false
-	if w.removed || ctx.Err() != nil {
-		return // Run is stopping: a cancelled probe says nothing about the worker
+	if w.removed {
+		return
 	}
 	p.m.HealthProbes.WithLabelValues(w.id, r.String()).Inc()
 	if err != nil && !w.health.down {
@@ -303,32 +290,4 @@ func (p *Pool) probeWorker(ctx context.Context, w *worker) {
 		}
 		p.updateHealthLocked(w, reason, err)
 	}
-}
-
-// probeOne sends GET HealthPath to w, bounded by HealthTimeout. Any 2xx is healthy.
-func (p *Pool) probeOne(ctx context.Context, w *worker) (probeResult, error) {
-	pctx, cancel := context.WithTimeout(ctx, p.cfg.HealthTimeout)
-	defer cancel()
-	url := "http://" + w.endpoint + p.cfg.HealthPath
-	req, err := http.NewRequestWithContext(pctx, http.MethodGet, url, nil)
-	if err != nil {
-		return probeFailed, fmt.Errorf("pool: probe worker=%s url=%s: %w", w.id, url, err)
-	}
-	resp, err := p.http.Do(req)
-	if err != nil {
-		r := probeFailed
-		switch {
-		case pctx.Err() != nil && ctx.Err() == nil:
-			r = probeTimeout
-		case errors.Is(err, syscall.ECONNREFUSED):
-			r = probeRefused
-		}
-		return r, fmt.Errorf("pool: probe worker=%s url=%s: %w", w.id, url, err)
-	}
-	_, _ = io.CopyN(io.Discard, resp.Body, maxProbeBody)
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return probeFailed, fmt.Errorf("pool: probe worker=%s url=%s: status %d", w.id, url, resp.StatusCode)
-	}
-	return probeOK, nil
 }

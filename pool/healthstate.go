@@ -19,22 +19,22 @@ const (
 	ReasonRecovered       HealthReason = "recovered"        // enough consecutive good probes
 )
 
-// probeResult is the outcome of one probe; String is the outcome label of
+// ProbeResult is the outcome of one probe; String is the outcome label of
 // condisagg_pool_health_probes_total.
-type probeResult uint8
+type ProbeResult uint8
 
 const (
-	probeOK probeResult = iota
-	probeFailed
-	probeTimeout
-	probeRefused
+	ProbeOK      ProbeResult = iota // any 2xx answer
+	ProbeFailed                     // a non-2xx answer, or the request failed otherwise
+	ProbeTimeout                    // no answer within HealthTimeout
+	ProbeRefused                    // the connection was refused
 )
 
-func (r probeResult) String() string {
+func (r ProbeResult) String() string {
 	return [...]string{"ok", "failed", "timeout", "refused"}[r]
 }
 
-func (r probeResult) reason() HealthReason {
+func (r ProbeResult) reason() HealthReason {
 	return [...]HealthReason{"", ReasonProbeFailed, ReasonProbeTimeout, ReasonProbeRefused}[r]
 }
 
@@ -75,9 +75,9 @@ type healthState struct {
 
 // probe applies one probe outcome (rules H1, H3, H4) and returns whether the worker went up or
 // down, and the wait before its next probe.
-func (s *healthState) probe(hp healthParams, r probeResult) (changed bool, wait time.Duration) {
+func (s *healthState) probe(hp healthParams, r ProbeResult) (changed bool, wait time.Duration) {
 	switch {
-	case !s.down && r == probeOK:
+	case !s.down && r == ProbeOK:
 		s.fails = 0
 		s.stable = min(s.stable+1, stableProbes)
 		return false, hp.interval
@@ -87,7 +87,7 @@ func (s *healthState) probe(hp healthParams, r probeResult) (changed bool, wait 
 		}
 		s.goDown(hp, r.reason())
 		return true, hp.interval
-	case r == probeOK:
+	case r == ProbeOK:
 		// Good probes while down come at the base interval so a recovered worker returns in
 		// (need-1) intervals; the backoff level is kept for a relapse.
 		if s.oks++; s.oks < s.need {

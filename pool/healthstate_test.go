@@ -17,7 +17,7 @@ func trace(hp healthParams, steps string) string {
 		tok, changed := "·", false
 		switch st {
 		case "ok", "fail", "timeout", "refused":
-			r := map[string]probeResult{"ok": probeOK, "fail": probeFailed, "timeout": probeTimeout, "refused": probeRefused}[st]
+			r := map[string]ProbeResult{"ok": ProbeOK, "fail": ProbeFailed, "timeout": ProbeTimeout, "refused": ProbeRefused}[st]
 			var wait time.Duration
 			changed, wait = s.probe(hp, r)
 			tok = wait.String()

@@ -51,6 +51,22 @@ func (r *fakeResolver) LookupHost(_ context.Context, host string) ([]string, err
 	return append([]string(nil), a...), nil
 }
 
+// resolve performs one round of p's DNS lookups with r and applies it, as the shell
+// (pool/probe) does.
+func resolve(ctx context.Context, p *Pool, r *fakeResolver) error {
+	ls := p.Lookups()
+	for i := range ls {
+		ls[i].Addrs, ls[i].Err = r.LookupHost(ctx, ls[i].Host)
+	}
+	return p.ApplyLookups(ls)
+}
+
+func (p *Pool) byIDForTest(id string) *worker {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.byID[id]
+}
+
 type fixture struct {
 	p     *Pool
 	m     *Metrics
@@ -63,7 +79,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry(), clock: &fakeClock{now: t0}, res: &fakeResolver{}}
 	f.m = NewMetrics(f.reg)
-	p, err := New(cfg, Options{Metrics: f.m, Clock: f.clock, Resolver: f.res})
+	p, err := New(cfg, Options{Metrics: f.m, Clock: f.clock})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

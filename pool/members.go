@@ -3,7 +3,6 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -64,7 +63,7 @@ func (p *Pool) SetMembers(source string, ms []Member) ([]Member, error) {
 			errs = append(errs, fmt.Errorf("pool: set members source=%s worker=%s: %w", source, m.ID, err))
 			continue
 		}
-		host, port, _ := net.SplitHostPort(m.Worker.Endpoint)
+		host, port, _ := splitHostPort(m.Worker.Endpoint)
 		specs := newSpecs(m.Worker, m.ID, host, port, "")
 		if len(want)+len(specs) > maxMembers {
 			errs = append(errs, fmt.Errorf("pool: set members source=%s worker=%s: over the limit of %d workers per source",
@@ -102,7 +101,7 @@ func (m Member) validate() error {
 	for _, err := range m.Worker.validate(0, map[string]bool{}) {
 		errs = append(errs, errors.New(strings.TrimPrefix(err.Error(), "pool config: workers[0].")))
 	}
-	if host, _, err := net.SplitHostPort(m.Worker.Endpoint); err == nil {
+	if host, _, ok := splitHostPort(m.Worker.Endpoint); ok {
 		if _, err := netip.ParseAddr(host); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint: %s must be a literal ip:port", strconv.Quote(m.Worker.Endpoint)))
 		}

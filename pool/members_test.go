@@ -28,7 +28,7 @@ func TestSetMembers(t *testing.T) {
 	var changes []string
 	f := &fixture{reg: prometheus.NewRegistry(), clock: &fakeClock{now: t0}, res: &fakeResolver{}}
 	f.m = NewMetrics(f.reg)
-	p, err := New(basic(), Options{Metrics: f.m, Clock: f.clock, Resolver: f.res, OnChange: func(added, removed []WorkerInfo) {
+	p, err := New(basic(), Options{Metrics: f.m, Clock: f.clock, OnChange: func(added, removed []WorkerInfo) {
 		mu.Lock()
 		defer mu.Unlock()
 		a, r := ids(added), ids(removed)
@@ -100,7 +100,7 @@ func TestSetMembers(t *testing.T) {
 		t.Fatalf("M4: another source on a taken endpoint: %d accepted, %v", len(acc), err)
 	}
 	// M5: a resolve round keeps the members.
-	if err := p.Resolve(context.Background()); err != nil {
+	if err := resolve(context.Background(), p, f.res); err != nil {
 		t.Fatal(err)
 	}
 	want = []string{"d0", "dec@10.1.0.2:8000", "dec@10.1.0.2:8000/dp1", "p0"}

@@ -1,14 +1,11 @@
 package pool
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -25,12 +22,8 @@ var (
 	ErrInvalidBooking   = errors.New("invalid booking")
 )
 
-// Resolver looks up the addresses of a DNS name; *net.Resolver satisfies it.
-type Resolver interface {
-	LookupHost(ctx context.Context, host string) ([]string, error)
-}
-
-// Clock supplies the wall time used to stamp and expire bookings.
+// Clock supplies the time of every booking stamp, expiry, scrape age, health transition and
+// probe slot.
 type Clock interface {
 	Now() time.Time
 }
@@ -41,13 +34,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Options are the injected collaborators of a Pool. Metrics is required.
 type Options struct {
-	Metrics    *Metrics
-	Resolver   Resolver     // default net.DefaultResolver
-	Clock      Clock        // default the system clock
-	HTTPClient *http.Client // default a new client; used by the scrape and the health probes
-	Logger     *slog.Logger // default discards
+	Metrics *Metrics
+	Clock   Clock        // default the system clock
+	Logger  *slog.Logger // default discards
 	// OnChange, if set, is called after a membership change with the added and removed
-	// workers, outside Pool.mu, on the goroutine that ran New, Resolve or SetMembers; calls
+	// workers, outside Pool.mu, on the goroutine that ran New, ApplyLookups or SetMembers; calls
 	// are serialised in the order of the changes (kvevents uses it to open and close
 	// subscriptions and drop a departed worker's index entries).
 	OnChange func(added, removed []WorkerInfo)
@@ -58,17 +49,15 @@ type Pool struct {
 	cfg   Config
 	hp    healthParams
 	m     *Metrics
-	res   Resolver
 	clock Clock
-	http  *http.Client
 	log   *slog.Logger
 	onChg func(added, removed []WorkerInfo)
-	kick  chan struct{} // wakes the probe loop (capacity 1: one pending wake-up is enough)
+	kick  chan struct{} // wakes the shell's probe loop (capacity 1: one pending wake-up is enough)
 
-	// discMu serialises membership changes (New, Resolve, SetMembers and their OnChange calls)
-	// and guards resolved and members; it is taken before mu, never while holding it.
+	// discMu serialises membership changes (New, ApplyLookups, SetMembers and their OnChange
+	// calls) and guards resolved and members; it is taken before mu, never while holding it.
 	discMu   sync.Mutex
-	resolved []spec            // the config's workers at the last Resolve (literal IPs at New)
+	resolved []spec            // the config's workers at the last ApplyLookups (literal IPs at New)
 	members  map[string][]spec // the workers of each discovery source (SetMembers), by source
 
 	mu       sync.RWMutex       // guards everything below and every worker's mutable fields
@@ -77,7 +66,7 @@ type Pool struct {
 	prefill  []*worker          // discovered prefill workers, in discovery order
 	version  uint64             // bumped on every membership or eligibility change
 	changed  chan struct{}      // closed and replaced with every version bump (Changed)
-	probing  bool               // the probe loop runs: passive signals count
+	probing  bool               // the shell probes (BeginProbing): passive signals count
 	bookings map[string]*record // open bookings by request id
 	// freeKeys are key slices of released bookings, reused by Book so that a steady stream of
 	// decisions does not allocate a copy of every prompt's keys (at most maxFreeKeySlices,
@@ -120,7 +109,8 @@ type worker struct {
 }
 
 // New validates cfg and registers every worker whose endpoint is a literal IP. Workers named by
-// DNS appear at the first Resolve (Run resolves at once). New starts no goroutine and does no I/O.
+// DNS appear at the first ApplyLookups (pool/probe resolves at once). The Pool starts no
+// goroutine and does no I/O: the shell (pool/probe) probes, scrapes and resolves for it.
 func New(cfg Config, opts Options) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pool: new: %w", err)
@@ -133,30 +123,22 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		m:        opts.Metrics,
 		kick:     make(chan struct{}, 1),
 		changed:  make(chan struct{}),
-		res:      opts.Resolver,
 		clock:    opts.Clock,
-		http:     opts.HTTPClient,
 		log:      opts.Logger,
 		onChg:    opts.OnChange,
 		byID:     make(map[string]*worker),
 		bookings: make(map[string]*record),
 		members:  make(map[string][]spec),
 	}
-	if p.res == nil {
-		p.res = net.DefaultResolver
-	}
 	if p.clock == nil {
 		p.clock = systemClock{}
-	}
-	if p.http == nil {
-		p.http = &http.Client{}
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	var want []spec
 	for _, wc := range p.cfg.Workers {
-		host, port, _ := net.SplitHostPort(wc.Endpoint)
+		host, port, _ := splitHostPort(wc.Endpoint)
 		if _, err := netip.ParseAddr(host); err == nil {
 			want = append(want, newSpecs(wc, wc.Name, host, port, "")...)
 		}
@@ -186,7 +168,7 @@ func newSpecs(wc WorkerConfig, id, ip, port, dnsHost string) []spec {
 	ev, rp := rewriteHost(wc.KVEvents, dnsHost, ip), rewriteHost(wc.KVReplay, dnsHost, ip)
 	out := make([]spec, wc.ranks())
 	for r := range out {
-		out[r] = spec{id: RankID(id, r), engine: id, rank: r, wc: wc, ep: net.JoinHostPort(ip, port),
+		out[r] = spec{id: RankID(id, r), engine: id, rank: r, wc: wc, ep: joinHostPort(ip, port),
 			ev: offsetPort(ev, r), rp: offsetPort(rp, r)}
 	}
 	return out
@@ -225,25 +207,46 @@ func rewriteHost(raw, dnsHost, ip string) string {
 	if err != nil || u.Hostname() != dnsHost {
 		return raw
 	}
-	u.Host = net.JoinHostPort(ip, u.Port())
+	u.Host = joinHostPort(ip, u.Port())
 	return u.String()
 }
 
-// Resolve re-resolves every DNS-named worker once and applies the membership change: new
-// addresses join, vanished ones leave (their bookings are dropped). A name whose lookup fails
-// keeps its previous workers; the errors are returned joined. Workers of discovery sources
-// (SetMembers) are not touched.
-func (p *Pool) Resolve(ctx context.Context) error {
+// Lookup is the DNS answer for one config worker whose endpoint names a host: Lookups lists
+// them, the shell (pool/probe) fills Addrs or Err, and ApplyLookups applies the answers.
+type Lookup struct {
+	Name  string   // the config worker's name
+	Host  string   // the DNS name of its endpoint
+	Addrs []string // the addresses found
+	Err   error    // the lookup's failure
+}
+
+// Lookups returns one Lookup to perform per DNS-named config worker, in config order.
+func (p *Pool) Lookups() []Lookup {
+	var out []Lookup
+	for _, wc := range p.cfg.Workers {
+		host, _, _ := splitHostPort(wc.Endpoint)
+		if _, err := netip.ParseAddr(host); err != nil {
+			out = append(out, Lookup{Name: wc.Name, Host: host})
+		}
+	}
+	return out
+}
+
+// ApplyLookups applies one round of DNS answers (from Lookups) as the membership change: new
+// addresses join, vanished ones leave (their bookings are dropped). A name whose lookup failed
+// (or that ls does not answer) keeps its previous workers; the errors are returned joined.
+// Workers of discovery sources (SetMembers) are not touched.
+func (p *Pool) ApplyLookups(ls []Lookup) error {
 	var want []spec
 	var errs []error
 	var failed []string // config names whose current workers are kept
 	for _, wc := range p.cfg.Workers {
-		host, port, _ := net.SplitHostPort(wc.Endpoint)
+		host, port, _ := splitHostPort(wc.Endpoint)
 		if _, err := netip.ParseAddr(host); err == nil {
 			want = append(want, newSpecs(wc, wc.Name, host, port, "")...)
 			continue
 		}
-		addrs, err := p.res.LookupHost(ctx, host)
+		addrs, err := lookupOf(ls, wc.Name)
 		if err == nil && len(addrs) == 0 {
 			err = errors.New("no addresses")
 		}
@@ -253,12 +256,11 @@ func (p *Pool) Resolve(ctx context.Context) error {
 			failed = append(failed, wc.Name)
 			continue
 		}
-		slices.Sort(addrs)
-		for _, a := range slices.Compact(addrs) {
+		for _, a := range slices.Compact(slices.Sorted(slices.Values(addrs))) {
 			if _, err := netip.ParseAddr(a); err != nil {
 				continue
 			}
-			want = append(want, newSpecs(wc, wc.Name+"@"+net.JoinHostPort(a, port), a, port, host)...)
+			want = append(want, newSpecs(wc, wc.Name+"@"+joinHostPort(a, port), a, port, host)...)
 		}
 	}
 	p.discMu.Lock()
@@ -271,6 +273,24 @@ func (p *Pool) Resolve(ctx context.Context) error {
 	p.resolved = want
 	p.applyLocked()
 	return errors.Join(errs...)
+}
+
+// lookupOf returns the answer of ls for config worker name.
+func lookupOf(ls []Lookup, name string) ([]string, error) {
+	for _, l := range ls {
+		if l.Name == name {
+			return l.Addrs, l.Err
+		}
+	}
+	return nil, errors.New("not looked up")
+}
+
+// Config returns the pool's configuration with its defaults filled in: the shell reads its
+// intervals, timeouts and paths there.
+func (p *Pool) Config() Config {
+	c := p.cfg
+	c.Workers = slices.Clone(c.Workers)
+	return c
 }
 
 // applyLocked makes the registry equal to the config's resolved workers plus every discovery

@@ -120,7 +120,7 @@ func TestResolve(t *testing.T) {
 	var changes []string
 	f := &fixture{reg: prometheus.NewRegistry(), clock: &fakeClock{now: t0}, res: &fakeResolver{}}
 	f.m = NewMetrics(f.reg)
-	p, err := New(cfg, Options{Metrics: f.m, Clock: f.clock, Resolver: f.res, OnChange: func(added, removed []WorkerInfo) {
+	p, err := New(cfg, Options{Metrics: f.m, Clock: f.clock, OnChange: func(added, removed []WorkerInfo) {
 		mu.Lock()
 		defer mu.Unlock()
 		changes = append(changes, "+"+strings.Join(ids(added), ",")+" -"+strings.Join(ids(removed), ","))
@@ -134,7 +134,7 @@ func TestResolve(t *testing.T) {
 	}
 	ctx := context.Background()
 	f.res.set("decode.svc", "10.0.0.22", "10.0.0.21", "10.0.0.21", "not-an-ip")
-	if err := p.Resolve(ctx); err != nil {
+	if err := resolve(ctx, p, f.res); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "decode@10.0.0.22:8000", "p0"}) {
@@ -149,7 +149,7 @@ func TestResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.res.set("decode.svc", "10.0.0.21")
-	if err := p.Resolve(ctx); err != nil {
+	if err := resolve(ctx, p, f.res); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "p0"}) {
@@ -171,7 +171,7 @@ func TestResolve(t *testing.T) {
 	}
 	// A failed lookup keeps the previous addresses.
 	f.res.set("decode.svc")
-	if err := p.Resolve(ctx); err == nil || !strings.Contains(err.Error(), "worker=decode host=decode.svc") {
+	if err := resolve(ctx, p, f.res); err == nil || !strings.Contains(err.Error(), "worker=decode host=decode.svc") {
 		t.Fatalf("Resolve with no addresses = %v", err)
 	}
 	if got := ids(p.Workers()); !slices.Equal(got, []string{"decode@10.0.0.21:8000", "p0"}) {

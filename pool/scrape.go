@@ -2,23 +2,19 @@ package pool
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
-// Bounds of one scrape.
+// Bounds of one page.
 const (
-	maxScrapeBytes   = 8 << 20 // a vLLM /metrics page is ~100 KiB
-	maxScrapeLine    = 1 << 20
-	scrapeConcurrent = 8
+	maxScrapeBytes = 8 << 20 // a vLLM /metrics page is ~100 KiB
+	maxScrapeLine  = 1 << 20
 )
 
 // Scrape is what the router reads from a worker's vLLM /metrics page. -1 means not exposed.
@@ -223,57 +219,49 @@ func parseLabels(s string) ([]label, string, error) {
 	}
 }
 
-// ScrapeAll scrapes every discovered worker once (at most 8 at a time) and applies the results:
-// capacities, request counts, and health (UnhealthyAfter consecutive failures make a worker
-// ineligible; one success lifts that exclusion, README "Health" H6). It returns the failures
-// joined.
-func (p *Pool) ScrapeAll(ctx context.Context) error {
-	p.mu.RLock()
-	targets := make([]*worker, 0, len(p.byID))
-	targets = append(append(targets, p.decode...), p.prefill...)
-	p.mu.RUnlock()
-	errs := make([]error, len(targets))
-	sem := make(chan struct{}, scrapeConcurrent)
-	var wg sync.WaitGroup
-	for i, w := range targets {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			s, outcome, err := p.scrapeOne(ctx, w)
-			p.m.Scrapes.WithLabelValues(w.id, outcome).Inc()
-			p.applyScrape(w, s, err)
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+// ScrapeOutcome is the outcome label of condisagg_pool_scrapes_total.
+type ScrapeOutcome string
+
+const (
+	ScrapeOK         ScrapeOutcome = "ok"          // the page was read and parsed
+	ScrapeHTTPError  ScrapeOutcome = "http_error"  // no answer, or a status other than 200
+	ScrapeParseError ScrapeOutcome = "parse_error" // the page did not parse (ParseEngineMetrics)
+)
+
+// ScrapeTarget is one worker whose /metrics the shell (pool/probe) scrapes: GET MetricsPath
+// at Endpoint, parsed with ParseEngineMetrics(body, Engine), reported with ApplyScrape.
+type ScrapeTarget struct {
+	ID       string
+	Endpoint string // ip:port
+	// Engine is the vLLM engine whose samples are the worker's: its data-parallel rank, or
+	// -1 without data parallelism (every engine of the server is this worker's).
+	Engine int
+	w      *worker
 }
 
-func (p *Pool) scrapeOne(ctx context.Context, w *worker) (Scrape, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.ScrapeTimeout)
-	defer cancel()
-	url := "http://" + w.endpoint + p.cfg.MetricsPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
+// ScrapeTargets returns every discovered worker to scrape, decode workers first.
+func (p *Pool) ScrapeTargets() []ScrapeTarget {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]ScrapeTarget, 0, len(p.byID))
+	for _, ws := range [][]*worker{p.decode, p.prefill} {
+		for _, w := range ws {
+			engine := -1
+			if w.dpSize > 1 {
+				engine = w.rank
+			}
+			out = append(out, ScrapeTarget{ID: w.id, Endpoint: w.endpoint, Engine: engine, w: w})
+		}
 	}
-	resp, err := p.http.Do(req)
-	if err != nil {
-		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Scrape{}, "http_error", fmt.Errorf("pool: scrape worker=%s url=%s: status %d", w.id, url, resp.StatusCode)
-	}
-	engine := -1 // without data parallelism every engine of the server is this worker's
-	if w.dpSize > 1 {
-		engine = w.rank
-	}
-	s, err := ParseEngineMetrics(resp.Body, engine)
-	if err != nil {
-		return Scrape{}, "parse_error", fmt.Errorf("pool: scrape worker=%s url=%s: %w", w.id, url, err)
-	}
-	return s, "ok", nil
+	return out
+}
+
+// ApplyScrape counts one scrape of t by outcome and applies it: with err nil, s becomes the
+// worker's scrape (stamped with the clock's now) and fills its unknown capacities; a failure
+// counts towards UnhealthyAfter, and a success lifts that exclusion (README "Health" H6).
+func (p *Pool) ApplyScrape(t ScrapeTarget, outcome ScrapeOutcome, s Scrape, err error) {
+	p.m.Scrapes.WithLabelValues(t.ID, string(outcome)).Inc()
+	p.applyScrape(t.w, s, err)
 }
 
 func (p *Pool) applyScrape(w *worker, s Scrape, err error) {

@@ -1,21 +1,11 @@
 package pool
 
 import (
-	"github.com/condisagg/condisagg/policy"
-
-	"context"
 	"errors"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -62,118 +52,6 @@ func TestParseMetricsRejects(t *testing.T) {
 				t.Fatalf("ParseMetrics = %v, want ErrMetricsFormat", err)
 			}
 		})
-	}
-}
-
-// TestScrape serves vLLM-format metrics from a real HTTP server on 127.0.0.1 and checks how the
-// scrape fills capacities, corrects request counts and drives health.
-func TestScrape(t *testing.T) {
-	page, err := os.ReadFile("testdata/vllm_metrics_v1.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mode atomic.Value // "ok", "500", "garbage"
-	mode.Store("ok")
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			http.NotFound(w, r)
-			return
-		}
-		switch mode.Load() {
-		case "500":
-			http.Error(w, "boom", http.StatusInternalServerError)
-		case "garbage":
-			w.Write([]byte("vllm:num_requests_running{ 1\n"))
-		default:
-			w.Write(page)
-		}
-	}))
-	defer srv.Close()
-	ep := strings.TrimPrefix(srv.URL, "http://")
-	f := newFixture(t, Config{ScrapeInterval: 10 * time.Second, Workers: []WorkerConfig{
-		{Name: "d0", Role: RoleDecode, Endpoint: ep},
-		{Name: "d1", Role: RoleDecode, Endpoint: ep, NumGPUBlocks: 500},
-		{Name: "p0", Role: RolePrefill, Endpoint: ep, MaxNumBatchedTokens: 2048},
-	}})
-	f.p.http = srv.Client()
-	var logs strings.Builder
-	f.p.log = slog.New(slog.NewTextHandler(&logs, nil))
-	ctx := context.Background()
-	if w := f.info(t, "d0"); w.KVCapacityBlocks != -1 {
-		t.Fatalf("kvcap before scrape = %d, want -1", w.KVCapacityBlocks)
-	}
-	if err := f.p.ScrapeAll(ctx); err != nil {
-		t.Fatalf("ScrapeAll: %v", err)
-	}
-	if w := f.info(t, "d0"); w.KVCapacityBlocks != 27000 || w.Scrape.KVUsage != 0.4375 || !w.Scrape.At.Equal(t0) {
-		t.Fatalf("d0 after scrape = %+v", w)
-	}
-	if strings.Contains(logs.String(), "block size differs") {
-		t.Fatalf("block size 16 matches the default yet was reported: %s", logs.String())
-	}
-	if w := f.info(t, "d1"); w.KVCapacityBlocks != 500 {
-		t.Fatalf("configured kvcap must win over scraped: %d", w.KVCapacityBlocks)
-	}
-	if got := testutil.ToFloat64(f.m.KVCapacityBlocks.WithLabelValues("d0")); got != 27000 {
-		t.Fatalf("kv_capacity_blocks{d0} = %v", got)
-	}
-	// Requests: max(booked, running+waiting) while the scrape is fresh.
-	if err := f.p.Book(Booking{RequestID: "r", Mode: ModeBypass, Decode: "d0", ISL: 16}); err != nil {
-		t.Fatal(err)
-	}
-	var s policy.Snapshot
-	f.p.Snapshot(&s, Request{ISL: 16})
-	if got := s.Decode[0].ActiveRequests; got != 5 {
-		t.Fatalf("fresh scrape: requests = %d, want max(1, 3+2) = 5", got)
-	}
-	f.clock.Advance(31 * time.Second)
-	f.p.Snapshot(&s, Request{ISL: 16})
-	if got := s.Decode[0].ActiveRequests; got != 1 {
-		t.Fatalf("stale scrape: requests = %d, want the booked 1", got)
-	}
-	// Three consecutive failures make every worker ineligible; one success restores it.
-	mode.Store("500")
-	for i := range DefaultUnhealthyAfter {
-		if err := f.p.ScrapeAll(ctx); err == nil || !strings.Contains(err.Error(), "status 500") {
-			t.Fatalf("scrape %d = %v", i, err)
-		}
-	}
-	f.p.Snapshot(&s, Request{})
-	if len(s.Decode)+len(s.Prefill) != 0 {
-		t.Fatalf("after %d failures snapshot still has %d+%d workers", DefaultUnhealthyAfter, len(s.Decode), len(s.Prefill))
-	}
-	if w := f.info(t, "d0"); w.Healthy || w.KVCapacityBlocks != 27000 {
-		t.Fatalf("unhealthy worker keeps its last capacity: %+v", w)
-	}
-	mode.Store("garbage")
-	if err := f.p.ScrapeAll(ctx); !errors.Is(err, ErrMetricsFormat) {
-		t.Fatalf("garbage scrape = %v", err)
-	}
-	mode.Store("ok")
-	if err := f.p.ScrapeAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.p.Snapshot(&s, Request{})
-	if len(s.Decode) != 2 || len(s.Prefill) != 1 {
-		t.Fatalf("after recovery snapshot has %d+%d workers", len(s.Decode), len(s.Prefill))
-	}
-	for outcome, want := range map[string]float64{"ok": 2, "http_error": 3, "parse_error": 1} {
-		if got := testutil.ToFloat64(f.m.Scrapes.WithLabelValues("d0", outcome)); got != want {
-			t.Errorf("scrapes{d0,%s} = %v, want %v", outcome, got, want)
-		}
-	}
-	// A pool configured with --block-size 32 warns once per worker about vLLM's 16.
-	g := newFixture(t, Config{BlockSize: 32, Workers: []WorkerConfig{{Name: "d0", Role: RoleDecode, Endpoint: ep}}})
-	g.p.http = srv.Client()
-	logs.Reset()
-	g.p.log = slog.New(slog.NewTextHandler(&logs, nil))
-	for range 2 {
-		if err := g.p.ScrapeAll(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := strings.Count(logs.String(), "block size differs"); n != 1 || !strings.Contains(logs.String(), "expect=32 err=\"vllm:cache_config_info block_size=16\"") {
-		t.Fatalf("block size warnings (%d): %s", n, logs.String())
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
+	"github.com/condisagg/condisagg/pool/probe"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/server/eventstreams"
 	"github.com/condisagg/condisagg/tokenizer"
@@ -210,7 +211,7 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, m, added, removed) }
 	}
 	// pool.New reports the workers it starts with through OnChange, so their event streams
-	// start here; DNS-named workers follow when Run resolves them.
+	// start here; DNS-named workers follow when the pool's shell (pool/probe) resolves them.
 	m.pool, err = pool.New(mc.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Logger: s.log, OnChange: onChange})
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", mc.Name, err)
@@ -308,7 +309,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 		}
 	}
 	for _, m := range s.models {
-		wg.Go(func() { m.pool.Run(ctx) })
+		wg.Go(func() { probe.New(m.pool, probe.Options{Logger: s.log}).Run(ctx) })
 		if m.watcher != nil {
 			wg.Go(func() { failed("kubernetes discovery", m.watcher.Run(ctx)) })
 		}

@@ -16,7 +16,7 @@
 //
 // Concurrency: an Engine is not safe for concurrent use; one goroutine owns it.
 //
-// Imports: of the project only kvindex (its keys); never net, os, log, sync, prometheus,
+// Imports: of the project only kvindex (its keys), cost and internal/splitmix (its draws); never net, os, log, sync, prometheus,
 // goczmq or a wire encoder. imports_test.go enforces this and the absence of go statements,
 // select and wall-clock calls, and the package builds with CGO_ENABLED=0.
 package sim

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/splitmix"
 )
 
 // Config configures an Engine. Zero fields take the defaults of WithDefaults.
@@ -278,15 +280,8 @@ func (e *Engine) Add(req Request) (RequestID, error) {
 // PseudoToken is the default output token i of request id: a deterministic draw in
 // [1000, 30000), clear of special tokens in common vocabularies.
 func PseudoToken(seed, id uint64, i int) uint32 {
-	x := splitmix64(seed ^ (id * 0x9E3779B97F4A7C15) + uint64(i))
+	x := splitmix.Mix64(seed ^ (id * splitmix.Gamma) + uint64(i))
 	return 1000 + uint32(x%29000)
-}
-
-func splitmix64(x uint64) uint64 {
-	x += 0x9E3779B97F4A7C15
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
-	return x ^ (x >> 31)
 }
 
 // Abort removes a request wherever it is; its blocks are freed (and stay cached). The next

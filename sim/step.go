@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/condisagg/condisagg/internal/splitmix"
 	"github.com/zeebo/xxh3"
 )
 
@@ -355,7 +356,7 @@ func (e *Engine) cacheFull(r *request) {
 func (e *Engine) hashBlocks(r *request, n int) {
 	bs := e.cfg.BlockSize
 	for j := len(r.hashes); j < n; j++ {
-		parent := splitmix64(e.cfg.Seed)
+		parent := splitmix.Mix64(e.cfg.Seed)
 		if j > 0 {
 			parent = r.hashes[j-1]
 		}

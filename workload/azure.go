@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/splitmix"
 )
 
 const kindAzure uint64 = 64
@@ -89,7 +91,7 @@ func (o AzureOptions) request(i int, arrival time.Duration, in, gen int) Request
 		shared = min(o.PrefixTokens, in-1)
 	}
 	if shared > 0 {
-		g := splitmix64(o.Seed^uint64(i)) % uint64(o.PrefixGroups)
+		g := splitmix.Mix64(o.Seed^uint64(i)) % uint64(o.PrefixGroups)
 		req.Prompt = append(req.Prompt, Segment{ID: synthID(o.Seed, kindAzure, g, 2), Len: uint32(shared)})
 	}
 	req.Prompt = append(req.Prompt, Segment{ID: synthID(o.Seed, kindAzure, uint64(i), 0), Len: uint32(in - shared)})

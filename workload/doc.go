@@ -34,6 +34,6 @@
 // # Concurrency and imports
 //
 // Readers are for one goroutine; Requests, Vocab and configs are immutable values safe to
-// share. The package does no network I/O, starts no goroutines and imports nothing of the
-// project.
+// share. The package does no network I/O, starts no goroutines and imports only
+// internal/splitmix of the project (its draws).
 package workload

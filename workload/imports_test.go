@@ -7,10 +7,19 @@ import (
 	"github.com/condisagg/condisagg/internal/importcheck"
 )
 
-// The package is I/O-free and stands alone: no network, files, logging, metrics or project
-// imports in non-test files (doc.go).
+// The package is I/O-free and stands alone: no network, files, logging, metrics, and of the
+// project only the internal/splitmix leaf, in non-test files (doc.go).
 func TestImports(t *testing.T) {
-	importcheck.Deny(t, importcheck.SourceFiles(t, "."), "net", "os", "log", "github.com/prometheus", "github.com/condisagg/")
+	files := importcheck.SourceFiles(t, ".")
+	importcheck.Deny(t, files, "net", "os", "log", "github.com/prometheus")
+	const project = "github.com/condisagg/condisagg/"
+	for _, f := range files {
+		for _, imp := range importcheck.Imports(t, f) {
+			if strings.HasPrefix(imp, project) && imp != project+"internal/splitmix" {
+				t.Errorf("%s imports %q: workload may import only internal/splitmix of the project", f, imp)
+			}
+		}
+	}
 }
 
 func FuzzReadAzure(f *testing.F) {

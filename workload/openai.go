@@ -3,6 +3,8 @@ package workload
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/condisagg/condisagg/internal/splitmix"
 )
 
 // BodyOptions shape a /v1/completions body.
@@ -29,7 +31,7 @@ func AppendCompletionBody(dst []byte, v Vocab, r *Request, o BodyOptions) []byte
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = strconv.AppendUint(dst, uint64(v.Lo)+splitmix64(x+k)%span, 10)
+			dst = strconv.AppendUint(dst, uint64(v.Lo)+splitmix.Mix64(x+k)%span, 10)
 		}
 	}
 	n := strconv.Itoa(max(1, r.OutputTokens))

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/condisagg/condisagg/internal/splitmix"
 )
 
 // Synthetic streams live in [2^62, 2^63): clear of trace hash ids and of output streams.
@@ -24,15 +26,15 @@ const (
 
 // synthID is the stream id of (kind, a, b) under seed.
 func synthID(seed, kind, a, b uint64) uint64 {
-	h := splitmix64(seed ^ kind*0xD6E8FEB86659FD93)
-	h = splitmix64(h ^ a)
-	h = splitmix64(h ^ b)
+	h := splitmix.Mix64(seed ^ kind*0xD6E8FEB86659FD93)
+	h = splitmix.Mix64(h ^ a)
+	h = splitmix.Mix64(h ^ b)
 	return synthNamespace | h>>2
 }
 
 // newRand is the generator's random source for (seed, stream).
 func newRand(seed, stream uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(seed, splitmix64(stream)))
+	return rand.New(rand.NewPCG(seed, splitmix.Mix64(stream)))
 }
 
 // LogNormal is a log-normal distribution of exp(N(Mu, Sigma²)), capped at Max (0: no cap).

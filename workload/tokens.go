@@ -1,8 +1,12 @@
 package workload
 
-import "fmt"
+import (
+	"fmt"
 
-const phi = 0x9E3779B97F4A7C15 // golden-ratio increment of splitmix64
+	"github.com/condisagg/condisagg/internal/splitmix"
+)
+
+const phi = splitmix.Gamma // golden-ratio increment of splitmix64
 
 // Default vocabulary range: Llama-3 regular tokens, clear of the special tokens.
 const (
@@ -29,18 +33,10 @@ func NewVocab(seed uint64, lo, hi uint32) (Vocab, error) {
 	return Vocab{Seed: seed, Lo: lo, Hi: hi}, nil
 }
 
-// splitmix64 is one output of the splitmix64 generator whose state was v before the step.
-func splitmix64(v uint64) uint64 {
-	z := v + phi
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	return z ^ (z >> 31)
-}
-
 // Token is token k of segment id h.
 func (v Vocab) Token(h uint64, k int) uint32 {
 	x := v.Seed ^ (h * phi)
-	return v.Lo + uint32(splitmix64(x+uint64(k))%uint64(v.Hi-v.Lo))
+	return v.Lo + uint32(splitmix.Mix64(x+uint64(k))%uint64(v.Hi-v.Lo))
 }
 
 // AppendSegment appends the tokens of s to dst.
@@ -52,7 +48,7 @@ func (v Vocab) appendRange(dst []uint32, h uint64, from, to int) []uint32 {
 	x := v.Seed ^ (h * phi)
 	span := uint64(v.Hi - v.Lo)
 	for k := from; k < to; k++ {
-		dst = append(dst, v.Lo+uint32(splitmix64(x+uint64(k))%span))
+		dst = append(dst, v.Lo+uint32(splitmix.Mix64(x+uint64(k))%span))
 	}
 	return dst
 }

@@ -22,34 +22,37 @@ const module = "github.com/condisagg/condisagg"
 var allowed = map[string][]string{
 	"policy":               {"cost"},
 	"cost":                 {},
-	"kvindex":              {},
-	"workload":             {},
+	"kvindex":              {"internal/openaddr"},
+	"workload":             {"internal/splitmix"},
 	"tokenizer":            {"internal/reqjson"},
 	"sidecar":              {},
 	"proto/condisagg/v1":   {},
-	"sim":                  {"kvindex", "cost"},
+	"sim":                  {"kvindex", "cost", "internal/splitmix"},
 	"kvevents":             {"kvindex"},
-	"pool":                 {"policy"},
+	"pool":                 {"policy", "internal/openaddr"},
 	"feedback":             {"policy"},
 	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
 	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
 	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
-	"sim/vllmsim":          {"sim", "tokenizer", "kvevents"},
+	"sim/vllmsim":          {"sim", "tokenizer", "kvevents", "internal/splitmix"},
 	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
 	"envoy":                {"internal/proc", "internal/repo"},
 	"internal/repo":        {},
 	"internal/reqjson":     {},
 	"internal/flaglist":    {},
+	"internal/splitmix":    {},
+	"internal/openaddr":    {},
 	"internal/svgplot":     {},
 	"internal/adminclient": {"proto/condisagg/v1"},
-	"server": {"extproc", "route", "feedback", "policy", "pool", "pool/kube", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
+	"server": {"extproc", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
 		"server/config", "server/statuspage", "server/eventstreams"},
 	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube"},
 	"server/statuspage":    {"extproc", "route", "policy", "pool", "kvindex", "server/config"},
 	"server/eventstreams":  {"extproc", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo"},
 	"pool/kube":            {"pool"},
+	"pool/probe":           {"pool"},
 	"internal/proc":        {},
 	"internal/engineproc":  {"internal/proc"},
 	"internal/importcheck": {},
@@ -62,6 +65,14 @@ var allowed = map[string][]string{
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
 var noCgo = []string{"cost", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+
+// pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
+// none of their non-test files may import: no sockets, HTTP, files or processes. Their shells
+// (pool/probe, kvevents/zmq, sim/vllmsim) do that work and feed them. pool may import net/url
+// and net/netip (pure parsers) but not net itself, nor net/http.
+var pureCores = []string{"cost", "policy", "kvindex", "workload", "sim", "kvevents", "pool"}
+
+var ioPackages = []string{"net", "net/http", "os", "os/exec", "syscall"}
 
 type pkg struct {
 	path    string
@@ -181,6 +192,27 @@ func TestInternalIsLeaf(t *testing.T) {
 				if dep == above || strings.HasPrefix(dep, above+"/") {
 					t.Errorf("%s depends on %s; internal/ holds leaf helpers only", name, dep)
 				}
+			}
+		}
+	}
+}
+
+// TestPureCoresDoNoIO: no pure core imports a package of I/O directly (ioPackages); pool's
+// probes, scrapes and DNS lookups live in pool/probe.
+func TestPureCoresDoNoIO(t *testing.T) {
+	args := make([]string, len(pureCores))
+	for i, core := range pureCores {
+		args[i] = "./" + core
+	}
+	pkgs := list(t, args...)
+	if len(pkgs) != len(pureCores) {
+		t.Fatalf("go list %v returned %d packages", args, len(pkgs))
+	}
+	for _, p := range pkgs {
+		name, _ := local(p.path)
+		for _, imp := range p.imports {
+			if slices.Contains(ioPackages, imp) {
+				t.Errorf("pure core %s imports %s: I/O belongs in its shell", name, imp)
 			}
 		}
 	}

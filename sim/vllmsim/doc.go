@@ -15,6 +15,6 @@
 // Concurrency: a Worker owns its Engine on its run goroutine and is safe for concurrent use; a
 // Publisher owns each of its sockets on one goroutine; Instance.Run starts and waits for both.
 //
-// Imports: of the project sim, tokenizer and kvevents, nothing of the router
+// Imports: of the project sim, tokenizer, kvevents and internal/splitmix, nothing of the router
 // (imports_test.go).
 package vllmsim

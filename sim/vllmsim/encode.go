@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/condisagg/condisagg/internal/splitmix"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/tinylib/msgp/msgp"
 )
@@ -171,8 +172,8 @@ func (enc Encoder) appendHash(dst []byte, h uint64) []byte {
 	}
 	var digest [32]byte
 	binary.BigEndian.PutUint64(digest[0:], ^h)
-	binary.BigEndian.PutUint64(digest[8:], h*0x9E3779B97F4A7C15)
-	binary.BigEndian.PutUint64(digest[16:], splitmix64(h))
+	binary.BigEndian.PutUint64(digest[8:], h*splitmix.Gamma)
+	binary.BigEndian.PutUint64(digest[16:], splitmix.Mix64(h))
 	binary.BigEndian.PutUint64(digest[24:], h)
 	return msgp.AppendBytes(dst, digest[:])
 }

@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"fmt"
 
+	"github.com/condisagg/condisagg/internal/splitmix"
 	"github.com/condisagg/condisagg/tokenizer"
 )
 
@@ -53,7 +54,7 @@ func NewVocab(tok *tokenizer.Tokenizer) (*Vocab, error) {
 // "assistant\n") and every later one with a space.
 func (v *Vocab) Output(seed uint64, bareFirst bool) func(i int) uint32 {
 	return func(i int) uint32 {
-		k := splitmix64(seed+uint64(i)) % uint64(len(v.spaced))
+		k := splitmix.Mix64(seed+uint64(i)) % uint64(len(v.spaced))
 		if i == 0 && bareFirst {
 			return v.bare[k]
 		}
@@ -67,13 +68,4 @@ func (v *Vocab) AppendText(dst []byte, ids []uint32) []byte {
 		dst = append(dst, v.text[id]...)
 	}
 	return dst
-}
-
-// splitmix64 is the SplitMix64 finaliser: it draws the output words of Output and fills the
-// bytes form of a block hash (encode.go).
-func splitmix64(x uint64) uint64 {
-	x += 0x9E3779B97F4A7C15
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
-	return x ^ (x >> 31)
 }

@@ -1,7 +1,6 @@
-package pool
+package probe
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -69,8 +69,8 @@ func (h *healthTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // bubble is a pool running in a synctest bubble, its probes answered by ht.
 type bubble struct {
-	p     *Pool
-	m     *Metrics
+	p     *pool.Pool
+	m     *pool.Metrics
 	ht    *healthTransport
 	start time.Time
 	stop  func()
@@ -85,42 +85,25 @@ const (
 
 // startBubble starts Run on decode workers d0, d1 and prefill worker p0 (with cfg's knobs) and
 // waits until the first probes have been answered. Call stop before the bubble ends.
-func startBubble(t *testing.T, cfg Config, modes map[string]string) *bubble {
+func startBubble(t *testing.T, cfg pool.Config, modes map[string]string) *bubble {
 	t.Helper()
-	cfg.Workers = []WorkerConfig{
-		{Name: "d0", Role: RoleDecode, Endpoint: epD0},
-		{Name: "d1", Role: RoleDecode, Endpoint: epD1},
-		{Name: "p0", Role: RolePrefill, Endpoint: epP0},
+	cfg.Workers = []pool.WorkerConfig{
+		{Name: "d0", Role: pool.RoleDecode, Endpoint: epD0},
+		{Name: "d1", Role: pool.RoleDecode, Endpoint: epD1},
+		{Name: "p0", Role: pool.RolePrefill, Endpoint: epP0},
 	}
-	b := &bubble{ht: &healthTransport{}, m: NewMetrics(prometheus.NewRegistry()), start: time.Now()}
+	b := &bubble{ht: &healthTransport{}, m: pool.NewMetrics(prometheus.NewRegistry()), start: time.Now()}
 	for ep, mode := range modes {
 		b.ht.set(ep, mode)
 	}
-	p, err := New(cfg, Options{Metrics: b.m, HTTPClient: &http.Client{Transport: b.ht}})
+	p, err := pool.New(cfg, pool.Options{Metrics: b.m})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.p = p
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(done)
-	}()
-	b.stop = func() { cancel(); <-done }
+	b.stop = run(t.Context(), p, Options{HTTPClient: &http.Client{Transport: b.ht}})
 	synctest.Wait()
 	return b
-}
-
-func (b *bubble) worker(t *testing.T, id string) WorkerInfo {
-	t.Helper()
-	for _, w := range b.p.Workers() {
-		if w.ID == id {
-			return w
-		}
-	}
-	t.Fatalf("worker %s not discovered", id)
-	return WorkerInfo{}
 }
 
 // at advances the bubble's clock to offset d from its start.
@@ -143,22 +126,22 @@ func ms(v ...int) []time.Duration {
 // (two good probes bring it back), and the metrics of each step.
 func TestProbeSchedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{}, map[string]string{epD0: "refuse"})
+		b := startBubble(t, pool.Config{}, map[string]string{epD0: "refuse"})
 		defer b.stop()
 		b.at(499 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("H1: d0 excluded after one failed probe: %+v", w)
 		}
 		b.at(500 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonProbeRefused || !w.HealthSince.Equal(b.start.Add(500*time.Millisecond)) {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused || !w.HealthSince.Equal(b.start.Add(500*time.Millisecond)) {
 			t.Fatalf("H1: d0 after two refused probes = healthy %v reason %s since %v", w.Healthy, w.HealthReason, w.HealthSince.Sub(b.start))
 		}
 		var s policy.Snapshot
-		b.p.Snapshot(&s, Request{})
+		b.p.Snapshot(&s, pool.Request{})
 		if len(s.Decode) != 1 || s.Decode[0].ID != "d1" {
 			t.Fatalf("snapshot decode = %+v, want only d1", s.Decode)
 		}
-		if got := b.p.HealthyCount(RoleDecode); got != 1 {
+		if got := b.p.HealthyCount(pool.RoleDecode); got != 1 {
 			t.Fatalf("HealthyCount(decode) = %d, want 1", got)
 		}
 		b.at(25 * time.Second)
@@ -167,11 +150,11 @@ func TestProbeSchedule(t *testing.T) {
 		}
 		b.ht.set(epD0, "ok")
 		b.at(32 * time.Second)
-		if w := b.worker(t, "d0"); w.Healthy {
+		if w := info(t, b.p, "d0"); w.Healthy {
 			t.Fatalf("H4: d0 back after one good probe")
 		}
 		b.at(32500 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != ReasonRecovered {
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered {
 			t.Fatalf("H4: d0 after two good probes = %+v", w)
 		}
 		for _, c := range []struct {
@@ -199,14 +182,14 @@ func TestProbeSchedule(t *testing.T) {
 // second timeout (0.5 s + 0.4 s) excludes it.
 func TestProbeTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{}, map[string]string{epD0: "hang"})
+		b := startBubble(t, pool.Config{}, map[string]string{epD0: "hang"})
 		defer b.stop()
 		b.at(899 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("excluded before the second timeout: %+v", w)
 		}
 		b.at(900 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonProbeTimeout {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
 			t.Fatalf("after two timeouts: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		if got := testutil.ToFloat64(b.m.HealthProbes.WithLabelValues("d0", "timeout")); got != 2 {
@@ -220,48 +203,48 @@ func TestProbeTimeout(t *testing.T) {
 // worker; good responses reset the streak; probes bring it back.
 func TestUpstreamSignals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{}, nil)
+		b := startBubble(t, pool.Config{}, nil)
 		defer b.stop()
-		report := func(id string, u Upstream) {
+		report := func(id string, u pool.Upstream) {
 			t.Helper()
 			if err := b.p.ReportUpstream(id, u); err != nil {
 				t.Fatal(err)
 			}
 			synctest.Wait()
 		}
-		if err := b.p.ReportUpstream("nope", Upstream{Status: 500}); !errors.Is(err, ErrUnknownWorker) {
+		if err := b.p.ReportUpstream("nope", pool.Upstream{Status: 500}); !errors.Is(err, pool.ErrUnknownWorker) {
 			t.Fatalf("unknown worker = %v", err)
 		}
 		b.at(200 * time.Millisecond)
-		report("d0", Upstream{Status: 502})
+		report("d0", pool.Upstream{Status: 502})
 		b.at(300 * time.Millisecond)
-		report("d0", Upstream{Status: 500}) // probe requested for 325 ms: 200 + 500/4
-		report("d0", Upstream{})            // no response at all: says nothing
+		report("d0", pool.Upstream{Status: 500}) // probe requested for 325 ms: 200 + 500/4
+		report("d0", pool.Upstream{})            // no response at all: says nothing
 		b.at(350 * time.Millisecond)
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("excluded after two failures: %+v", w)
 		}
-		report("d0", Upstream{ConnectFailure: true})
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonConnectFailure {
+		report("d0", pool.Upstream{ConnectFailure: true})
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
 			t.Fatalf("after three failures: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
-		report("d0", Upstream{Status: 200}) // an excluded worker comes back by probes only
+		report("d0", pool.Upstream{Status: 200}) // an excluded worker comes back by probes only
 		b.at(1400 * time.Millisecond)
 		if got, want := b.ht.since(epD0, b.start), ms(0, 200, 325, 825, 1325); !slices.Equal(got, want) {
 			t.Fatalf("probes of d0 at %v, want %v", got, want)
 		}
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != ReasonRecovered || !w.HealthSince.Equal(b.start.Add(1325*time.Millisecond)) {
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonRecovered || !w.HealthSince.Equal(b.start.Add(1325*time.Millisecond)) {
 			t.Fatalf("after two good probes: %+v", w)
 		}
 		// A 4xx is a good response: the streak restarts.
 		for _, st := range []int{500, 503, 404, 500, 504} {
-			report("d1", Upstream{Status: st})
+			report("d1", pool.Upstream{Status: st})
 		}
-		if w := b.worker(t, "d1"); !w.Healthy {
+		if w := info(t, b.p, "d1"); !w.Healthy {
 			t.Fatalf("d1 excluded although a 404 broke the streak: %+v", w)
 		}
-		report("d1", Upstream{Status: 500})
-		if w := b.worker(t, "d1"); w.Healthy || w.HealthReason != ReasonUpstream5xx {
+		report("d1", pool.Upstream{Status: 500})
+		if w := info(t, b.p, "d1"); w.Healthy || w.HealthReason != pool.ReasonUpstream5xx {
 			t.Fatalf("d1 after three 5xx: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		if got := testutil.ToFloat64(b.m.HealthTransitions.WithLabelValues("d1", "upstream_5xx")); got != 1 {
@@ -274,7 +257,7 @@ func TestUpstreamSignals(t *testing.T) {
 // flight) but excludes nobody by itself.
 func TestRequestProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{}, nil)
+		b := startBubble(t, pool.Config{}, nil)
 		defer b.stop()
 		b.at(300 * time.Millisecond)
 		if err := b.p.RequestProbe("d0"); err != nil {
@@ -288,7 +271,7 @@ func TestRequestProbe(t *testing.T) {
 		if got, want := b.ht.since(epD0, b.start), ms(0, 300); !slices.Equal(got, want) {
 			t.Fatalf("probes at %v, want %v", got, want)
 		}
-		if w := b.worker(t, "d0"); !w.Healthy {
+		if w := info(t, b.p, "d0"); !w.Healthy {
 			t.Fatalf("a requested good probe excluded d0: %+v", w)
 		}
 		// A request while a probe is in flight is served right after it, not at the next slot.
@@ -302,10 +285,10 @@ func TestRequestProbe(t *testing.T) {
 			t.Fatalf("probes at %v, want %v", got, want)
 		}
 		b.at(1600 * time.Millisecond)
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonProbeTimeout {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeTimeout {
 			t.Fatalf("after two timeouts: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
-		if err := b.p.RequestProbe("nope"); !errors.Is(err, ErrUnknownWorker) {
+		if err := b.p.RequestProbe("nope"); !errors.Is(err, pool.ErrUnknownWorker) {
 			t.Fatalf("unknown worker = %v", err)
 		}
 	})
@@ -315,10 +298,10 @@ func TestRequestProbe(t *testing.T) {
 // nothing could bring the worker back.
 func TestProbingOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{HealthInterval: -1}, map[string]string{epD0: "refuse"})
+		b := startBubble(t, pool.Config{HealthInterval: -1}, map[string]string{epD0: "refuse"})
 		defer b.stop()
 		for range 5 {
-			if err := b.p.ReportUpstream("d0", Upstream{ConnectFailure: true}); err != nil {
+			if err := b.p.ReportUpstream("d0", pool.Upstream{ConnectFailure: true}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -326,7 +309,7 @@ func TestProbingOff(t *testing.T) {
 		if got := b.ht.since(epD0, b.start); len(got) != 0 {
 			t.Fatalf("probes with probing off: %v", got)
 		}
-		if got := b.p.HealthyCount(RoleDecode); got != 2 {
+		if got := b.p.HealthyCount(pool.RoleDecode); got != 2 {
 			t.Fatalf("HealthyCount(decode) = %d, want 2", got)
 		}
 	})
@@ -336,7 +319,7 @@ func TestProbingOff(t *testing.T) {
 // probes all say healthy, and its reason names a cause that still holds.
 func TestHealthInputsCombine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := startBubble(t, Config{}, nil)
+		b := startBubble(t, pool.Config{}, nil)
 		defer b.stop()
 		changed := b.p.Changed()
 		if err := b.p.SetHealth("d0", false); err != nil {
@@ -347,7 +330,7 @@ func TestHealthInputsCombine(t *testing.T) {
 		default:
 			t.Fatal("Changed not closed by an eligibility change")
 		}
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonManual {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonManual {
 			t.Fatalf("after SetHealth(false): %+v", w)
 		}
 		b.ht.set(epD0, "refuse")
@@ -355,21 +338,21 @@ func TestHealthInputsCombine(t *testing.T) {
 		if err := b.p.SetHealth("d0", true); err != nil {
 			t.Fatal(err)
 		}
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonProbeRefused {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonProbeRefused {
 			t.Fatalf("SetHealth(true) while probes fail: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
 		// The scrape excludes it too; after the probes recover the scrape still holds it out.
-		w := b.p.byIDForTest("d0")
-		for range DefaultUnhealthyAfter {
-			b.p.applyScrape(w, Scrape{}, errors.New("status 500"))
+		d0 := b.p.ScrapeTargets()[0]
+		for range pool.DefaultUnhealthyAfter {
+			b.p.ApplyScrape(d0, pool.ScrapeHTTPError, pool.Scrape{}, errors.New("status 500"))
 		}
 		b.ht.set(epD0, "ok")
 		b.at(3 * time.Second) // good probes at 1.5 and 2.0
-		if w := b.worker(t, "d0"); w.Healthy || w.HealthReason != ReasonScrapeFailed {
+		if w := info(t, b.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonScrapeFailed {
 			t.Fatalf("probes recovered, scrape failing: healthy %v reason %s", w.Healthy, w.HealthReason)
 		}
-		b.p.applyScrape(w, Scrape{KVUsage: -1, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}, nil)
-		if w := b.worker(t, "d0"); !w.Healthy || w.HealthReason != ReasonScrapeRecovered {
+		b.p.ApplyScrape(d0, pool.ScrapeOK, pool.Scrape{KVUsage: -1, NumGPUBlocks: -1, BlockSize: -1, MaxNumBatchedTokens: -1}, nil)
+		if w := info(t, b.p, "d0"); !w.Healthy || w.HealthReason != pool.ReasonScrapeRecovered {
 			t.Fatalf("every input healthy: %+v", w)
 		}
 		for reason, want := range map[string]float64{"manual": 1, "scrape_recovered": 1, "probe_refused": 0, "recovered": 0} {
@@ -378,10 +361,4 @@ func TestHealthInputsCombine(t *testing.T) {
 			}
 		}
 	})
-}
-
-func (p *Pool) byIDForTest(id string) *worker {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.byID[id]
 }

@@ -1,4 +1,4 @@
-package pool
+package probe
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -54,46 +55,29 @@ func (e *engine) endpoint() string { return strings.TrimPrefix(e.srv.URL, "http:
 
 // running is a pool of real engines driven by Run with the default health configuration.
 type running struct {
-	p    *Pool
-	m    *Metrics
+	p    *pool.Pool
+	m    *pool.Metrics
 	stop func()
 }
 
 // runPool starts Run on one decode worker per engine (d0, d1, ...) with cfg's knobs; stop (also
 // a cleanup) cancels it and waits for it to return.
-func runPool(t *testing.T, cfg Config, engines ...*engine) *running {
+func runPool(t *testing.T, cfg pool.Config, engines ...*engine) *running {
 	t.Helper()
 	for i, e := range engines {
-		cfg.Workers = append(cfg.Workers, WorkerConfig{Name: "d" + string(rune('0'+i)), Role: RoleDecode, Endpoint: e.endpoint()})
+		cfg.Workers = append(cfg.Workers, pool.WorkerConfig{Name: "d" + string(rune('0'+i)), Role: pool.RoleDecode, Endpoint: e.endpoint()})
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	r := &running{m: NewMetrics(prometheus.NewRegistry())}
-	p, err := New(cfg, Options{Metrics: r.m, HTTPClient: &http.Client{Transport: tr}})
+	r := &running{m: pool.NewMetrics(prometheus.NewRegistry())}
+	p, err := pool.New(cfg, pool.Options{Metrics: r.m})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.p = p
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(done)
-	}()
-	r.stop = func() { cancel(); <-done }
+	r.stop = run(context.Background(), p, Options{HTTPClient: &http.Client{Transport: tr}})
 	t.Cleanup(r.stop)
 	return r
-}
-
-func (r *running) info(t *testing.T, id string) WorkerInfo {
-	t.Helper()
-	for _, w := range r.p.Workers() {
-		if w.ID == id {
-			return w
-		}
-	}
-	t.Fatalf("worker %s not discovered", id)
-	return WorkerInfo{}
 }
 
 // waitFor waits on Changed until id's eligibility is want, at most limit, and returns how
@@ -104,13 +88,13 @@ func (r *running) waitFor(t *testing.T, id string, want bool, limit time.Duratio
 	deadline := time.After(limit)
 	for {
 		changed := r.p.Changed()
-		if r.info(t, id).Healthy == want {
+		if info(t, r.p, id).Healthy == want {
 			return time.Since(start)
 		}
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("worker %s not healthy=%v within %v: %+v", id, want, limit, r.info(t, id))
+			t.Fatalf("worker %s not healthy=%v within %v: %+v", id, want, limit, info(t, r.p, id))
 		}
 	}
 }
@@ -125,9 +109,9 @@ func (e *engine) waitProbe(t *testing.T) {
 	}
 }
 
-func inSnapshot(p *Pool, id string) bool {
+func inSnapshot(p *pool.Pool, id string) bool {
 	var s policy.Snapshot
-	p.Snapshot(&s, Request{})
+	p.Snapshot(&s, pool.Request{})
 	for _, w := range s.Decode {
 		if w.ID == id {
 			return true
@@ -141,19 +125,19 @@ func inSnapshot(p *Pool, id string) bool {
 // and the other decode worker keeps the service up.
 func TestDeadWorkerLeavesSelection(t *testing.T) {
 	dead, alive := newEngine(t, "ok"), newEngine(t, "ok")
-	r := runPool(t, Config{}, dead, alive)
+	r := runPool(t, pool.Config{}, dead, alive)
 	dead.waitProbe(t)
 	dead.waitProbe(t) // two rounds: the probe connection is kept alive when the engine dies
 	dead.srv.Close()
 	took := r.waitFor(t, "d0", false, 2*time.Second)
-	t.Logf("closed listener excluded after %v (default interval %v, failures %d)", took, DefaultHealthInterval, DefaultHealthFailures)
+	t.Logf("closed listener excluded after %v (default interval %v, failures %d)", took, pool.DefaultHealthInterval, pool.DefaultHealthFailures)
 	if inSnapshot(r.p, "d0") || !inSnapshot(r.p, "d1") {
 		t.Fatal("snapshot still has the dead worker, or lost the live one")
 	}
-	if w := r.info(t, "d0"); w.HealthReason != ReasonProbeRefused {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeRefused {
 		t.Errorf("reason = %s, want probe_refused", w.HealthReason)
 	}
-	if got := r.p.HealthyCount(RoleDecode); got != 1 {
+	if got := r.p.HealthyCount(pool.RoleDecode); got != 1 {
 		t.Errorf("HealthyCount(decode) = %d, want 1", got)
 	}
 	if got := testutil.ToFloat64(r.m.Healthy.WithLabelValues("d0", "decode")); got != 0 {
@@ -165,15 +149,15 @@ func TestDeadWorkerLeavesSelection(t *testing.T) {
 // with the defaults the worker leaves within 2 s and returns once it answers again.
 func TestHungWorkerLeavesSelection(t *testing.T) {
 	e := newEngine(t, "ok")
-	r := runPool(t, Config{}, e)
+	r := runPool(t, pool.Config{}, e)
 	e.waitProbe(t)
 	e.mode.Store("hang")
 	took := r.waitFor(t, "d0", false, 2*time.Second)
-	t.Logf("hung /health excluded after %v (timeout %v)", took, DefaultHealthTimeout)
-	if w := r.info(t, "d0"); w.HealthReason != ReasonProbeTimeout {
+	t.Logf("hung /health excluded after %v (timeout %v)", took, pool.DefaultHealthTimeout)
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeTimeout {
 		t.Errorf("reason = %s, want probe_timeout", w.HealthReason)
 	}
-	if r.p.HealthyCount(RoleDecode) != 0 {
+	if r.p.HealthyCount(pool.RoleDecode) != 0 {
 		t.Error("HealthyCount(decode) != 0 with the only decode worker hung")
 	}
 	e.mode.Store("ok")
@@ -185,18 +169,18 @@ func TestHungWorkerLeavesSelection(t *testing.T) {
 // exactly HealthSuccesses good probes (H4).
 func TestUnhealthyAnswerAndRecovery(t *testing.T) {
 	e := newEngine(t, "503")
-	r := runPool(t, Config{}, e)
+	r := runPool(t, pool.Config{}, e)
 	r.waitFor(t, "d0", false, 2*time.Second)
-	if w := r.info(t, "d0"); w.HealthReason != ReasonProbeFailed {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonProbeFailed {
 		t.Errorf("reason = %s, want probe_failed", w.HealthReason)
 	}
 	e.mode.Store("ok")
 	took := r.waitFor(t, "d0", true, 5*time.Second)
-	if got := e.okSent.Load(); got != DefaultHealthSuccesses {
-		t.Errorf("back after %d good probes, want %d", got, DefaultHealthSuccesses)
+	if got := e.okSent.Load(); got != pool.DefaultHealthSuccesses {
+		t.Errorf("back after %d good probes, want %d", got, pool.DefaultHealthSuccesses)
 	}
 	t.Logf("503 then 200: back after %v", took)
-	if w := r.info(t, "d0"); w.HealthReason != ReasonRecovered {
+	if w := info(t, r.p, "d0"); w.HealthReason != pool.ReasonRecovered {
 		t.Errorf("reason = %s, want recovered", w.HealthReason)
 	}
 	for reason, want := range map[string]float64{"probe_failed": 1, "recovered": 1} {
@@ -210,19 +194,19 @@ func TestUnhealthyAnswerAndRecovery(t *testing.T) {
 // at once and each asks for a probe; a worker that answers its probes comes back.
 func TestUpstreamFailuresProbe(t *testing.T) {
 	e := newEngine(t, "ok")
-	r := runPool(t, Config{HealthInterval: 4 * time.Second, HealthBackoffMax: 4 * time.Second}, e)
+	r := runPool(t, pool.Config{HealthInterval: 4 * time.Second, HealthBackoffMax: 4 * time.Second}, e)
 	e.waitProbe(t) // the first round, at once
-	if err := r.p.ReportUpstream("d0", Upstream{ConnectFailure: true}); err != nil {
+	if err := r.p.ReportUpstream("d0", pool.Upstream{ConnectFailure: true}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitProbe(t) // requested by the failure: 1 s (a quarter interval) after the first, before the 4 s slot
-	for range DefaultUpstreamFailures - 1 {
-		if err := r.p.ReportUpstream("d0", Upstream{ConnectFailure: true}); err != nil {
+	for range pool.DefaultUpstreamFailures - 1 {
+		if err := r.p.ReportUpstream("d0", pool.Upstream{ConnectFailure: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if w := r.info(t, "d0"); w.Healthy || w.HealthReason != ReasonConnectFailure {
-		t.Fatalf("after %d connect failures: healthy %v reason %s", DefaultUpstreamFailures, w.Healthy, w.HealthReason)
+	if w := info(t, r.p, "d0"); w.Healthy || w.HealthReason != pool.ReasonConnectFailure {
+		t.Fatalf("after %d connect failures: healthy %v reason %s", pool.DefaultUpstreamFailures, w.Healthy, w.HealthReason)
 	}
 }
 
@@ -230,14 +214,14 @@ func TestUpstreamFailuresProbe(t *testing.T) {
 // package's leak check then proves no probe goroutine outlives it.
 func TestRunReturnsWithProbesInFlight(t *testing.T) {
 	e := newEngine(t, "hang")
-	r := runPool(t, Config{HealthTimeout: time.Minute}, e)
+	r := runPool(t, pool.Config{HealthTimeout: time.Minute}, e)
 	e.waitProbe(t)
 	start := time.Now()
 	r.stop()
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("Run took %v to return with a probe in flight", took)
 	}
-	if w := r.info(t, "d0"); !w.Healthy {
+	if w := info(t, r.p, "d0"); !w.Healthy {
 		t.Fatalf("a probe cancelled by shutdown counted as a failure: %+v", w)
 	}
 }
