@@ -11,10 +11,11 @@
 // on the prefill engine, then the same prompt as a RemotePrefill request on the decode engine,
 // whose engine models the KV transfer (CostModel.TransferTime of the blocks it does not hold)
 // and caches the received blocks, emitting BlockStored. A bypass runs the whole request on the
-// decode engine. The end of the prefill leg (remote path) or the first output token (local
-// prefill) releases the prefill booking (pool.ReleasePrefill), completion releases the rest
-// (pool.Release), as extproc does on the response stream (the sidecar reports the end of the
-// prefill leg on the response headers).
+// decode engine. The request's route.Ticket gets the answer's events on the virtual clock, as
+// extproc reports them on the response stream (the sidecar reports the end of the prefill leg
+// on the response headers): the prefill leg's end (remote path) or the first output token ends
+// the prefill booking, completion (Finish, with the output length) the rest, and the ticket
+// teaches the router's feedback.Learner what extproc's tickets teach it.
 //
 // Invariants: a run is deterministic for a Config (seed included) and a workload; every
 // request either finishes or carries an error in its Result; after Run returns every booking
