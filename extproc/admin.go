@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
@@ -236,7 +237,7 @@ func (a *Admin) Recent(_ context.Context, req *condisaggv1.RecentRequest) (*cond
 	for _, d := range a.opts.Server.RecentDecisions(limit) {
 		e := &d.Entry
 		pd := &condisaggv1.RecentDecision{Seq: e.Seq, At: timeText(e.At), RequestId: e.RequestID,
-			BookingId: e.Record.BookingID, Model: e.Model, LoraAdapter: e.LoRA, Placement: route.PlacementNames[e.Placement],
+			BookingId: e.Record.BookingID, Model: e.Model, LoraAdapter: e.LoRA, Placement: decisionlog.PlacementNames[e.Placement],
 			Route: e.Record.Route, Reason: e.Record.Reason, DecodeWorker: e.Record.Decode, PrefillWorker: e.Record.Prefill,
 			Tokens: int64(e.Record.ISL), CachedTokens: int64(e.Record.Cached),
 			LatencyMs: float64(e.Latency) / float64(time.Millisecond), Transfer: string(d.Transfer)}

@@ -1,7 +1,7 @@
 package extproc
 
 import (
-	"github.com/condisagg/condisagg/route"
+	"github.com/condisagg/condisagg/decisionlog"
 )
 
 // TransferState is a recent decision's disaggregation truth as Admin Recent reports it: a
@@ -21,7 +21,7 @@ const (
 
 // RecentDecision is one routed request joined with its transfer outcome.
 type RecentDecision struct {
-	Entry    route.Entry
+	Entry    decisionlog.Entry
 	Transfer TransferState  // a TransferOutcome's text, TransferPending, TransferUnclassified or TransferNotRemote
 	Record   TransferRecord // the classification; zero unless Transfer is an outcome
 }
@@ -33,10 +33,10 @@ func (s *Server) RecentDecisions(limit int) []RecentDecision {
 	if s.recent == nil || limit <= 0 {
 		return nil
 	}
-	entries := s.recent.Latest(make([]route.Entry, 0, min(limit, s.recent.Size())), limit)
+	entries := s.recent.Latest(make([]decisionlog.Entry, 0, min(limit, s.recent.Size())), limit)
 	remote := make(map[uint64]bool)
 	for _, e := range entries {
-		if e.Placement == route.PlacementPrefill {
+		if e.Placement == decisionlog.PlacementPrefill {
 			remote[e.Seq] = true
 		}
 	}

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/route"
 	"log/slog"
 	"runtime"
@@ -31,13 +32,13 @@ type Server struct {
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 	fixed       fixedResponses
-	slots       *slots         // decision slots (ServerOptions.DecisionConcurrency)
-	receivers   sync.WaitGroup // one receive goroutine per open stream
-	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
-	transfers   *transferLog   // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
-	onHeld      func(int)      // tests: each stream's held bytes after each message
-	buffered    atomic.Int64   // bytes every open stream holds (the sum of their heldBytes)
-	warnLog     logThrottle    // per-request warnings (client strings in them)
+	slots       *slots              // decision slots (ServerOptions.DecisionConcurrency)
+	receivers   sync.WaitGroup      // one receive goroutine per open stream
+	recent      *decisionlog.Recent // the status page's recent decisions and placement mix; nil: none kept
+	transfers   *transferLog        // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
+	onHeld      func(int)           // tests: each stream's held bytes after each message
+	buffered    atomic.Int64        // bytes every open stream holds (the sum of their heldBytes)
+	warnLog     logThrottle         // per-request warnings (client strings in them)
 }
 
 // policyErrorEvery rate-limits the remote_policy_error warning.
@@ -65,7 +66,7 @@ type ServerOptions struct {
 	DecisionConcurrency int
 	// Recent, if set, records every routed request's outcome (decisions and fallbacks, not
 	// rejections, not Explain) for the status page.
-	Recent *route.Recent
+	Recent *decisionlog.Recent
 }
 
 // NewServer returns the ext_proc service over opts.Router.

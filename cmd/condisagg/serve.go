@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/internal/serveconfig"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,7 +75,7 @@ type service struct {
 	models []*servedModel // in configuration order
 	router *route.Router
 	ext    *extproc.Server
-	recent *route.Recent // the status page's last decisions and placement mix
+	recent *decisionlog.Recent // the status page's last decisions and placement mix
 	health *health.Server
 	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
@@ -171,7 +172,7 @@ func (s *service) build(ctx context.Context, cfg *serveconfig.Config, toks []*to
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
-	if s.recent, err = route.NewRecent(route.RecentOptions{}); err != nil {
+	if s.recent, err = decisionlog.NewRecent(decisionlog.RecentOptions{}); err != nil {
 		return err
 	}
 	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,

@@ -31,11 +31,12 @@ var allowed = map[string][]string{
 	"kvevents":              {"kvindex"},
 	"pool":                  {"policy"},
 	"route":                 {"tokenizer", "kvindex", "policy", "pool", "internal/reqjson"},
+	"decisionlog":           {"route", "policy"},
 	"cluster":               {"route", "sim", "workload", "kvindex", "policy", "pool"},
 	"tune":                  {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
 	"kvevents/zmq":          {"kvevents", "kvindex"},
 	"sim/vllmsim":           {"sim", "tokenizer", "kvevents"},
-	"extproc":               {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
+	"extproc":               {"route", "policy", "pool", "kvindex", "proto/condisagg/v1", "decisionlog"},
 	"envoy":                 {"internal/proc", "internal/repo"},
 	"internal/repo":         {},
 	"internal/reqjson":      {},
@@ -43,7 +44,7 @@ var allowed = map[string][]string{
 	"internal/svgplot":      {},
 	"internal/adminclient":  {"proto/condisagg/v1"},
 	"internal/serveconfig":  {"extproc", "kvevents", "policy", "pool", "pool/kube"},
-	"internal/statuspage":   {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig"},
+	"internal/statuspage":   {"extproc", "route", "policy", "pool", "kvindex", "internal/serveconfig", "decisionlog"},
 	"internal/eventstreams": {"extproc", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":      {"internal/proc", "internal/repo"},
 	"pool/kube":             {"pool"},
@@ -58,7 +59,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "policy", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "policy", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 type pkg struct {
 	path    string

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/internal/serveconfig"
 	"github.com/condisagg/condisagg/route"
@@ -18,8 +19,8 @@ import (
 // through functions because they change while serving.
 type Sources struct {
 	Router *route.Router
-	Server *extproc.Server // its ring of classified remote-prefill transfers
-	Recent *route.Recent   // the last decisions and the placement mix
+	Server *extproc.Server     // its ring of classified remote-prefill transfers
+	Recent *decisionlog.Recent // the last decisions and the placement mix
 	// Ready reports whether the router can route (a healthy decode worker exists).
 	Ready func() bool
 	// Streams reports the KV event streams; it may return nil (no event streams).
@@ -81,8 +82,8 @@ func (s *page) uiState(w http.ResponseWriter, r *http.Request) {
 	limit := uiDecisionsDefault
 	if q := r.URL.Query().Get("decisions"); q != "" {
 		n, err := strconv.Atoi(q)
-		if err != nil || n < 0 || n > route.MaxRecentDecisions {
-			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(route.MaxRecentDecisions)+"]", http.StatusBadRequest)
+		if err != nil || n < 0 || n > decisionlog.MaxRecentDecisions {
+			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(decisionlog.MaxRecentDecisions)+"]", http.StatusBadRequest)
 			return
 		}
 		limit = n
