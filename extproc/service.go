@@ -86,7 +86,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
 		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent,
 		// At least as many transfer records as decisions, so that a kept remote decision's
-		// outcome is normally kept too (RecentDecisions).
+		// outcome is normally kept too (TransfersByDecision).
 		transfers: newTransferLog(max(recentTransfers, opts.Recent.Size()))}
 	if err := s.Reload(opts.Settings); err != nil {
 		return nil, err
@@ -131,6 +131,23 @@ func (s *Server) Reload(set *Settings) error {
 // RecentTransfers returns up to limit of the latest classified remote-prefill requests, newest
 // first (docs/disagg-truth.md).
 func (s *Server) RecentTransfers(limit int) []TransferRecord { return s.transfers.latest(limit) }
+
+// Recent returns the log every routed request is added to (ServerOptions.Recent); nil when
+// the server keeps none.
+func (s *Server) Recent() *decisionlog.Recent { return s.recent }
+
+// TransfersByDecision returns the transfer outcome of every remote-prefill decision whose
+// decisionlog Seq is in seqs and whose answer was classified (docs/disagg-truth.md), or whose
+// stream ended without a classification (Outcome ""); a decision still in flight, or one the
+// transfer log no longer keeps, has none.
+func (s *Server) TransfersByDecision(seqs map[uint64]bool) map[uint64]decisionlog.Transfer {
+	recs := s.transfers.byDecision(seqs)
+	out := make(map[uint64]decisionlog.Transfer, len(recs))
+	for seq, r := range recs {
+		out[seq] = decisionlog.Transfer{Outcome: string(r.Outcome), At: r.At, PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens}
+	}
+	return out
+}
 
 // Router returns the decision pipeline the server routes with.
 func (s *Server) Router() *route.Router { return s.router }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/condisagg/condisagg/admin"
 	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/internal/serveconfig"
 
@@ -253,7 +254,7 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 // background loops until ctx ends or a server fails (then the process exits non-zero, so its
 // supervisor restarts it).
 func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serveHooks) error {
-	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
+	svc, err := admin.New(admin.Options{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
 		Promote: func(context.Context) error { return s.ext.PromoteShadow() }, Server: s.ext})
 	if err != nil {
 		return err
@@ -265,7 +266,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	if hooks.extProc != nil {
 		hooks.extProc(g)
 	}
-	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
+	ag := admin.NewServer(svc, admin.ServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
 	for i, addr := range []string{cfg.Listen, cfg.AdminGRPC, cfg.AdminListen} {
 		if lis[i], err = net.Listen("tcp", addr); err != nil {
@@ -280,7 +281,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 	if cfg.Admin.TLS != nil {
 		hlis = tls.NewListener(hlis, cfg.Admin.TLS)
 	}
-	hsrv := &http.Server{Handler: s.httpHandler(admin, cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: s.httpHandler(svc, cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second}
 	// Readiness is known before the first health check can arrive: Envoy marks a router that
 	// answers NOT_SERVING unhealthy and does not ask again for its whole interval.
 	s.updateReady()
@@ -345,7 +346,7 @@ func (s *service) serve(ctx context.Context, cfg *serveconfig.Config, hooks serv
 }
 
 // reporter is the admin's stream reporter (nil without event streams).
-func (s *service) reporter() extproc.StreamReporter {
+func (s *service) reporter() admin.StreamReporter {
 	var all eventstreams.Models
 	for _, m := range s.models {
 		if m.streams != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/condisagg/condisagg/admin"
 	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/internal/serveconfig"
@@ -24,7 +25,7 @@ type Sources struct {
 	// Ready reports whether the router can route (a healthy decode worker exists).
 	Ready func() bool
 	// Streams reports the KV event streams; it may return nil (no event streams).
-	Streams func() extproc.StreamReporter
+	Streams func() admin.StreamReporter
 	// Config is the configuration in force (the last accepted reload).
 	Config func() *serveconfig.Config
 	// ConfigPath is the configuration file ("" : flags only).
@@ -57,9 +58,9 @@ func Register(mux *http.ServeMux, src Sources, token string) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
 	mux.Handle("GET /ui/", uiHeaders(files))
-	mux.Handle("GET /ui/api/state", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiState))))
-	mux.Handle("GET /ui/api/config", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiConfig))))
-	mux.Handle("GET /ui/api/", uiHeaders(extproc.RequireToken(token, http.NotFoundHandler())))
+	mux.Handle("GET /ui/api/state", uiHeaders(admin.RequireToken(token, http.HandlerFunc(s.uiState))))
+	mux.Handle("GET /ui/api/config", uiHeaders(admin.RequireToken(token, http.HandlerFunc(s.uiConfig))))
+	mux.Handle("GET /ui/api/", uiHeaders(admin.RequireToken(token, http.NotFoundHandler())))
 }
 
 // uiHeaders sets what every status page answer carries: no caching, no framing, no sniffing,

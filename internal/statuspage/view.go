@@ -3,8 +3,8 @@ package statuspage
 import (
 	"time"
 
+	"github.com/condisagg/condisagg/admin"
 	"github.com/condisagg/condisagg/decisionlog"
-	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -232,7 +232,7 @@ func (s *page) stateView(now time.Time, limit int) State {
 }
 
 // workerView describes one worker of a model with index ix; streams may be nil.
-func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams extproc.StreamReporter) Worker {
+func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams admin.StreamReporter) Worker {
 	wj := Worker{ID: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, DPRank: w.Rank,
 		DPSize: w.DataParallelSize, Healthy: w.Healthy, HealthReason: string(w.HealthReason), HealthSince: w.HealthSince,
 		Booked:           bookedJSON{Requests: w.ActiveRequests, PrefillTokens: w.ActivePrefillTokens, DecodeBlocks: w.ActiveDecodeBlocks},
