@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -171,25 +172,28 @@ func (e *env) cacheOn(worker string, body []byte) {
 	}
 }
 
-// booked is the number of requests booked on the decode workers.
-func (e *env) booked() int64 {
-	var n int64
-	for _, w := range e.pool.Workers() {
-		if w.Role == pool.RoleDecode {
-			n += w.ActiveRequests
-		}
-	}
-	return n
+// booked reports whether any worker holds a booking (a request, prefill tokens).
+func (e *env) booked() bool {
+	return slices.ContainsFunc(e.pool.Workers(), func(w pool.WorkerInfo) bool {
+		return w.ActiveRequests > 0 || w.ActivePrefillTokens > 0
+	})
 }
 
 // chatBody is a chat request for the model with one user message.
 func chatBody(text string, stream bool) []byte {
-	msg, _ := json.Marshal(text) // a string always encodes
-	b := `{"model":"qwen3","messages":[{"role":"user","content":` + string(msg) + `}]`
-	if stream {
-		b += `,"stream":true`
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
 	}
-	return []byte(b + "}")
+	b, err := json.Marshal(struct {
+		Model    string    `json:"model"`
+		Messages []message `json:"messages"`
+		Stream   bool      `json:"stream,omitempty"`
+	}{"qwen3", []message{{"user", text}}, stream})
+	if err != nil {
+		panic(err) // strings always encode
+	}
+	return b
 }
 
 // envoyStream plays Envoy's side of one ext_proc stream: BUFFERED request bodies, STREAMED

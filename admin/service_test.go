@@ -49,7 +49,7 @@ func TestAdminService(t *testing.T) {
 		r.Tokens == 0 || r.BlockKeys != r.Tokens/16 || len(r.Overlaps) != 1 || r.Overlaps[0].GpuBlocks != r.BlockKeys {
 		t.Fatalf("explain: %v", r)
 	}
-	if e.booked() != 0 {
+	if e.booked() {
 		t.Fatal("Explain booked")
 	}
 	if _, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: []byte("{")}); err == nil ||
