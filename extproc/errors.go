@@ -36,7 +36,7 @@ type httpError struct {
 // decides status codes; internal errors reach it only under --failure-mode closed.
 func toHTTPError(err error) *httpError {
 	switch {
-	case errors.Is(err, route.ErrUnknownModel), errors.Is(err, errUnknownWorker):
+	case errors.Is(err, route.ErrUnknownModel):
 		// vLLM's answer for a model it does not serve (OpenAIServing._check_model).
 		return &httpError{Status: 404, Type: "NotFoundError", Reason: "unknown_model", Message: unknownModelText(err),
 			Param: "model", VLLMCode: true}
@@ -120,23 +120,4 @@ func requestTimeoutStatus(d time.Duration) error {
 // idleStatus is the gRPC result of a stream ended by stream_idle_timeout.
 func idleStatus(idle time.Duration) error {
 	return status.Errorf(codes.DeadlineExceeded, "extproc: stream idle for %s awaiting the request (stream_idle_timeout)", idle)
-}
-
-// errNoReload: the Admin service was built without a reload hook.
-var errNoReload = errors.New("extproc: reload: no configuration file to reload")
-
-// adminStatus maps an Admin error to its gRPC status.
-func adminStatus(err error) error {
-	switch {
-	case errors.Is(err, errNoReload):
-		return status.Error(codes.Unimplemented, err.Error())
-	case errors.Is(err, route.ErrInvalidBody):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, route.ErrUnknownModel), errors.Is(err, errUnknownWorker):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, route.ErrNoEligibleWorker), errors.Is(err, route.ErrSubsetNoMatch):
-		return status.Error(codes.Unavailable, err.Error())
-	default:
-		return status.Error(codes.Internal, err.Error())
-	}
 }

@@ -45,7 +45,7 @@ type exchange struct {
 	// sawResponse: response headers arrived (the booking's unanswered bound stops).
 	sawResponse bool
 	client      slotKey // whom the decision slot is counted against (fairslots.go)
-	seq         uint64  // the decision's route.Entry.Seq in the server's Recent (0: none kept)
+	seq         uint64  // the decision's decisionlog.Entry.Seq in the server's Recent (0: none kept)
 	strip       []string
 	slo         policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
 	sloErr      error      // an unreadable objective header: the request gets 400

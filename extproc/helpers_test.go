@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/route"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -92,7 +93,7 @@ type env struct {
 	router  *route.Router
 	server  *Server
 	metrics *Metrics
-	recent  *route.Recent
+	recent  *decisionlog.Recent
 	client  extprocv3.ExternalProcessorClient
 	// nextHash is the last engine block hash storePrompt handed out (hashes are never reused).
 	nextHash uint64
@@ -138,7 +139,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recent, err := route.NewRecent(route.RecentOptions{})
+	recent, err := decisionlog.NewRecent(decisionlog.RecentOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -10,15 +9,10 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-
-	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
 // Health service names (envoy-extproc.md §2 "Health").
@@ -29,7 +23,7 @@ const (
 )
 
 // GRPCOptions configure the gRPC server that carries ext_proc and health: the port Envoy
-// talks to. The Admin service has its own server (NewAdminServer).
+// talks to. The Admin service has its own server (package admin).
 type GRPCOptions struct {
 	MaxBodyBytes int         // request bodies up to this size must fit a message (+1 MiB)
 	TLS          *tls.Config // nil: plaintext
@@ -96,55 +90,6 @@ func serverOptions(opts GRPCOptions) []grpc.ServerOption {
 // fixed when it starts. maxBody is clamped to [DefaultMaxBodyBytes, MaxMaxBodyBytes].
 func BodyCeiling(maxBody int) int {
 	return min(max(maxBody, DefaultMaxBodyBytes), MaxMaxBodyBytes)
-}
-
-// AdminServerOptions configure the Admin gRPC server (ReloadConfig, Explain, ListWorkers):
-// Explain reveals what each worker caches and ReloadConfig changes routing, so off loopback it
-// must be authenticated by Token, by mutual TLS (TLS with ClientAuth), or both.
-type AdminServerOptions struct {
-	TLS   *tls.Config // nil: plaintext
-	Token string      // "" : no bearer token required
-}
-
-// NewAdminServer builds the Admin gRPC server. With a Token, every call must carry
-// "authorization: Bearer <token>" or it fails with Unauthenticated.
-func NewAdminServer(admin *Admin, opts AdminServerOptions) *grpc.Server {
-	var gopts []grpc.ServerOption
-	if opts.TLS != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
-	}
-	if opts.Token != "" {
-		check := tokenCheck(opts.Token)
-		gopts = append(gopts, grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := check(ctx); err != nil {
-				return nil, err
-			}
-			return h(ctx, req)
-		}))
-	}
-	g := grpc.NewServer(gopts...)
-	condisaggv1.RegisterAdminServer(g, admin)
-	return g
-}
-
-// tokenCheck returns the bearer-token test of the Admin server (constant time).
-func tokenCheck(token string) func(context.Context) error {
-	want := []byte("Bearer " + token)
-	return func(ctx context.Context) error {
-		md, _ := metadata.FromIncomingContext(ctx)
-		for _, v := range md.Get("authorization") {
-			if subtle.ConstantTimeCompare([]byte(v), want) == 1 {
-				return nil
-			}
-		}
-		return status.Error(codes.Unauthenticated, "admin: missing or wrong bearer token (authorization: Bearer <token>)")
-	}
-}
-
-// TokenValid reports whether an HTTP Authorization header value carries token; the admin HTTP
-// port uses it for /debug/explain.
-func TokenValid(header, token string) bool {
-	return subtle.ConstantTimeCompare([]byte(header), []byte("Bearer "+token)) == 1
 }
 
 // SetReady sets readiness, the ext_proc service name and "" together.

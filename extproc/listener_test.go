@@ -3,7 +3,6 @@ package extproc
 import (
 	"context"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"net"
 	"strings"
@@ -160,28 +159,6 @@ func TestGracefulStopDrainsStreams(t *testing.T) {
 	}
 }
 
-// startAdmin runs the Admin server with opts on 127.0.0.1:0 and returns a client connection.
-func startAdmin(t *testing.T, e *env, opts AdminServerOptions) *grpc.ClientConn {
-	t.Helper()
-	admin, err := NewAdmin(AdminOptions{Router: e.router, Reload: func(context.Context) error { return nil }, Server: e.server})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := NewAdminServer(admin, opts)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 // TestAdminNotOnExtProcPort: the port Envoy talks to serves ext_proc and health only; the
 // Admin service (cache contents, config reload) is not reachable there.
 func TestAdminNotOnExtProcPort(t *testing.T) {
@@ -190,60 +167,6 @@ func TestAdminNotOnExtProcPort(t *testing.T) {
 	_, err := condisaggv1.NewAdminClient(conn).ListWorkers(context.Background(), &condisaggv1.ListWorkersRequest{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("Admin on the ext_proc port: %v, want Unimplemented", err)
-	}
-}
-
-// TestAdminToken: with a token, calls without it or with another one are Unauthenticated.
-func TestAdminToken(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{Token: "s3cret-admin-token"}))
-	for _, h := range []string{"", "Bearer wrong", "s3cret-admin-token", "Bearer s3cret-admin-token "} {
-		ctx := context.Background()
-		if h != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", h)
-		}
-		if _, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("authorization %q: %v, want Unauthenticated", h, err)
-		}
-		if _, err := ac.Recent(ctx, &condisaggv1.RecentRequest{}); status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("Recent with authorization %q: %v, want Unauthenticated", h, err)
-		}
-	}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret-admin-token")
-	if _, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); err != nil {
-		t.Fatalf("with the token: %v", err)
-	}
-}
-
-// TestAdminService: Explain books nothing (R8) and reports the inputs; ListWorkers shows
-// load and index state; ReloadConfig calls the reload hook.
-func TestAdminService(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	body := chatBody(strings.Repeat("explain this conversation ", 60), false)
-	e.cacheOn("decode-0", body)
-	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{}))
-	r, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: body})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Route != "decode" || r.Reason != "bypass_isl" || r.DecodeWorker != "decode-0" || r.Destination != d0Addr ||
-		r.Tokens == 0 || r.BlockKeys != r.Tokens/16 || len(r.Overlaps) != 1 || r.Overlaps[0].GpuBlocks != r.BlockKeys {
-		t.Fatalf("explain: %v", r)
-	}
-	if e.totalRequests() != 0 {
-		t.Fatal("Explain booked")
-	}
-	if _, err := ac.Explain(context.Background(), &condisaggv1.ExplainRequest{Path: chatPath, Body: []byte("{")}); err == nil ||
-		!strings.Contains(err.Error(), "InvalidArgument") {
-		t.Fatalf("explain of a bad body: %v", err)
-	}
-	lw, err := ac.ListWorkers(context.Background(), &condisaggv1.ListWorkersRequest{})
-	if err != nil || len(lw.Workers) != 3 || lw.Workers[0].Id != "decode-0" || lw.Workers[0].IndexedGpuBlocks != r.BlockKeys {
-		t.Fatalf("list workers: %v %v", lw, err)
-	}
-	rr, err := ac.ReloadConfig(context.Background(), &condisaggv1.ReloadConfigRequest{})
-	if err != nil || !rr.Applied {
-		t.Fatalf("reload: %v %v", rr, err)
 	}
 }
 

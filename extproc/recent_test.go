@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/route"
 )
 
@@ -52,7 +53,7 @@ func TestRecentRecordsRoutedRequests(t *testing.T) {
 	}
 	mix := e.recent.Mix(dec.At)
 	last := mix[len(mix)-1].Counts
-	if last[route.PlacementFallback] != 1 || last[route.PlacementPrefill]+last[route.PlacementDecode] != 1 {
+	if last[decisionlog.PlacementFallback] != 1 || last[decisionlog.PlacementPrefill]+last[decisionlog.PlacementDecode] != 1 {
 		t.Fatalf("mix %v", last)
 	}
 }

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/route"
 	"log/slog"
 	"runtime"
@@ -31,13 +32,13 @@ type Server struct {
 	afterStream func()       // tests: called when a stream's cleanup is done
 	policyWarn  atomic.Int64 // unix nanoseconds of the last policy-error warning
 	fixed       fixedResponses
-	slots       *slots         // decision slots (ServerOptions.DecisionConcurrency)
-	receivers   sync.WaitGroup // one receive goroutine per open stream
-	recent      *route.Recent  // the status page's recent decisions and placement mix; nil: none kept
-	transfers   *transferLog   // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
-	onHeld      func(int)      // tests: each stream's held bytes after each message
-	buffered    atomic.Int64   // bytes every open stream holds (the sum of their heldBytes)
-	warnLog     logThrottle    // per-request warnings (client strings in them)
+	slots       *slots              // decision slots (ServerOptions.DecisionConcurrency)
+	receivers   sync.WaitGroup      // one receive goroutine per open stream
+	recent      *decisionlog.Recent // the status page's recent decisions and placement mix; nil: none kept
+	transfers   *transferLog        // remote-prefill requests' transfer outcomes (docs/disagg-truth.md)
+	onHeld      func(int)           // tests: each stream's held bytes after each message
+	buffered    atomic.Int64        // bytes every open stream holds (the sum of their heldBytes)
+	warnLog     logThrottle         // per-request warnings (client strings in them)
 	now         func() time.Time
 }
 
@@ -66,7 +67,7 @@ type ServerOptions struct {
 	DecisionConcurrency int
 	// Recent, if set, records every routed request's outcome (decisions and fallbacks, not
 	// rejections, not Explain) for the status page.
-	Recent *route.Recent
+	Recent *decisionlog.Recent
 	// Now is the clock of what the response phase reports to a request's route.Ticket (its
 	// first token, its end), from which the slo controller learns latencies; nil: time.Now.
 	// Tests that replay a virtual timeline set it; timeouts always run on the wall clock.
@@ -90,7 +91,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s := &Server{router: opts.Router, metrics: opts.Metrics, log: opts.Logger, fixed: newFixedResponses(),
 		slots: newSlots(opts.DecisionConcurrency), recent: opts.Recent,
 		// At least as many transfer records as decisions, so that a kept remote decision's
-		// outcome is normally kept too (RecentDecisions).
+		// outcome is normally kept too (TransfersByDecision).
 		transfers: newTransferLog(max(recentTransfers, opts.Recent.Size())), now: opts.Now}
 	if s.now == nil {
 		s.now = time.Now
@@ -138,6 +139,23 @@ func (s *Server) Reload(set *Settings) error {
 // RecentTransfers returns up to limit of the latest classified remote-prefill requests, newest
 // first (docs/disagg-truth.md).
 func (s *Server) RecentTransfers(limit int) []TransferRecord { return s.transfers.latest(limit) }
+
+// Recent returns the log every routed request is added to (ServerOptions.Recent); nil when
+// the server keeps none.
+func (s *Server) Recent() *decisionlog.Recent { return s.recent }
+
+// TransfersByDecision returns the transfer outcome of every remote-prefill decision whose
+// decisionlog Seq is in seqs and whose answer was classified (docs/disagg-truth.md), or whose
+// stream ended without a classification (Outcome ""); a decision still in flight, or one the
+// transfer log no longer keeps, has none.
+func (s *Server) TransfersByDecision(seqs map[uint64]bool) map[uint64]decisionlog.Transfer {
+	recs := s.transfers.byDecision(seqs)
+	out := make(map[uint64]decisionlog.Transfer, len(recs))
+	for seq, r := range recs {
+		out[seq] = decisionlog.Transfer{Outcome: string(r.Outcome), At: r.At, PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens}
+	}
+	return out
+}
 
 // Router returns the decision pipeline the server routes with.
 func (s *Server) Router() *route.Router { return s.router }

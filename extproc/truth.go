@@ -72,7 +72,7 @@ func classifyTransfer(hasUsage bool, promptTokens, cachedTokens int64, reportsDe
 // TransferRecord is one classified remote-prefill request, for Explain and the status page.
 type TransferRecord struct {
 	At           time.Time
-	Decision     uint64 // the decision's route.Entry.Seq (0: the server keeps no Recent)
+	Decision     uint64 // the decision's decisionlog.Entry.Seq (0: the server keeps no Recent)
 	RequestID    string
 	Prefill      string // prefill worker id
 	Decode       string // decode worker id
@@ -94,7 +94,7 @@ type transferLog struct {
 	ring    []TransferRecord
 	next    int
 	full    bool
-	// ended is a ring of the decisions (route.Entry.Seq) of remote-prefill requests whose
+	// ended is a ring of the decisions (decisionlog.Entry.Seq) of remote-prefill requests whose
 	// stream ended without a classification (an error, a cancel); as long as ring.
 	ended   []uint64
 	endNext int

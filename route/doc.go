@@ -21,11 +21,11 @@
 // model) selects the model, and a name no model serves is refused (ErrUnknownModel) or passed
 // through by load, per Options.UnknownModel. Every model runs the same Decide.
 //
-// Recent keeps the last decisions and the placement mix over time in fixed rings for the admin
-// status page; extproc adds every routed request to it.
+// The log of the last decisions and the placement mix (the admin status page's, Admin
+// Recent's) is not kept here: package decisionlog records Outcomes, and imports route for
+// that, never the other way.
 //
 // Concurrency: a Router is safe for concurrent use; the policy config is swapped atomically.
-// A Recent is safe for concurrent use: Add takes one per-slot lock and never allocates.
-// Imports: tokenizer, kvindex, policy, pool, feedback (and prometheus for the index collector); never
-// extproc, cluster, kvevents or cmd.
+// Imports: tokenizer, kvindex, policy, pool, feedback (and prometheus for the index collector);
+// never extproc, decisionlog, cluster, kvevents or cmd.
 package route

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/condisagg/condisagg/admin"
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/server/config"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +78,7 @@ type service struct {
 	models []*servedModel // in configuration order
 	router *route.Router
 	ext    *extproc.Server
-	recent *route.Recent // the status page's last decisions and placement mix
+	recent *decisionlog.Recent // the status page's last decisions and placement mix
 	health *health.Server
 	ready  atomic.Bool
 	// startBodyBytes is max_body_bytes at startup: it fixed the ext_proc gRPC message limit.
@@ -175,7 +177,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
-	if s.recent, err = route.NewRecent(route.RecentOptions{}); err != nil {
+	if s.recent, err = decisionlog.NewRecent(decisionlog.RecentOptions{}); err != nil {
 		return err
 	}
 	s.ext, err = extproc.NewServer(extproc.ServerOptions{Router: s.router, Settings: cfg.Settings,
@@ -259,7 +261,7 @@ func (s *service) membership(ctx context.Context, m *servedModel, added, removed
 // background loops until ctx ends or a server fails (then the process exits non-zero, so its
 // supervisor restarts it).
 func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) error {
-	admin, err := extproc.NewAdmin(extproc.AdminOptions{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
+	svc, err := admin.New(admin.Options{Router: s.router, Streams: s.reporter(), Reload: s.reloadFromAdmin,
 		Promote: func(context.Context) error { return s.ext.PromoteShadow() }, Server: s.ext})
 	if err != nil {
 		return err
@@ -271,7 +273,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 	if hooks.ExtProc != nil {
 		hooks.ExtProc(g)
 	}
-	ag := extproc.NewAdminServer(admin, extproc.AdminServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
+	ag := admin.NewServer(svc, admin.ServerOptions{TLS: cfg.Admin.TLS, Token: cfg.Admin.Token})
 	var lis [3]net.Listener
 	for i, addr := range []string{cfg.Listen, cfg.AdminGRPCListen, cfg.AdminListen} {
 		if lis[i], err = net.Listen("tcp", addr); err != nil {
@@ -286,7 +288,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 	if cfg.Admin.TLS != nil {
 		hlis = tls.NewListener(hlis, cfg.Admin.TLS)
 	}
-	hsrv := &http.Server{Handler: s.httpHandler(admin, cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: s.httpHandler(svc, cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second}
 	// Readiness is known before the first health check can arrive: Envoy marks a router that
 	// answers NOT_SERVING unhealthy and does not ask again for its whole interval.
 	s.updateReady()
@@ -351,7 +353,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 }
 
 // reporter is the admin's stream reporter (nil without event streams).
-func (s *service) reporter() extproc.StreamReporter {
+func (s *service) reporter() admin.StreamReporter {
 	var all eventstreams.Models
 	for _, m := range s.models {
 		if m.streams != nil {

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/admin"
 	"github.com/condisagg/condisagg/internal/adminclient"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
@@ -127,7 +127,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // runRecent is `condisagg recent`: the last routed decisions with their disaggregation truth.
 func runRecent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newClientFlags("recent", stderr)
-	n := c.fs.Uint("n", extproc.DefaultRecentLimit, "decisions to show, newest first (at most "+strconv.Itoa(extproc.MaxRecentLimit)+")")
+	n := c.fs.Uint("n", admin.DefaultRecentLimit, "decisions to show, newest first (at most "+strconv.Itoa(admin.MaxRecentLimit)+")")
 	if err := c.fs.Parse(args); err != nil {
 		return 2
 	}

@@ -32,11 +32,13 @@ var allowed = map[string][]string{
 	"pool":                 {"policy", "internal/openaddr"},
 	"feedback":             {"policy"},
 	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
+	"decisionlog":          {"route", "policy"},
 	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
 	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents", "internal/splitmix"},
-	"extproc":              {"route", "policy", "pool", "kvindex", "proto/condisagg/v1"},
+	"extproc":              {"route", "policy", "decisionlog"},
+	"admin":                {"route", "policy", "kvindex", "decisionlog", "proto/condisagg/v1"},
 	"envoy":                {"internal/proc", "internal/repo"},
 	"internal/repo":        {},
 	"internal/reqjson":     {},
@@ -45,11 +47,11 @@ var allowed = map[string][]string{
 	"internal/openaddr":    {},
 	"internal/svgplot":     {},
 	"internal/adminclient": {"proto/condisagg/v1"},
-	"server": {"extproc", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
+	"server": {"extproc", "admin", "decisionlog", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
 		"server/config", "server/statuspage", "server/eventstreams"},
 	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube"},
-	"server/statuspage":    {"extproc", "route", "policy", "pool", "kvindex", "server/config"},
-	"server/eventstreams":  {"extproc", "kvevents/zmq", "policy", "pool"},
+	"server/statuspage":    {"extproc", "admin", "route", "policy", "pool", "kvindex", "server/config", "decisionlog"},
+	"server/eventstreams":  {"admin", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo"},
 	"pool/kube":            {"pool"},
 	"pool/probe":           {"pool"},
@@ -64,7 +66,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 // pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
 // none of their non-test files may import: no sockets, HTTP, files or processes. Their shells

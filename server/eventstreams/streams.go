@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/admin"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -103,12 +103,12 @@ func (s *Streams) Routed(worker string) {
 }
 
 // StreamInfo reports the stream for ListWorkers.
-func (s *Streams) StreamInfo(worker string) (extproc.StreamInfo, bool) {
+func (s *Streams) StreamInfo(worker string) (admin.StreamInfo, bool) {
 	st, ok := s.status(worker)
 	if !ok {
-		return extproc.StreamInfo{}, false
+		return admin.StreamInfo{}, false
 	}
-	return extproc.StreamInfo{Connected: st.Connected, LastSeq: st.LastSeq, HasLastSeq: st.HasLast,
+	return admin.StreamInfo{Connected: st.Connected, LastSeq: st.LastSeq, HasLastSeq: st.HasLast,
 		Gaps: st.Gaps, Replays: st.Replays, ReplaysLost: st.ReplaysLost, LastEvent: st.LastEvent}, true
 }
 
@@ -131,11 +131,11 @@ func (s *Streams) Seen(worker string) bool {
 type Models []*Streams
 
 // StreamInfo reports the worker's stream from the model that has it.
-func (ms Models) StreamInfo(worker string) (extproc.StreamInfo, bool) {
+func (ms Models) StreamInfo(worker string) (admin.StreamInfo, bool) {
 	for _, s := range ms {
 		if si, ok := s.StreamInfo(worker); ok {
 			return si, true
 		}
 	}
-	return extproc.StreamInfo{}, false
+	return admin.StreamInfo{}, false
 }

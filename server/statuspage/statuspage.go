@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/condisagg/condisagg/admin"
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/server/config"
@@ -18,12 +20,12 @@ import (
 // through functions because they change while serving.
 type Sources struct {
 	Router *route.Router
-	Server *extproc.Server // its ring of classified remote-prefill transfers
-	Recent *route.Recent   // the last decisions and the placement mix
+	Server *extproc.Server     // its ring of classified remote-prefill transfers
+	Recent *decisionlog.Recent // the last decisions and the placement mix
 	// Ready reports whether the router can route (a healthy decode worker exists).
 	Ready func() bool
 	// Streams reports the KV event streams; it may return nil (no event streams).
-	Streams func() extproc.StreamReporter
+	Streams func() admin.StreamReporter
 	// Config is the configuration in force (the last accepted reload).
 	Config func() *config.Config
 	// ConfigPath is the configuration file ("" : flags only).
@@ -56,9 +58,9 @@ func Register(mux *http.ServeMux, src Sources, token string) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
 	mux.Handle("GET /ui/", uiHeaders(files))
-	mux.Handle("GET /ui/api/state", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiState))))
-	mux.Handle("GET /ui/api/config", uiHeaders(extproc.RequireToken(token, http.HandlerFunc(s.uiConfig))))
-	mux.Handle("GET /ui/api/", uiHeaders(extproc.RequireToken(token, http.NotFoundHandler())))
+	mux.Handle("GET /ui/api/state", uiHeaders(admin.RequireToken(token, http.HandlerFunc(s.uiState))))
+	mux.Handle("GET /ui/api/config", uiHeaders(admin.RequireToken(token, http.HandlerFunc(s.uiConfig))))
+	mux.Handle("GET /ui/api/", uiHeaders(admin.RequireToken(token, http.NotFoundHandler())))
 }
 
 // uiHeaders sets what every status page answer carries: no caching, no framing, no sniffing,
@@ -81,8 +83,8 @@ func (s *page) uiState(w http.ResponseWriter, r *http.Request) {
 	limit := uiDecisionsDefault
 	if q := r.URL.Query().Get("decisions"); q != "" {
 		n, err := strconv.Atoi(q)
-		if err != nil || n < 0 || n > route.MaxRecentDecisions {
-			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(route.MaxRecentDecisions)+"]", http.StatusBadRequest)
+		if err != nil || n < 0 || n > decisionlog.MaxRecentDecisions {
+			http.Error(w, "decisions: "+strconv.Quote(q)+" must be an integer in [0, "+strconv.Itoa(decisionlog.MaxRecentDecisions)+"]", http.StatusBadRequest)
 			return
 		}
 		limit = n

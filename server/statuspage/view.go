@@ -3,7 +3,8 @@ package statuspage
 import (
 	"time"
 
-	"github.com/condisagg/condisagg/extproc"
+	"github.com/condisagg/condisagg/admin"
+	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -207,7 +208,7 @@ func (s *page) stateView(now time.Time, limit int) State {
 		st.Models = append(st.Models, mj)
 	}
 	st.Decisions = decisionsJSON{Total: s.Recent.Total(), Kept: s.Recent.Size(), Latest: []decisionJSON{}}
-	for _, e := range s.Recent.Latest(make([]route.Entry, 0, min(limit, s.Recent.Size())), limit) {
+	for _, e := range s.Recent.Latest(make([]decisionlog.Entry, 0, min(limit, s.Recent.Size())), limit) {
 		st.Decisions.Latest = append(st.Decisions.Latest, decisionView(e))
 	}
 	st.Transfers = []transferJSON{}
@@ -219,11 +220,11 @@ func (s *page) stateView(now time.Time, limit int) State {
 		}
 		st.Transfers = append(st.Transfers, tj)
 	}
-	st.Mix = mixJSON{BucketSeconds: s.Recent.Bucket().Seconds(), Placements: route.PlacementNames[:]}
+	st.Mix = mixJSON{BucketSeconds: s.Recent.Bucket().Seconds(), Placements: decisionlog.PlacementNames[:]}
 	for _, b := range s.Recent.Mix(now) {
-		bj := mixBucketJSON{Start: b.Start, Counts: make(map[string]int64, route.NumPlacements)}
+		bj := mixBucketJSON{Start: b.Start, Counts: make(map[string]int64, decisionlog.NumPlacements)}
 		for p, n := range b.Counts {
-			bj.Counts[route.PlacementNames[p]] = n
+			bj.Counts[decisionlog.PlacementNames[p]] = n
 		}
 		st.Mix.Buckets = append(st.Mix.Buckets, bj)
 	}
@@ -231,7 +232,7 @@ func (s *page) stateView(now time.Time, limit int) State {
 }
 
 // workerView describes one worker of a model with index ix; streams may be nil.
-func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams extproc.StreamReporter) Worker {
+func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams admin.StreamReporter) Worker {
 	wj := Worker{ID: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, DPRank: w.Rank,
 		DPSize: w.DataParallelSize, Healthy: w.Healthy, HealthReason: string(w.HealthReason), HealthSince: w.HealthSince,
 		Booked:           bookedJSON{Requests: w.ActiveRequests, PrefillTokens: w.ActivePrefillTokens, DecodeBlocks: w.ActiveDecodeBlocks},
@@ -266,11 +267,11 @@ func workerView(now time.Time, w pool.WorkerInfo, ix *kvindex.Index, streams ext
 }
 
 // decisionView describes one recorded decision.
-func decisionView(e route.Entry) decisionJSON {
+func decisionView(e decisionlog.Entry) decisionJSON {
 	d := decisionJSON{Seq: e.Seq, At: e.At, RequestID: e.RequestID, Model: e.Model, LoRA: e.LoRA, Record: e.Record,
 		LatencyMicros: float64(e.Latency.Nanoseconds()) / 1e3}
-	d.Placement = route.PlacementNames[e.Placement]
-	if e.Placement == route.PlacementFallback {
+	d.Placement = decisionlog.PlacementNames[e.Placement]
+	if e.Placement == decisionlog.PlacementFallback {
 		return d
 	}
 	in := &e.Inputs

@@ -1,9 +1,10 @@
-package extproc
+package admin
 
 import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -26,7 +27,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 // ExplainHandler is POST /debug/explain?path=/v1/chat/completions with the OpenAI body: the
 // Admin Explain answer as JSON. Bodies over maxBody() bytes (the live max_body_bytes) get 413,
 // an invalid body 400, an unknown model 404, any other routing error 503.
-func (a *Admin) ExplainHandler(maxBody func() int) http.Handler {
+func (a *Service) ExplainHandler(maxBody func() int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Query().Get("path")
 		if path == "" {
@@ -54,4 +55,34 @@ func (a *Admin) ExplainHandler(maxBody func() int) http.Handler {
 		w.Header().Set("content-type", "application/json")
 		_, _ = w.Write(out)
 	})
+}
+
+// HTTPOptions are what the admin HTTP port needs besides the Service.
+type HTTPOptions struct {
+	Token   string                  // "": /debug/explain needs no bearer token
+	Metrics http.Handler            // GET /metrics
+	Ready   func() (bool, []string) // GET /readyz: whether the router is ready, and one line per detail
+	MaxBody func() int              // the live max_body_bytes, /debug/explain's body limit
+}
+
+// HTTPMux returns the admin HTTP port's endpoints on a mux of their own: GET /metrics,
+// GET /healthz, GET /readyz and POST /debug/explain, which reveals cache contents and routing
+// and so requires the token when one is set. The caller may add more (the status page).
+func (a *Service) HTTPMux(opts HTTPOptions) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", opts.Metrics)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ready, lines := opts.Ready()
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready\n"+strings.Join(lines, "\n")+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n"+strings.Join(lines, "\n")+"\n")
+	})
+	mux.Handle("POST /debug/explain", RequireToken(opts.Token, a.ExplainHandler(opts.MaxBody)))
+	return mux
 }

@@ -1,4 +1,4 @@
-package extproc
+package admin
 
 import (
 	"context"
@@ -17,35 +17,29 @@ import (
 // is unclassified, one still in flight is pending and a passthrough is not remote. All three remote requests share one x-request-id,
 // so the join cannot lean on it.
 func TestAdminRecentTransferTruth(t *testing.T) {
-	e := newEnv(t, envOptions{workers: defaultWorkers()[1:]}) // one decode worker: every chat request is remote
-	ac := condisaggv1.NewAdminClient(startAdmin(t, e, AdminServerOptions{}))
+	e := newEnv(t, fleet[1:]...) // one decode worker: every chat request is remote
+	ac := startAdmin(t, e, ServerOptions{})
 	answered := func(cached string) {
-		v := e.open(buffered, streamed)
-		if h := decideBuffered(t, v, chatBody("a question about transfers "+cached, false)); h[HeaderRoute] != "prefill" {
-			t.Fatalf("route %s, want prefill", h[HeaderRoute])
+		v := e.open()
+		if route := v.decide(chatBody("a question about transfers "+cached, false)); route != "prefill" {
+			t.Fatalf("route %s, want prefill", route)
 		}
-		v.responseHeaders(false, ":status", "200", "content-type", "application/json", "x-condisagg-kv-transfer", "pulled")
-		v.recv()
-		v.responseBody([]byte(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],`+
-			`"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":`+cached+`}}}`), true)
-		v.recv()
-		v.closeAndDrain()
+		v.answer(`{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":`+cached+`}}}`,
+			":status", "200", "content-type", "application/json", "x-condisagg-kv-transfer", "pulled")
+		v.close()
 	}
 	answered("39") // L-1 (vLLM < 0.32; 0.32 reports L): the decode worker read the prefill worker's KV
 	answered("38") // less: it computed part of the prompt again
-	failed := e.open(buffered, streamed)
-	decideBuffered(t, failed, chatBody("a question the decode worker fails", false))
-	failed.responseHeaders(false, ":status", "503", "content-type", "application/json")
-	failed.recv()
-	failed.responseBody([]byte(`{"error":{"message":"overloaded"}}`), true)
-	failed.recv()
-	failed.closeAndDrain()
-	inFlight := e.open(buffered, streamed)
-	decideBuffered(t, inFlight, chatBody("a question still being answered", true))
-	v := e.open(buffered, streamed)
-	v.requestHeaders(true, ":method", "GET", ":path", "/v1/models", "x-request-id", "req-models")
-	v.recv()
-	v.closeAndDrain()
+	failed := e.open()
+	failed.decide(chatBody("a question the decode worker fails", false))
+	failed.answer(`{"error":{"message":"overloaded"}}`, ":status", "503", "content-type", "application/json")
+	failed.close()
+	inFlight := e.open()
+	inFlight.decide(chatBody("a question still being answered", true))
+	v := e.open()
+	v.bodyless(":method", "GET", ":path", "/v1/models", "x-request-id", "req-models")
+	v.close()
 
 	resp, err := ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: 10})
 	if err != nil {
@@ -75,7 +69,7 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 			t.Errorf("decision %d (newest first): %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	inFlight.closeAndDrain()
+	inFlight.close()
 
 	if r, err := ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: 1}); err != nil || len(r.GetDecisions()) != 1 || r.GetDecisions()[0].GetPlacement() != "fallback" {
 		t.Errorf("Recent{limit 1}: %v, %v; want the newest decision only", r, err)

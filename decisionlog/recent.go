@@ -1,4 +1,4 @@
-package route
+package decisionlog
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // Placement is where a routed request went, as the placement mix counts it. The three are
@@ -28,7 +29,7 @@ const (
 var PlacementNames = [NumPlacements]string{"prefill", "decode", "prefill_local", "fallback"}
 
 // PlacementOf classifies an outcome.
-func PlacementOf(out *Outcome) Placement {
+func PlacementOf(out *route.Outcome) Placement {
 	switch {
 	case out.Route == policy.RoutePrefill:
 		return PlacementPrefill
@@ -45,10 +46,10 @@ type Entry struct {
 	Seq       uint64 // 1 for the first decision the Recent saw, then one more per decision
 	At        time.Time
 	RequestID string // x-request-id ("" when the request had none)
-	Model     string // Outcome.Model
-	LoRA      string // Outcome.LoRA
+	Model     string // route.Outcome.Model
+	LoRA      string // route.Outcome.LoRA
 	Placement Placement
-	Record    Record
+	Record    route.Record
 	Inputs    policy.Inputs // every input of the policy (zero for fallbacks)
 	Latency   time.Duration // the pipeline's stages summed
 }
@@ -109,13 +110,13 @@ func NewRecent(o RecentOptions) (*Recent, error) {
 	o.Bucket = cmp.Or(o.Bucket, DefaultMixBucket)
 	var errs []error
 	if o.Decisions < 1 || o.Decisions > MaxRecentDecisions {
-		errs = append(errs, fmt.Errorf("route: recent decisions: %d is outside [1, %d]", o.Decisions, MaxRecentDecisions))
+		errs = append(errs, fmt.Errorf("decisionlog: recent decisions: %d is outside [1, %d]", o.Decisions, MaxRecentDecisions))
 	}
 	if o.Buckets < 1 || o.Buckets > MaxMixBuckets {
-		errs = append(errs, fmt.Errorf("route: mix buckets: %d is outside [1, %d]", o.Buckets, MaxMixBuckets))
+		errs = append(errs, fmt.Errorf("decisionlog: mix buckets: %d is outside [1, %d]", o.Buckets, MaxMixBuckets))
 	}
 	if o.Bucket < time.Second {
-		errs = append(errs, fmt.Errorf("route: mix bucket: %s must be at least 1s", o.Bucket))
+		errs = append(errs, fmt.Errorf("decisionlog: mix bucket: %s must be at least 1s", o.Bucket))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ func NewRecent(o RecentOptions) (*Recent, error) {
 
 // Add records the routed outcome out, decided at at, and returns its Seq (0 for a nil Recent),
 // by which later facts about the request (its transfer outcome) are joined to the entry.
-func (r *Recent) Add(at time.Time, requestID string, out *Outcome) uint64 {
+func (r *Recent) Add(at time.Time, requestID string, out *route.Outcome) uint64 {
 	if r == nil {
 		return 0
 	}

@@ -1,13 +1,10 @@
-package extproc
+package admin
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
@@ -31,9 +28,30 @@ type StreamReporter interface {
 	StreamInfo(worker string) (StreamInfo, bool)
 }
 
-// AdminOptions are the Admin service's collaborators; Router is required.
-type AdminOptions struct {
-	Router  *route.Router
+// Decider is what Explain asks of the decision pipeline: a dry-run decision and the policy
+// config in force.
+type Decider interface {
+	Decide(ctx context.Context, req *route.Request) (route.Outcome, error)
+	Policy() *policy.Config
+}
+
+// Fleet is what ListWorkers and ResetPrefixCache ask of it: every served model with its pool
+// and index.
+type Fleet interface {
+	Models() []route.ModelInfo
+}
+
+// Router is everything the Service asks of the decision pipeline; *route.Router satisfies it.
+type Router interface {
+	Decider
+	Fleet
+	// ShadowStats is the shadow candidate's agreement with the live config (Shadow).
+	ShadowStats() route.ShadowStats
+}
+
+// Options are the Service's collaborators; Router is required.
+type Options struct {
+	Router  Router
 	Streams StreamReporter // nil: no worker has an event stream
 	// Reload re-reads and applies the configuration file; nil: ReloadConfig is unavailable.
 	Reload func(ctx context.Context) error
@@ -42,22 +60,22 @@ type AdminOptions struct {
 	// HTTPClient asks engines to reset their prefix cache (ResetPrefixCache); default: a
 	// client with a 30 s timeout.
 	HTTPClient *http.Client
-	// Server is the ext_proc service whose recent decisions Recent reports; nil: Recent is
+	// Server is the ext_proc server whose recent decisions Recent reports; nil: Recent is
 	// unavailable.
-	Server *Server
+	Server RecentSource
 	Now    func() time.Time // default time.Now
 }
 
-// Admin implements condisagg.v1.Admin.
-type Admin struct {
+// Service implements condisagg.v1.Admin.
+type Service struct {
 	condisaggv1.UnimplementedAdminServer
-	opts AdminOptions
+	opts Options
 }
 
-// NewAdmin returns the Admin service.
-func NewAdmin(opts AdminOptions) (*Admin, error) {
+// New returns the Admin service.
+func New(opts Options) (*Service, error) {
 	if opts.Router == nil {
-		return nil, fmt.Errorf("extproc: admin: router is required")
+		return nil, fmt.Errorf("admin: router is required")
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -65,19 +83,19 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
-	return &Admin{opts: opts}, nil
+	return &Service{opts: opts}, nil
 }
 
 // Explain decides for an OpenAI request without booking anything.
-func (a *Admin) Explain(ctx context.Context, req *condisaggv1.ExplainRequest) (*condisaggv1.ExplainResponse, error) {
+func (a *Service) Explain(ctx context.Context, req *condisaggv1.ExplainRequest) (*condisaggv1.ExplainResponse, error) {
 	resp, err := a.explain(ctx, req.GetPath(), req.GetBody())
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, statusOf(err)
 	}
 	return resp, nil
 }
 
-func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
+func (a *Service) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
 	ep := route.ParseEndpoint(path)
 	if ep == route.EndpointOther {
 		return nil, fmt.Errorf("%w: path %q is not /v1/chat/completions or /v1/completions", route.ErrInvalidBody, path)
@@ -118,7 +136,7 @@ func (a *Admin) explain(ctx context.Context, path string, body []byte) (*condisa
 }
 
 // ListWorkers reports every discovered worker of every served model, in model order.
-func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*condisaggv1.ListWorkersResponse, error) {
+func (a *Service) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*condisaggv1.ListWorkersResponse, error) {
 	resp := &condisaggv1.ListWorkersResponse{}
 	for _, m := range a.opts.Router.Models() {
 		resp.Workers = a.appendWorkers(resp.Workers, &m)
@@ -127,7 +145,7 @@ func (a *Admin) ListWorkers(context.Context, *condisaggv1.ListWorkersRequest) (*
 }
 
 // appendWorkers appends the workers of model m.
-func (a *Admin) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*condisaggv1.Worker {
+func (a *Service) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*condisaggv1.Worker {
 	now := a.opts.Now()
 	for _, w := range m.Pool.Workers() {
 		pw := &condisaggv1.Worker{Id: w.ID, Name: w.Name, Role: string(w.Role), Endpoint: w.Endpoint, Model: m.Name,
@@ -156,10 +174,10 @@ func (a *Admin) appendWorkers(dst []*condisaggv1.Worker, m *route.ModelInfo) []*
 }
 
 // ReloadConfig re-reads the configuration; a rejected file keeps the old configuration.
-func (a *Admin) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
+func (a *Service) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigRequest) (*condisaggv1.ReloadConfigResponse, error) {
 	if req.GetPromoteShadow() {
 		if a.opts.Promote == nil {
-			return nil, adminStatus(errNoReload)
+			return nil, statusOf(errNoReload)
 		}
 		if err := a.opts.Promote(ctx); err != nil {
 			return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
@@ -167,7 +185,7 @@ func (a *Admin) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigR
 		return &condisaggv1.ReloadConfigResponse{Applied: true, Message: "shadow config promoted: live until the next reload from the file"}, nil
 	}
 	if a.opts.Reload == nil {
-		return nil, adminStatus(errNoReload)
+		return nil, statusOf(errNoReload)
 	}
 	if err := a.opts.Reload(ctx); err != nil {
 		return &condisaggv1.ReloadConfigResponse{Applied: false, Message: err.Error()}, nil
@@ -176,7 +194,7 @@ func (a *Admin) ReloadConfig(ctx context.Context, req *condisaggv1.ReloadConfigR
 }
 
 // Shadow reports the candidate config's agreement with the live one.
-func (a *Admin) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisaggv1.ShadowResponse, error) {
+func (a *Service) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisaggv1.ShadowResponse, error) {
 	st := a.opts.Router.ShadowStats()
 	resp := &condisaggv1.ShadowResponse{LiveConfig: a.opts.Router.Policy().Disagg.String(), CandidateConfig: st.Config,
 		Decisions: st.Decisions, SameRoute: st.SameRoute, SameWorkers: st.SameWorkers,
@@ -211,43 +229,3 @@ func sloForecasts(in *policy.Inputs) (ttftMs, tpotMs float64, est []*condisaggv1
 	}
 	return in.SLO.TTFT.Seconds() * 1000, in.SLO.TPOT.Seconds() * 1000, est
 }
-
-// Recent bounds: the answer of the largest limit stays far below gRPC's 4 MiB message limit.
-const (
-	DefaultRecentLimit = 20
-	MaxRecentLimit     = 1000
-)
-
-// Recent returns the latest routed decisions with their disaggregation truth.
-func (a *Admin) Recent(_ context.Context, req *condisaggv1.RecentRequest) (*condisaggv1.RecentResponse, error) {
-	if a.opts.Server == nil {
-		return nil, status.Error(codes.Unimplemented, "extproc: recent: this Admin service has no ext_proc server to report")
-	}
-	limit := int(req.GetLimit())
-	if limit > MaxRecentLimit {
-		return nil, status.Errorf(codes.InvalidArgument, "limit: %d is above the maximum %d; ask for at most %d decisions",
-			limit, MaxRecentLimit, MaxRecentLimit)
-	}
-	if limit == 0 {
-		limit = DefaultRecentLimit
-	}
-	total, kept := a.opts.Server.RecentTotal()
-	resp := &condisaggv1.RecentResponse{Total: total, Kept: uint32(kept)}
-	for _, d := range a.opts.Server.RecentDecisions(limit) {
-		e := &d.Entry
-		pd := &condisaggv1.RecentDecision{Seq: e.Seq, At: timeText(e.At), RequestId: e.RequestID,
-			BookingId: e.Record.BookingID, Model: e.Model, LoraAdapter: e.LoRA, Placement: route.PlacementNames[e.Placement],
-			Route: e.Record.Route, Reason: e.Record.Reason, DecodeWorker: e.Record.Decode, PrefillWorker: e.Record.Prefill,
-			Tokens: int64(e.Record.ISL), CachedTokens: int64(e.Record.Cached),
-			LatencyMs: float64(e.Latency) / float64(time.Millisecond), Transfer: string(d.Transfer)}
-		pd.SloTtftMs, pd.SloTpotMs, pd.Estimates = sloForecasts(&e.Inputs)
-		if !d.Record.At.IsZero() {
-			pd.TransferPromptTokens, pd.TransferCachedTokens = d.Record.PromptTokens, d.Record.CachedTokens
-			pd.TransferAt = timeText(d.Record.At)
-		}
-		resp.Decisions = append(resp.Decisions, pd)
-	}
-	return resp, nil
-}
-
-func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

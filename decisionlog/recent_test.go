@@ -1,4 +1,4 @@
-package route
+package decisionlog
 
 import (
 	"math/rand/v2"
@@ -9,17 +9,18 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // t0 is a bucket boundary (10 s buckets).
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-func outcomeOf(route policy.Route, reason policy.Reason, decode, prefill string) *Outcome {
-	out := &Outcome{Route: route, Reason: reason.String(), Decode: Worker{ID: decode}, Prefill: Worker{ID: prefill},
+func outcomeOf(r policy.Route, reason policy.Reason, decode, prefill string) *route.Outcome {
+	out := &route.Outcome{Route: r, Reason: reason.String(), Decode: route.Worker{ID: decode}, Prefill: route.Worker{ID: prefill},
 		Tokens: 100, Keys: 6}
-	out.Decision.Route, out.Decision.Reason = route, reason
+	out.Decision.Route, out.Decision.Reason = r, reason
 	out.Decision.Inputs.ISL, out.Decision.Inputs.Eff = 100, 40
-	out.Stages = [NumStages]time.Duration{time.Millisecond, time.Microsecond, time.Microsecond, time.Microsecond}
+	out.Stages = [route.NumStages]time.Duration{time.Millisecond, time.Microsecond, time.Microsecond, time.Microsecond}
 	return out
 }
 

@@ -1,4 +1,4 @@
-package extproc
+package admin
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // errUnknownWorker: ResetPrefixCache named no discovered worker.
-var errUnknownWorker = errors.New("extproc: admin: unknown worker")
+var errUnknownWorker = errors.New("admin: unknown worker")
 
 // maxResetAnswer bounds how much of the engine's answer to a reset is read.
 const maxResetAnswer = 64 << 10
@@ -32,10 +32,10 @@ type fencedRank struct {
 // The order matters (kvindex fence.go): every rank is fenced before the engine is asked, so
 // neither a batch published before the reset nor the engine's late AllBlocksCleared can land
 // between the reset and the clear; a refused reset lifts the fences and keeps the entries.
-func (a *Admin) ResetPrefixCache(ctx context.Context, req *condisaggv1.ResetPrefixCacheRequest) (*condisaggv1.ResetPrefixCacheResponse, error) {
+func (a *Service) ResetPrefixCache(ctx context.Context, req *condisaggv1.ResetPrefixCacheRequest) (*condisaggv1.ResetPrefixCacheResponse, error) {
 	engine, endpoint, ranks, err := a.resolveEngine(req.GetWorker())
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, statusOf(err)
 	}
 	url := "http://" + endpoint + "/reset_prefix_cache"
 	fenced := make([]fencedRank, len(ranks))
@@ -64,7 +64,7 @@ func (a *Admin) ResetPrefixCache(ctx context.Context, req *condisaggv1.ResetPref
 
 // resolveEngine finds the engine server that name denotes (a worker's name, its engine id or
 // the id of one of its ranks), its HTTP endpoint and every rank of it in every model's index.
-func (a *Admin) resolveEngine(name string) (engine, endpoint string, ranks []fencedRank, err error) {
+func (a *Service) resolveEngine(name string) (engine, endpoint string, ranks []fencedRank, err error) {
 	if name == "" {
 		return "", "", nil, fmt.Errorf("%w: worker: empty; name a worker (condisagg workers lists them)", route.ErrInvalidBody)
 	}
@@ -102,7 +102,7 @@ func (a *Admin) resolveEngine(name string) (engine, endpoint string, ranks []fen
 
 // postReset asks the engine to reset its prefix cache; nil means it said it did. vLLM answers
 // {"success": false} (or an error status) while a request is running.
-func (a *Admin) postReset(ctx context.Context, url string) error {
+func (a *Service) postReset(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return err
