@@ -64,6 +64,14 @@ type reqState struct {
 	res    *workload.Result
 }
 
+// router is the decision pipeline as the simulator uses it: decisions (with their tickets)
+// and the shadow candidate; *route.Router satisfies it.
+type router interface {
+	Decide(ctx context.Context, req *route.Request) (route.Outcome, error)
+	SetShadow(c *policy.Config) error
+	ShadowStats() route.ShadowStats
+}
+
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
 type virtualClock struct{ now *time.Duration }
 
@@ -88,7 +96,7 @@ type Cluster struct {
 	done    int
 	err     error
 
-	router  *route.Router     // the server's decision pipeline
+	router  router            // the server's decision pipeline (route.New)
 	learner *feedback.Learner // what the router learns from the answers (slo feedback, role advice)
 	store   kvindex.Store
 	opts    Options

@@ -3,8 +3,6 @@ package extproc
 import (
 	"context"
 	"errors"
-	"github.com/condisagg/condisagg/decisionlog"
-	"github.com/condisagg/condisagg/route"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/condisagg/condisagg/decisionlog"
 )
 
 // ProcessStream is what Process needs of a gRPC stream.
@@ -24,7 +24,7 @@ type ProcessStream interface {
 // Server is the ext_proc service. It holds no per-stream state.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	router      *route.Router
+	router      Router
 	settings    atomic.Pointer[Settings]
 	metrics     *Metrics
 	log         *slog.Logger
@@ -58,7 +58,7 @@ func (s *Server) warnPolicyError(requestID string, err error) {
 
 // ServerOptions are the Server's collaborators. Router, Settings and Metrics are required.
 type ServerOptions struct {
-	Router   *route.Router // the decision pipeline
+	Router   Router // the decision pipeline
 	Settings *Settings     // validated here; Settings.Policy is handed to the router
 	Metrics  *Metrics
 	Logger   *slog.Logger // nil discards
@@ -157,13 +157,14 @@ func (s *Server) TransfersByDecision(seqs map[uint64]bool) map[uint64]decisionlo
 	return out
 }
 
-// Router returns the decision pipeline the server routes with.
-func (s *Server) Router() *route.Router { return s.router }
-
 // UpdateSilence evaluates every worker's event stream (route.Router.UpdateSilence) and sets
 // condisagg_kv_events_silent_workers; it returns the workers whose state changed.
 func (s *Server) UpdateSilence(now time.Time, prev map[string]bool) []string {
-	return s.router.UpdateSilence(now, prev, s.metrics.SilentWorkers)
+	ev := s.router.UpdateSilence(now, prev)
+	for role, n := range ev.Silent {
+		s.metrics.SilentWorkers.WithLabelValues(string(role)).Set(float64(n))
+	}
+	return ev.Changed
 }
 
 // Process runs one ext_proc stream (one HTTP request): receive, step the per-stream machine,

@@ -3,20 +3,27 @@ package route
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 )
 
-// UpdateSilence evaluates every worker's KV event stream at now (conditional-disagg.md
-// §8.3), sets silent (condisagg_kv_events_silent_workers{pool}, nil: no gauge) and returns the
-// workers whose state changed since the previous call (for one warning per transition). prev
-// is the previous silent set and is updated in place. Without EventStreams nothing is ever
-// silent. Every model's workers count (worker ids are unique across models).
-func (r *Router) UpdateSilence(now time.Time, prev map[string]bool, silent *prometheus.GaugeVec) (changed []string) {
+// Silence is one evaluation of the workers' KV event streams.
+type Silence struct {
+	// Changed are the workers whose state changed since the previous evaluation (for one
+	// warning per transition).
+	Changed []string
+	// Silent counts the silent workers per role (both roles present); nil when no model has
+	// event streams, so there is nothing to report.
+	Silent map[pool.Role]int
+}
+
+// UpdateSilence evaluates every worker's KV event stream at now (conditional-disagg.md §8.3).
+// prev is the previous silent set and is updated in place. Without EventStreams nothing is
+// ever silent. Every model's workers count (worker ids are unique across models).
+func (r *Router) UpdateSilence(now time.Time, prev map[string]bool) Silence {
 	rule := r.policy.Load().Silence
 	counts := map[pool.Role]int{pool.RoleDecode: 0, pool.RolePrefill: 0}
+	var changed []string
 	streams := false
 	for _, m := range r.models {
 		if m.streams == nil {
@@ -35,12 +42,7 @@ func (r *Router) UpdateSilence(now time.Time, prev map[string]bool, silent *prom
 		}
 	}
 	if !streams {
-		return nil
+		return Silence{}
 	}
-	if silent != nil {
-		for role, n := range counts {
-			silent.WithLabelValues(string(role)).Set(float64(n))
-		}
-	}
-	return changed
+	return Silence{Changed: changed, Silent: counts}
 }

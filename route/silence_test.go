@@ -68,7 +68,7 @@ func TestSilenceCountsOnlyStoringRequests(t *testing.T) {
 			if got := streams.total(); got != want {
 				t.Fatalf("%d routed requests counted towards silence; want %d", got, want)
 			}
-			if silent := r.UpdateSilence(time.Now(), map[string]bool{}, nil); !c.wantCount && len(silent) != 0 {
+			if silent := r.UpdateSilence(time.Now(), map[string]bool{}).Changed; !c.wantCount && len(silent) != 0 {
 				t.Fatalf("workers flagged silent after short prompts only: %v", silent)
 			}
 		})
