@@ -25,7 +25,7 @@ vet: deps
 
 # The cores build without cgo (no czmq needed to simulate or decide); internal/layers checks the
 # same closure and the allowed package graph.
-CORES := ./cost ./policy ./kvindex ./pool ./pool/kube ./workload ./sim ./kvevents ./route ./cluster ./tokenizer ./tune
+CORES := ./cost ./policy ./feedback ./kvindex ./pool ./pool/kube ./workload ./sim ./kvevents ./route ./decisionlog ./cluster ./tokenizer ./tune
 
 test: deps vet
 	CGO_ENABLED=0 $(GO) build $(CORES)
