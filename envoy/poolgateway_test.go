@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/set_metadata/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
@@ -30,7 +29,7 @@ func poolParams(sel PoolSelection, subset bool) PoolGatewayParams {
 // cluster reading the header or the metadata.
 func TestPoolGatewayPassesEnvoyValidate(t *testing.T) {
 	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	for _, sel := range []PoolSelection{SelectByHeader, SelectByMetadata} {
 		for _, subset := range []bool{false, true} {

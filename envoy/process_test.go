@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/condisagg/condisagg/internal/leakcheck"
 )
@@ -97,7 +96,7 @@ func startEnvoy(t *testing.T, p Params) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	proc, err := Start(ctx, bin, path, StartOptions{})
 	if err != nil {
@@ -131,7 +130,7 @@ type result struct {
 
 func send(t *testing.T, proc *Process, method, path string, body []byte, headers map[string]string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+proc.ListenerAddr("llm")+path, bytes.NewReader(body))
 	if err != nil {
@@ -352,7 +351,7 @@ func TestStartReportsEnvoyFailure(t *testing.T) {
 	if err := os.WriteFile(path, []byte("static_resources: {listeners: [{name: x, nonsense: 1}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	proc, err := Start(ctx, bin, path, StartOptions{})
 	if err == nil {
