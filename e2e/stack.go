@@ -567,7 +567,7 @@ func (s *Stack) startEnvoys(ctx context.Context) error {
 	host, port, _ := net.SplitHostPort(s.GRPCAddr)
 	n, _ := strconv.Atoi(port)
 	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailOpen, ExtProc: envoy.Endpoint{Host: host, Port: n},
-		HealthCheckInterval: time.Second}
+		Proxy: envoy.Proxy{HealthCheckInterval: time.Second}}
 	for _, r := range s.Replicas[1:] {
 		e, err := envoy.ParseEndpoint(r.GRPCAddr)
 		if err != nil {

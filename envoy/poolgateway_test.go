@@ -143,7 +143,7 @@ func checkPoolGateway(t *testing.T, out []byte, p PoolGatewayParams) {
 // TestPoolGatewayParamsNameEveryProblem: bad parameters are refused, every one named.
 func TestPoolGatewayParamsNameEveryProblem(t *testing.T) {
 	_, err := RenderPoolGateway(PoolGatewayParams{Selection: SelectByMetadata, SubsetHint: []string{"10.0.0.1"},
-		PoolEndpoints: []Endpoint{{Host: "pods.llm.svc", Port: 8000}}, MaxRequests: -1})
+		PoolEndpoints: []Endpoint{{Host: "pods.llm.svc", Port: 8000}}, Proxy: Proxy{MaxRequests: -1}})
 	if err == nil {
 		t.Fatal("accepted")
 	}
