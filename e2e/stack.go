@@ -346,7 +346,9 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 	}
 	w.Endpoint = w.SimAddr
 	if spec.Role == Prefill {
-		port, err := FreePort()
+		// A stable port too: one released from port 0 could go to any other process's bind of
+		// port 0 before the sidecar binds it.
+		port, err := StablePort()
 		if err != nil {
 			return nil, err
 		}
@@ -628,16 +630,6 @@ func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params
 		s.accessLogs[e] = p.AccessLogPath
 	}
 	return e, nil
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("e2e: free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Stable ports come from [stablePortLow, stablePortHigh): below Linux's default ephemeral range
