@@ -158,9 +158,10 @@ type Replica struct {
 
 // startTimeout bounds the start of each process of the stack, from exec to the signal that it
 // is up: its log line with its addresses, and for condisagg also /readyz, for Envoy its admin
-// /ready. Every process gets its own: a whole stack's start under one budget ran out on two
-// cores busy with -race builds and other tests (condisagg, started last, was left seconds). A
-// process that exits is reported at once; one that hangs fails the test after this bound.
+// /ready. Every process gets its own: one 30 s budget for a whole stack ran out on two cores
+// busy with -race builds and other tests at condisagg's "serving" line, the workers and
+// sidecars started before it having spent it. A process that exits is reported at once; one
+// that hangs fails the test after this bound.
 const startTimeout = 2 * time.Minute
 
 // Start brings the stack up: workers, sidecars, condisagg (ready), Envoy. On failure
