@@ -32,7 +32,7 @@ func testEngineControlEveryPath(t *testing.T, s *Stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := envoy.Params{Mode: envoy.Streamed, FailOpen: envoy.FailClosed, HealthCheckInterval: time.Second}
+	p := envoy.Params{Mode: envoy.Streamed, FailOpen: envoy.FailClosed, Proxy: envoy.Proxy{HealthCheckInterval: time.Second}}
 	if p.ExtProc, err = envoy.ParseEndpoint(s.GRPCAddr); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ var chaosSizes = map[string]chaosSize{
 	"short": {name: "short", streams: 100, background: 40, ramp: 500 * time.Millisecond,
 		before: time.Second, after: 3 * time.Second, load: 3 * time.Second,
 		down: time.Second, slow: time.Second, hostile: 2, maxTokens: 24, timeScale: 0.2,
-		bigText: 1 << 20, requestTimeout: time.Minute, scenarioTimeout: time.Minute},
+		bigText: 1 << 20, requestTimeout: time.Minute, scenarioTimeout: scenarioTimeout},
 	// make chaos: 1,000 concurrent streams, longer load around every fault.
 	"full": {name: "full", streams: 1000, background: 200, ramp: 3 * time.Second,
 		before: 5 * time.Second, after: 10 * time.Second, load: 20 * time.Second,
@@ -536,8 +536,7 @@ func chaosForged(t *testing.T, c *chaos) {
 // response code details details (the client may have seen only a closed connection).
 func (c *chaos) refusedByEnvoy(t *testing.T, start time.Time, details string, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(c.ctx(t), 10*time.Second)
-	defer cancel()
+	ctx := c.ctx(t)
 	err := Poll(ctx, func() error {
 		got := 0
 		for _, env := range c.both() {

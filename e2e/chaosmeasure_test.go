@@ -186,8 +186,6 @@ type deadWindow struct {
 func (s *Stack) sentToDead(ctx context.Context, start time.Time, want map[*envoy.Process]int, windows []deadWindow) (int, []AccessEntry, error) {
 	from := start.Add(-time.Millisecond) // the log's ms precision
 	logs := map[*envoy.Process][]AccessEntry{}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	err := Poll(ctx, func() error {
 		for env, n := range want {
 			all, err := s.AccessLog(env)

@@ -156,8 +156,13 @@ type Replica struct {
 	ConfigPath                     string
 }
 
-// startTimeout bounds the start of every process.
-const startTimeout = 30 * time.Second
+// startTimeout bounds the start of each process of the stack, from exec to the signal that it
+// is up: its log line with its addresses, and for condisagg also /readyz, for Envoy its admin
+// /ready. Every process gets its own: one 30 s budget for a whole stack ran out on two cores
+// busy with -race builds and other tests at condisagg's "serving" line, the workers and
+// sidecars started before it having spent it. A process that exits is reported at once; one
+// that hangs fails the test after this bound.
+const startTimeout = 2 * time.Minute
 
 // Start brings the stack up: workers, sidecars, condisagg (ready), Envoy. On failure
 // everything already started is stopped.
@@ -172,8 +177,6 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
 	s := &Stack{cfg: cfg, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
 		accessLogs: map[*envoy.Process]string{}}
 	defer func() {
@@ -344,7 +347,9 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 	}
 	w.Endpoint = w.SimAddr
 	if spec.Role == Prefill {
-		port, err := FreePort()
+		// A stable port too: one released from port 0 could go to any other process's bind of
+		// port 0 before the sidecar binds it.
+		port, err := StablePort()
 		if err != nil {
 			return nil, err
 		}
@@ -354,6 +359,8 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 }
 
 func (s *Stack) runSim(ctx context.Context, w *Worker) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	p, a, err := startLogging(ctx, "vllm-sim "+w.Spec.Name, "vllm-sim listening", s.cfg.Bin.VLLMSim, w.simArgs...)
 	if err != nil {
 		return err
@@ -394,8 +401,6 @@ func (s *Stack) RestartSim(ctx context.Context, name string) error {
 	_, port, _ := net.SplitHostPort(w.SimAddr)
 	n, _ := strconv.Atoi(port)
 	w.simArgs = s.simArgs(w.Spec, n, fixedZMQ(w.KVEvents), fixedZMQ(w.KVReplay))
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
 	return s.runSim(ctx, w)
 }
 
@@ -405,8 +410,6 @@ func (s *Stack) RestartSim(ctx context.Context, name string) error {
 // returns once the new process serves and, as at Start, is ready.
 func (s *Stack) RestartRouter(ctx context.Context) error {
 	s.Condisagg.Kill()
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
 	return s.startRouter(ctx)
 }
 
@@ -484,6 +487,8 @@ func (s *Stack) writeRouterConfig(file string) (string, error) {
 // startSidecar runs the pd-sidecar of prefill worker w on w.Endpoint: Envoy's prefill route
 // dials the endpoint the router advertises, and the sidecar dials the simulator behind it.
 func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	p, _, err := startLogging(ctx, "pd-sidecar "+w.Spec.Name, "pd-sidecar listening", s.cfg.Bin.PDSidecar,
 		"--listen", w.Endpoint, "--admin-listen", "127.0.0.1:0", "--config", s.ConfigPath,
 		"--dial", w.Endpoint+"="+w.SimAddr, "--default-decode-host", w.SimAddr,
@@ -496,6 +501,8 @@ func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
 }
 
 func (s *Stack) startRouter(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	p, a, err := startLogging(ctx, "condisagg", "serving", s.cfg.Bin.Condisagg, "serve", "--config", s.ConfigPath)
 	if err != nil {
 		return err
@@ -516,6 +523,8 @@ func (s *Stack) startReplica(ctx context.Context, i int) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	p, a, err := startLogging(ctx, fmt.Sprintf("condisagg-%d", i), "serving", s.cfg.Bin.Condisagg, "serve", "--config", path)
 	if err != nil {
 		return nil, err
@@ -561,7 +570,7 @@ func (s *Stack) startEnvoys(ctx context.Context) error {
 	host, port, _ := net.SplitHostPort(s.GRPCAddr)
 	n, _ := strconv.Atoi(port)
 	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailOpen, ExtProc: envoy.Endpoint{Host: host, Port: n},
-		HealthCheckInterval: time.Second}
+		Proxy: envoy.Proxy{HealthCheckInterval: time.Second}}
 	for _, r := range s.Replicas[1:] {
 		e, err := envoy.ParseEndpoint(r.GRPCAddr)
 		if err != nil {
@@ -612,6 +621,8 @@ func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params
 	if s.cfg.EnvoyLog != nil {
 		opts.Output = s.cfg.EnvoyLog
 	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	e, err := envoy.Start(ctx, bin, path, opts)
 	if err != nil {
 		return nil, err
@@ -620,16 +631,6 @@ func (s *Stack) startEnvoy(ctx context.Context, bin, name string, p envoy.Params
 		s.accessLogs[e] = p.AccessLogPath
 	}
 	return e, nil
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("e2e: free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Stable ports come from [stablePortLow, stablePortHigh): below Linux's default ephemeral range

@@ -27,6 +27,12 @@ func envoyBin(t *testing.T) string {
 	return bin
 }
 
+// testTimeout bounds each wait on a real Envoy in these tests (its start, a validation run, a
+// request through it). It is generous for a two-core machine busy with -race builds and other
+// tests, where a start-up of 0.1-0.4 s has taken seconds; every wait ends on Envoy's own answer
+// or exit, so a broken Envoy or bootstrap still fails at once.
+const testTimeout = 2 * time.Minute
+
 func testParams(mode BodyMode, failOpen bool) Params {
 	p := Params{
 		Mode:    mode,
@@ -60,7 +66,7 @@ func variantName(p Params) string {
 
 func TestEveryVariantPassesEnvoyValidate(t *testing.T) {
 	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel) // after the parallel subtests
 	if v, err := BinaryVersion(ctx, bin); err != nil || v != Version {
 		t.Fatalf("BinaryVersion(%s) = %q, %v; want %s (re-run scripts/install-envoy.sh)", bin, v, err, Version)
@@ -138,12 +144,12 @@ func TestParamsValidateNamesEveryProblem(t *testing.T) {
 		{"bad_fallback_entry", Params{FailOpen: true, ExtProc: Endpoint{"127.0.0.1", 1},
 			DecodeFallback: []Endpoint{{"127.0.0.1", 70000}, {"bad host", 1}}},
 			[]string{"decode_fallback[0].port: 70000", `decode_fallback[1].host: "bad host"`}},
-		{"listen_port_negative", Params{Listen: Endpoint{"127.0.0.1", -1}, ExtProc: Endpoint{"127.0.0.1", 1}},
+		{"listen_port_negative", Params{Proxy: Proxy{Listen: Endpoint{"127.0.0.1", -1}}, ExtProc: Endpoint{"127.0.0.1", 1}},
 			[]string{"listen.port: -1 is outside [0, 65535]"}},
-		{"tiny_timeout", Params{MessageTimeout: time.Microsecond, ExtProc: Endpoint{"127.0.0.1", 1}},
+		{"tiny_timeout", Params{Proxy: Proxy{MessageTimeout: time.Microsecond}, ExtProc: Endpoint{"127.0.0.1", 1}},
 			[]string{"message_timeout: 1µs is below 1ms"}},
 		{"yaml_injection_in_host", Params{ExtProc: Endpoint{"x}, {y", 1}}, []string{`ext_proc.host: "x}, {y"`}},
-		{"access_log_newline", Params{ExtProc: Endpoint{"127.0.0.1", 1}, AccessLogPath: "/tmp/a\nb"},
+		{"access_log_newline", Params{ExtProc: Endpoint{"127.0.0.1", 1}, Proxy: Proxy{AccessLogPath: "/tmp/a\nb"}},
 			[]string{"access_log_path"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -385,10 +391,12 @@ func TestPlainEnvoyExamplesAreCurrent(t *testing.T) {
 // productionExamples are the plain-Envoy bootstraps for a Kubernetes namespace "llm".
 func productionExamples() map[string]Params {
 	base := Params{
-		Listen:        Endpoint{Host: "0.0.0.0", Port: 8080},
-		Admin:         Endpoint{Host: "127.0.0.1", Port: 9901},
-		ExtProc:       Endpoint{Host: "condisagg.llm.svc.cluster.local", Port: 9002},
-		AccessLogPath: "/dev/stdout",
+		Proxy: Proxy{
+			Listen:        Endpoint{Host: "0.0.0.0", Port: 8080},
+			Admin:         Endpoint{Host: "127.0.0.1", Port: 9901},
+			AccessLogPath: "/dev/stdout",
+		},
+		ExtProc: Endpoint{Host: "condisagg.llm.svc.cluster.local", Port: 9002},
 	}
 	buffered := base
 	buffered.Mode, buffered.FailOpen = Buffered, FailOpen

@@ -47,21 +47,10 @@ type PoolGatewayParams struct {
 	// x-gateway-destination-endpoint-subset of every request (a gateway's subset of the pool
 	// the picker must choose from), by a set_metadata filter before ext_proc.
 	SubsetHint []string
-	// Listen and Admin default to 127.0.0.1:0.
-	Listen, Admin Endpoint
-	// MessageTimeout is ext_proc's message timeout; default 10s.
-	MessageTimeout time.Duration
-	// RouteTimeout and RouteIdleTimeout default to 3600s and 900s.
-	RouteTimeout, RouteIdleTimeout time.Duration
-	// ConnectTimeout applies to the pool cluster; default 5s.
-	ConnectTimeout time.Duration
-	// HealthCheckInterval is the endpoint picker's gRPC health-check period; default 5s.
-	HealthCheckInterval time.Duration
-	// MaxRequests is the pool cluster's circuit-breaker limit; default 10000.
-	MaxRequests int
-	// AccessLogPath, when set, logs one line per request: path, status, the upstream host,
-	// the destination header and the envoy.lb destination metadata (ParsePoolAccessLog).
-	AccessLogPath string
+	// Proxy holds the listeners (Listen, Admin), MessageTimeout (default 10s here),
+	// RouteTimeout, RouteIdleTimeout, ConnectTimeout (the pool cluster's), HealthCheckInterval
+	// (the endpoint picker's), MaxRequests and AccessLogPath.
+	Proxy
 }
 
 //go:embed inferencepool.yaml.tmpl
@@ -78,15 +67,8 @@ func (p PoolGatewayParams) WithDefaults() PoolGatewayParams {
 	if p.Selection == "" {
 		p.Selection = SelectByHeader
 	}
-	p.shared().setDefaults(10 * time.Second)
+	p.Proxy.setDefaults(10 * time.Second)
 	return p
-}
-
-// shared points at p's fields that Params has too.
-func (p *PoolGatewayParams) shared() sharedFields {
-	return sharedFields{listen: &p.Listen, admin: &p.Admin, message: &p.MessageTimeout, route: &p.RouteTimeout,
-		idle: &p.RouteIdleTimeout, connect: &p.ConnectTimeout, healthInt: &p.HealthCheckInterval,
-		maxRequests: &p.MaxRequests, accessLogPath: p.AccessLogPath}
 }
 
 // Validate reports every problem of p (after WithDefaults) at once.
@@ -111,7 +93,7 @@ func (p PoolGatewayParams) Validate() error {
 		}
 	}
 	checkEndpoint(bad, "epp", p.EPP, false)
-	p.shared().check(bad)
+	p.Proxy.check(bad)
 	for i, s := range p.SubsetHint {
 		if _, err := netip.ParseAddrPort(s); err != nil {
 			bad(fmt.Sprintf("subset_hint[%d]", i), strconv.Quote(s), "is not an ip:port")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/set_metadata/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
@@ -30,7 +29,7 @@ func poolParams(sel PoolSelection, subset bool) PoolGatewayParams {
 // cluster reading the header or the metadata.
 func TestPoolGatewayPassesEnvoyValidate(t *testing.T) {
 	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	for _, sel := range []PoolSelection{SelectByHeader, SelectByMetadata} {
 		for _, subset := range []bool{false, true} {
@@ -144,7 +143,7 @@ func checkPoolGateway(t *testing.T, out []byte, p PoolGatewayParams) {
 // TestPoolGatewayParamsNameEveryProblem: bad parameters are refused, every one named.
 func TestPoolGatewayParamsNameEveryProblem(t *testing.T) {
 	_, err := RenderPoolGateway(PoolGatewayParams{Selection: SelectByMetadata, SubsetHint: []string{"10.0.0.1"},
-		PoolEndpoints: []Endpoint{{Host: "pods.llm.svc", Port: 8000}}, MaxRequests: -1})
+		PoolEndpoints: []Endpoint{{Host: "pods.llm.svc", Port: 8000}}, Proxy: Proxy{MaxRequests: -1}})
 	if err == nil {
 		t.Fatal("accepted")
 	}

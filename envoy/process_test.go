@@ -7,14 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/condisagg/condisagg/internal/leakcheck"
 )
@@ -24,13 +23,24 @@ func TestMain(m *testing.M) {
 	leakcheck.Main(m, "condisagg/internal/proc.", "condisagg/envoy.(*testProcessor)", "condisagg/envoy.(*testStream)")
 }
 
-// upstream is a loopback HTTP server standing in for a worker; it records what reached it.
+// upstream is a loopback HTTP server standing in for a worker; it records the requests of its
+// own test that reached it.
 type upstream struct {
 	name string
 	srv  *httptest.Server
 	hits atomic.Int64
 	reqs chan seenRequest // buffered; one entry per request
 }
+
+// originHeader names the test a request comes from: send sets it to origin(t), and an upstream
+// counts and records only requests that carry its own test's origin. A request without it comes
+// from outside the test: some process on the machine dialling an address it holds for dead or
+// for its own (a released port, a killed worker's) that the kernel has since handed to this
+// upstream's listener. Such a request is logged and answered 421, never counted, so a canary
+// fails its test only on a request that test sent.
+const originHeader = "x-test-origin"
+
+func origin(t *testing.T) string { return strconv.Itoa(os.Getpid()) + " " + t.Name() }
 
 type seenRequest struct {
 	method, path  string
@@ -45,6 +55,11 @@ func newUpstream(t *testing.T, name string) *upstream {
 	u := &upstream{name: name, reqs: make(chan seenRequest, 64)}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" { // Envoy's active health check of decode_fallback
+			return
+		}
+		if got := r.Header.Get(originHeader); got != origin(t) {
+			t.Logf("%s: not counted: %s %s from outside this test (%s %q)", name, r.Method, r.URL.Path, originHeader, got)
+			w.WriteHeader(http.StatusMisdirectedRequest)
 			return
 		}
 		u.hits.Add(1)
@@ -73,21 +88,6 @@ func (u *upstream) endpoint(t *testing.T) Endpoint {
 	return e
 }
 
-// deadEndpoint returns a loopback address nothing listens on (a port just released).
-func deadEndpoint(t *testing.T) Endpoint {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := ParseEndpoint(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis.Close()
-	return e
-}
-
 // startEnvoy renders p, starts the real Envoy on it and stops it when the test ends.
 func startEnvoy(t *testing.T, p Params) *Process {
 	t.Helper()
@@ -96,7 +96,7 @@ func startEnvoy(t *testing.T, p Params) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	proc, err := Start(ctx, bin, path, StartOptions{})
 	if err != nil {
@@ -130,7 +130,7 @@ type result struct {
 
 func send(t *testing.T, proc *Process, method, path string, body []byte, headers map[string]string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+proc.ListenerAddr("llm")+path, bytes.NewReader(body))
 	if err != nil {
@@ -142,6 +142,7 @@ func send(t *testing.T, proc *Process, method, path string, body []byte, headers
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
+	req.Header.Set(originHeader, origin(t))
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	resp, err := client.Do(req)
@@ -350,7 +351,7 @@ func TestStartReportsEnvoyFailure(t *testing.T) {
 	if err := os.WriteFile(path, []byte("static_resources: {listeners: [{name: x, nonsense: 1}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	proc, err := Start(ctx, bin, path, StartOptions{})
 	if err == nil {

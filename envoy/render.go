@@ -78,10 +78,10 @@ type Params struct {
 	// condisagg is unreachable and the catch-all route answers 503. Default false (the zero
 	// value); the demo and production Buffered profile use FailOpen.
 	FailOpen bool
-	// Listen is the client-facing listener; default 127.0.0.1:0 (Envoy picks the port).
-	Listen Endpoint
-	// Admin is Envoy's admin interface; default 127.0.0.1:0.
-	Admin Endpoint
+	// Proxy holds the listeners (Listen, Admin), MessageTimeout (default 2s here),
+	// RouteTimeout, RouteIdleTimeout, ConnectTimeout (the worker clusters'),
+	// HealthCheckInterval (condisagg's and decode_fallback's), MaxRequests and AccessLogPath.
+	Proxy
 	// ExtProc is condisagg's ext_proc gRPC address; required.
 	ExtProc Endpoint
 	// ExtProcReplicas are further condisagg replicas (same config, same workers): hosts of the
@@ -90,29 +90,14 @@ type Params struct {
 	ExtProcReplicas []Endpoint
 	// DecodeFallback lists every decode worker for fail-open traffic; required when FailOpen.
 	DecodeFallback []Endpoint
-	// MessageTimeout is ext_proc's per-message timeout; default 2s (no timer in full duplex).
-	MessageTimeout time.Duration
 	// RequestBodyBufferLimitBytes is the largest body Envoy buffers; set it to condisagg's
 	// max_body_bytes so a body either reaches condisagg whole or gets 413 (as OpenAI JSON, by
 	// the local reply mapping). Default DefaultMaxBodyBytes, condisagg's default.
 	RequestBodyBufferLimitBytes int64
-	// RouteTimeout and RouteIdleTimeout bound a whole request and its silences;
-	// defaults 3600s and 900s (long generations, non-streamed answers).
-	RouteTimeout, RouteIdleTimeout time.Duration
 	// RequestReceiveTimeout bounds how long a client may take to send its whole request
 	// (headers and body) to Envoy, so a stalled upload cannot hold a buffered body or an
 	// ext_proc stream open; default 60s.
 	RequestReceiveTimeout time.Duration
-	// ConnectTimeout applies to the worker clusters; default 5s.
-	ConnectTimeout time.Duration
-	// HealthCheckInterval is the active health-check period of condisagg and decode_fallback;
-	// default 5s.
-	HealthCheckInterval time.Duration
-	// MaxRequests is every cluster's circuit-breaker limit; default 10000.
-	MaxRequests int
-	// AccessLogPath, when set, enables a one-line-per-request access log there
-	// (route, upstream host, destination and decode-host headers, response code details).
-	AccessLogPath string
 }
 
 // StrippedHeaders returns the router-owned request headers the header_mutation filter removes
@@ -153,19 +138,12 @@ func (p Params) WithDefaults() Params {
 	if p.Mode == "" {
 		p.Mode = Buffered
 	}
-	p.shared().setDefaults(2 * time.Second)
+	p.Proxy.setDefaults(2 * time.Second)
 	setDuration(&p.RequestReceiveTimeout, time.Minute)
 	if p.RequestBodyBufferLimitBytes == 0 {
 		p.RequestBodyBufferLimitBytes = DefaultMaxBodyBytes
 	}
 	return p
-}
-
-// shared points at p's fields that PoolGatewayParams has too.
-func (p *Params) shared() sharedFields {
-	return sharedFields{listen: &p.Listen, admin: &p.Admin, message: &p.MessageTimeout, route: &p.RouteTimeout,
-		idle: &p.RouteIdleTimeout, connect: &p.ConnectTimeout, healthInt: &p.HealthCheckInterval,
-		maxRequests: &p.MaxRequests, accessLogPath: p.AccessLogPath}
 }
 
 // Validate reports every problem of p (after WithDefaults) at once.
@@ -182,7 +160,7 @@ func (p Params) Validate() error {
 	if p.Mode == FullDuplex && p.FailOpen {
 		bad("fail_open", true, "is not allowed with full_duplex (Envoy ignores failure_mode_allow once a full-duplex body was sent)")
 	}
-	p.shared().check(bad)
+	p.Proxy.check(bad)
 	checkEndpoint(bad, "ext_proc", p.ExtProc, false)
 	for i, e := range p.ExtProcReplicas {
 		checkEndpoint(bad, fmt.Sprintf("ext_proc_replicas[%d]", i), e, false)

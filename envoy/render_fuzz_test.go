@@ -34,7 +34,7 @@ func FuzzRenderHosts(f *testing.F) {
 	f.Add("x}, {y: 1", "a\nb", "p\"q")
 	f.Fuzz(func(t *testing.T, extProcHost, fallbackHost, logPath string) {
 		p := Params{FailOpen: true, ExtProc: Endpoint{extProcHost, 9002},
-			DecodeFallback: []Endpoint{{fallbackHost, 8000}}, AccessLogPath: logPath}
+			DecodeFallback: []Endpoint{{fallbackHost, 8000}}, Proxy: Proxy{AccessLogPath: logPath}}
 		out, err := Render(p)
 		if err != nil {
 			return

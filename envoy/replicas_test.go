@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -15,7 +14,7 @@ import (
 // --mode validate; a bad replica endpoint is refused by its index.
 func TestExtProcReplicas(t *testing.T) {
 	bin := envoyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for _, tc := range []struct {
 		replicas []Endpoint

@@ -30,8 +30,8 @@ func startEnvoy(ctx context.Context, c *config) (*envoyStack, error) {
 		return nil, err
 	}
 	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailClosed,
-		ExtProc: envoy.Endpoint{Host: "127.0.0.1", Port: c.listen}, HealthCheckInterval: time.Second,
-		AccessLogPath: filepath.Join(c.workdir, "envoy-access.log")}
+		ExtProc: envoy.Endpoint{Host: "127.0.0.1", Port: c.listen},
+		Proxy:   envoy.Proxy{HealthCheckInterval: time.Second, AccessLogPath: filepath.Join(c.workdir, "envoy-access.log")}}
 	path, err := envoy.WriteBootstrap(c.workdir, p)
 	if err != nil {
 		return nil, err

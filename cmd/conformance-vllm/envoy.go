@@ -27,8 +27,8 @@ func (d *driver) startEnvoy(ctx context.Context) error {
 		return err
 	}
 	p := envoy.Params{Mode: envoy.Buffered, FailOpen: envoy.FailClosed,
-		ExtProc: envoy.Endpoint{Host: "127.0.0.1", Port: d.c.listen}, HealthCheckInterval: time.Second,
-		AccessLogPath: filepath.Join(d.c.workdir, "envoy-access.log")}
+		ExtProc: envoy.Endpoint{Host: "127.0.0.1", Port: d.c.listen},
+		Proxy:   envoy.Proxy{HealthCheckInterval: time.Second, AccessLogPath: filepath.Join(d.c.workdir, "envoy-access.log")}}
 	path, err := envoy.WriteBootstrap(d.c.workdir, p)
 	if err != nil {
 		return err

@@ -29,10 +29,12 @@ const (
 // "full-duplex"): the production shape of envoy/examples/plain-envoy.
 func bootstrapParams(mode string, extProc, decode envoy.Endpoint, listenPort int) envoy.Params {
 	p := envoy.Params{
-		Listen:        envoy.Endpoint{Host: "0.0.0.0", Port: listenPort},
-		Admin:         envoy.Endpoint{Host: "127.0.0.1", Port: 9901},
-		ExtProc:       extProc,
-		AccessLogPath: "/dev/stdout",
+		Proxy: envoy.Proxy{
+			Listen:        envoy.Endpoint{Host: "0.0.0.0", Port: listenPort},
+			Admin:         envoy.Endpoint{Host: "127.0.0.1", Port: 9901},
+			AccessLogPath: "/dev/stdout",
+		},
+		ExtProc: extProc,
 	}
 	if mode == "full-duplex" {
 		p.Mode, p.FailOpen = envoy.FullDuplex, envoy.FailClosed
