@@ -58,8 +58,8 @@ func (s *Server) warnPolicyError(requestID string, err error) {
 
 // ServerOptions are the Server's collaborators. Router, Settings and Metrics are required.
 type ServerOptions struct {
-	Router   Router // the decision pipeline
-	Settings *Settings     // validated here; Settings.Policy is handed to the router
+	Router   Router    // the decision pipeline
+	Settings *Settings // validated here; Settings.Policy is handed to the router
 	Metrics  *Metrics
 	Logger   *slog.Logger // nil discards
 	// DecisionConcurrency bounds the decisions that run at once (ext_proc messages that are
