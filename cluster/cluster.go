@@ -33,6 +33,10 @@ type Options struct {
 	// Subset, if set, gives request r's subset hint (route.Request.Subset, the gateway's
 	// envoy.lb.subset_hint; nil: none), as an endpoint picker in front of the router would.
 	Subset func(r *workload.Request) []string
+	// Model, if set, names request r's model as a request's `model` field would: "" or the
+	// base model, or one of Config.LoRAAdapters, whose blocks the engines and the router key
+	// with the adapter's identity.
+	Model func(r *workload.Request) string
 }
 
 // Epoch is the wall time of virtual time 0: the pool's clock and the router's Now read Epoch plus the
@@ -57,6 +61,7 @@ type reqState struct {
 	prompt []uint32 // held until the decode engine has the request
 	output []uint32
 	ticket *route.Ticket // the decision's booking and what its answer teaches the router
+	lora   sim.Adapter   // the adapter the request runs with (zero: the base model)
 	decode int32         // engine index
 	whole  bool          // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
 	last   time.Duration
@@ -98,9 +103,13 @@ type Cluster struct {
 
 	router  router            // the server's decision pipeline (route.New)
 	learner *feedback.Learner // what the router learns from the answers (slo feedback, role advice)
-	store   kvindex.Store
-	opts    Options
-	lastEnd time.Duration
+	// adapters are Config.LoRAAdapters as the engines know them (ids from 1, in order), and
+	// loraNames their names as the index keys them.
+	adapters  map[string]sim.Adapter
+	loraNames map[string][]byte
+	store     kvindex.Store
+	opts      Options
+	lastEnd   time.Duration
 }
 
 // Run simulates reqs (in arrival order) on the fleet of cfg and returns the report. It fails
@@ -171,8 +180,14 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	pc := c.pcfg
 	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
 	c.learner = feedback.New()
+	c.adapters, c.loraNames = map[string]sim.Adapter{}, map[string][]byte{}
+	for k, name := range cfg.LoRAAdapters {
+		c.adapters[name] = sim.Adapter{ID: int64(k + 1), Name: name, Path: "/adapters/" + name}
+		c.loraNames[name] = []byte(name)
+	}
+	c.rep.LoRAAdapters = cfg.LoRAAdapters
 	c.router, err = route.New(route.Options{Index: c.index, Pool: c.pool, Policy: &pc, Seed: c.rep.RouterSeed,
-		Now: c.clock, Learner: c.learner})
+		Now: c.clock, Learner: c.learner, LoRAAdapters: cfg.LoRAAdapters})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -225,7 +240,7 @@ func (c *Cluster) loop(ctx context.Context) error {
 		case t == tD:
 			c.now = t
 			d := c.dq.pop()
-			c.apply(c.engines[d.eng].id, d.kind, d.hashes, d.parent, d.hasParent, d.tokens)
+			c.apply(c.engines[d.eng].id, &d.ev)
 		case t == tE:
 			c.now = t
 			ev := c.eq.pop()

@@ -54,6 +54,9 @@ type Config struct {
 	// Vocab expands the workload's segments into tokens; the zero value means
 	// workload.DefaultVocab.
 	Vocab workload.Vocab
+	// LoRAAdapters are the adapters every engine serves beside the base model (vLLM
+	// --lora-modules); Options.Model names a request's.
+	LoRAAdapters []string
 }
 
 // ParseShape parses a fleet shape such as "4P4D" (prefill and decode engine counts).

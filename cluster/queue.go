@@ -50,13 +50,9 @@ func (q *engineQueue) pop() engineEvent    { return heap.Pop(q).(engineEvent) }
 // delivery is one KV event waiting for its delay to pass before the index sees it. Its slices
 // are copies: the engine reuses its own at the next step.
 type delivery struct {
-	at        time.Duration
-	eng       int32
-	kind      sim.EventKind
-	hashes    []uint64
-	parent    uint64
-	hasParent bool
-	tokens    []uint32
+	at  time.Duration
+	eng int32
+	ev  sim.Event // its slices copied from the step's
 }
 
 // deliveryQueue is a FIFO of deliveries; with one fixed delay their times never decrease.

@@ -30,6 +30,8 @@ type Report struct {
 	Pool       pool.Config   `json:"-"`
 	Policy     policy.Config `json:"-"`
 	RouterSeed uint64        `json:"-"`
+	// LoRAAdapters are Config.LoRAAdapters, which the router keys requests with.
+	LoRAAdapters []string `json:"-"`
 	// ResidualLoad sums every worker's booked prefill tokens, decode blocks and requests after
 	// the run; it is 0 when every booking was released.
 	ResidualLoad int64

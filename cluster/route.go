@@ -25,13 +25,18 @@ func (c *Cluster) arrive(i int) {
 		st.output = c.cfg.Vocab.AppendOutput(make([]uint32, 0, r.OutputTokens), r)
 	}
 	req := route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt}
+	if c.opts.Model != nil {
+		req.Model = c.opts.Model(r)
+		st.lora = c.adapters[req.Model]
+	}
 	if c.opts.Subset != nil {
 		req.Subset = c.opts.Subset(r)
 		req.HasSubset = req.Subset != nil
 	}
 	out, err := c.router.Decide(context.Background(), &req)
 	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Subset: req.Subset, Record: out.Record(), Err: err})
+		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Model: req.Model, Subset: req.Subset,
+			Record: out.Record(), Err: err})
 	}
 	if err != nil {
 		c.fail(i, err)
@@ -50,7 +55,8 @@ func (c *Cluster) arrive(i int) {
 	st.decode = c.byID[out.Decode.ID]
 	c.rep.TransferTokens += int64(len(st.prompt))
 	p := c.byID[out.Prefill.ID]
-	id, err := c.engines[p].e.Add(sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: 1, PrefillOnly: true})
+	id, err := c.engines[p].e.Add(sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: 1, PrefillOnly: true,
+		LoRA: st.lora})
 	if err != nil {
 		c.fail(i, fmt.Errorf("cluster: add request %d to %s: %w", i, c.engines[p].id, err))
 		return
@@ -122,7 +128,7 @@ func (c *Cluster) addDecode(i int, d int32, remote bool) {
 	st := &c.state[i]
 	st.decode, st.whole = d, !remote
 	out := st.output
-	req := sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: max(c.reqs[i].OutputTokens, 1),
+	req := sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: max(c.reqs[i].OutputTokens, 1), LoRA: st.lora,
 		RemotePrefill: remote, Output: func(k int) uint32 {
 			if k < len(out) {
 				return out[k]
@@ -193,31 +199,31 @@ func (c *Cluster) publish(i int32, evs []sim.Event) {
 	for k := range evs {
 		ev := &evs[k]
 		if c.cfg.EventDelay == 0 {
-			c.apply(id, ev.Kind, ev.Hashes, ev.Parent, ev.HasParent, ev.Tokens)
+			c.apply(id, ev)
 			continue
 		}
-		c.dq.push(delivery{at: c.now + c.cfg.EventDelay, eng: i, kind: ev.Kind,
-			hashes: append([]uint64(nil), ev.Hashes...), parent: ev.Parent, hasParent: ev.HasParent,
-			tokens: append([]uint32(nil), ev.Tokens...)})
+		d := delivery{at: c.now + c.cfg.EventDelay, eng: i, ev: *ev}
+		d.ev.Hashes, d.ev.Tokens = append([]uint64(nil), ev.Hashes...), append([]uint32(nil), ev.Tokens...)
+		c.dq.push(d)
 	}
 }
 
-// apply feeds one KV event to the index as kvevents would.
-func (c *Cluster) apply(id string, kind sim.EventKind, hashes []uint64, parent uint64, hasParent bool, tokens []uint32) {
+// apply feeds one KV event to the index as kvevents would (an adapter's blocks keyed with its
+// name, as vLLM's lora_name).
+func (c *Cluster) apply(id string, ev *sim.Event) {
 	w := kvindex.WorkerID(id)
 	if c.opts.Trace != nil {
-		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: sim.Event{Kind: kind, Hashes: hashes, Parent: parent,
-			HasParent: hasParent, Tokens: tokens}})
+		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: *ev})
 	}
-	switch kind {
+	switch ev.Kind {
 	case sim.EventBlockStored:
-		c.store = kvindex.Store{Medium: kvindex.GPU, Parent: parent, HasParent: hasParent, Hashes: hashes,
-			Tokens: tokens, BlockSize: c.bs, PlainBlocks: len(hashes)}
+		c.store = kvindex.Store{Medium: kvindex.GPU, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes,
+			Tokens: ev.Tokens, BlockSize: c.bs, PlainBlocks: len(ev.Hashes), LoRA: c.loraNames[ev.LoRA.Name]}
 		if r := c.index.Store(w, &c.store); r.Skip != kvindex.SkipNone {
 			c.rep.IndexSkips++
 		}
 	case sim.EventBlockRemoved:
-		c.index.Remove(w, kvindex.GPU, hashes)
+		c.index.Remove(w, kvindex.GPU, ev.Hashes)
 	case sim.EventAllBlocksCleared:
 		c.index.ClearWorker(w)
 	}

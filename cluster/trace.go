@@ -35,6 +35,7 @@ type Op struct {
 	Index   int          // request index (decide, release)
 	Tokens  []uint32     // OpDecide: the prompt
 	Subset  []string     // OpDecide: the request's subset hint (nil: none)
+	Model   string       // OpDecide: the request's model name ("": the base model)
 	Record  route.Record // OpDecide: the decision
 	Err     error        // OpDecide: the routing error, if any
 	Booking string       // the ops after OpDecide: the request's booking

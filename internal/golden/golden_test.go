@@ -137,7 +137,7 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 	tok := qwen3(t)
 	pc := rep.Policy
 	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,
-		Now: s.clock.Now, Learner: s.learner, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
+		Now: s.clock.Now, Learner: s.learner, LoRAAdapters: rep.LoRAAdapters, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 // decide sends a request as Envoy would in BUFFERED mode, and returns the routing headers
 // condisagg set (nil for an immediate response): the chat body when there is one, else a
 // completions request with the prompt as token ids.
-func (s *server) decide(t *testing.T, tokens []uint32, chat []byte, subset []string) (*request, map[string]string) {
+func (s *server) decide(t *testing.T, tokens []uint32, model string, chat []byte, subset []string) (*request, map[string]string) {
 	t.Helper()
 	stream, err := s.client.Process(context.Background())
 	if err != nil {
@@ -201,7 +201,7 @@ func (s *server) decide(t *testing.T, tokens []uint32, chat []byte, subset []str
 	q := &request{stream: stream}
 	path, body := "/v1/chat/completions", chat
 	if chat == nil {
-		path, body = "/v1/completions", completionBody(tokens)
+		path, body = "/v1/completions", completionBody(tokens, model)
 	}
 	var md *corev3.Metadata
 	if subset != nil { // the endpoint picker's hint, as Envoy passes it
@@ -276,9 +276,14 @@ func (q *request) end(t *testing.T, output int) {
 	}
 }
 
-func completionBody(tokens []uint32) []byte {
+// completionBody is a streamed completions request for model ("": the base model) with the
+// prompt as token ids.
+func completionBody(tokens []uint32, model string) []byte {
+	if model == "" {
+		model = "m"
+	}
 	var body strings.Builder
-	body.WriteString(`{"model":"m","stream":true,"prompt":[`)
+	fmt.Fprintf(&body, `{"model":%q,"stream":true,"prompt":[`, model)
 	for i, tok := range tokens {
 		if i > 0 {
 			body.WriteByte(',')
@@ -315,7 +320,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]b
 			if chats != nil {
 				chat = chats[op.Index]
 			}
-			q, h := s.decide(t, op.Tokens, chat, op.Subset)
+			q, h := s.decide(t, op.Tokens, op.Model, chat, op.Subset)
 			if (h == nil) != (op.Err != nil) {
 				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
 			}
@@ -365,32 +370,38 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// subset: every third request carries a subset hint that leaves out one decode and
 		// one prefill worker.
 		subset bool
+		// lora: the engines serve an adapter, which every odd session's requests name.
+		lora bool
 	}{
 		{"isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 3,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, false, false},
 		{"isl_bounding_1p3d_guard", 4, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 4,
-			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false, false},
+			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false, false, false},
 		// One prefill worker with a small token budget under the same traffic: the load
 		// policies see it busy, so prefill_busy reasons and decode-busy guard denials occur.
 		{"prefill_load_1p2d_saturated", 400, cluster.Config{Prefill: 1, Decode: 2, Mode: cluster.Conditional, Seed: 8,
-			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false, false},
-		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false, false},
-		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false, false},
+			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false, false, false},
+		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false, false, false},
+		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false, false, false},
 		// The slo policy places on all three routes (prefill_local: the whole request on a
 		// prefill worker) and learns from every answer: the server's tickets, on the replay's
 		// clock, must learn what the simulator's learned.
-		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false},
-		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false},
+		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false, false},
+		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false, false},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false, false, false},
 		// Chat bodies: the server renders Qwen3's chat template and tokenizes; the simulator
 		// runs on the same tokens, so the engines' KV events carry what the server's index keys.
 		{"chat_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 12,
-			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true, false},
+			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true, false, false},
 		{"subset_isl_or_load_2p3d", 40, cluster.Config{Prefill: 2, Decode: 3, Mode: cluster.Conditional, Seed: 13,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, true},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, true, false},
+		// A LoRA adapter beside the base model: the engines key an adapter's blocks apart and
+		// name it in their events (lora_id, lora_name); the router keys its requests alike.
+		{"lora_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 14,
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), LoRAAdapters: []string{"sql-lora"}}, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -426,7 +437,20 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 					return hint
 				}
 			}
+			adapted := 0
+			if tc.lora {
+				opts.Model = func(r *workload.Request) string {
+					if r.Session%2 == 1 {
+						adapted++
+						return "sql-lora"
+					}
+					return ""
+				}
+			}
 			rec := runCluster(t, tc.cfg, reqs, opts)
+			if tc.lora {
+				checkAdapted(t, rec, adapted)
+			}
 			if tc.subset {
 				checkHinted(t, rec, hinted)
 			}
@@ -460,6 +484,24 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			t.Logf("%d identical decisions, %d ops, %d prompt tokens credited as cached; routes %v; reasons %v",
 				len(got), len(rec.ops), cachedTokens, routes, fmt.Sprint(reasons))
 		})
+	}
+}
+
+// checkAdapted checks that the LoRA case tested something: requests named the adapter, their
+// engines published blocks under it, and some request found its prefix cached.
+func checkAdapted(t *testing.T, rec recorded, adapted int) {
+	t.Helper()
+	loraEvents, cached := 0, 0
+	for _, op := range rec.ops {
+		if op.Kind == cluster.OpEvent && op.Event.LoRA.Name == "sql-lora" {
+			loraEvents++
+		}
+		if op.Kind == cluster.OpDecide && op.Model == "sql-lora" {
+			cached += op.Record.Cached
+		}
+	}
+	if adapted == 0 || loraEvents == 0 || cached == 0 {
+		t.Fatalf("%d requests named the adapter, %d events carried it, %d of their prompt tokens cached", adapted, loraEvents, cached)
 	}
 }
 
