@@ -187,7 +187,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	}
 	// The role advice is for the first model's fleet (both roles).
 	workers := func() int { return len(s.router.Pool().Workers()) }
-	return errors.Join(s.reg.Register(s.router.IndexCollector()),
+	return errors.Join(s.reg.Register(indexCollector{s.router.Models}),
 		s.reg.Register(feedback.NewCollector(learner, s.router.Policy, workers)))
 }
 

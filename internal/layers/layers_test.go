@@ -219,3 +219,27 @@ func TestPureCoresDoNoIO(t *testing.T) {
 		}
 	}
 }
+
+// metricFree packages decide or record and export nothing: the shells that run them (serve,
+// extproc, pool's Metrics, feedback's collector) own every Prometheus metric.
+var metricFree = []string{"route", "policy", "kvindex", "cost", "workload", "sim", "decisionlog"}
+
+// TestDecidersExportNoMetrics: no metricFree package imports a Prometheus package directly.
+func TestDecidersExportNoMetrics(t *testing.T) {
+	args := make([]string, len(metricFree))
+	for i, p := range metricFree {
+		args[i] = "./" + p
+	}
+	pkgs := list(t, args...)
+	if len(pkgs) != len(metricFree) {
+		t.Fatalf("go list %v returned %d packages", args, len(pkgs))
+	}
+	for _, p := range pkgs {
+		name, _ := local(p.path)
+		for _, imp := range p.imports {
+			if strings.HasPrefix(imp, "github.com/prometheus/") {
+				t.Errorf("%s imports %s: metrics belong to the shell that runs it", name, imp)
+			}
+		}
+	}
+}
