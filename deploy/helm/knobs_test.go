@@ -206,6 +206,19 @@ func TestChartAdminToken(t *testing.T) {
 		t.Errorf("Secret data token = %q; want admin.token.value", got)
 	}
 
+	// --set-file of a file ending in a newline (as `openssl rand -hex 32 > f` writes it): the
+	// Secret holds the token without it, as condisagg would read it.
+	file := writeFile(t, t.TempDir(), "admin.token", testToken+"\n")
+	out, err := helmRun(t, append(variant{values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret="}}.args(),
+		"--set-file", "admin.token.value="+file)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile := decodeAs[*corev1.Secret](t, find(t, splitObjects(t, out), "Secret", release+"-admin-token"))
+	if got := string(fromFile.Data["token"]); got != testToken {
+		t.Errorf("--set-file token: Secret holds %q; want %q", got, testToken)
+	}
+
 	cases := map[string]struct {
 		set        []string
 		want       string

@@ -135,7 +135,7 @@ while the running router keeps the old one. The messages never echo the token. *
 {{- $name := printf "%s-admin-token" (include "condisagg.fullname" .) -}}
 {{- fail (printf "admin.token: give the admin token: admin.token.existingSecret=%s after creating that Secret (kubectl -n %s create secret generic %s --from-literal=%s=\"$(openssl rand -hex 32)\"), or admin.token.value; the chart generates none, since a token made at render time would change on every helm template or GitOps sync" $name .Release.Namespace $name $t.secretKey) -}}
 {{- end -}}
-{{- if and $t.value (not (regexMatch "^[^ \t\r\n]{16,}$" $t.value)) -}}
+{{- if and $t.value (not (regexMatch "^[^ \t\r\n]{16,}$" (trim $t.value))) -}}
 {{- fail "admin.token.value: must be one token of at least 16 characters without spaces (condisagg refuses a shorter one)" -}}
 {{- end -}}
 {{- end -}}
