@@ -25,6 +25,7 @@ Truth per producer:
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from array import array
@@ -107,9 +108,11 @@ def write_stream(stream, meta, steps):
     doc["stream"] = stream
     doc["block_size"] = BLOCK
     doc["steps"] = steps
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    # Lists of numbers (token ids) on one line each: one line per token would bury the steps.
+    text = re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
     with open(os.path.join(OUT, f"{stream}.json"), "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
+        f.write(text + "\n")
 
 
 def free_port():
