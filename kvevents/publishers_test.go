@@ -25,6 +25,7 @@ type publisherStream struct {
 			Name       string   `json:"name"`
 			Tokens     []uint32 `json:"tokens"`
 			Salt       *string  `json:"salt"`
+			LoRA       *string  `json:"lora"`
 			WantBlocks int      `json:"want_blocks"`
 		} `json:"probes"`
 	} `json:"steps"`
@@ -100,7 +101,11 @@ func TestPublisherStreams(t *testing.T) {
 					if p.Salt != nil {
 						salt = []byte(*p.Salt)
 					}
-					keys := kvindex.AppendRequestKeys(nil, p.Tokens, s.BlockSize, nil, salt)
+					var lora []byte
+					if p.LoRA != nil {
+						lora = []byte(*p.LoRA)
+					}
+					keys := kvindex.AppendRequestKeys(nil, p.Tokens, s.BlockSize, lora, salt)
 					var out kvindex.Overlaps
 					e.ix.Overlap(keys, &out)
 					got := 0

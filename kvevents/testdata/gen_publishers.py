@@ -54,16 +54,25 @@ AX = A[: 6 * BLOCK] + tokens("X", 2 * BLOCK)  # A's 6 blocks and 2 more
 C = A[: 2 * BLOCK] + tokens("C", 3 * BLOCK)  # branches from A after 2 blocks
 D = tokens("D", 4 * BLOCK)  # unrelated
 
+LORA = "sql-lora"
+# SGLang's tree namespace of an adapter: Req puts the adapter's 32-hex-digit lora_id at the end
+# of extra_key (here the whole extra_key: the request sets none of its own).
+LORA_ID = "5f1c0de5a1b2c3d4e5f60718293a4b5c"
+
+# (name, tokens, cache_salt, adapter)
 PROBES = [
-    ("A/tenant-a", A, "tenant-a"),
-    ("A/none", A, None),
-    ("A/tenant-b", A, "tenant-b"),
-    ("AX/tenant-a", AX, "tenant-a"),
-    ("AX/none", AX, None),
-    ("C/tenant-a", C, "tenant-a"),
-    ("C/none", C, None),
-    ("D/none", D, None),
-    ("D/tenant-a", D, "tenant-a"),
+    ("A/tenant-a", A, "tenant-a", None),
+    ("A/none", A, None, None),
+    ("A/tenant-b", A, "tenant-b", None),
+    ("AX/tenant-a", AX, "tenant-a", None),
+    ("AX/none", AX, None, None),
+    ("C/tenant-a", C, "tenant-a", None),
+    ("C/none", C, None, None),
+    ("D/none", D, None, None),
+    ("D/tenant-a", D, "tenant-a", None),
+    ("A/sql-lora", A, None, LORA),
+    ("A/sql-lora+tenant-a", A, "tenant-a", LORA),
+    ("AX/sql-lora+tenant-a", AX, "tenant-a", LORA),
 ]
 
 
@@ -134,7 +143,10 @@ def run_sglang():
     from importlib.metadata import version
 
     from sglang.srt.disaggregation.kv_events import KVEventBatch, ZmqEventPublisher
+    from types import SimpleNamespace
+
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.events import KvEventLoraNames
     from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
     class Allocator:
@@ -161,11 +173,17 @@ def run_sglang():
         pub = ZmqEventPublisher(attn_dp_rank=0, endpoint=endpoint, topic=TOPIC, bind=True)
         cap = Capture(zmq, endpoint)
         wait_joined()
+        # The adapter's public name, as the scheduler registers it when the adapter loads and
+        # when a request for it is admitted.
+        names = KvEventLoraNames()
+        names.register(lora_id=LORA_ID, lora_name=LORA)
+        names.register(SimpleNamespace(extra_key=LORA_ID, lora_id=LORA_ID))
         cache = RadixCache.create_simulated(
             mock_allocator=Allocator(),
             page_size=BLOCK,
             enable_kv_cache_events=True,
             dynamo_kv_event_format=(fmt == "dynamo"),
+            kv_event_lora_names=names,
         )
         steps = []
 
@@ -176,17 +194,20 @@ def run_sglang():
             pub.publish(KVEventBatch(ts=time.time(), events=events))
             cap.expect(stream, count_expected, steps)
 
-        def insert(toks, salt):
-            cache.insert(InsertParams(key=RadixKey(array("q", toks), None, cache_salt=salt)))
+        def key(toks, salt, lora):
+            return RadixKey(array("q", toks), LORA_ID if lora else None, cache_salt=salt)
+
+        def insert(toks, salt, lora=None):
+            cache.insert(InsertParams(key=key(toks, salt, lora)))
 
         def probe(label):
             rows = []
-            for name, toks, salt in PROBES:
-                res = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", toks), None, cache_salt=salt)))
+            for name, toks, salt, lora in PROBES:
+                res = cache.match_prefix(MatchPrefixParams(key=key(toks, salt, lora)))
                 n = res.device_prefix_len
                 if n % BLOCK:
                     raise SystemExit(f"{stream}: match of {n} tokens is not page-aligned")
-                rows.append({"name": name, "tokens": toks, "salt": salt, "want_blocks": n // BLOCK})
+                rows.append({"name": name, "tokens": toks, "salt": salt, "lora": lora, "want_blocks": n // BLOCK})
             # match_prefix may split nodes; splits publish nothing, but check.
             if cache.kv_events.take():
                 raise SystemExit(f"{stream}: match_prefix recorded events")
@@ -205,6 +226,10 @@ def run_sglang():
         insert(D, None)
         publish()
         probe("salted continuation, salted branch, a second salt, an unrelated prompt")
+        insert(A, None, LORA)
+        insert(AX, "tenant-a", LORA)
+        publish()
+        probe("adapter sql-lora: A unsalted, A and its continuation salted")
         cache.evict(EvictParams(num_tokens=3 * BLOCK))
         publish()
         probe("LRU evictions")
@@ -228,10 +253,11 @@ def run_sglang():
 
 
 class EngineTree:
-    """The TRT-LLM side that the generator plays: blocks keyed by (salt, token prefix)."""
+    """The TRT-LLM side that the generator plays: blocks keyed by their namespace (adapter,
+    salt) and token prefix; a salted or adapter request shares no block with another namespace."""
 
     def __init__(self):
-        self.blocks = {}  # (salt, tuple(tokens up to and including the block)) -> block hash
+        self.blocks = {}  # ((lora, salt), tuple(tokens up to and including the block)) -> block hash
         self.event_id = 0
 
     @staticmethod
@@ -244,9 +270,10 @@ class EngineTree:
         self.event_id += 1
         return self.event_id
 
-    def store(self, toks, salt):
+    def store(self, toks, salt, lora=None):
         """The "stored" event TRT-LLM would emit for toks: its new full blocks (after the cached
         ones, which are its parent) and the partial tail block, which it reports too."""
+        wire_salt, salt = salt, (lora, salt)
         n = len(toks) // BLOCK
         first = 0
         while first < n and (salt, tuple(toks[: (first + 1) * BLOCK])) in self.blocks:
@@ -256,27 +283,26 @@ class EngineTree:
         for i in range(first, n):
             prefix = tuple(toks[: (i + 1) * BLOCK])
             self.blocks[(salt, prefix)] = self.block_hash(salt, prefix)
-            blocks.append(self.block(salt, prefix, toks[i * BLOCK : (i + 1) * BLOCK]))
+            blocks.append(self.block(salt, wire_salt, prefix, toks[i * BLOCK : (i + 1) * BLOCK]))
         if len(toks) > n * BLOCK:  # Dynamo's publisher drops partial blocks
-            blocks.append(self.block(salt, tuple(toks), toks[n * BLOCK :]))
+            blocks.append(self.block(salt, wire_salt, tuple(toks), toks[n * BLOCK :]))
         if not blocks:
             return None
-        return {
-            "event_id": self.next_id(),
-            "window_size": 4096,
-            "attention_dp_rank": 0,
-            "data": {"type": "stored", "parent_hash": parent, "blocks": blocks},
-        }
+        data = {"type": "stored", "parent_hash": parent, "blocks": blocks}
+        if lora is not None:
+            data["lora_name"] = lora
+        return {"event_id": self.next_id(), "window_size": 4096, "attention_dp_rank": 0, "data": data}
 
-    def block(self, salt, prefix, toks):
+    def block(self, ns, wire_salt, prefix, toks):
         # TRT-LLM 1.3 puts cache_salt on each block of a salted request.
-        b = {"block_hash": self.block_hash(salt, prefix), "tokens": [{"token_id": t} for t in toks]}
-        if salt is not None:
-            b["cache_salt"] = salt
+        b = {"block_hash": self.block_hash(ns, prefix), "tokens": [{"token_id": t} for t in toks]}
+        if wire_salt is not None:
+            b["cache_salt"] = wire_salt
         return b
 
-    def remove(self, toks, salt, from_block):
+    def remove(self, toks, salt, from_block, lora=None):
         """Evicts the blocks of toks from block from_block on (a suffix, as an LRU would)."""
+        salt = (lora, salt)
         hashes = []
         for i in range(len(toks) // BLOCK - 1, from_block - 1, -1):
             prefix = tuple(toks[: (i + 1) * BLOCK])
@@ -290,7 +316,8 @@ class EngineTree:
             "data": {"type": "removed", "block_hashes": hashes},
         }
 
-    def match(self, toks, salt):
+    def match(self, toks, salt, lora=None):
+        salt = (lora, salt)
         n = 0
         while (n + 1) * BLOCK <= len(toks) and (salt, tuple(toks[: (n + 1) * BLOCK])) in self.blocks:
             n += 1
@@ -351,8 +378,8 @@ def run_dynamo():
 
     def probe(label):
         rows = [
-            {"name": name, "tokens": toks, "salt": salt, "want_blocks": eng.match(toks, salt)}
-            for name, toks, salt in PROBES
+            {"name": name, "tokens": toks, "salt": salt, "lora": lora, "want_blocks": eng.match(toks, salt, lora)}
+            for name, toks, salt, lora in PROBES
         ]
         steps.append({"probes": rows, "label": label})
 
@@ -364,7 +391,9 @@ def run_dynamo():
     probe("unsalted prefix of A stored beside the salted A")
     feed(eng.store(AX, "tenant-a"), eng.store(C, "tenant-a"), eng.store(A, "tenant-b"), eng.store(D, None))
     probe("salted continuation, salted branch, a second salt, an unrelated prompt")
-    feed(eng.remove(AX, "tenant-a", 5), eng.remove(D, None, 2))
+    feed(eng.store(A, None, LORA), eng.store(AX, "tenant-a", LORA))
+    probe("adapter sql-lora: A unsalted, A and its continuation salted")
+    feed(eng.remove(AX, "tenant-a", 5), eng.remove(D, None, 2), eng.remove(AX, "tenant-a", 7, LORA))
     probe("evictions")
     feed(eng.store(A, None))
     probe("unsalted A completed")
