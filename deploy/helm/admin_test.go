@@ -122,6 +122,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"roll_not_bool":        {[]string{"rollOnConfigChange=yes please"}, "/rollOnConfigChange"},
 		"peerauth_no_ports":    {[]string{"gateway.istio.peerAuthentication.ports={}"}, "/gateway/istio/peerAuthentication/ports"},
 		// the templates' own checks
+		"hub_without_prefix":   {[]string{"model.hub=Qwen/Qwen3-8B"}, `model.hub: "Qwen/Qwen3-8B" must be hf:<org>/<model>[@revision]`},
+		"hub_token_no_hub":     {[]string{"model.hubToken.existingSecret=hf"}, "model.hubToken.existingSecret: only used with model.hub"},
+		"no_tokenizer_source":  {[]string{"model.volume=null"}, "model.volume: give the volume holding the tokenizer directory (model.tokenizerPath), or fetch the tokenizer at start with model.hub"},
 		"volume_named_model":   {[]string{"extraVolumes[0].name=model", "extraVolumes[0].emptyDir.medium=Memory"}, `extraVolumes[0].name: "model" is a volume of the chart`},
 		"volume_twice":         {[]string{"extraVolumes[0].name=x", "extraVolumes[0].emptyDir.medium=Memory", "extraVolumes[1].name=x", "extraVolumes[1].emptyDir.medium=Memory"}, `extraVolumes[1].name: "x" is given twice`},
 		"mount_of_no_volume":   {[]string{"extraVolumeMounts[0].name=ca", "extraVolumeMounts[0].mountPath=/etc/ssl/corp"}, `extraVolumeMounts[0].name: "ca" names no volume; add it to extraVolumes`},

@@ -58,8 +58,12 @@ func variants() []variant {
 		{name: "inference_pool", values: []string{"common.yaml", "inference-pool.yaml"}},
 		{name: "token_value", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=", "admin.token.value=" + testToken}},
 		{name: "pod_knobs", values: []string{"common.yaml", "plain-envoy.yaml", "testdata/knobs.yaml"}},
+		{name: "hub_tokenizer", values: []string{"common.yaml"}, set: []string{"model.volume=null", "model.hub=" + hubModel, "model.hubToken.existingSecret=hf-token"}},
 	}
 }
+
+// hubModel is the model.hub of the hub_tokenizer variant.
+const hubModel = "hf:Qwen/Qwen3-8B"
 
 // testToken is the admin.token.value of the token_value variant.
 const testToken = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"

@@ -84,9 +84,9 @@ gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allow
 {{- end -}}
 {{- $model := deepCopy (default dict $c.model) -}}
 {{- if hasKey $model "tokenizer" -}}
-{{- fail "config.model.tokenizer: the chart sets it from model.tokenizerPath; remove it from config" -}}
+{{- fail "config.model.tokenizer: the chart sets it from model.tokenizerPath or model.hub; remove it from config" -}}
 {{- end -}}
-{{- $_ := set $model "tokenizer" .Values.model.tokenizerPath -}}
+{{- $_ := set $model "tokenizer" (.Values.model.hub | default .Values.model.tokenizerPath) -}}
 {{- $_ := set $c "model" $model -}}
 {{- if and (not $c.workers) (not (include "condisagg.kubeDiscovery" .)) -}}
 {{- fail "config.workers: list at least one decode worker, or discover them with config.discovery.kubernetes" -}}
