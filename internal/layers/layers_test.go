@@ -60,6 +60,7 @@ var allowed = map[string][]string{
 	"internal/engineproc":  {"internal/proc"},
 	"internal/importcheck": {},
 	"internal/leakcheck":   {},
+	"internal/version":     {},
 	"scripts/benchtable":   {},
 	"internal/golden":      {},
 	"internal/layers":      {},
