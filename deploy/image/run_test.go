@@ -149,14 +149,7 @@ func TestImagesRun(t *testing.T) {
 	defer func() {
 		s.Close()
 		if t.Failed() {
-			t.Logf("condisagg output:\n%s", s.Condisagg.Output())
-			t.Logf("envoy output:\n%s", s.Envoy.Output())
-			for _, w := range s.Workers {
-				t.Logf("%s output:\n%s", w.Sim.Name(), w.Sim.Output())
-				if w.Sidecar != nil {
-					t.Logf("%s output:\n%s", w.Sidecar.Name(), w.Sidecar.Output())
-				}
-			}
+			s.LogOutputs(t)
 		}
 	}()
 

@@ -34,10 +34,16 @@ func String(prog string) string {
 	return fmt.Sprintf("%s %s (revision %s, %s)", prog, Version, rev, runtime.Version())
 }
 
-// buildRevision is the build info's vcs.revision, with "-dirty" when the tree had changes.
+// buildRevision is this binary's BuildRevision.
 func buildRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	info, _ := debug.ReadBuildInfo()
+	return BuildRevision(info)
+}
+
+// BuildRevision is the vcs.revision the Go toolchain recorded in info, with "-dirty" when the
+// tree had changes; "" without one (or with a nil info).
+func BuildRevision(info *debug.BuildInfo) string {
+	if info == nil {
 		return ""
 	}
 	var rev, modified string
