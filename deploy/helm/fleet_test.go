@@ -254,7 +254,11 @@ func TestFleetEngineArgs(t *testing.T) {
 				pod := &d.Spec.Template.Spec
 				c := container(t, d, "engine")
 				f := flagValues(t, c.Args)
-				t.Logf("%s %s: %q", role, c.Image, c.Args)
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("%s %s: %q", role, c.Image, c.Args)
+					}
+				})
 				if got := atoi(t, "--block-size", f["--block-size"]); got != blockSize {
 					t.Errorf("%s --block-size %d; the router chart's config.model.block_size is %d", role, got, blockSize)
 				}
@@ -401,8 +405,11 @@ func TestFleetSidecar(t *testing.T) {
 			if !slices.Equal(allow, []string{self, wantDecode}) {
 				t.Errorf("pd-sidecar --allow %q; want %s,%s", allow, self, wantDecode)
 			}
-			if decodePods == nil || decodePods.Spec.ClusterIP != corev1.ClusterIPNone || !serviceSelects(decodePods, roles["decode"]) {
-				t.Errorf("Service vllm-decode-pods %+v is not a headless Service of the decode pods (the allowlist resolves it to them)", decodePods)
+			if decodePods == nil {
+				t.Fatal("no Service vllm-decode-pods")
+			}
+			if decodePods.Spec.ClusterIP != corev1.ClusterIPNone || !serviceSelects(decodePods, roles["decode"]) {
+				t.Errorf("Service vllm-decode-pods is not a headless Service of the decode pods (the allowlist resolves it to them): %+v", decodePods.Spec)
 			}
 			metrics, _ := containerPort(pod, "sidecar-metrics")
 			if want := map[bool]string{true: "", false: fmt.Sprintf("0.0.0.0:%d", metrics)}[metrics == 0]; f["--admin-listen"] != want {
