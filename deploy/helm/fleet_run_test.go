@@ -211,4 +211,3 @@ func post(t *testing.T, url string, hdr map[string]string, body string, out any)
 		t.Fatalf("POST %s: %v: %s", url, err, b)
 	}
 }
-

@@ -616,3 +616,76 @@ func readValues(t *testing.T, path string) map[string]any {
 	}
 	return m
 }
+
+// TestFleetRefusesBadValues: values.schema.json refuses misspelt keys and ill-typed values, the
+// templates refuse what the schema cannot judge, each with a message naming the field.
+func TestFleetRefusesBadValues(t *testing.T) {
+	m := "model.name=" + fleetModel
+	cases := map[string]struct {
+		set  []string
+		want string
+	}{
+		// values.schema.json
+		"misspelt_key":       {[]string{m, "prefil.replicas=2"}, "additional properties 'prefil' not allowed"},
+		"misspelt_role_key":  {[]string{m, "decode.dataParalellSize=2"}, "additional properties 'dataParalellSize' not allowed"},
+		"unknown_engine":     {[]string{m, "engine.kind=sglang"}, "/engine/kind"},
+		"block_size_zero":    {[]string{m, "blockSize=0"}, "/blockSize"},
+		"port_out_of_range":  {[]string{m, "ports.kvEvents=70000"}, "/ports/kvEvents"},
+		"dp_not_integer":     {[]string{m, "prefill.dataParallelSize=two"}, "/prefill/dataParallelSize"},
+		"bad_duration":       {[]string{m, "sidecar.prefillTimeout=2 minutes"}, "/sidecar/prefillTimeout"},
+		"bad_service_name":   {[]string{m, "services.decodePods=Vllm_Decode"}, "/services/decodePods"},
+		"no_decode_pods_svc": {[]string{m, "services.decodePods="}, "/services/decodePods"},
+		"env_no_name":        {[]string{m, "prefill.env[0].value=x"}, "at '/prefill/env/0': missing property 'name'"},
+		"env_bad_name":       {[]string{m, "decode.env[0].name=UCX TLS", "decode.env[0].value=x"}, "/decode/env/0/name"},
+		"time_scale_zero":    {[]string{m, "engine.vllmSim.timeScale=0"}, "/engine/vllmSim/timeScale"},
+		// the templates' own checks
+		"no_model":           {nil, "model.name: required: the model the engines serve"},
+		"prefill_dp_zero":    {[]string{m, "prefill.dataParallelSize=0"}, "prefill.dataParallelSize: 0 must be at least 1"},
+		"decode_dp_negative": {[]string{m, "decode.dataParallelSize=-2"}, "decode.dataParallelSize: -2 must be at least 1"},
+		"rank_ports_overlap": {[]string{m, "decode.dataParallelSize=11"}, "ports.kvReplay: rank 0's port 5567 is also ports.kvEvents (rank 10)'s"},
+		"port_taken":         {[]string{m, "ports.kvReplay=8100"}, "ports.kvReplay: port 8100 is also sidecar.port's"},
+		"rank_past_65535":    {[]string{m, "ports.nixlSideChannel=65535", "prefill.dataParallelSize=2"}, "ports.nixlSideChannel: 65535 plus 2 data-parallel ranks passes 65535"},
+		"kv_role_given":      {[]string{m, "prefill.kvTransferConfig.kv_role=kv_both"}, "prefill.kvTransferConfig.kv_role: set by the chart"},
+		"kv_connector_given": {[]string{m, "decode.kvTransferConfig.kv_connector=LMCacheConnectorV1"}, "decode.kvTransferConfig.kv_connector: set by the chart"},
+		"sim_path_model":     {[]string{"engine.kind=vllm-sim", "model.name=/models/qwen3"}, "model.tokenizer: required with engine.kind vllm-sim"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := helmRun(t, fleetVariant{name: name, set: c.set}.args()...)
+			if err == nil {
+				t.Fatalf("rendered with %v; want an error containing %q", c.set, c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "unable to parse YAML") {
+				t.Errorf("error does not contain %q:\n%v", c.want, err)
+			}
+		})
+	}
+}
+
+// TestFleetLints: `helm lint --strict` passes with the model set and with the vllm-sim example;
+// on the bare defaults plain lint passes and prints the chart's message for the missing model,
+// and `helm template` fails with it rather than a YAML error.
+func TestFleetLints(t *testing.T) {
+	for _, args := range [][]string{
+		{"lint", "--strict", fleetChart, "--namespace", namespace, "--set", "model.name=" + fleetModel},
+		{"lint", "--strict", fleetChart, "--namespace", namespace, "-f", fleetChart + "/examples/vllm-sim.yaml"},
+	} {
+		if _, err := helmRun(t, args...); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, args := range [][]string{{"lint", fleetChart}, {"lint", "--strict", fleetChart}} {
+		out := helmRunCombined(t, args...)
+		if out.err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), out.err, out.out)
+		}
+		if !strings.Contains(out.out, "model.name: required") {
+			t.Errorf("helm %s does not name model.name:\n%s", strings.Join(args, " "), out.out)
+		}
+	}
+	_, err := helmRun(t, "template", fleetRelease, fleetChart, "--namespace", namespace)
+	if err == nil || !strings.Contains(err.Error(), "model.name: required") {
+		t.Errorf("helm template with the defaults: err = %v; want the chart's model.name message", err)
+	}
+}
