@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -501,6 +502,10 @@ func TestFleetMatchesRouterDiscovery(t *testing.T) {
 				}
 				d := roles[string(e.Role)]
 				pod := &d.Spec.Template.Spec
+				dp := atoi(t, "--data-parallel-size", flagValues(t, container(t, roles[string(e.Role)], "engine").Args)["--data-parallel-size"])
+				if strings.Contains(v.name, "data_parallel") {
+					e.DataParallelSize = dp
+				}
 				members, skips := kube.Members(e, endpointSlices(t, s, roles))
 				if len(skips) > 0 {
 					t.Errorf("entry %s skipped slices of %s: %+v", e.Name, s.Name, skips)
@@ -527,8 +532,23 @@ func TestFleetMatchesRouterDiscovery(t *testing.T) {
 						w.KVReplay != "tcp://"+net.JoinHostPort(host, strconv.Itoa(int(replay))) {
 						t.Errorf("entry %s worker %+v; want role %s, endpoint port %d, KV events %d, replay %d", e.Name, w, e.Role, wantHTTP, events, replay)
 					}
+					// The example's entries have data_parallel_size 1, the default fleet's engines too;
+					// the data-parallel variants are checked with the entry an operator writes for them.
 					if got, want := max(w.DataParallelSize, 1), atoi(t, "--data-parallel-size", f["--data-parallel-size"]); got != want && !strings.Contains(v.name, "data_parallel") {
 						t.Errorf("entry %s data_parallel_size %d; the engine's --data-parallel-size is %d", e.Name, got, want)
+					}
+					// Rank r of the worker subscribes at the KV events and replay ports + r: each is a
+					// port the engine names for that rank.
+					for r := range max(w.DataParallelSize, 1) {
+						sfx := ""
+						if r > 0 {
+							sfx = "-" + strconv.Itoa(r)
+						}
+						pe, ce := containerPort(pod, "kv-events"+sfx)
+						pr, cr := containerPort(pod, "kv-replay"+sfx)
+						if pe != events+int32(r) || pr != replay+int32(r) || ce != "engine" || cr != "engine" {
+							t.Errorf("entry %s rank %d subscribes at %d and %d; the engine names kv-events%s %d, kv-replay%s %d", e.Name, r, events+int32(r), replay+int32(r), sfx, pe, sfx, pr)
+						}
 					}
 					if w.MaxNumBatchedTokens != 0 && strconv.FormatInt(w.MaxNumBatchedTokens, 10) != f["--max-num-batched-tokens"] {
 						t.Errorf("entry %s max_num_batched_tokens %d; the engine's --max-num-batched-tokens is %s", e.Name, w.MaxNumBatchedTokens, f["--max-num-batched-tokens"])
@@ -687,5 +707,80 @@ func TestFleetLints(t *testing.T) {
 	_, err := helmRun(t, "template", fleetRelease, fleetChart, "--namespace", namespace)
 	if err == nil || !strings.Contains(err.Error(), "model.name: required") {
 		t.Errorf("helm template with the defaults: err = %v; want the chart's model.name message", err)
+	}
+}
+
+// TestFleetEnginePolicy: the router chart's engineNetworkPolicy with examples/engine-policy.yaml
+// selects the fleet's prefill and decode pods, admits only the router pods to exactly the ports
+// the engines name kv-events and kv-replay, keeps the ports the pods name http and engine-http
+// open, and lets the fleet's pods reach each other on every port (the NIXL side channel, named
+// nixl, among them).
+func TestFleetEnginePolicy(t *testing.T) {
+	router := render(t, variant{name: "engine_policy", values: []string{"common.yaml", "engine-policy.yaml"}})
+	v, err := decodeStrict(find(t, router, "NetworkPolicy", release+"-engines"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := v.(*networkingv1.NetworkPolicy)
+	roles := fleetRoles(t, renderFleet(t, fleetVariants()[0]))
+	podSel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events, open []int32
+	for role, d := range roles {
+		if !podSel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("engine policy podSelector %v does not select the %s pods %v", np.Spec.PodSelector, role, d.Spec.Template.Labels)
+		}
+		pod := &d.Spec.Template.Spec
+		for _, name := range []string{"kv-events", "kv-replay"} {
+			p, _ := containerPort(pod, name)
+			events = append(events, p)
+		}
+		for _, name := range []string{"http", "engine-http"} {
+			if p, _ := containerPort(pod, name); p != 0 {
+				open = append(open, p)
+			}
+		}
+	}
+	portsOf := func(r networkingv1.NetworkPolicyIngressRule) []int32 {
+		var ps []int32
+		for _, p := range r.Ports {
+			ps = append(ps, p.Port.IntVal)
+		}
+		slices.Sort(ps)
+		return slices.Compact(ps)
+	}
+	slices.Sort(events)
+	events = slices.Compact(events)
+	slices.Sort(open)
+	open = slices.Compact(open)
+	var sawEvents, sawOpen, sawPeers bool
+	for _, r := range np.Spec.Ingress {
+		switch {
+		case slices.Equal(portsOf(r), events):
+			sawEvents = true
+			if len(r.From) != 1 || r.From[0].PodSelector == nil || r.From[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "router" {
+				t.Errorf("event ports %v admitted from %+v; want the router pods only", events, r.From)
+			}
+		case slices.Equal(portsOf(r), open) && len(r.From) == 0:
+			sawOpen = true
+		case len(r.Ports) == 0 && len(r.From) == 1 && r.From[0].PodSelector != nil:
+			peers, err := metav1.LabelSelectorAsSelector(r.From[0].PodSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sawPeers = peers.Matches(labels.Set(roles["decode"].Spec.Template.Labels)) && peers.Matches(labels.Set(roles["prefill"].Spec.Template.Labels))
+		default:
+			for _, p := range r.Ports {
+				if slices.Contains(events, p.Port.IntVal) {
+					t.Errorf("rule %+v opens event port %d", r, p.Port.IntVal)
+				}
+			}
+		}
+	}
+	if !sawEvents || !sawOpen || !sawPeers {
+		t.Errorf("engine policy ingress %+v: event ports %v to the router %v, HTTP ports %v open %v, fleet pods to each other %v",
+			np.Spec.Ingress, events, sawEvents, open, sawOpen, sawPeers)
 	}
 }
