@@ -784,3 +784,32 @@ func TestFleetEnginePolicy(t *testing.T) {
 			np.Spec.Ingress, events, sawEvents, open, sawOpen, sawPeers)
 	}
 }
+
+// TestFleetInferencePool: the router chart's InferencePool (examples/inference-pool.yaml) selects
+// the fleet's prefill and decode pods, and its target ports are the ports the fleet's pods name
+// http: the decode engines' and the prefill pd-sidecars', the endpoints condisagg picks.
+func TestFleetInferencePool(t *testing.T) {
+	router := render(t, variant{name: "inference_pool", values: []string{"common.yaml", "inference-pool.yaml"}})
+	pool := find(t, router, "InferencePool", "vllm")
+	if _, err := decodeStrict(pool); err != nil {
+		t.Fatal(err)
+	}
+	sel := labels.Set{}
+	for k, v := range dig(t, pool.Doc, "spec", "selector", "matchLabels").(map[string]any) {
+		sel[k] = v.(string)
+	}
+	var targets []int32
+	for _, p := range dig(t, pool.Doc, "spec", "targetPorts").([]any) {
+		targets = append(targets, int32(p.(map[string]any)["number"].(float64)))
+	}
+	for _, v := range fleetVariants() {
+		for role, d := range fleetRoles(t, renderFleet(t, v)) {
+			if !labels.SelectorFromSet(sel).Matches(labels.Set(d.Spec.Template.Labels)) {
+				t.Errorf("%s: InferencePool selector %v does not select the %s pods %v", v.name, sel, role, d.Spec.Template.Labels)
+			}
+			if p, _ := containerPort(&d.Spec.Template.Spec, "http"); !slices.Contains(targets, p) {
+				t.Errorf("%s: the %s pods' http port %d is not an InferencePool target port %v", v.name, role, p, targets)
+			}
+		}
+	}
+}

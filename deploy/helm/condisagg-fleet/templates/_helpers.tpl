@@ -20,11 +20,6 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 {{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) -}}
 {{- end -}}
 
-{{/* The role's value block. */}}
-{{- define "fleet.roleValues" -}}
-{{- if eq .role "prefill" }}{{ toYaml .ctx.Values.prefill }}{{ else }}{{ toYaml .ctx.Values.decode }}{{ end -}}
-{{- end -}}
-
 {{/* The served model name clients send. */}}
 {{- define "fleet.servedName" -}}
 {{- default .Values.model.name .Values.model.servedModelName -}}
@@ -41,7 +36,7 @@ endpoint with "*"; rank r adds r to both ports). */}}
 {{/* --kv-transfer-config of a role: NixlConnector, kv_producer or kv_consumer, plus the role's
 kvTransferConfig keys. */}}
 {{- define "fleet.kvTransferConfig" -}}
-{{- $rv := include "fleet.roleValues" . | fromYaml -}}
+{{- $rv := index .ctx.Values .role -}}
 {{- $c := deepCopy (default (dict) $rv.kvTransferConfig) -}}
 {{- $_ := set $c "kv_connector" "NixlConnector" -}}
 {{- $_ := set $c "kv_role" (ternary "kv_producer" "kv_consumer" (eq .role "prefill")) -}}
@@ -51,7 +46,7 @@ kvTransferConfig keys. */}}
 {{/* The engine's arguments (vLLM's or vllm-sim's), every flag condisagg relies on. */}}
 {{- define "fleet.engineArgs" -}}
 {{- $v := .ctx.Values -}}
-{{- $rv := include "fleet.roleValues" . | fromYaml -}}
+{{- $rv := index .ctx.Values .role -}}
 {{- $args := list -}}
 {{- if eq $v.engine.kind "vllm" -}}
 {{- $args = list $v.model.name "--served-model-name" (include "fleet.servedName" .ctx) -}}
