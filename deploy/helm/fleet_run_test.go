@@ -211,3 +211,110 @@ func post(t *testing.T, url string, hdr map[string]string, body string, out any)
 		t.Fatalf("POST %s: %v: %s", url, err, b)
 	}
 }
+
+// TestFleetVLLMParsesArgs parses the real-vLLM variants' engine command lines with vLLM 0.32's
+// own `vllm serve` parser and config classes (scripts/fleet-vllm-args.py in the venv of
+// scripts/vllm-venv.sh): every flag exists, the JSON configs hold only keys vLLM knows, and vLLM
+// resolves them to the block size of the router chart's config, the pod's KV event, replay and
+// HTTP ports, the data-parallel size, NixlConnector with the role's kv_role, and the prompt-token
+// details. The venv is opt-in (several GB): without it the test skips, and `make
+// fleet-vllm-args` (FLEET_VLLM_REQUIRED=1) builds the venv and fails instead.
+func TestFleetVLLMParsesArgs(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := os.Getenv("VLLM_VENV")
+	if venv == "" {
+		venv = filepath.Join(root, ".cache/vllm-venv")
+	}
+	python := filepath.Join(venv, "bin/python")
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("FLEET_VLLM_REQUIRED") != "" {
+			t.Fatalf("no vLLM venv at %s (scripts/vllm-venv.sh): %v", venv, err)
+		}
+		t.Skipf("no vLLM venv at %s: make fleet-vllm-args builds it and runs this test", venv)
+	}
+	blockSize := routerBlockSize(t)
+	type engine struct {
+		name string
+		pod  *corev1.PodSpec
+		c    *corev1.Container
+	}
+	var engines []engine
+	var lines [][]string
+	for _, v := range fleetVariants() {
+		if strings.Contains(v.name, "sim") {
+			continue
+		}
+		for role, d := range fleetRoles(t, renderFleet(t, v)) {
+			c := container(t, d, "engine")
+			engines = append(engines, engine{v.name + "/" + role, &d.Spec.Template.Spec, c})
+			lines = append(lines, append(append([]string(nil), c.Command...), c.Args...))
+		}
+	}
+	in, err := json.Marshal(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(python, filepath.Join(root, "scripts/fleet-vllm-args.py"))
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
+	cmd.Env = append(os.Environ(), "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("vLLM's parser refused a rendered command line: %v\n%s", err, stderr.String())
+	}
+	type kvEvents struct {
+		Enable         bool   `json:"enable_kv_cache_events"`
+		Publisher      string `json:"publisher"`
+		Endpoint       string `json:"endpoint"`
+		ReplayEndpoint string `json:"replay_endpoint"`
+		Topic          string `json:"topic"`
+	}
+	var got []struct {
+		Model                     string    `json:"model"`
+		ServedModelName           []string  `json:"served_model_name"`
+		Port                      int32     `json:"port"`
+		BlockSize                 int       `json:"block_size"`
+		MaxModelLen               int       `json:"max_model_len"`
+		MaxNumBatchedTokens       int       `json:"max_num_batched_tokens"`
+		DataParallelSize          int       `json:"data_parallel_size"`
+		EnablePromptTokensDetails bool      `json:"enable_prompt_tokens_details"`
+		KVEvents                  *kvEvents `json:"kv_events_config"`
+		KVTransfer                *struct {
+			Connector         string `json:"kv_connector"`
+			Role              string `json:"kv_role"`
+			LoadFailurePolicy string `json:"kv_load_failure_policy"`
+		} `json:"kv_transfer_config"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(engines) {
+		t.Fatalf("fleet-vllm-args output (%v): %s", err, out)
+	}
+	for i, e := range engines {
+		g := got[i]
+		role := e.name[strings.LastIndex(e.name, "/")+1:]
+		httpName := map[string]string{"prefill": "engine-http", "decode": "http"}[role]
+		httpPort, _ := containerPort(e.pod, httpName)
+		events, _ := containerPort(e.pod, "kv-events")
+		replay, _ := containerPort(e.pod, "kv-replay")
+		dp := atoi(t, "--data-parallel-size", flagValues(t, e.c.Args)["--data-parallel-size"])
+		if g.Model != fleetModel || len(g.ServedModelName) != 1 || g.ServedModelName[0] != fleetModel || g.Port != httpPort ||
+			g.BlockSize != blockSize || g.MaxModelLen != 8192 || g.MaxNumBatchedTokens != 8192 || g.DataParallelSize != dp ||
+			!g.EnablePromptTokensDetails {
+			t.Errorf("%s: vLLM resolved %+v; want model and served name %s, port %d, block size %d, max_model_len and max_num_batched_tokens 8192, data_parallel_size %d, prompt-token details",
+				e.name, g, fleetModel, httpPort, blockSize, dp)
+		}
+		wantEvents := kvEvents{true, "zmq", fmt.Sprintf("tcp://*:%d", events), fmt.Sprintf("tcp://*:%d", replay), "kv-events"}
+		if g.KVEvents == nil || *g.KVEvents != wantEvents {
+			t.Errorf("%s: vLLM's KVEventsConfig %+v; want %+v", e.name, g.KVEvents, wantEvents)
+		}
+		wantRole := map[string]string{"prefill": "kv_producer", "decode": "kv_consumer"}[role]
+		if g.KVTransfer == nil || g.KVTransfer.Connector != "NixlConnector" || g.KVTransfer.Role != wantRole {
+			t.Errorf("%s: vLLM's KVTransferConfig %+v; want NixlConnector, %s", e.name, g.KVTransfer, wantRole)
+		}
+		if e.name == "vllm_data_parallel/decode" && (g.KVTransfer == nil || g.KVTransfer.LoadFailurePolicy != "recompute") {
+			t.Errorf("%s: kv_load_failure_policy %+v; want recompute from decode.kvTransferConfig", e.name, g.KVTransfer)
+		}
+	}
+}
