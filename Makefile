@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args clean
 
 all: build
 
@@ -129,6 +129,12 @@ conformance-pd: deps
 		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/conformance-pd
 	bin/conformance-pd $(CONFORMANCE_PD_FLAGS)
+
+# The condisagg-fleet chart's vLLM command lines through vLLM 0.32's own `vllm serve` parser
+# (deploy/helm TestFleetVLLMParsesArgs, which make test skips without the venv).
+fleet-vllm-args: deps
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	cd deploy && FLEET_VLLM_REQUIRED=1 VLLM_VENV=$(abspath $(VLLM_VENV_DIR)) $(GO) test -count=1 -run TestFleetVLLMParsesArgs -v ./helm
 
 # Envoy + condisagg + 2 prefill and 2 decode simulated workers with their sidecars on loopback:
 # a multi-turn conversation and fresh prompts, one row per request, then a clean shutdown.
