@@ -130,14 +130,15 @@ func (c *Central) newLoop() (*loop, error) {
 	runtime.LockOSThread()
 	l := &loop{cfg: c.cfg, endpoint: c.endpoint, byTopic: make(map[string]*streamShell),
 		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", string(kvevents.DropUnknownTopic))}
-	topics := make([]string, 0, len(c.subs))
 	for _, s := range c.subs {
 		sh := newStreamShell(s)
 		l.shells = append(l.shells, sh)
 		l.byTopic[s.sc.Topic] = sh
-		topics = append(topics, s.sc.Topic)
 	}
-	l.sub, l.mon = newSub(c.cfg, topics, c.cfg.Logger)
+	// The SUB takes every topic rather than filtering by the configured ones: a publisher
+	// whose topic is misconfigured is then counted (unknown_topic) and logged, where a
+	// filter would hide it. Its messages cost no more than the frame bound.
+	l.sub, l.mon = newSub(c.cfg, []string{""}, c.cfg.Logger)
 	port, err := l.sub.Bind(c.endpoint)
 	if err != nil {
 		l.close()

@@ -35,7 +35,7 @@ func startStreams(t testing.TB, endpoints []string) (*Streams, *kvzmq.Group) {
 			t.Fatal(err)
 		}
 	}
-	return New(g), g
+	return New(g, nil), g
 }
 
 // TestEventStreamsCountRoutedSinceStored: the routed count of a worker grows with Routed,
