@@ -25,7 +25,7 @@ import (
 // before).
 type Streams struct {
 	group *kvzmq.Group
-	bound *kvzmq.Central // nil: no bound socket (or none of its streams is this model's)
+	bound *kvzmq.Central  // nil: no bound socket (or none of its streams is this model's)
 	mu    sync.Mutex      // guards seen
 	seen  map[string]bool // workers whose stream connected at least once (readiness)
 	// route holds one *atomic.Uint64 per worker: the requests routed to it since its last
