@@ -14,7 +14,7 @@ import (
 type BoundStream struct {
 	// Topic is the publisher's ZeroMQ topic (vLLM's kv-events-config "topic"; llm-d's
 	// simulator sends "kv@<address>@<model>"). Matched exactly: messages of another topic are
-	// dropped and counted (condisagg_kv_dropped_frames_total{reason="unknown_topic"}).
+	// dropped and counted (condisagg_kv_messages_dropped_total{worker="central", reason="unknown_topic"}).
 	Topic string `yaml:"topic"`
 	// Worker is the name of a static worker whose endpoint is an IP address (a DNS name may
 	// stand for several engines, which cannot share one topic).
