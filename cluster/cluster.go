@@ -34,8 +34,9 @@ type Options struct {
 	// envoy.lb.subset_hint; nil: none), as an endpoint picker in front of the router would.
 	Subset func(r *workload.Request) []string
 	// Model, if set, names request r's model as a request's `model` field would: "" or the
-	// base model, or one of Config.LoRAAdapters, whose blocks the engines and the router key
-	// with the adapter's identity.
+	// base model, one of Config.Models (that model's fleet serves it), or one of
+	// Config.LoRAAdapters, whose blocks the engines and the router key with the adapter's
+	// identity.
 	Model func(r *workload.Request) string
 }
 
@@ -46,6 +47,7 @@ var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // engine is one simulated worker.
 type engine struct {
 	id      string
+	index   *kvindex.Index // the prefix index of the engine's model
 	decode  bool
 	e       *sim.Engine
 	reqs    map[sim.RequestID]int32 // engine request -> workload index
@@ -89,8 +91,7 @@ type Cluster struct {
 	bs      int
 	engines []*engine
 	byID    map[string]int32
-	pool    *pool.Pool
-	index   *kvindex.Index
+	pools   []*pool.Pool // one per model, Config.Models order
 	now     time.Duration
 	seq     uint64
 	eq      engineQueue
@@ -137,46 +138,6 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	}
 	c.bs = c.pcfg.BlockSize
 	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]route.Record, len(reqs))}
-	var workers []pool.WorkerConfig
-	add := func(role pool.Role, n int) error {
-		for i := range n {
-			ec := cfg.Engine
-			ec.Seed, ec.Events, ec.BlockSize = cfg.Seed+uint64(len(c.engines)), true, c.bs
-			e, err := sim.New(ec)
-			if err != nil {
-				return fmt.Errorf("cluster: %s engine %d: %w", role, i, err)
-			}
-			ec = e.Config()
-			id := string(role) + "-" + strconv.Itoa(i)
-			c.byID[id] = int32(len(c.engines))
-			c.engines = append(c.engines, &engine{id: id, decode: role == pool.RoleDecode, e: e, reqs: make(map[sim.RequestID]int32)})
-			workers = append(workers, pool.WorkerConfig{Name: id, Role: role,
-				Endpoint:            "10.0." + strconv.Itoa(len(c.engines)/250) + "." + strconv.Itoa(1+len(c.engines)%250) + ":8000",
-				NumGPUBlocks:        int64(ec.NumGPUBlocks),
-				MaxNumBatchedTokens: int64(ec.MaxNumBatchedTokens)})
-		}
-		return nil
-	}
-	if err := add(pool.RolePrefill, cfg.Prefill); err != nil {
-		return nil, err
-	}
-	if err := add(pool.RoleDecode, cfg.Decode); err != nil {
-		return nil, err
-	}
-	var err error
-	c.rep.Pool = pool.Config{Workers: workers, BlockSize: c.bs}
-	c.pool, err = pool.New(c.rep.Pool,
-		pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry()), Clock: virtualClock{&c.now}})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	c.index, err = kvindex.New(kvindex.Config{BlockSize: c.bs})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	for _, en := range c.engines {
-		c.index.SetCapacity(kvindex.WorkerID(en.id), en.e.Config().NumGPUBlocks)
-	}
 	pc := c.pcfg
 	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
 	c.learner = feedback.New()
@@ -185,9 +146,25 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		c.adapters[name] = sim.Adapter{ID: int64(k + 1), Name: name, Path: "/adapters/" + name}
 		c.loraNames[name] = []byte(name)
 	}
-	c.rep.LoRAAdapters = cfg.LoRAAdapters
-	c.router, err = route.New(route.Options{Index: c.index, Pool: c.pool, Policy: &pc, Seed: c.rep.RouterSeed,
-		Now: c.clock, Learner: c.learner, LoRAAdapters: cfg.LoRAAdapters})
+	ropts := route.Options{Policy: &pc, Seed: c.rep.RouterSeed, Now: c.clock, Learner: c.learner}
+	models := cfg.Models
+	if len(models) == 0 {
+		models = []string{""}
+	}
+	for k, name := range models {
+		fleet, rm, err := c.addFleet(k, name)
+		if err != nil {
+			return nil, err
+		}
+		if k == 0 {
+			fleet.LoRAAdapters, rm.LoRAAdapters = cfg.LoRAAdapters, cfg.LoRAAdapters
+		}
+		c.rep.Models = append(c.rep.Models, fleet)
+		c.pools = append(c.pools, rm.Pool)
+		ropts.Models = append(ropts.Models, rm)
+	}
+	var err error
+	c.router, err = route.New(ropts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -208,6 +185,52 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		}
 	}
 	return c, nil
+}
+
+// addFleet creates model k's engines (ids prefixed "m<k>-" after the first model), its pool
+// and its prefix index, and returns its fleet for the report and its route.Model.
+func (c *Cluster) addFleet(k int, name string) (ModelFleet, route.Model, error) {
+	prefix := ""
+	if k > 0 {
+		prefix = "m" + strconv.Itoa(k) + "-"
+	}
+	ix, err := kvindex.New(kvindex.Config{BlockSize: c.bs})
+	if err != nil {
+		return ModelFleet{}, route.Model{}, fmt.Errorf("cluster: %w", err)
+	}
+	var workers []pool.WorkerConfig
+	add := func(role pool.Role, n int) error {
+		for i := range n {
+			ec := c.cfg.Engine
+			ec.Seed, ec.Events, ec.BlockSize = c.cfg.Seed+uint64(len(c.engines)), true, c.bs
+			e, err := sim.New(ec)
+			if err != nil {
+				return fmt.Errorf("cluster: %s engine %d: %w", role, i, err)
+			}
+			ec = e.Config()
+			id := prefix + string(role) + "-" + strconv.Itoa(i)
+			c.byID[id] = int32(len(c.engines))
+			c.engines = append(c.engines, &engine{id: id, index: ix, decode: role == pool.RoleDecode, e: e, reqs: make(map[sim.RequestID]int32)})
+			ix.SetCapacity(kvindex.WorkerID(id), ec.NumGPUBlocks)
+			workers = append(workers, pool.WorkerConfig{Name: id, Role: role,
+				Endpoint:            "10.0." + strconv.Itoa(len(c.engines)/250) + "." + strconv.Itoa(1+len(c.engines)%250) + ":8000",
+				NumGPUBlocks:        int64(ec.NumGPUBlocks),
+				MaxNumBatchedTokens: int64(ec.MaxNumBatchedTokens)})
+		}
+		return nil
+	}
+	if err := add(pool.RolePrefill, c.cfg.Prefill); err != nil {
+		return ModelFleet{}, route.Model{}, err
+	}
+	if err := add(pool.RoleDecode, c.cfg.Decode); err != nil {
+		return ModelFleet{}, route.Model{}, err
+	}
+	pc := pool.Config{Workers: workers, BlockSize: c.bs}
+	p, err := pool.New(pc, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry()), Clock: virtualClock{&c.now}})
+	if err != nil {
+		return ModelFleet{}, route.Model{}, fmt.Errorf("cluster: %w", err)
+	}
+	return ModelFleet{Name: name, Pool: pc}, route.Model{Name: name, Index: ix, Pool: p}, nil
 }
 
 const never = time.Duration(math.MaxInt64)

@@ -218,6 +218,12 @@ func TestConfigValidate(t *testing.T) {
 		{"negative_delay", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, EventDelay: -time.Second}, []string{"event_delay: -1s must be >= 0"}},
 		{"bad_ratio", Config{Prefill: 1, Decode: 1, Mode: Conditional, Disagg: bad}, []string{"eff_isl_ratio_threshold: 1.5 is outside [0.0, 1.0]"}},
 		{"all_at_once", Config{Prefill: -1, Mode: Disaggregated, EventDelay: -1}, []string{"prefill: -1", "decode: 0", "event_delay"}},
+		{"model_twice", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, Models: []string{"a", "b", "a"}}, []string{`models[2]: "a" is named twice`}},
+		{"model_is_adapter", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, Models: []string{"a"}, LoRAAdapters: []string{"a"}},
+			[]string{`models[0]: "a" is named twice`}},
+		{"empty_model", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, Models: []string{"a", " "}}, []string{`models[1]: " " must be a non-empty model name`}},
+		{"too_many_models", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, Models: strings.Split("a b c d e f g h i", " ")},
+			[]string{"models: 9 must name at most 8 models"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -54,10 +54,18 @@ type Config struct {
 	// Vocab expands the workload's segments into tokens; the zero value means
 	// workload.DefaultVocab.
 	Vocab workload.Vocab
-	// LoRAAdapters are the adapters every engine serves beside the base model (vLLM
-	// --lora-modules); Options.Model names a request's.
+	// LoRAAdapters are the adapters every engine of the first model serves beside the base
+	// model (vLLM --lora-modules); Options.Model names a request's.
 	LoRAAdapters []string
+	// Models names the served models when there are several, as serve's `models` list: each
+	// model gets its own fleet of Prefill and Decode engines, with its own pool and prefix
+	// index, and Options.Model selects a request's (a name no model serves fails that
+	// request as the server refuses it). Empty: one unnamed model that takes every name.
+	Models []string
 }
+
+// maxModels bounds Config.Models: each model is a whole fleet.
+const maxModels = 8
 
 // ParseShape parses a fleet shape such as "4P4D" (prefill and decode engine counts).
 func ParseShape(s string) (prefill, decode int, err error) {
@@ -115,6 +123,22 @@ func (c Config) Validate() error {
 	}
 	if c.Prefill > 256 || c.Decode > 256 {
 		bad("prefill+decode", strconv.Itoa(c.Prefill+c.Decode), "must be <= 256 engines per pool")
+	}
+	if len(c.Models) > maxModels {
+		bad("models", strconv.Itoa(len(c.Models)), "must name at most "+strconv.Itoa(maxModels)+" models")
+	}
+	seen := map[string]bool{}
+	for _, a := range c.LoRAAdapters {
+		seen[a] = true
+	}
+	for i, m := range c.Models {
+		switch {
+		case strings.TrimSpace(m) == "":
+			bad("models["+strconv.Itoa(i)+"]", strconv.Quote(m), "must be a non-empty model name")
+		case seen[m]:
+			bad("models["+strconv.Itoa(i)+"]", strconv.Quote(m), "is named twice (models and lora_adapters share one namespace)")
+		}
+		seen[m] = true
 	}
 	if c.EventDelay < 0 {
 		bad("event_delay", c.EventDelay.String(), "must be >= 0")

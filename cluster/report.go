@@ -25,13 +25,11 @@ type Report struct {
 	PromptTokens            uint64 // engine prefix-cache queries over all engines (tokens)
 	TransferTokens          int64  // prompt tokens of remote requests (the KV moved at most)
 	IndexSkips              int    // KV events the index refused (kvindex.SkipReason != SkipNone)
-	// Pool, Policy and RouterSeed are the fleet and policy the run routed over: enough to stand
-	// up the same router (route.New) outside the simulator and replay the run's Trace.
-	Pool       pool.Config   `json:"-"`
+	// Models, Policy and RouterSeed are the fleets and policy the run routed over: enough to
+	// stand up the same router (route.New) outside the simulator and replay the run's Trace.
+	Models     []ModelFleet  `json:"-"`
 	Policy     policy.Config `json:"-"`
 	RouterSeed uint64        `json:"-"`
-	// LoRAAdapters are Config.LoRAAdapters, which the router keys requests with.
-	LoRAAdapters []string `json:"-"`
 	// ResidualLoad sums every worker's booked prefill tokens, decode blocks and requests after
 	// the run; it is 0 when every booking was released.
 	ResidualLoad int64
@@ -45,4 +43,13 @@ type Report struct {
 	Feedback []feedback.State `json:",omitempty"`
 	// RoleAdvice is what the live service's analytic advice says of the run's mix (slo policy).
 	RoleAdvice feedback.RoleAdvice `json:",omitempty"`
+}
+
+// ModelFleet is one served model as the router saw it (Config.Models order).
+type ModelFleet struct {
+	Name string // "": the one unnamed model
+	Pool pool.Config
+	// LoRAAdapters are Config.LoRAAdapters on the first model, which the router keys
+	// requests with.
+	LoRAAdapters []string
 }

@@ -211,7 +211,7 @@ func (c *Cluster) publish(i int32, evs []sim.Event) {
 // apply feeds one KV event to the index as kvevents would (an adapter's blocks keyed with its
 // name, as vLLM's lora_name).
 func (c *Cluster) apply(id string, ev *sim.Event) {
-	w := kvindex.WorkerID(id)
+	w, ix := kvindex.WorkerID(id), c.engines[c.byID[id]].index
 	if c.opts.Trace != nil {
 		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: *ev})
 	}
@@ -219,13 +219,13 @@ func (c *Cluster) apply(id string, ev *sim.Event) {
 	case sim.EventBlockStored:
 		c.store = kvindex.Store{Medium: kvindex.GPU, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes,
 			Tokens: ev.Tokens, BlockSize: c.bs, PlainBlocks: len(ev.Hashes), LoRA: c.loraNames[ev.LoRA.Name]}
-		if r := c.index.Store(w, &c.store); r.Skip != kvindex.SkipNone {
+		if r := ix.Store(w, &c.store); r.Skip != kvindex.SkipNone {
 			c.rep.IndexSkips++
 		}
 	case sim.EventBlockRemoved:
-		c.index.Remove(w, kvindex.GPU, ev.Hashes)
+		ix.Remove(w, kvindex.GPU, ev.Hashes)
 	case sim.EventAllBlocksCleared:
-		c.index.ClearWorker(w)
+		ix.ClearWorker(w)
 	}
 }
 
@@ -238,7 +238,7 @@ func (c *Cluster) finish() *Report {
 	}
 	if c.pcfg.Disagg.Policy == policy.SLOKind {
 		rep.Feedback = c.learner.State()
-		rep.RoleAdvice = c.learner.Advice(&c.pcfg, len(c.pool.Workers()))
+		rep.RoleAdvice = c.learner.Advice(&c.pcfg, len(c.pools[0].Workers())) // the first model's fleet, as serve
 	}
 	first := never
 	if len(c.reqs) > 0 {
@@ -258,13 +258,16 @@ func (c *Cluster) finish() *Report {
 		}
 	}
 	if rep.Span > 0 {
+		fleets := float64(len(c.pools))
 		if c.cfg.Prefill > 0 {
-			rep.PrefillUtil = float64(rep.PrefillBusy) / (float64(rep.Span) * float64(c.cfg.Prefill))
+			rep.PrefillUtil = float64(rep.PrefillBusy) / (float64(rep.Span) * float64(c.cfg.Prefill) * fleets)
 		}
-		rep.DecodeUtil = float64(rep.DecodeBusy) / (float64(rep.Span) * float64(c.cfg.Decode))
+		rep.DecodeUtil = float64(rep.DecodeBusy) / (float64(rep.Span) * float64(c.cfg.Decode) * fleets)
 	}
-	for _, w := range c.pool.Workers() {
-		rep.ResidualLoad += w.ActivePrefillTokens + w.ActiveDecodeBlocks + w.ActiveRequests
+	for _, p := range c.pools {
+		for _, w := range p.Workers() {
+			rep.ResidualLoad += w.ActivePrefillTokens + w.ActiveDecodeBlocks + w.ActiveRequests
+		}
 	}
 	return rep
 }

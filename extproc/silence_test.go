@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -88,24 +87,5 @@ func TestServedEndpointMismatch(t *testing.T) {
 		v.responseBody([]byte("data: [DONE]\n\n"), true)
 		v.recv()
 		v.closeAndDrain()
-	}
-}
-
-// TestIndexCollector: condisagg_indexed_blocks{worker,medium} follows the index.
-func TestIndexCollector(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	if err := e.reg.Register(e.router.IndexCollector()); err != nil {
-		t.Fatal(err)
-	}
-	n := e.cacheOn("decode-1", chatBody(strings.Repeat("indexed ", 100), false)) / 16
-	want := fmt.Sprintf(`
-# HELP condisagg_indexed_blocks Prefix-index entries per worker and medium (gpu, cpu, disk).
-# TYPE condisagg_indexed_blocks gauge
-condisagg_indexed_blocks{medium="cpu",worker="decode-1"} 0
-condisagg_indexed_blocks{medium="disk",worker="decode-1"} 0
-condisagg_indexed_blocks{medium="gpu",worker="decode-1"} %d
-`, n)
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "condisagg_indexed_blocks"); err != nil {
-		t.Fatal(err)
 	}
 }

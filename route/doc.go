@@ -26,6 +26,6 @@
 // that, never the other way.
 //
 // Concurrency: a Router is safe for concurrent use; the policy config is swapped atomically.
-// Imports: tokenizer, kvindex, policy, pool, feedback (and prometheus for the index collector);
+// Imports: tokenizer, kvindex, policy, pool, feedback;
 // never extproc, decisionlog, cluster, kvevents or cmd.
 package route

@@ -130,7 +130,10 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
 	for i, m := range cfg.Models {
 		var err error
-		toks[i], err = tokenizer.Load(m.Tokenizer, tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
+		// A Hub model ("hf:org/name") is fetched once into the hub cache and read from there
+		// after; HF_HUB_OFFLINE=1 forbids the download (huggingface_hub's environment).
+		toks[i], err = tokenizer.LoadModel(ctx, m.Tokenizer, tokenizer.HubOptionsFromEnv(),
+			tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
 		if err != nil {
 			return fmt.Errorf("load tokenizer %s of model %q: %w", m.Tokenizer, m.Name, err)
 		}
@@ -226,7 +229,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	}
 	// The role advice is for the first model's fleet (both roles).
 	workers := func() int { return len(s.router.Pool().Workers()) }
-	return errors.Join(s.reg.Register(s.router.IndexCollector()),
+	return errors.Join(s.reg.Register(indexCollector{s.router.Models}),
 		s.reg.Register(feedback.NewCollector(learner, s.router.Policy, workers)))
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zeromq/goczmq/v4"
 
+	"github.com/condisagg/condisagg/internal/testport"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/sim/vllmsim"
@@ -87,7 +88,7 @@ func chat(t *testing.T, ctx context.Context, addr, body string) {
 // engine restarted on the same topic (its seq back at 0) clears only its own worker.
 func TestServeBoundKVEvents(t *testing.T) {
 	model := requireModel(t)
-	bind := fmt.Sprintf("tcp://127.0.0.1:%d", freePortRun(t, 1))
+	bind := fmt.Sprintf("tcp://127.0.0.1:%d", testport.Block(t, 1))
 	addr0, _ := startDialingSim(t, model, "127.0.0.1:0", bind, "kv@decode-0")
 	addr1, stop1 := startDialingSim(t, model, "127.0.0.1:0", bind, "kv@decode-1")
 	cfg := strings.Replace(serveYAML, "MODEL", model, 1)

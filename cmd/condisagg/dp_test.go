@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,41 +11,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/condisagg/condisagg/internal/testport"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/sim/vllmsim"
 	"github.com/condisagg/condisagg/tokenizer"
 )
-
-// freePortRun returns a base port p such that p .. p+n-1 are free on 127.0.0.1 right now.
-func freePortRun(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		var lns []net.Listener
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		base := ln.Addr().(*net.TCPAddr).Port
-		ok := base+n-1 <= 65535
-		for i := 1; i < n && ok; i++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			ok = err == nil
-			if ok {
-				lns = append(lns, l)
-			}
-		}
-		for _, l := range lns {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
-}
 
 // startDPSim runs an in-process vllm-sim with --data-parallel-size 2, its publishers bound on
 // pub..pub+1 and replay..replay+1, and returns its HTTP address.
@@ -105,7 +75,7 @@ func startSimScaled(t *testing.T, model string, ranks, pub, replay int, timeScal
 // the prompt under that rank only, and Explain then credits and names that rank.
 func TestServeDataParallelRanks(t *testing.T) {
 	model := requireModel(t)
-	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
+	pub, rep := testport.Block(t, 2), testport.Block(t, 2)
 	simAddr := startDPSim(t, model, pub, rep)
 	a := startServe(t, dpServeConfig(model, simAddr, pub, rep))
 	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))

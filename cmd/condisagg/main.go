@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/condisagg/condisagg/internal/version"
 	"github.com/condisagg/condisagg/server"
 	"github.com/condisagg/condisagg/tune"
 )
@@ -28,6 +29,7 @@ commands:
             reset the worker's engine prefix cache (vLLM POST /reset_prefix_cache) and clear its index at once
   tune      simulate a workload per routing mode and suggest thresholds
   matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
+  version   print the version and VCS revision (also --version)
 
 Run "condisagg <command> -h" for the flags of a command.
 `
@@ -44,6 +46,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if version.Requested(args) {
+		fmt.Fprintln(stdout, version.String("condisagg"))
+		return 0
 	}
 	switch args[0] {
 	case "serve":

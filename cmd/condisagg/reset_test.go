@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/internal/testport"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
 
@@ -21,7 +22,7 @@ import (
 // list of known ones.
 func TestServeResetPrefixCache(t *testing.T) {
 	model := requireModel(t)
-	pub, rep := freePortRun(t, 2), freePortRun(t, 2)
+	pub, rep := testport.Block(t, 2), testport.Block(t, 2)
 	simAddr := startSimScaled(t, model, 2, pub, rep, 1) // real time: a long request keeps running
 	a := startServe(t, dpServeConfig(model, simAddr, pub, rep))
 	admin := adminClient(t, a)

@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/condisagg/condisagg/internal/testport"
 )
 
 // chromiumPath is the headless browser of the status page test: $CHROMIUM_BIN, else Debian's
@@ -98,10 +100,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	model := requireModel(t)
 	ctx := browser(t, 3*time.Minute)
-	pub := freePortRun(t, 2) // the KV event PUB and replay ports of the decode worker
+	pub := testport.Block(t, 2) // the KV event PUB and replay ports of the decode worker
 	rep := pub + 1
 	decodeAddr := startSim(t, model, 1, pub, rep)
-	ppub := freePortRun(t, 2)
+	ppub := testport.Block(t, 2)
 	prefillAddr := startSim(t, model, 1, ppub, ppub+1)
 	tokenFile := writeFile(t, t.TempDir(), "admin.token", uiToken+"\n")
 	a := startServe(t, fmt.Sprintf(`listen: 127.0.0.1:0

@@ -107,37 +107,52 @@ type server struct {
 	pool     *pool.Pool
 	client   extprocv3.ExternalProcessorClient
 	appliers map[string]*kvevents.Applier
-	enc      vllmsim.Encoder
-	records  []route.Record
-	router   *route.Router
-	learner  *feedback.Learner
-	policy   policy.Config
+	// endpoints are every model's workers' endpoints by worker id.
+	endpoints map[string]string
+	enc       vllmsim.Encoder
+	records   []route.Record
+	router    *route.Router
+	learner   *feedback.Learner
+	policy    policy.Config
 }
 
 func newServer(t *testing.T, rep *cluster.Report) *server {
 	t.Helper()
-	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}, learner: feedback.New(), policy: rep.Policy}
+	s := &server{clock: &virtualClock{}, appliers: map[string]*kvevents.Applier{}, endpoints: map[string]string{},
+		learner: feedback.New(), policy: rep.Policy}
 	reg := prometheus.NewRegistry()
-	var err error
-	s.pool, err = pool.New(rep.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Clock: s.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs := rep.Pool.BlockSize
-	ix, err := kvindex.New(kvindex.Config{BlockSize: bs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc := rep.Policy
+	bs := rep.Policy.BlockSize
 	km := kvevents.NewMetrics(reg)
-	for _, w := range s.pool.Workers() {
-		ix.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks)) // as serve's membership does
-		s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
+	ropts := route.Options{Policy: &pc, Seed: rep.RouterSeed, Now: s.clock.Now, Learner: s.learner,
+		Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }}
+	tok := qwen3(t)
+	for i, m := range rep.Models {
+		// Each model its own pool, index and event appliers, as serve's buildModel makes them.
+		preg := prometheus.Registerer(reg)
+		if len(rep.Models) > 1 {
+			preg = prometheus.WrapRegistererWith(prometheus.Labels{"model": m.Name}, reg)
+		}
+		p, err := pool.New(m.Pool, pool.Options{Metrics: pool.NewMetrics(preg), Clock: s.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix, err := kvindex.New(kvindex.Config{BlockSize: bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range p.Workers() {
+			ix.SetCapacity(kvindex.WorkerID(w.ID), int(w.KVCapacityBlocks)) // as serve's membership does
+			s.appliers[w.ID] = kvevents.NewApplier(ix, kvindex.WorkerID(w.ID), 0, km, kvevents.Limits{})
+			s.endpoints[w.ID] = w.Endpoint
+		}
+		if i == 0 {
+			s.pool = p
+		}
+		ropts.Models = append(ropts.Models, route.Model{Name: m.Name, LoRAAdapters: m.LoRAAdapters, Tokenizer: tok, Index: ix, Pool: p})
 	}
 	s.enc = vllmsim.Encoder{Format: vllmsim.FormatMap, Hashes: vllmsim.HashInt, BlockSize: bs}
-	tok := qwen3(t)
-	pc := rep.Policy
-	r, err := route.New(route.Options{Tokenizer: tok, Index: ix, Pool: s.pool, Policy: &pc, Seed: rep.RouterSeed,
-		Now: s.clock.Now, Learner: s.learner, LoRAAdapters: rep.LoRAAdapters, Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }})
+	r, err := route.New(ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +180,9 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 
 // request is one open ext_proc stream: the HTTP request Envoy is proxying.
 type request struct {
-	stream  extprocv3.ExternalProcessor_ProcessClient
-	headers bool // response headers sent
+	stream   extprocv3.ExternalProcessor_ProcessClient
+	headers  bool // response headers sent
+	answered bool // condisagg answered with an immediate response: no upstream answer follows
 }
 
 func (q *request) exchange(t *testing.T, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -220,6 +236,7 @@ func (s *server) decide(t *testing.T, tokens []uint32, model string, chat []byte
 	resp := q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
 	if resp.GetImmediateResponse() != nil {
+		q.answered = true // Envoy sends the answer itself; the stream only drains
 		return q, nil
 	}
 	h := map[string]string{}
@@ -255,10 +272,12 @@ func (q *request) prefillDone(t *testing.T) {
 // its last usage chunk, as vLLM does with include_usage; a request that never answered fails.
 func (q *request) end(t *testing.T, output int) {
 	t.Helper()
-	if !q.headers {
+	switch {
+	case q.answered:
+	case !q.headers:
 		q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "500"), EndOfStream: true}}})
-	} else {
+	default:
 		last := "data: [DONE]\n\n"
 		if output > 0 {
 			last = fmt.Sprintf("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":%d}}\n\n", output) + last
@@ -301,10 +320,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]b
 	t.Helper()
 	open := map[int]*request{}
 	out := make([]route.Record, len(rec.rep.Decisions))
-	endpoints := map[string]string{}
-	for _, w := range s.pool.Workers() {
-		endpoints[w.ID] = w.Endpoint
-	}
+	endpoints := s.endpoints
 	var payload []byte
 	for _, op := range rec.ops {
 		s.clock.set(epoch.Add(op.At))
@@ -370,38 +386,44 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// subset: every third request carries a subset hint that leaves out one decode and
 		// one prefill worker.
 		subset bool
-		// lora: the engines serve an adapter, which every odd session's requests name.
-		lora bool
+		// names: the `model` names the requests carry.
+		names modelNames
 	}{
 		{"isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 3,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, false, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, false, baseOnly},
 		{"isl_bounding_1p3d_guard", 4, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 4,
-			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false, false, false},
+			Disagg: guarded(disagg(policy.ISLBounding, 1024, 0.3), 0.9)}, false, false, baseOnly},
 		// One prefill worker with a small token budget under the same traffic: the load
 		// policies see it busy, so prefill_busy reasons and decode-busy guard denials occur.
 		{"prefill_load_1p2d_saturated", 400, cluster.Config{Prefill: 1, Decode: 2, Mode: cluster.Conditional, Seed: 8,
-			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false, false, false},
-		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false, false, false},
-		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false, false, false},
+			Disagg: guarded(busyAt(disagg(policy.PrefillLoad, 512, 0.5), 0.2), 0.3)}, false, false, baseOnly},
+		{"aggregated_3d", 4, cluster.Config{Decode: 3, Mode: cluster.Aggregated, Seed: 5}, false, false, baseOnly},
+		{"always_disaggregated_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Disaggregated, Seed: 6}, false, false, baseOnly},
 		// The slo policy places on all three routes (prefill_local: the whole request on a
 		// prefill worker) and learns from every answer: the server's tickets, on the replay's
 		// clock, must learn what the simulator's learned.
-		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false, false},
-		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false, false},
+		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false, baseOnly},
+		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false, baseOnly},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false, false, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Shadow: ptr(slo(t, 1000, 12))}, false, false, baseOnly},
 		// Chat bodies: the server renders Qwen3's chat template and tokenizes; the simulator
 		// runs on the same tokens, so the engines' KV events carry what the server's index keys.
 		{"chat_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 12,
-			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true, false, false},
+			Disagg: disagg(policy.ISLOrLoad, 2048, 0.5)}, true, false, baseOnly},
 		{"subset_isl_or_load_2p3d", 40, cluster.Config{Prefill: 2, Decode: 3, Mode: cluster.Conditional, Seed: 13,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, true, false},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5)}, false, true, baseOnly},
 		// A LoRA adapter beside the base model: the engines key an adapter's blocks apart and
 		// name it in their events (lora_id, lora_name); the router keys its requests alike.
 		{"lora_isl_or_load_2p2d", 4, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 14,
-			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), LoRAAdapters: []string{"sql-lora"}}, false, false, true},
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), LoRAAdapters: []string{"sql-lora"}}, false, false, withLoRA},
+		// Two models, each with its own fleet, pool and index (the first with an adapter), and
+		// now and then a model no one serves: the router resolves every name as serve's
+		// models list does, and decides for each model on that model's fleet alone.
+		{"two_models_isl_or_load_2p2d", 8, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 15,
+			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Models: []string{"qwen3-a", "qwen3-b"}, LoRAAdapters: []string{"sql-lora"}},
+			false, false, twoModels},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reqs := smallAgentic(t, tc.rate)
@@ -438,7 +460,8 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 				}
 			}
 			adapted := 0
-			if tc.lora {
+			switch tc.names {
+			case withLoRA:
 				opts.Model = func(r *workload.Request) string {
 					if r.Session%2 == 1 {
 						adapted++
@@ -446,10 +469,23 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 					}
 					return ""
 				}
+			case twoModels:
+				opts.Model = func(r *workload.Request) string {
+					if r.Index%23 == 22 {
+						return "no-such-model"
+					}
+					if r.Session%3 == 2 {
+						adapted++
+					}
+					return [...]string{"qwen3-a", "qwen3-b", "sql-lora"}[r.Session%3]
+				}
 			}
 			rec := runCluster(t, tc.cfg, reqs, opts)
-			if tc.lora {
+			if tc.names != baseOnly {
 				checkAdapted(t, rec, adapted)
+			}
+			if tc.names == twoModels {
+				checkFleets(t, rec)
 			}
 			if tc.subset {
 				checkHinted(t, rec, hinted)
@@ -460,6 +496,9 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			for i, want := range rec.rep.Decisions {
 				if got[i] != want {
 					t.Fatalf("request %d:\n server    %+v\n simulator %+v", i, got[i], want)
+				}
+				if want.Route == "" { // refused on both sides
+					want.Route, want.Reason = "refused", "refused"
 				}
 				reasons[want.Reason]++
 				routes[want.Route]++
@@ -487,6 +526,46 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 	}
 }
 
+// modelNames are the `model` names a golden case's requests carry.
+type modelNames int
+
+const (
+	baseOnly  modelNames = iota // none: the one unnamed model
+	withLoRA                    // "" or the first model's adapter
+	twoModels                   // either of two models, the first's adapter, or an unknown name
+)
+
+// checkFleets checks that the two-model case tested something: each model's requests were
+// decided on its own fleet only (the second model's workers carry the "m1-" prefix), and an
+// unknown model was refused.
+func checkFleets(t *testing.T, rec recorded) {
+	t.Helper()
+	perModel, refused := map[string]int{}, 0
+	for _, op := range rec.ops {
+		if op.Kind != cluster.OpDecide {
+			continue
+		}
+		if op.Model == "no-such-model" {
+			if op.Err == nil {
+				t.Fatalf("request %d: unknown model decided: %+v", op.Index, op.Record)
+			}
+			refused++
+			continue
+		}
+		if op.Err != nil {
+			continue
+		}
+		perModel[op.Model]++
+		second := strings.HasPrefix(op.Record.Decode, "m1-")
+		if second != (op.Model == "qwen3-b") || (op.Record.Prefill != "" && strings.HasPrefix(op.Record.Prefill, "m1-") != second) {
+			t.Fatalf("request %d for %q decided on %s/%s: another model's fleet", op.Index, op.Model, op.Record.Prefill, op.Record.Decode)
+		}
+	}
+	if refused == 0 || perModel["qwen3-a"] == 0 || perModel["qwen3-b"] == 0 || perModel["sql-lora"] == 0 {
+		t.Fatalf("decisions per model %v, %d unknown-model refusals: the case tests too little", perModel, refused)
+	}
+}
+
 // checkAdapted checks that the LoRA case tested something: requests named the adapter, their
 // engines published blocks under it, and some request found its prefix cached.
 func checkAdapted(t *testing.T, rec recorded, adapted int) {
@@ -510,7 +589,7 @@ func checkAdapted(t *testing.T, rec recorded, adapted int) {
 func checkHinted(t *testing.T, rec recorded, hinted int) {
 	t.Helper()
 	out := map[string]pool.Role{}
-	for _, w := range rec.rep.Pool.Workers {
+	for _, w := range rec.rep.Models[0].Pool.Workers {
 		out[w.Name] = w.Role
 	}
 	for _, op := range rec.ops {
@@ -518,7 +597,7 @@ func checkHinted(t *testing.T, rec recorded, hinted int) {
 			continue
 		}
 		for _, e := range op.Subset {
-			for _, w := range rec.rep.Pool.Workers {
+			for _, w := range rec.rep.Models[0].Pool.Workers {
 				if w.Endpoint == e {
 					delete(out, w.Name)
 				}

@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/condisagg/condisagg/internal/proc"
 	"github.com/condisagg/condisagg/internal/repo"
+	"github.com/condisagg/condisagg/internal/testport"
 )
 
 // RequireEnv, set to 1, turns a missing binary into a test failure instead of a skip.
@@ -81,7 +81,8 @@ func Start(t testing.TB, users ...string) *Cluster {
 	}
 	write(t, filepath.Join(dir, "tokens.csv"), tokens.String())
 	write(t, filepath.Join(dir, "sa.key"), rsaKeyPEM(t))
-	ports := freePorts(t, 3)
+	base := testport.Block(t, 3) // etcd client, etcd peer, kube-apiserver
+	ports := []string{strconv.Itoa(base), strconv.Itoa(base + 1), strconv.Itoa(base + 2)}
 	etcdURL := "http://127.0.0.1:" + ports[0]
 	startProc(t, proc.Config{Name: "etcd", Path: etcd, Args: []string{"--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
@@ -153,25 +154,6 @@ func startProc(t testing.TB, cfg proc.Config) *proc.Proc {
 	}
 	t.Cleanup(p.Kill) // test servers: nothing to drain
 	return p
-}
-
-// freePorts reserves n ephemeral ports on 127.0.0.1 and releases them for the children.
-func freePorts(t testing.TB, n int) []string {
-	t.Helper()
-	var ports []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
 
 func randomToken(t testing.TB) string {

@@ -3,47 +3,16 @@ package vllmsim
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/internal/testport"
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
 )
-
-// freePorts returns a base port p such that p .. p+n-1 are free on 127.0.0.1 right now.
-func freePorts(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		lns := []net.Listener{ln}
-		ok := base+n-1 <= 65535
-		for i := 1; i < n && ok; i++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			lns = append(lns, l)
-		}
-		for _, l := range lns {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
-}
 
 func TestKVEventsForRank(t *testing.T) {
 	replay := "tcp://*:5567"
@@ -78,7 +47,7 @@ func TestKVEventsForRank(t *testing.T) {
 // data_parallel_rank in every batch, so the router's real subscriber (one stream per rank, with
 // the Applier's rank check) indexes a request only under the rank that served it.
 func TestDataParallelRanksLoopback(t *testing.T) {
-	pubBase, repBase := freePorts(t, 2), freePorts(t, 2)
+	pubBase, repBase := testport.Block(t, 2), testport.Block(t, 2)
 	ti := startInstance(t, instOpts{events: true, format: FormatMap, hashes: HashInt, dp: 2,
 		pub: fmt.Sprintf("tcp://*:%d", pubBase), replay: fmt.Sprintf("tcp://*:%d", repBase)})
 	if len(ti.Workers) != 2 || len(ti.Publishers) != 2 {

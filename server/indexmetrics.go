@@ -1,31 +1,34 @@
-package route
+package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/route"
 )
 
 // indexedBlocksDesc is condisagg_indexed_blocks{worker,medium}: the prefix index's entries per
-// discovered worker and medium, read at scrape time (kvindex itself has no metrics).
+// discovered worker and medium, read at scrape time (kvindex itself has no metrics, and the
+// router only decides; serve owns what it exports).
 var indexedBlocksDesc = prometheus.NewDesc("condisagg_indexed_blocks",
 	"Prefix-index entries per worker and medium (gpu, cpu, disk).", []string{"worker", "medium"}, nil)
 
-// indexCollector reports the index state of every discovered worker.
-type indexCollector struct{ r *Router }
-
-// IndexCollector returns a collector of condisagg_indexed_blocks for r's indexes and pools;
-// register it on the same registry as the other metrics.
-func (r *Router) IndexCollector() prometheus.Collector { return indexCollector{r} }
+// indexCollector reports the index state of every discovered worker of every served model.
+// models is the router's Models: it is read at each scrape because discovery adds and removes
+// workers.
+type indexCollector struct{ models func() []route.ModelInfo }
 
 func (c indexCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- indexedBlocksDesc
 }
 
 func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, mod := range c.r.models { // worker ids are unique across models
-		for _, w := range mod.pool.Workers() {
-			st, ok := mod.index.Stats(kvindex.WorkerID(w.ID))
+	for _, mod := range c.models() { // worker ids are unique across models
+		if mod.Pool == nil || mod.Index == nil {
+			continue
+		}
+		for _, w := range mod.Pool.Workers() {
+			st, ok := mod.Index.Stats(kvindex.WorkerID(w.ID))
 			if !ok {
 				continue
 			}
