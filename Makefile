@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args conformance-llmd-sim clean
 
 all: build
 
@@ -105,6 +105,14 @@ conformance-vllm: deps conformance-vllm-fields
 		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/conformance-vllm
 	bin/conformance-vllm $(CONFORMANCE_VLLM_FLAGS)
+
+# Opt-in, not part of `make test`: llm-d's inference simulator (its KV event PUB dials out)
+# publishing to serve's bound socket (router.kv_events_bind); per probe, the simulator's own
+# cached_tokens against condisagg's overlap for the same token ids, with and without eviction.
+# It is built from source snapshots (the Go proxy refuses llm-d modules here): set
+# LLMD_SIM_SRC and LLMD_ROUTER_SRC (scripts/llmdsim/run.sh). Report: docs/conformance.md.
+conformance-llmd-sim: deps
+	bash scripts/llmdsim/run.sh
 
 # vLLM's own pydantic request models (from the vLLM venv, no engine) re-read the corpus of
 # route/testdata/vllm_request_fields.jsonl live and must agree with the committed readings that

@@ -326,6 +326,13 @@ func (st *Stream) step(seq uint64, payload []byte, back bool) {
 		}
 		st.counters.Gaps++
 		st.emit(Action{Kind: ActGap, Seq: seq})
+		if !st.opts.HasReplay {
+			// A join (startup, or after a clear) without replay: nothing was applied since the
+			// stream started or was last cleared, so a clear would drop nothing. A publisher
+			// that numbers from 1 (llm-d's inference simulator) joins this way on every start.
+			st.apply(seq, payload)
+			return
+		}
 		st.recover(seq, payload, 0)
 	case seq == st.expect:
 		st.apply(seq, payload)

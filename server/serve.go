@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -65,7 +66,8 @@ type servedModel struct {
 	index   *kvindex.Index
 	streams *eventstreams.Streams // nil without --router-kv-events
 	group   *kvzmq.Group
-	watcher *kube.Watcher // nil without discovery.kubernetes entries for the model
+	events  *kvzmq.Metrics // the model's event-stream metrics (nil without --router-kv-events)
+	watcher *kube.Watcher  // nil without discovery.kubernetes entries for the model
 }
 
 // service is one running `condisagg serve`.
@@ -76,6 +78,9 @@ type service struct {
 	cfg    atomic.Pointer[config.Config]
 	reg    *prometheus.Registry
 	models []*servedModel // in configuration order
+	// bound is the SUB socket that publishers dial (router.kv_events_bind), run by run; nil
+	// when nothing is bound.
+	bound  *kvzmq.Central
 	router *route.Router
 	ext    *extproc.Server
 	recent *decisionlog.Recent // the status page's last decisions and placement mix
@@ -151,7 +156,32 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 	if err := s.build(ctx, cfg, toks); err != nil {
 		return err
 	}
+	if s.bound != nil {
+		stop, err := s.runBound(ctx, cfg.BoundEvents.Endpoint)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return s.serve(ctx, cfg, hooks)
+}
+
+// runBound runs the bound KV event socket on a goroutine until the returned stop is called.
+// It returns once the socket is bound, or the bind error (an address in use, a host that is
+// not local) as a startup error.
+func (s *service) runBound(ctx context.Context, endpoint string) (stop func(), err error) {
+	bctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = s.bound.Run(bctx) })
+	stop = func() { cancel(); wg.Wait() }
+	ep, err := s.bound.Endpoint(ctx)
+	if ep == "" {
+		stop()
+		return nil, fmt.Errorf("router.kv_events_bind: %s cannot be bound (another process may hold the port): %w", endpoint, cmp.Or(runErr, err))
+	}
+	s.log.Info("KV event socket bound", "endpoint", ep)
+	return stop, nil
 }
 
 // build creates the registry and, per model, the index, pool and event group, then the router.
@@ -163,12 +193,21 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}
-	for i, mc := range cfg.Models {
+	for _, mc := range cfg.Models {
 		m, err := s.buildModel(ctx, cfg, mc)
 		if err != nil {
 			return err
 		}
 		s.models = append(s.models, m)
+	}
+	if err := s.buildBound(cfg); err != nil {
+		return err
+	}
+	for i, mc := range cfg.Models {
+		m := s.models[i]
+		if m.group != nil {
+			m.streams = eventstreams.New(m.group, s.bound)
+		}
 		rm := route.Model{Name: mc.Name, LoRAAdapters: mc.LoRAAdapters, Tokenizer: toks[i], Index: m.index,
 			Pool: m.pool, BlockSize: mc.Pool.BlockSize, MaxModelLen: mc.MaxModelLen}
 		if m.streams != nil {
@@ -208,11 +247,11 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 	}
 	var onChange func(added, removed []pool.WorkerInfo)
 	if cfg.Router.KVEvents {
-		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: kvzmq.NewMetrics(reg), Logger: s.log,
+		m.events = kvzmq.NewMetrics(reg)
+		if m.group, err = kvzmq.NewGroup(kvzmq.Config{Metrics: m.events, Logger: s.log,
 			MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, m.index, kvevents.Limits{}); err != nil {
 			return nil, err
 		}
-		m.streams = eventstreams.New(m.group)
 		onChange = func(added, removed []pool.WorkerInfo) { s.membership(ctx, m, added, removed) }
 	}
 	// pool.New reports the workers it starts with through OnChange, so their event streams
@@ -234,6 +273,28 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 		}
 	}
 	return m, nil
+}
+
+// buildBound builds the bound KV event socket's streams (not yet running): each applies to its
+// model's index and counts in its model's metrics; messages of no configured topic count in
+// the first model's.
+func (s *service) buildBound(cfg *config.Config) error {
+	be := cfg.BoundEvents
+	if be == nil {
+		return nil
+	}
+	var streams []kvzmq.CentralStream
+	for i, bs := range be.Streams {
+		m := s.models[i]
+		for _, b := range bs {
+			streams = append(streams, kvzmq.CentralStream{Index: m.index, Metrics: m.events,
+				StreamConfig: kvzmq.StreamConfig{Worker: b.Worker, Rank: int64(b.Rank), Topic: b.Topic, ReplayEndpoint: b.KVReplay}})
+		}
+	}
+	var err error
+	s.bound, err = kvzmq.NewCentralStreams(kvzmq.Config{Metrics: s.models[0].events, Logger: s.log,
+		MaxPayloadBytes: cfg.KVEventsMaxMessageBytes}, be.Endpoint, streams, kvevents.Limits{})
+	return err
 }
 
 // membership starts and stops model m's event streams as its workers join and leave.
@@ -418,7 +479,7 @@ func (s *service) readiness() (bool, []string) {
 			}
 			modelReady = modelReady || (w.Role == pool.RoleDecode && w.Healthy)
 			line := fmt.Sprintf("%s%s %s %s", prefix, w.ID, w.Role, state)
-			if m.streams != nil && w.KVEvents != "" && !m.streams.Seen(w.ID) {
+			if m.streams != nil && (w.KVEvents != "" || m.streams.Has(w.ID)) && !m.streams.Seen(w.ID) {
 				line += " (no KV event yet: no cache credit)"
 			}
 			lines = append(lines, line)

@@ -26,48 +26,82 @@ type Central struct {
 	cfg      Config
 	endpoint string
 	subs     []*Subscriber
+	byKey    map[streamKey]*Subscriber // fixed at construction: Subscriber reads it lock-free
 
 	mu    sync.Mutex // guards bound
 	bound string
 	ready chan struct{} // closed once the SUB is bound (or failed to bind)
 }
 
+// CentralStream is one stream of a Central that applies to its own index (one per served
+// model), with its own metrics (nil: the Central's).
+type CentralStream struct {
+	StreamConfig
+	Index   *kvindex.Index
+	Metrics *Metrics
+}
+
 // NewCentral validates the configs and returns a centralized subscriber that binds endpoint and
 // applies each stream's batches to ix. Every stream needs a unique, non-empty Topic; its
 // Endpoint is ignored (set to endpoint).
 func NewCentral(cfg Config, endpoint string, streams []StreamConfig, ix *kvindex.Index, lim kvevents.Limits) (*Central, error) {
+	cs := make([]CentralStream, len(streams))
+	for i, sc := range streams {
+		cs[i] = CentralStream{StreamConfig: sc, Index: ix}
+	}
+	if ix == nil {
+		return nil, errors.Join(errors.New("kvzmq: central index: nil is not allowed"), cfg.Validate())
+	}
+	return NewCentralStreams(cfg, endpoint, cs, lim)
+}
+
+// NewCentralStreams is NewCentral with an index (and metrics) per stream: several models'
+// engines can publish to one bound endpoint. cfg.Metrics counts the messages of no configured
+// topic.
+func NewCentralStreams(cfg Config, endpoint string, streams []CentralStream, lim kvevents.Limits) (*Central, error) {
 	// The config is checked before any Applier is built: NewApplier needs the metrics.
 	cfgErr := cfg.Validate()
 	errs := []error{cfgErr}
 	if endpoint == "" {
 		errs = append(errs, errors.New("kvzmq: central endpoint: \"\" must not be empty"))
 	}
-	if ix == nil {
-		errs = append(errs, errors.New("kvzmq: central index: nil is not allowed"))
-	}
 	if len(streams) == 0 {
 		errs = append(errs, errors.New("kvzmq: central streams: none configured"))
 	}
 	topics := make(map[string]bool)
-	c := &Central{cfg: cfg.withDefaults(), endpoint: endpoint, ready: make(chan struct{})}
-	for _, sc := range streams {
+	c := &Central{cfg: cfg.withDefaults(), endpoint: endpoint, ready: make(chan struct{}), byKey: make(map[streamKey]*Subscriber)}
+	for _, cs := range streams {
+		sc := cs.StreamConfig
 		sc.Endpoint = endpoint
 		if sc.Topic == "" || topics[sc.Topic] {
 			errs = append(errs, fmt.Errorf("kvzmq: central stream %s topic: %q must be non-empty and unique", sc.Worker, sc.Topic))
 			continue
 		}
 		topics[sc.Topic] = true
-		if ix == nil || cfgErr != nil {
+		if cs.Index == nil {
+			errs = append(errs, fmt.Errorf("kvzmq: central stream %s index: nil is not allowed", sc.Worker))
+			continue
+		}
+		scfg := cfg
+		if cs.Metrics != nil {
+			scfg.Metrics = cs.Metrics
+		}
+		if scfg.Metrics == nil || cfgErr != nil {
 			errs = append(errs, sc.Validate())
 			continue
 		}
-		a := kvevents.NewApplier(ix, kvevents.IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, cfg.Metrics.Metrics, lim)
-		s, err := NewSubscriber(cfg, sc, a)
+		if c.byKey[streamKey{sc.Worker, sc.Rank}] != nil {
+			errs = append(errs, fmt.Errorf("kvzmq: central stream %s rank %d: configured twice", sc.Worker, sc.Rank))
+			continue
+		}
+		a := kvevents.NewApplier(cs.Index, kvevents.IndexWorkerID(sc.Worker, sc.Rank), sc.Rank, scfg.Metrics.Metrics, lim)
+		s, err := NewSubscriber(scfg, sc, a)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		c.subs = append(c.subs, s)
+		c.byKey[streamKey{sc.Worker, sc.Rank}] = s
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -96,14 +130,15 @@ func (c *Central) newLoop() (*loop, error) {
 	runtime.LockOSThread()
 	l := &loop{cfg: c.cfg, endpoint: c.endpoint, byTopic: make(map[string]*streamShell),
 		unknown: c.cfg.Metrics.DroppedFrames.WithLabelValues("central", string(kvevents.DropUnknownTopic))}
-	topics := make([]string, 0, len(c.subs))
 	for _, s := range c.subs {
 		sh := newStreamShell(s)
 		l.shells = append(l.shells, sh)
 		l.byTopic[s.sc.Topic] = sh
-		topics = append(topics, s.sc.Topic)
 	}
-	l.sub, l.mon = newSub(c.cfg, topics, c.cfg.Logger)
+	// The SUB takes every topic rather than filtering by the configured ones: a publisher
+	// whose topic is misconfigured is then counted (unknown_topic) and logged, where a
+	// filter would hide it. Its messages cost no more than the frame bound.
+	l.sub, l.mon = newSub(c.cfg, []string{""}, c.cfg.Logger)
 	port, err := l.sub.Bind(c.endpoint)
 	if err != nil {
 		l.close()
@@ -129,13 +164,9 @@ func (c *Central) Endpoint(ctx context.Context) (string, error) {
 }
 
 // Subscriber returns the stream (worker, rank), or nil; use it for Status and Wait.
+// It takes no lock (the router calls it for every worker of every decision).
 func (c *Central) Subscriber(worker string, rank int64) *Subscriber {
-	for _, s := range c.subs {
-		if s.sc.Worker == worker && s.sc.Rank == rank {
-			return s
-		}
-	}
-	return nil
+	return c.byKey[streamKey{worker, rank}]
 }
 
 // Status returns a snapshot of every stream, sorted by worker and rank.

@@ -27,6 +27,9 @@ type loop struct {
 	shells   []*streamShell
 	byTopic  map[string]*streamShell // centralized topology only
 	unknown  prometheus.Counter      // centralized: messages of no configured topic
+	// unknownLogged are the unknown topics already logged (at most maxUnknownLogged), so a
+	// misconfigured publisher is named once rather than per message.
+	unknownLogged map[string]bool
 
 	handshakes int // ZMTP sessions established so far
 	connected  bool
@@ -220,10 +223,27 @@ func (l *loop) drainSub() {
 		sh := l.byTopic[string(firstFrame(frames))]
 		if sh == nil {
 			l.unknown.Inc()
+			l.logUnknown(firstFrame(frames))
 			continue
 		}
 		sh.live(frames)
 	}
+}
+
+// maxUnknownLogged bounds the unknown topics logged (and remembered) by one centralized loop.
+const maxUnknownLogged = 32
+
+// logUnknown warns once per unknown topic, for the first maxUnknownLogged of them.
+func (l *loop) logUnknown(topic []byte) {
+	if len(l.unknownLogged) >= maxUnknownLogged || l.unknownLogged[string(topic)] {
+		return
+	}
+	if l.unknownLogged == nil {
+		l.unknownLogged = make(map[string]bool)
+	}
+	l.unknownLogged[string(topic)] = true
+	l.cfg.Logger.Warn("KV event message of no configured topic dropped", "endpoint", l.endpoint,
+		"err", fmt.Sprintf("topic %q is not configured (logged once per topic)", topic))
 }
 
 func firstFrame(frames [][]byte) []byte {

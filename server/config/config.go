@@ -77,9 +77,14 @@ type File struct {
 		QueueThreshold     *float64  `yaml:"queue_threshold"`
 		// KVEventsMaxMessageBytes is each event socket's ZMQ_MAXMSGSIZE (plus room for the
 		// topic and sequence frames): libzmq drops a peer that sends more before allocating it.
-		KVEventsMaxMessageBytes int              `yaml:"kv_events_max_message_bytes"`
-		Selection               policy.Selection `yaml:",inline"`
-		Silence                 policy.Silence   `yaml:",inline"`
+		KVEventsMaxMessageBytes int `yaml:"kv_events_max_message_bytes"`
+		// KVEventsBind is the endpoint of one SUB socket the router binds for publishers that
+		// dial out (llm-d's inference simulator, engines behind NAT); KVEventsTopics maps their
+		// topics to workers. "" binds nothing (every stream connects to its worker's kv_events).
+		KVEventsBind   string           `yaml:"kv_events_bind"`
+		KVEventsTopics []BoundStream    `yaml:"kv_events_topics"`
+		Selection      policy.Selection `yaml:",inline"`
+		Silence        policy.Silence   `yaml:",inline"`
 	} `yaml:"router"`
 	Pool struct {
 		BookingTTL      time.Duration `yaml:"booking_ttl"`
@@ -123,6 +128,9 @@ type Config struct {
 	Settings                *extproc.Settings
 	// Models are the served models in configuration order (one for the single-model form).
 	Models []Model
+	// BoundEvents is the bound KV event socket and its streams per model; nil when
+	// router.kv_events_bind is unset.
+	BoundEvents *BoundEvents
 	// Kubernetes is discovery.kubernetes with defaults (its client settings and every entry;
 	// each model's entries are in Model.Discovery); nil without Kubernetes discovery.
 	Kubernetes *kube.Config
@@ -268,6 +276,7 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
+	c.BoundEvents = boundEvents(&fc, mfs, bad)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -43,6 +43,9 @@ func RestartNeeded(old, cur *Config) string {
 			fields = append(fields, g)
 		}
 	}
+	if !reflect.DeepEqual(old.BoundEvents, cur.BoundEvents) && !slices.Contains(fields, "router.kv_events") {
+		fields = append(fields, "router.kv_events")
+	}
 	if !reflect.DeepEqual(old.Kubernetes, cur.Kubernetes) {
 		fields = append(fields, "discovery")
 	}

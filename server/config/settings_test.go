@@ -53,7 +53,7 @@ func TestSettingsTable(t *testing.T) {
 	fileKeys := yamlKeys(t, &fc)
 	policyKeys := append(yamlKeys(t, policy.DefaultSelection()), yamlKeys(t, policy.Silence{})...)
 	structured := func(k string) bool {
-		for _, p := range []string{"model.", "models", "workers", "discovery", "router.shadow_disagg_config"} {
+		for _, p := range []string{"model.", "models", "workers", "discovery", "router.shadow_disagg_config", "router.kv_events_topics"} {
 			if strings.HasPrefix(k, p) {
 				return true
 			}

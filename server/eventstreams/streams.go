@@ -1,5 +1,6 @@
-// Package eventstreams adapts a model's KV event subscriptions (a kvzmq.Group) to what the
-// router reads of them: the policy's per-worker stream signal (connected, last accepted
+// Package eventstreams adapts a model's KV event subscriptions (a kvzmq.Group of streams the
+// router dials, and the streams of the bound socket, a kvzmq.Central) to what the router reads
+// of them: the policy's per-worker stream signal (connected, last accepted
 // BlockStored, requests routed since) and extproc's stream report for ListWorkers.
 package eventstreams
 
@@ -14,14 +15,17 @@ import (
 	"github.com/condisagg/condisagg/pool"
 )
 
-// Streams adapts the kvzmq group to extproc's EventStreams and StreamReporter: streams
-// keyed by pool worker id, which names the data-parallel rank ("<engine>/dp<rank>").
+// Streams adapts the kvzmq group (and the bound socket's streams) to extproc's EventStreams
+// and StreamReporter: streams keyed by pool worker id, which names the data-parallel rank
+// ("<engine>/dp<rank>").
 //
 // Stream runs for every worker of every decision, so it takes no lock: the group's subscriber
-// table and each subscriber's RouteView are read lock-free, and the routed counts are one
-// atomic word per worker (three mutexes per worker per decision before).
+// table, the bound socket's (fixed) table and each subscriber's RouteView are read lock-free,
+// and the routed counts are one atomic word per worker (three mutexes per worker per decision
+// before).
 type Streams struct {
 	group *kvzmq.Group
+	bound *kvzmq.Central  // nil: no bound socket (or none of its streams is this model's)
 	mu    sync.Mutex      // guards seen
 	seen  map[string]bool // workers whose stream connected at least once (readiness)
 	// route holds one *atomic.Uint64 per worker: the requests routed to it since its last
@@ -49,15 +53,22 @@ func routedSince(w, stores uint64) int {
 	return int(w & routedCountMax)
 }
 
-// New adapts group g.
-func New(g *kvzmq.Group) *Streams {
-	return &Streams{group: g, seen: map[string]bool{}}
+// New adapts group g and, when bound is not nil, the streams of the bound socket (a worker's
+// stream is in one or the other: config refuses a worker with both).
+func New(g *kvzmq.Group, bound *kvzmq.Central) *Streams {
+	return &Streams{group: g, bound: bound, seen: map[string]bool{}}
 }
 
 func (s *Streams) subscriber(worker string) *kvzmq.Subscriber {
 	engine, rank := pool.SplitRankID(worker)
-	return s.group.Subscriber(engine, int64(rank))
+	if sub := s.group.Subscriber(engine, int64(rank)); sub != nil || s.bound == nil {
+		return sub
+	}
+	return s.bound.Subscriber(engine, int64(rank))
 }
+
+// Has reports whether worker has a running stream (dialled or bound).
+func (s *Streams) Has(worker string) bool { return s.subscriber(worker) != nil }
 
 func (s *Streams) status(worker string) (kvzmq.StreamStatus, bool) {
 	sub := s.subscriber(worker)

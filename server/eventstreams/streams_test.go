@@ -35,7 +35,7 @@ func startStreams(t testing.TB, endpoints []string) (*Streams, *kvzmq.Group) {
 			t.Fatal(err)
 		}
 	}
-	return New(g), g
+	return New(g, nil), g
 }
 
 // TestEventStreamsCountRoutedSinceStored: the routed count of a worker grows with Routed,
@@ -146,4 +146,76 @@ func BenchmarkEventStreams(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestEventStreamsBound: a worker rank whose publisher dials the bound socket (kvzmq.Central)
+// is resolved by its pool id like a dialled one: Has, Stream (connected, last stored) and
+// StreamInfo come from the bound stream, and another model's or an unknown worker has none.
+// The publisher is vllm-sim's, connecting its PUB as vLLM does when the endpoint has no '*'.
+func TestEventStreamsBound(t *testing.T) {
+	ix, err := kvindex.New(kvindex.Config{BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := kvzmq.NewMetrics(prometheus.NewRegistry())
+	c, err := kvzmq.NewCentral(kvzmq.Config{Metrics: m, PollInterval: 10 * time.Millisecond}, "tcp://127.0.0.1:*",
+		[]kvzmq.StreamConfig{{Worker: "b", Rank: 1, Topic: "kv@b"}}, ix, kvevents.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- c.Run(ctx) }()
+	defer func() { cancel(); <-runDone }()
+	bound, err := c.Endpoint(ctx)
+	if err != nil || bound == "" {
+		t.Fatalf("bound endpoint %q: %v", bound, err)
+	}
+	es, _ := startStreams(t, []string{"tcp://127.0.0.1:1"}) // w0: dialled, nothing listens
+	es.bound = c
+	if !es.Has("b/dp1") || es.Has("b") || !es.Has("w0") || es.Has("nobody") {
+		t.Fatalf("Has: b/dp1=%v b=%v w0=%v nobody=%v, want true false true false",
+			es.Has("b/dp1"), es.Has("b"), es.Has("w0"), es.Has("nobody"))
+	}
+
+	pctx, pcancel := context.WithCancel(ctx)
+	pub := vllmsim.NewPublisher(vllmsim.PublisherConfig{KVEventsConfig: vllmsim.KVEventsConfig{
+		EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: bound, Topic: "kv@b", BufferSteps: 100, HWM: 1000, MaxQueueSize: 100}})
+	pubDone := make(chan error, 1)
+	go func() { pubDone <- pub.Run(pctx) }()
+	defer func() { pcancel(); <-pubDone }()
+	es.Routed("b/dp1")
+	enc := vllmsim.Encoder{Format: vllmsim.FormatMap, BlockSize: 16, Rank: 1}
+	toks := make([]uint32, 16)
+	for i := range toks {
+		toks[i] = uint32(300 + i)
+	}
+	sub := c.Subscriber("b", 1)
+	var st kvzmq.StreamStatus
+	// The PUB drops what it sends before the subscription reached it: publish until stored.
+	for h := uint64(1); st.StoredBatches == 0; h++ {
+		payload := enc.AppendBatch(nil, 1, []sim.Event{{Kind: sim.EventBlockStored, Hashes: []uint64{h}, Tokens: toks}})
+		if err := pub.Publish(ctx, payload); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		st, _ = sub.Wait(wctx, func(s kvzmq.StreamStatus) bool { return s.StoredBatches > 0 })
+		wcancel()
+		if ctx.Err() != nil {
+			t.Fatal("no BlockStored accepted within 10 s")
+		}
+	}
+	got := es.Stream("b/dp1", time.Now())
+	if !got.Connected || !got.LastStored.Equal(st.LastStored) || got.RoutedSinceStored != 0 {
+		t.Fatalf("b/dp1 after a store = %+v, want connected, last stored %v, routed 0", got, st.LastStored)
+	}
+	if si, ok := es.StreamInfo("b/dp1"); !ok || !si.HasLastSeq || si.LastEvent.IsZero() {
+		t.Fatalf("StreamInfo(b/dp1) = %+v, %v", si, ok)
+	}
+	var out kvindex.Overlaps
+	ix.Overlap(kvindex.Keys(toks, 16, nil), &out)
+	if len(out.Workers) != 1 || out.Workers[0].Worker != "b/dp1" || out.Workers[0].GPU != 1 {
+		t.Fatalf("index overlaps %+v, want one block on b/dp1", out.Workers)
+	}
 }
