@@ -1,0 +1,104 @@
+package calibrate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Sample is one measurement, as the fit reads it.
+//
+// A Prefill sample is one isolated prompt of ISL fresh tokens: MS is its TTFT, which covers
+// Chunks steps (ceil(ISL / max_num_batched_tokens)) of t0 each, a1·ISL, a2·ISL²/2 (the chunks'
+// query-key pairs telescope to the full causal square) and the request's own overhead (HTTP,
+// tokenization, scheduling), fitted as a separate constant.
+//
+// A Decode sample is the mean step time MS over Steps consecutive steps that ran Batch decode
+// sequences and nothing else, whose context lengths summed to Contexts on average (each stream
+// counts its prompt plus the tokens generated before the step, as the engine's attention reads).
+type Sample struct {
+	Kind     Kind
+	ISL      int
+	Chunks   int
+	Batch    int
+	Contexts float64
+	Steps    int
+	MS       float64
+}
+
+// PrefillSample is the sample of one isolated prompt of isl tokens whose first token came ttft
+// after it was sent, on an engine with a step budget of mnbt tokens.
+func PrefillSample(isl, mnbt int, ttft time.Duration) Sample {
+	return Sample{Kind: Prefill, ISL: isl, Chunks: (isl + mnbt - 1) / mnbt, Batch: 1, MS: ms(ttft)}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ErrNoSteadyWindow means a decode probe's streams never all ran together for long enough:
+// their output was too short for the spread of their first tokens.
+var ErrNoSteadyWindow = errors.New("calibrate: no steady decode window")
+
+// minWindowSteps is the fewest pure-decode steps a decode sample averages over.
+const minWindowSteps = 8
+
+// DecodeSample turns one decode probe into a sample. prompts[i] is stream i's prompt length and
+// times[i] the arrival times of its tokens (one per streamed event, times[i][0] the first
+// token), all measured from one origin.
+//
+// The window starts after the last stream's first token (no prefill is left) and ends before
+// the first stream's last token (no stream has finished), each shrunk by half a median gap so
+// that client-side jitter cannot pull a mixed step in. Within it every step ran all streams.
+// For each stream the window's duration divided by its token count is the mean step time;
+// streams are averaged, which halves what jitter remains at the window's two ends.
+func DecodeSample(prompts []int, times [][]time.Duration) (Sample, error) {
+	b := len(times)
+	if b == 0 || len(prompts) != b {
+		return Sample{}, fmt.Errorf("calibrate: decode sample: %d prompts for %d streams", len(prompts), b)
+	}
+	var start, end time.Duration
+	var gaps []time.Duration
+	for i, ts := range times {
+		if len(ts) < 2 {
+			return Sample{}, fmt.Errorf("%w: stream %d produced %d tokens", ErrNoSteadyWindow, i, len(ts))
+		}
+		if i == 0 || ts[0] > start {
+			start = ts[0]
+		}
+		if i == 0 || ts[len(ts)-1] < end {
+			end = ts[len(ts)-1]
+		}
+		for k := 1; k < len(ts); k++ {
+			gaps = append(gaps, ts[k]-ts[k-1])
+		}
+	}
+	slices.Sort(gaps)
+	half := gaps[len(gaps)/2] / 2
+	lo, hi := start+half, end-half
+	var sumMS, contexts float64
+	steps := 0
+	for i, ts := range times {
+		a := -1 // first token index inside (lo, hi)
+		z := -1 // last token index inside (lo, hi)
+		for k, t := range ts {
+			if t > lo && t < hi {
+				if a < 0 {
+					a = k
+				}
+				z = k
+			}
+		}
+		if a < 1 || z-a+1 < minWindowSteps {
+			return Sample{}, fmt.Errorf("%w: stream %d has %d steps between the last first token and the first last token; want >= %d (more output tokens)",
+				ErrNoSteadyWindow, i, max(0, z-a+1), minWindowSteps)
+		}
+		n := z - a + 1 // steps a..z, timed from the end of step a−1
+		sumMS += ms(ts[z]-ts[a-1]) / float64(n)
+		// Token k comes from the step whose context is prompt + k; the window's mean is the midpoint.
+		contexts += float64(prompts[i]) + float64(a+z)/2
+		if i == 0 || n < steps {
+			steps = n
+		}
+	}
+	return Sample{Kind: Decode, Batch: b, Contexts: contexts, Steps: steps, MS: sumMS / float64(b)}, nil
+}
