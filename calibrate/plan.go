@@ -15,7 +15,18 @@ const (
 	Prefill Kind = iota + 1
 	// Decode is Batch concurrent streams; their inter-token gaps are pure decode steps.
 	Decode
+	// Mixed is one fresh prompt of ISL tokens sent beside Batch running decode streams: the
+	// streams' gap at the step that prefilled it is t0 + a1·N + a2·N²/2 + d1·B + d2·ΣC, measured
+	// inside the engine, free of the request's own handling.
+	Mixed
 )
+
+// MixedStreams is the number of background decode streams of a Mixed probe.
+const MixedStreams = 2
+
+// mixedOutTokens is the background streams' output length: the prompt goes in after
+// mixedLead of their tokens, and the rest covers its step and a few after.
+const mixedOutTokens, mixedLead = 40, 8
 
 func (k Kind) String() string {
 	switch k {
@@ -23,6 +34,8 @@ func (k Kind) String() string {
 		return "prefill"
 	case Decode:
 		return "decode"
+	case Mixed:
+		return "mixed"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -121,7 +134,8 @@ func (c PlanConfig) Validate() error {
 }
 
 // Plan designs the sweep: Repeats rounds of isolated prefills over PrefillPoints prompt lengths
-// (geometric, so both the linear a1 and the quadratic a2 term show), then decode probes over
+// (geometric, so both the linear a1 and the quadratic a2 term show), Repeats rounds of the same
+// lengths as Mixed probes (those that fit one step's budget), then decode probes over
 // batch size × context length, every one fitting in half the KV cache (no preemption) and in
 // the prompt work bound.
 func Plan(c PlanConfig) ([]Probe, error) {
@@ -134,6 +148,14 @@ func Plan(c PlanConfig) ([]Probe, error) {
 	for range c.Repeats {
 		for _, n := range isls {
 			probes = append(probes, Probe{Kind: Prefill, ISL: n, Batch: 1, OutTokens: 1})
+		}
+	}
+	// Mixed probes: the same lengths beside running decodes, each prefilled in one step.
+	for range c.Repeats {
+		for _, n := range isls {
+			if n+MixedStreams <= c.MaxNumBatchedTokens && MixedStreams*(64+mixedOutTokens)+n < c.KVTokens/2 {
+				probes = append(probes, Probe{Kind: Mixed, ISL: n, Batch: MixedStreams, OutTokens: mixedOutTokens})
+			}
 		}
 	}
 	out := c.DecodeOutTokens

@@ -9,10 +9,13 @@ import (
 
 // Sample is one measurement, as the fit reads it.
 //
-// A Prefill sample is one isolated prompt of ISL fresh tokens: MS is its TTFT, which covers
-// Chunks steps (ceil(ISL / max_num_batched_tokens)) of t0 each, a1·ISL, a2·ISL²/2 (the chunks'
-// query-key pairs telescope to the full causal square) and the request's own overhead (HTTP,
-// tokenization, scheduling), fitted as a separate constant.
+// A Prefill sample is one isolated prompt of ISL tokens of which the first Cached were a
+// prefix-cache hit: MS is its TTFT, which covers Chunks steps (ceil(n / max_num_batched_tokens)
+// for the n = ISL − Cached computed tokens) of t0 each, a1·n, a2·n·(Cached + n/2) (the chunks'
+// query-key pairs telescope) and the request's own handling before the first step (HTTP,
+// JSON, tokenization), fitted as a constant plus a cost per prompt token. The same prompt sent
+// fresh and then again as a cache hit tells that per-token handling apart from a1: it is paid
+// for all ISL tokens both times, a1 only for the computed ones.
 //
 // A Decode sample is the mean step time MS over Steps consecutive steps that ran Batch decode
 // sequences and nothing else, whose context lengths summed to Contexts on average (each stream
@@ -20,6 +23,7 @@ import (
 type Sample struct {
 	Kind     Kind
 	ISL      int
+	Cached   int
 	Chunks   int
 	Batch    int
 	Contexts float64
@@ -27,10 +31,12 @@ type Sample struct {
 	MS       float64
 }
 
-// PrefillSample is the sample of one isolated prompt of isl tokens whose first token came ttft
-// after it was sent, on an engine with a step budget of mnbt tokens.
-func PrefillSample(isl, mnbt int, ttft time.Duration) Sample {
-	return Sample{Kind: Prefill, ISL: isl, Chunks: (isl + mnbt - 1) / mnbt, Batch: 1, MS: ms(ttft)}
+// PrefillSample is the sample of one isolated prompt of isl tokens, cached of them a prefix
+// hit, whose first token came ttft after it was sent, on an engine with a step budget of mnbt
+// tokens.
+func PrefillSample(isl, cached, mnbt int, ttft time.Duration) Sample {
+	n := isl - cached
+	return Sample{Kind: Prefill, ISL: isl, Cached: cached, Chunks: (n + mnbt - 1) / mnbt, Batch: 1, MS: ms(ttft)}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -101,4 +107,43 @@ func DecodeSample(prompts []int, times [][]time.Duration) (Sample, error) {
 		}
 	}
 	return Sample{Kind: Decode, Batch: b, Contexts: contexts, Steps: steps, MS: sumMS / float64(b)}, nil
+}
+
+// MixedLead is how many tokens every background stream of a Mixed probe has produced before
+// the driver sends the prompt.
+const MixedLead = mixedLead
+
+// MixedSample turns one Mixed probe into a sample: bgPrompts[i] and bgTimes[i] are the prompt
+// length and token times of background stream i, firstToken the time the probe's prompt got
+// its first token (the end of the step that prefilled it), all from one origin. In each stream
+// the token that arrived closest to firstToken ended the same step; its gap to the token before
+// is the mixed step. Streams are averaged.
+func MixedSample(isl int, bgPrompts []int, bgTimes [][]time.Duration, firstToken time.Duration) (Sample, error) {
+	b := len(bgTimes)
+	if b == 0 || len(bgPrompts) != b {
+		return Sample{}, fmt.Errorf("calibrate: mixed sample: %d prompts for %d streams", len(bgPrompts), b)
+	}
+	var sumMS, contexts float64
+	for i, ts := range bgTimes {
+		k := -1
+		for j, t := range ts {
+			if k < 0 || absDur(t-firstToken) < absDur(ts[k]-firstToken) {
+				k = j
+			}
+		}
+		if k < 1 || k == len(ts)-1 {
+			return Sample{}, fmt.Errorf("%w: the prompt's step is token %d of %d of background stream %d: it did not run beside the decodes",
+				ErrNoSteadyWindow, k, len(ts), i)
+		}
+		sumMS += ms(ts[k] - ts[k-1])
+		contexts += float64(bgPrompts[i] + k)
+	}
+	return Sample{Kind: Mixed, ISL: isl, Batch: b, Contexts: contexts, Steps: 1, MS: sumMS / float64(b)}, nil
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }

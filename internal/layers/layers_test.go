@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"policy":               {"cost"},
 	"cost":                 {},
 	"calibrate":            {"cost"},
+	"calibrate/engine":     {"calibrate", "cost", "internal/svgplot"},
 	"kvindex":              {"internal/openaddr"},
 	"workload":             {"internal/splitmix"},
 	"tokenizer":            {"internal/reqjson"},
@@ -68,7 +69,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "calibrate", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "calibrate", "calibrate/engine", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 // pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
 // none of their non-test files may import: no sockets, HTTP, files or processes. Their shells
