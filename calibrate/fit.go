@@ -75,7 +75,7 @@ func row(s Sample) [nTerms]float64 {
 	}
 	if s.Kind == Mixed {
 		n := float64(s.ISL)
-		return [nTerms]float64{1, n, n * n / 2, float64(s.Batch), s.Contexts, 0, 0}
+		return [nTerms]float64{1, n * s.Share, n * n / 2 * s.Share, float64(s.Batch), s.Contexts, 0, 0}
 	}
 	return [nTerms]float64{1, 0, 0, float64(s.Batch), s.Contexts, 0, 0}
 }
@@ -83,6 +83,13 @@ func row(s Sample) [nTerms]float64 {
 // Fit fits the step-time coefficients to the samples by least squares on relative error (the
 // samples span from a few ms to seconds), reweighted with Huber weights until the coefficients
 // settle, so a few disturbed measurements (a GC pause, a noisy neighbour) do not pull the fit.
+//
+// With Mixed samples over at least 3 prompt lengths, the five step terms come from the
+// measurements inside the engine alone (Decode and Mixed windows), and the isolated Prefill
+// samples then only give the request's handling (overhead, overhead_per_token) on top of the
+// fitted steps: a TTFT carries the API server's per-request work, whose noise on a busy host
+// would otherwise leak into a1 and a2. Without them all samples are fitted together.
+//
 // It refuses too few or too alike samples, a fit that does not settle in MaxIterations rounds,
 // a coefficient fitted clearly negative, and a fit with R² below MinR2.
 func Fit(samples []Sample, opt FitOptions) (*Result, error) {
@@ -90,37 +97,80 @@ func Fit(samples []Sample, opt FitOptions) (*Result, error) {
 	if err := enough(samples); err != nil {
 		return nil, err
 	}
-	active := []int{0, 1, 2, 3, 4, 5}
-	// Without cache-hit prefills the per-token handling cannot be told from a1: it stays in a1.
-	if slices.ContainsFunc(samples, func(s Sample) bool { return s.Kind == Prefill && s.Cached > 0 }) {
-		active = append(active, 6)
+	cachedPrefill := slices.ContainsFunc(samples, func(s Sample) bool { return s.Kind == Prefill && s.Cached > 0 })
+	mixedLens := map[int]bool{}
+	var inEngine, prefills []Sample
+	for _, s := range samples {
+		if s.Kind == Prefill {
+			prefills = append(prefills, s)
+			continue
+		}
+		inEngine = append(inEngine, s)
+		if s.Kind == Mixed {
+			mixedLens[s.ISL] = true
+		}
 	}
-	var dropped []string
-	for {
-		coef, iters, err := irls(samples, active, opt)
+	if len(mixedLens) < 3 || len(prefills) == 0 {
+		active := []int{0, 1, 2, 3, 4, 5}
+		// Without cache-hit prefills the per-token handling cannot be told from a1: it stays in a1.
+		if cachedPrefill {
+			active = append(active, 6)
+		}
+		coef, iters, dropped, err := fitTerms(samples, active, opt, nil)
 		if err != nil {
 			return nil, err
 		}
-		// A term whose fitted value is negative but within two standard errors of 0 cannot be
-		// seen in this sweep (a CPU engine's attention term, say): fix it at 0 and refit.
+		return result(samples, coef, iters, dropped, opt, Prefill, Decode, Mixed)
+	}
+	steps, iters, dropped, err := fitTerms(inEngine, []int{0, 1, 2, 3, 4}, opt, nil)
+	if err != nil {
+		return nil, err
+	}
+	extra := []int{5}
+	if cachedPrefill {
+		extra = append(extra, 6)
+	}
+	handling, _, _, err := fitTerms(prefills, extra, opt, func(s Sample) float64 { return predict(steps.value, s) })
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range extra {
+		steps.value[j], steps.se[j] = handling.value[j], handling.se[j]
+	}
+	for k, v := range handling.scale {
+		steps.scale[k] = v
+	}
+	// The isolated prefills' R² is reported, not gated: their spread is the API server's.
+	return result(samples, steps, iters, dropped, opt, Decode, Mixed)
+}
+
+// fitTerms fits the active terms to samples, less offset(s) when offset is not nil. A
+// step term fitted negative but within two standard errors of 0 cannot be seen in this sweep
+// (a CPU engine's attention term, say): it is fixed at 0 and the rest fitted again.
+func fitTerms(samples []Sample, active []int, opt FitOptions, offset func(Sample) float64) (coefs, int, []string, error) {
+	var dropped []string
+	for {
+		coef, iters, err := irls(samples, active, opt, offset)
+		if err != nil {
+			return coefs{}, iters, nil, err
+		}
 		worst, worstT := -1, 0.0
 		for _, j := range active {
 			if j >= firstExtra || coef.value[j] >= 0 {
 				continue
 			}
 			if t := -coef.value[j] / coef.se[j]; t > 2 {
-				return nil, fmt.Errorf("%w: %s = %.3g is negative (%.1f standard errors below 0): the measurements contradict the step-time model; check that nothing else ran on the engine",
+				return coefs{}, iters, nil, fmt.Errorf("%w: %s = %.3g is negative (%.1f standard errors below 0): the measurements contradict the step-time model; check that nothing else ran on the engine",
 					ErrPoorFit, Terms[j], coef.value[j], t)
 			} else if worst < 0 || t > worstT {
 				worst, worstT = j, t
 			}
 		}
-		if worst >= 0 {
-			active = slices.DeleteFunc(active, func(j int) bool { return j == worst })
-			dropped = append(dropped, Terms[worst])
-			continue
+		if worst < 0 {
+			return coef, iters, dropped, nil
 		}
-		return result(samples, coef, iters, dropped, opt)
+		active = slices.DeleteFunc(active, func(j int) bool { return j == worst })
+		dropped = append(dropped, Terms[worst])
 	}
 }
 
@@ -129,7 +179,7 @@ func enough(samples []Sample) error {
 	isl, batch, ctx := map[int]bool{}, map[int]bool{}, map[float64]bool{}
 	for _, s := range samples {
 		switch s.Kind {
-		case Prefill:
+		case Prefill, Mixed:
 			isl[s.ISL] = true
 		case Decode:
 			batch[s.Batch] = true
@@ -162,7 +212,7 @@ const outlierCut = 5
 const minScale = 0.005
 
 // irls runs iteratively reweighted least squares over the active columns.
-func irls(samples []Sample, active []int, opt FitOptions) (coefs, int, error) {
+func irls(samples []Sample, active []int, opt FitOptions, offset func(Sample) float64) (coefs, int, error) {
 	n, p := len(samples), len(active)
 	w := make([]float64, n)
 	for i := range w {
@@ -170,7 +220,7 @@ func irls(samples []Sample, active []int, opt FitOptions) (coefs, int, error) {
 	}
 	var prev coefs
 	for it := 1; it <= opt.MaxIterations; it++ {
-		c, err := solve(samples, active, w)
+		c, err := solve(samples, active, w, offset)
 		if err != nil {
 			return coefs{}, it, err
 		}
@@ -187,7 +237,7 @@ func irls(samples []Sample, active []int, opt FitOptions) (coefs, int, error) {
 		// Huber weights on relative residuals, scaled per kind by their median absolute deviation.
 		r := make([]float64, n)
 		for i, s := range samples {
-			r[i] = (s.MS - predict(c.value, s)) / s.MS
+			r[i] = (s.MS - predict(c.value, s) - off(offset, s)) / s.MS
 		}
 		c.scale = robustScales(samples, r)
 		prev = c
@@ -227,7 +277,7 @@ func robustScales(samples []Sample, r []float64) map[Kind]float64 {
 const maxCond = 1e10
 
 // solve is one weighted least-squares solve on relative error with columns scaled to unit size.
-func solve(samples []Sample, active []int, w []float64) (coefs, error) {
+func solve(samples []Sample, active []int, w []float64, offset func(Sample) float64) (coefs, error) {
 	n, p := len(samples), len(active)
 	a := mat.NewDense(n, p, nil)
 	b := mat.NewVecDense(n, nil)
@@ -246,7 +296,7 @@ func solve(samples []Sample, active []int, w []float64) (coefs, error) {
 				a.Set(i, k, r[j]/colMax[k]*sw)
 			}
 		}
-		b.SetVec(i, s.MS*sw)
+		b.SetVec(i, (s.MS-off(offset, s))*sw)
 	}
 	var svd mat.SVD
 	if !svd.Factorize(a, mat.SVDThin) {
@@ -284,6 +334,14 @@ func solve(samples []Sample, active []int, w []float64) (coefs, error) {
 	return c, nil
 }
 
+// off is offset(s), or 0 without an offset.
+func off(offset func(Sample) float64, s Sample) float64 {
+	if offset == nil {
+		return 0
+	}
+	return offset(s)
+}
+
 func predict(v [nTerms]float64, s Sample) float64 {
 	r := row(s)
 	y := 0.0
@@ -301,8 +359,9 @@ func names(active []int) string {
 	return strings.Join(s, ", ")
 }
 
-// result fills the Result of converged coefficients and checks its R².
-func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptions) (*Result, error) {
+// result fills the Result of converged coefficients and checks the R² of the kinds in gated,
+// the samples the step terms were fitted to.
+func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptions, gated ...Kind) (*Result, error) {
 	v := c.value
 	r := &Result{
 		Model:      cost.Model{T0: v[0], A1: v[1], A2: v[2], D1: v[3], D2: v[4]},
@@ -340,11 +399,20 @@ func result(samples []Sample, c coefs, iters int, dropped []string, opt FitOptio
 		q.Samples, q.R2 = len(y), rSquared(y, f)
 		r.Families[k] = q
 	}
-	if len(r.Outliers) > len(samples)/4 {
-		return nil, fmt.Errorf("%w: %d of %d samples are far off the fit (over %d robust deviations); the measurements were disturbed: run on an idle engine",
-			ErrPoorFit, len(r.Outliers), len(samples), outlierCut)
+	var nGated, outGated int
+	for i, s := range samples {
+		if slices.Contains(gated, s.Kind) {
+			nGated++
+			if slices.Contains(r.Outliers, i) {
+				outGated++
+			}
+		}
 	}
-	for _, k := range []Kind{Prefill, Decode, Mixed} {
+	if outGated > nGated/4 {
+		return nil, fmt.Errorf("%w: %d of %d samples are far off the fit (over %d robust deviations); the measurements were disturbed: run on an idle engine",
+			ErrPoorFit, outGated, nGated, outlierCut)
+	}
+	for _, k := range gated {
 		if q, ok := r.Families[k]; ok && !(q.R2 >= opt.MinR2) {
 			return nil, fmt.Errorf("%w: R² of the %s samples is %.3f (< %.2f), worst relative error %.0f%%; the engine's step time is not t0 + a1·N + a2·N(P+N/2) + d1·B + d2·ΣC, or the measurements were disturbed",
 				ErrPoorFit, k, q.R2, opt.MinR2, 100*q.WorstRelErr)

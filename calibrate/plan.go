@@ -26,7 +26,7 @@ const MixedStreams = 2
 
 // mixedOutTokens is the background streams' output length: the prompt goes in after
 // mixedLead of their tokens, and the rest covers its step and a few after.
-const mixedOutTokens, mixedLead = 40, 8
+const mixedOutTokens, mixedLead = 64, 8
 
 func (k Kind) String() string {
 	switch k {
@@ -150,12 +150,21 @@ func Plan(c PlanConfig) ([]Probe, error) {
 			probes = append(probes, Probe{Kind: Prefill, ISL: n, Batch: 1, OutTokens: 1})
 		}
 	}
-	// Mixed probes: the same lengths beside running decodes, each prefilled in one step.
+	// Mixed probes: the same lengths beside running decodes, each prefilled in one step, and the
+	// longest prompt one step takes, where the attention term shows most.
+	longest := min(c.MaxNumBatchedTokens-MixedStreams, isls[len(isls)-1], c.KVTokens/2-MixedStreams*(64+mixedOutTokens))
+	var mixed []int
+	for _, n := range isls {
+		if n < longest {
+			mixed = append(mixed, n)
+		}
+	}
+	if longest > 0 {
+		mixed = append(mixed, longest)
+	}
 	for range c.Repeats {
-		for _, n := range isls {
-			if n+MixedStreams <= c.MaxNumBatchedTokens && MixedStreams*(64+mixedOutTokens)+n < c.KVTokens/2 {
-				probes = append(probes, Probe{Kind: Mixed, ISL: n, Batch: MixedStreams, OutTokens: mixedOutTokens})
-			}
+		for _, n := range mixed {
+			probes = append(probes, Probe{Kind: Mixed, ISL: n, Batch: MixedStreams, OutTokens: mixedOutTokens})
 		}
 	}
 	out := c.DecodeOutTokens

@@ -20,6 +20,9 @@ import (
 // A Decode sample is the mean step time MS over Steps consecutive steps that ran Batch decode
 // sequences and nothing else, whose context lengths summed to Contexts on average (each stream
 // counts its prompt plus the tokens generated before the step, as the engine's attention reads).
+//
+// A Mixed sample is a decode sample whose window also holds one step that prefilled a fresh
+// prompt of ISL tokens: its MS carries a1·ISL + a2·ISL²/2 times Share.
 type Sample struct {
 	Kind     Kind
 	ISL      int
@@ -28,6 +31,7 @@ type Sample struct {
 	Batch    int
 	Contexts float64
 	Steps    int
+	Share    float64 // Mixed: the mean over streams of 1/steps of their windows
 	MS       float64
 }
 
@@ -58,15 +62,32 @@ const minWindowSteps = 8
 // For each stream the window's duration divided by its token count is the mean step time;
 // streams are averaged, which halves what jitter remains at the window's two ends.
 func DecodeSample(prompts []int, times [][]time.Duration) (Sample, error) {
+	w, err := steadyWindow(prompts, times)
+	if err != nil {
+		return Sample{}, err
+	}
+	return Sample{Kind: Decode, Batch: len(times), Contexts: w.contexts, Steps: w.steps, MS: w.meanMS}, nil
+}
+
+// window is the steady part of a set of lockstep streams.
+type window struct {
+	lo, hi   time.Duration // the window's bounds (client times)
+	meanMS   float64       // mean step time, averaged over streams
+	contexts float64       // mean context sum of its steps
+	share    float64       // mean over streams of 1/steps: what one step's extra work adds to meanMS, per ms
+	steps    int           // fewest steps of a stream in it
+}
+
+func steadyWindow(prompts []int, times [][]time.Duration) (window, error) {
 	b := len(times)
 	if b == 0 || len(prompts) != b {
-		return Sample{}, fmt.Errorf("calibrate: decode sample: %d prompts for %d streams", len(prompts), b)
+		return window{}, fmt.Errorf("calibrate: decode sample: %d prompts for %d streams", len(prompts), b)
 	}
 	var start, end time.Duration
 	var gaps []time.Duration
 	for i, ts := range times {
 		if len(ts) < 2 {
-			return Sample{}, fmt.Errorf("%w: stream %d produced %d tokens", ErrNoSteadyWindow, i, len(ts))
+			return window{}, fmt.Errorf("%w: stream %d produced %d tokens", ErrNoSteadyWindow, i, len(ts))
 		}
 		if i == 0 || ts[0] > start {
 			start = ts[0]
@@ -80,14 +101,13 @@ func DecodeSample(prompts []int, times [][]time.Duration) (Sample, error) {
 	}
 	slices.Sort(gaps)
 	half := gaps[len(gaps)/2] / 2
-	lo, hi := start+half, end-half
-	var sumMS, contexts float64
-	steps := 0
+	w := window{lo: start + half, hi: end - half}
+	var sumMS float64
 	for i, ts := range times {
 		a := -1 // first token index inside (lo, hi)
 		z := -1 // last token index inside (lo, hi)
 		for k, t := range ts {
-			if t > lo && t < hi {
+			if t > w.lo && t < w.hi {
 				if a < 0 {
 					a = k
 				}
@@ -95,18 +115,20 @@ func DecodeSample(prompts []int, times [][]time.Duration) (Sample, error) {
 			}
 		}
 		if a < 1 || z-a+1 < minWindowSteps {
-			return Sample{}, fmt.Errorf("%w: stream %d has %d steps between the last first token and the first last token; want >= %d (more output tokens)",
+			return window{}, fmt.Errorf("%w: stream %d has %d steps between the last first token and the first last token; want >= %d (more output tokens)",
 				ErrNoSteadyWindow, i, max(0, z-a+1), minWindowSteps)
 		}
 		n := z - a + 1 // steps a..z, timed from the end of step a−1
 		sumMS += ms(ts[z]-ts[a-1]) / float64(n)
+		w.share += 1 / float64(n)
 		// Token k comes from the step whose context is prompt + k; the window's mean is the midpoint.
-		contexts += float64(prompts[i]) + float64(a+z)/2
-		if i == 0 || n < steps {
-			steps = n
+		w.contexts += float64(prompts[i]) + float64(a+z)/2
+		if i == 0 || n < w.steps {
+			w.steps = n
 		}
 	}
-	return Sample{Kind: Decode, Batch: b, Contexts: contexts, Steps: steps, MS: sumMS / float64(b)}, nil
+	w.meanMS, w.share = sumMS/float64(b), w.share/float64(b)
+	return w, nil
 }
 
 // MixedLead is how many tokens every background stream of a Mixed probe has produced before
@@ -115,35 +137,18 @@ const MixedLead = mixedLead
 
 // MixedSample turns one Mixed probe into a sample: bgPrompts[i] and bgTimes[i] are the prompt
 // length and token times of background stream i, firstToken the time the probe's prompt got
-// its first token (the end of the step that prefilled it), all from one origin. In each stream
-// the token that arrived closest to firstToken ended the same step; its gap to the token before
-// is the mixed step. Streams are averaged.
+// its first token (the end of the step that prefilled it), all from one origin. The streams'
+// steady window (as DecodeSample's) must hold that step: its mean step is then the decode
+// steps' plus (a1·N + a2·N²/2) over the window's steps. A window rather than the one gap keeps
+// a late read of the streams (tokens read in a burst on a busy client) from hiding the step.
 func MixedSample(isl int, bgPrompts []int, bgTimes [][]time.Duration, firstToken time.Duration) (Sample, error) {
-	b := len(bgTimes)
-	if b == 0 || len(bgPrompts) != b {
-		return Sample{}, fmt.Errorf("calibrate: mixed sample: %d prompts for %d streams", len(bgPrompts), b)
+	w, err := steadyWindow(bgPrompts, bgTimes)
+	if err != nil {
+		return Sample{}, err
 	}
-	var sumMS, contexts float64
-	for i, ts := range bgTimes {
-		k := -1
-		for j, t := range ts {
-			if k < 0 || absDur(t-firstToken) < absDur(ts[k]-firstToken) {
-				k = j
-			}
-		}
-		if k < 1 || k == len(ts)-1 {
-			return Sample{}, fmt.Errorf("%w: the prompt's step is token %d of %d of background stream %d: it did not run beside the decodes",
-				ErrNoSteadyWindow, k, len(ts), i)
-		}
-		sumMS += ms(ts[k] - ts[k-1])
-		contexts += float64(bgPrompts[i] + k)
+	if firstToken <= w.lo || firstToken >= w.hi {
+		return Sample{}, fmt.Errorf("%w: the prompt's first token came at %v, outside the streams' steady window [%v, %v]: it did not run beside the decodes (more output tokens)",
+			ErrNoSteadyWindow, firstToken, w.lo, w.hi)
 	}
-	return Sample{Kind: Mixed, ISL: isl, Batch: b, Contexts: contexts, Steps: 1, MS: sumMS / float64(b)}, nil
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
+	return Sample{Kind: Mixed, ISL: isl, Batch: len(bgTimes), Contexts: w.contexts, Steps: w.steps, Share: w.share, MS: w.meanMS}, nil
 }

@@ -144,8 +144,8 @@ type streamed struct {
 }
 
 // stream sends one streamed completion of the prompt for out tokens (ignore_eos). onToken, when
-// not nil, hears the count of tokens received after each one.
-func (c *client) stream(ctx context.Context, origin time.Time, prompt []int, out int, onToken func(n int)) (streamed, error) {
+// not nil, hears the count of tokens received and the arrival time after each one.
+func (c *client) stream(ctx context.Context, origin time.Time, prompt []int, out int, onToken func(n int, at time.Duration)) (streamed, error) {
 	body, _ := json.Marshal(map[string]any{
 		"model": c.model, "prompt": prompt, "max_tokens": out, "ignore_eos": true, "temperature": 0,
 		"stream": true, "stream_options": map[string]any{"include_usage": true},
@@ -171,7 +171,7 @@ func (c *client) stream(ctx context.Context, origin time.Time, prompt []int, out
 // readStream reads an SSE completion stream: one time per event with a choice, and the
 // usage's completion_tokens, which must equal the event count (an engine that merges tokens
 // into one event would hide steps from the decode windows).
-func readStream(r io.Reader, origin time.Time, want int, onToken func(n int)) (streamed, error) {
+func readStream(r io.Reader, origin time.Time, want int, onToken func(n int, at time.Duration)) (streamed, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
 	var times []time.Duration
@@ -206,7 +206,7 @@ func readStream(r io.Reader, origin time.Time, want int, onToken func(n int)) (s
 		if len(ev.Choices) > 0 {
 			times = append(times, now)
 			if onToken != nil {
-				onToken(len(times))
+				onToken(len(times), now)
 			}
 		}
 		if ev.Usage != nil {

@@ -138,7 +138,7 @@ func report(w io.Writer, o *Outcome, m cost.Model, out string) {
 	fmt.Fprintf(w, "calibrated %s: %d samples in %s (max_model_len %d, KV %d blocks of 16)\n",
 		m.Name, len(o.Samples), o.Elapsed.Round(time.Second), o.MaxModelLen, m.NumGPUBlocks)
 	if o.Cut {
-		fmt.Fprintf(w, "  sweep cut by --max-minutes after %d of %d probes\n", len(o.Samples), len(o.Probes))
+		fmt.Fprintf(w, "  sweep cut by --max-minutes after %d of %d probes\n", o.ProbesDone, len(o.Probes))
 	}
 	for _, t := range []struct {
 		name string

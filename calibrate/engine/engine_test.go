@@ -41,6 +41,10 @@ xfer_gbps: 40
 num_gpu_blocks: 8192
 `
 
+// budgetTokens is the test engine's max_num_batched_tokens: large, so that a mixed step can
+// carry a prompt long enough for the attention term to stand out (a2 at 16k tokens = 268 ms).
+const budgetTokens = 16384
+
 // startSim runs an in-process vllm-sim in real time (time scale 1) with the cost model of the
 // model file text, and returns its base URL.
 func startSim(t *testing.T, modelFile string, maxModelLen int) string {
@@ -58,7 +62,7 @@ func startSim(t *testing.T, modelFile string, maxModelLen int) string {
 		t.Fatal(err)
 	}
 	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine:    sim.Config{Model: m, NumGPUBlocks: m.NumGPUBlocks, MaxNumBatchedTokens: 8192, Seed: 3},
+		Engine:    sim.Config{Model: m, NumGPUBlocks: m.NumGPUBlocks, MaxNumBatchedTokens: budgetTokens, Seed: 3},
 		TimeScale: 1,
 		Server:    vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: maxModelLen},
 	})
@@ -89,12 +93,12 @@ func TestCalibrateRecoversSimModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := startSim(t, simModel, 8192)
+	url := startSim(t, simModel, budgetTokens)
 	out := filepath.Join(t.TempDir(), "engine.yaml")
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
 	code := Command(context.Background(), []string{"--endpoint", url, "--model", "qwen3", "-o", out,
-		"--max-batch", "16", "--max-rps", "200", "--max-minutes", "2", "--xfer-gbps", "25", "--bytes-per-token", "131072"}, &stdout, &stderr)
+		"--max-batch", "16", "--max-rps", "200", "--max-num-batched-tokens", "16384", "--max-minutes", "2", "--xfer-gbps", "25", "--bytes-per-token", "131072"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -118,7 +122,7 @@ func TestCalibrateRecoversSimModel(t *testing.T) {
 	if got.NumGPUBlocks != want.NumGPUBlocks || got.XferGBps != 25 || got.BytesPerToken != 131072 || got.Name != "qwen3" {
 		t.Errorf("capacity, transfer or name: %+v", got)
 	}
-	if rec == nil || rec.Endpoint != url || rec.Terms["prefill"].Samples < 10 || !(rec.R2 > 0.99) {
+	if rec == nil || rec.Endpoint != url || rec.Terms["prefill"].Samples < 10 || !(rec.Terms["decode"].R2 > 0.99) || !(rec.Terms["mixed"].R2 > 0.99) {
 		t.Errorf("calibration record %+v", rec)
 	}
 	if _, err := cost.Resolve(out, os.ReadFile); err != nil {

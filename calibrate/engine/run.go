@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -116,6 +117,7 @@ type Outcome struct {
 	KVBlocks16  int // KV capacity in 16-token blocks
 	MaxModelLen int
 	Cut         bool // the sweep was stopped by MaxDuration
+	ProbesDone  int
 	Elapsed     time.Duration
 }
 
@@ -164,7 +166,7 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	if cfg.MaxRPS > 0 {
 		limit = rate.Limit(cfg.MaxRPS)
 	}
-	r := &runner{c: c, cfg: cfg, blockSize: bs, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), lim: rate.NewLimiter(limit, cfg.MaxBatch)}
+	r := &runner{c: c, cfg: cfg, blockSize: bs, maxModelLen: out.MaxModelLen, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), lim: rate.NewLimiter(limit, cfg.MaxBatch)}
 	// Two short requests first: a fresh engine's first steps (graph capture, allocator warm-up)
 	// are slower than its steady ones.
 	for range 2 {
@@ -185,6 +187,7 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 			return nil, fmt.Errorf("calibrate: %s probe (ISL %d, batch %d): %w", p.Kind, p.ISL, p.Batch, err)
 		}
 		out.Samples = append(out.Samples, s...)
+		out.ProbesDone++
 		if progress != nil {
 			progress.Done(fmt.Sprintf("%s ISL %d ×%d", p.Kind, p.ISL, p.Batch))
 		}
@@ -192,28 +195,41 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	out.Elapsed = time.Since(start)
 	out.Fit, err = calibrate.Fit(out.Samples, calibrate.FitOptions{})
 	if err != nil && out.Cut {
-		err = fmt.Errorf("%w (the sweep was cut by --max-minutes after %d of %d probes: allow more minutes)", err, len(out.Samples), len(out.Probes))
+		err = fmt.Errorf("%w (the sweep was cut by --max-minutes after %d of %d probes: allow more minutes)", err, out.ProbesDone, len(out.Probes))
 	}
 	return out, err
 }
 
 type runner struct {
-	c         *client
-	cfg       Config
-	blockSize int
-	rng       *rand.Rand
-	lim       *rate.Limiter
+	c           *client
+	cfg         Config
+	blockSize   int
+	maxModelLen int
+	rng         *rand.Rand
+	lim         *rate.Limiter
 }
 
 // probe measures p: a prefill probe sends a fresh prompt and then the same prompt again, which
 // the prefix cache serves but for its last block (two samples); a decode probe is one sample.
 func (r *runner) probe(ctx context.Context, p calibrate.Probe) ([]calibrate.Sample, error) {
-	switch p.Kind {
-	case calibrate.Decode:
-		s, err := r.decode(ctx, p)
-		return []calibrate.Sample{s}, err
-	case calibrate.Mixed:
-		s, err := r.mixed(ctx, p)
+	if p.Kind == calibrate.Decode || p.Kind == calibrate.Mixed {
+		// Streams that reached the engine far apart (a slow client or API server) leave too
+		// short a steady window: run the probe again once with three times the output.
+		var s calibrate.Sample
+		var err error
+		for attempt := range 2 {
+			if attempt == 1 {
+				p.OutTokens = min(3*p.OutTokens, r.maxModelLen-p.ISL-1)
+			}
+			if p.Kind == calibrate.Decode {
+				s, err = r.decode(ctx, p)
+			} else {
+				s, err = r.mixed(ctx, p)
+			}
+			if !errors.Is(err, calibrate.ErrNoSteadyWindow) {
+				break
+			}
+		}
 		return []calibrate.Sample{s}, err
 	}
 	toks := prompt(r.rng, p.ISL)
@@ -247,27 +263,49 @@ func (r *runner) prefill(ctx context.Context, toks []int) (streamed, error) {
 }
 
 // mixed starts the probe's background streams, sends its prompt once every stream has
-// produced calibrate.MixedLead tokens, and reads the gap of the step that prefilled it.
+// produced calibrate.MixedLead tokens, and lets the streams run until each has produced
+// mixedTail tokens after the prompt's first token; then it ends them (the engine aborts a
+// request whose client went away) and reads the window that holds the prompt's step. However
+// long the prompt's handling takes before it reaches the engine, the streams are still running.
 func (r *runner) mixed(ctx context.Context, p calibrate.Probe) (calibrate.Sample, error) {
 	if err := r.lim.WaitN(ctx, p.Batch+1); err != nil {
 		return calibrate.Sample{}, fmt.Errorf("request rate cap: %w", err)
 	}
-	const bgISL = 64
+	const bgISL, mixedTail = 64, 8
+	bgOut := min(4096, r.maxModelLen-bgISL-1)
 	lens := make([]int, p.Batch)
-	times := make([][]time.Duration, p.Batch)
+	times := make([][]time.Duration, p.Batch) // written only by stream i's goroutine until Wait
+	counts := make([]atomic.Int64, p.Batch)
+	stopAt := make([]atomic.Int64, p.Batch)
 	ready := make(chan struct{}, p.Batch)
+	tailDone := make(chan struct{}, p.Batch)
 	origin := time.Now()
+	bgCtx, stopBG := context.WithCancel(ctx)
+	defer stopBG()
 	g, gctx := errgroup.WithContext(ctx)
+	bg, _ := errgroup.WithContext(bgCtx)
 	for i := range lens {
 		lens[i] = bgISL
+		stopAt[i].Store(math.MaxInt64)
 		toks := prompt(r.rng, bgISL)
-		g.Go(func() error {
-			s, err := r.c.stream(gctx, origin, toks, p.OutTokens, func(n int) {
-				if n == calibrate.MixedLead {
+		bg.Go(func() error {
+			_, err := r.c.stream(bgCtx, origin, toks, bgOut, func(n int, at time.Duration) {
+				times[i] = append(times[i], at)
+				counts[i].Store(int64(n))
+				switch {
+				case n == calibrate.MixedLead:
 					ready <- struct{}{}
+				case int64(n) == stopAt[i].Load():
+					tailDone <- struct{}{}
 				}
 			})
-			times[i] = s.times
+			if bgCtx.Err() != nil {
+				return nil // ended by us after the tail
+			}
+			if err == nil {
+				err = errors.New("a background stream ended before the prompt ran beside it")
+			}
+			stopBG()
 			return err
 		})
 	}
@@ -278,18 +316,57 @@ func (r *runner) mixed(ctx context.Context, p calibrate.Probe) (calibrate.Sample
 			case <-ready:
 			case <-gctx.Done():
 				return gctx.Err()
+			case <-bgCtx.Done():
+				return errors.New("a background stream ended before the prompt was sent")
 			}
 		}
 		s, err := r.c.stream(gctx, origin, prompt(r.rng, p.ISL), 1, nil)
-		if err == nil {
-			first = s.times[0]
+		if err != nil {
+			return err
 		}
-		return err
+		first = s.times[0]
+		for i := range stopAt {
+			stopAt[i].Store(counts[i].Load() + mixedTail)
+		}
+		return nil
 	})
-	if err := g.Wait(); err != nil {
+	werr := g.Wait()
+	if werr == nil {
+		// Each stream reports its tail once; a stream already past its mark reports nothing.
+		waitTail(bgCtx, tailDone, p.Batch, counts, stopAt)
+	}
+	stopBG()
+	if err := bg.Wait(); err != nil {
 		return calibrate.Sample{}, err
 	}
+	if werr != nil {
+		return calibrate.Sample{}, werr
+	}
+	for i := range times {
+		times[i] = times[i][:min(len(times[i]), int(stopAt[i].Load()))]
+	}
 	return calibrate.MixedSample(p.ISL, lens, times, first)
+}
+
+// waitTail waits until every background stream has passed its stop mark.
+func waitTail(ctx context.Context, tailDone <-chan struct{}, n int, counts, stopAt []atomic.Int64) {
+	for {
+		passed := 0
+		for i := range n {
+			if counts[i].Load() >= stopAt[i].Load() {
+				passed++
+			}
+		}
+		if passed == n {
+			return
+		}
+		select {
+		case <-tailDone:
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // decode sends the probe's streams together (as the rate cap allows) and reads the steady
