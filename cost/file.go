@@ -35,6 +35,7 @@ type Calibration struct {
 	Samples     int                `yaml:"samples"`
 	R2          float64            `yaml:"r2"`
 	OverheadMS  float64            `yaml:"request_overhead_ms"`
+	PerTokenMS  float64            `yaml:"request_overhead_per_token_ms"`
 	Terms       map[string]Quality `yaml:"terms,omitempty"`
 	RelStdErr   map[string]float64 `yaml:"rel_std_err,omitempty"`
 	NotMeasured []string           `yaml:"not_measured,omitempty"`

@@ -121,7 +121,7 @@ func svgPath(out string) string {
 func record(o *Outcome, cfg Config, xfer cost.Model) *cost.Calibration {
 	f := o.Fit
 	rec := &cost.Calibration{Endpoint: cfg.Endpoint, ServedModel: cfg.Model, Time: time.Now().UTC().Format(time.RFC3339),
-		Samples: len(o.Samples), R2: f.R2, OverheadMS: f.OverheadMS, Terms: map[string]cost.Quality{}, RelStdErr: f.RelStdErr,
+		Samples: len(o.Samples), R2: f.R2, OverheadMS: f.OverheadMS, PerTokenMS: f.OverheadPerTokenMS, Terms: map[string]cost.Quality{}, RelStdErr: f.RelStdErr,
 		NotMeasured: []string{"xfer_alpha_ms", "xfer_gbps"}}
 	if xfer.BytesPerToken == 0 {
 		rec.NotMeasured = append(rec.NotMeasured, "bytes_per_token")
@@ -144,8 +144,9 @@ func report(w io.Writer, o *Outcome, m cost.Model, out string) {
 		name string
 		v    float64
 		unit string
-	}{{"t0", m.T0, "ms"}, {"a1", m.A1, "ms/token"}, {"a2", m.A2, "ms/pair"}, {"d1", m.D1, "ms/seq"}, {"d2", m.D2, "ms/context token"}, {"overhead", f.OverheadMS, "ms/request (not in the model)"}} {
-		fmt.Fprintf(w, "  %-8s %-11.4g %-30s ±%.1f%%\n", t.name, t.v, t.unit, 100*f.RelStdErr[t.name])
+	}{{"t0", m.T0, "ms"}, {"a1", m.A1, "ms/token"}, {"a2", m.A2, "ms/pair"}, {"d1", m.D1, "ms/seq"}, {"d2", m.D2, "ms/context token"}, {"overhead", f.OverheadMS, "ms/request (not in the model)"},
+		{"overhead_per_token", f.OverheadPerTokenMS, "ms/prompt token (not in the model)"}} {
+		fmt.Fprintf(w, "  %-18s %-11.4g %-34s ±%.1f%%\n", t.name, t.v, t.unit, 100*f.RelStdErr[t.name])
 	}
 	kinds := make([]calibrate.Kind, 0, len(f.Families))
 	for k := range f.Families {
