@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -85,15 +86,23 @@ func startSim(t *testing.T, modelFile string, maxModelLen int) string {
 	return "http://" + ln.Addr().String()
 }
 
-// TestCalibrateRecoversSimModel runs `condisagg calibrate` against a vllm-sim whose cost model
-// is known and checks that the model file it writes holds every step-time coefficient within
-// 5 %, the KV capacity the engine reports, and that tune's loader accepts it.
-func TestCalibrateRecoversSimModel(t *testing.T) {
+// TestCalibrateAgainstSim runs calibrate against one vllm-sim whose cost model is known (one
+// engine for the three cases: loading the tokenizer is most of a start under -race).
+func TestCalibrateAgainstSim(t *testing.T) {
+	url := startSim(t, simModel, budgetTokens)
+	t.Run("recovers_the_model", func(t *testing.T) { testRecoversSimModel(t, url) })
+	t.Run("max_minutes_cuts", func(t *testing.T) { testMaxMinutesCuts(t, url) })
+	t.Run("refuses_a_busy_engine", func(t *testing.T) { testRefusesBusyEngine(t, url) })
+}
+
+// testRecoversSimModel runs `condisagg calibrate` against the vllm-sim and checks that the
+// model file it writes holds every step-time coefficient within 5 %, the KV capacity the
+// engine reports, and that the loader of tune and vllm-sim accepts it.
+func testRecoversSimModel(t *testing.T, url string) {
 	want, _, err := cost.ParseFile("sim.yaml", []byte(simModel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := startSim(t, simModel, budgetTokens)
 	out := filepath.Join(t.TempDir(), "engine.yaml")
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
@@ -199,12 +208,38 @@ func TestCalibrateFlagErrors(t *testing.T) {
 	}
 }
 
-// TestCalibrateMaxMinutesCuts: a time limit too short for the sweep stops it and the fit that
-// follows says so.
-func TestCalibrateMaxMinutesCuts(t *testing.T) {
-	url := startSim(t, simModel, 8192)
+// testMaxMinutesCuts: a time limit too short for the sweep stops it and the fit that follows
+// says so.
+func testMaxMinutesCuts(t *testing.T, url string) {
 	_, err := Run(context.Background(), Config{Endpoint: url, Model: "qwen3", MaxDuration: 300 * time.Millisecond}, nil)
 	if !errors.Is(err, calibrate.ErrTooFewSamples) || !strings.Contains(err.Error(), "cut by --max-minutes") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// testRefusesBusyEngine: with another client's request running on the engine, the
+// measurements would be that request's steps too; calibrate refuses before its first probe.
+func testRefusesBusyEngine(t *testing.T, url string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &client{base: url, model: "qwen3", http: &http.Client{}}
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.stream(ctx, time.Now(), prompt(rand.New(rand.NewPCG(1, 2)), 64), 4000, func(n int, _ time.Duration) {
+			if n == 1 {
+				close(started)
+			}
+		})
+		done <- err
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("background request: %v", err)
+	}
+	_, err := Run(context.Background(), Config{Endpoint: url, Model: "qwen3"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "requests running or waiting") || !strings.Contains(err.Error(), "no other traffic") {
 		t.Fatalf("err = %v", err)
 	}
 }
