@@ -65,20 +65,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MaxDuration = time.Duration(minutes * float64(time.Minute))
-	errs := []error{cfg.Validate()}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("calibrate: unexpected arguments %q", fs.Args()))
-	}
-	if !cost.IsFile(out) {
-		errs = append(errs, fmt.Errorf("calibrate: -o %q: want the model file to write, ending in .yaml", out))
-	}
-	if !(minutes > 0) {
-		errs = append(errs, fmt.Errorf("calibrate: --max-minutes %v: must be > 0", minutes))
-	}
-	if err := xfer.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := validateFlags(cfg, fs.Args(), out, minutes, xfer); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
@@ -93,23 +80,46 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	m := ModelOf(o, name, xfer)
-	rec := record(o, cfg, xfer)
-	data, err := cost.NewFile(m, rec).Marshal()
-	if err == nil {
-		err = os.WriteFile(out, data, 0o644)
-	}
-	if err == nil {
-		var svg []byte
-		if svg, err = Plot(o); err == nil {
-			err = os.WriteFile(svgPath(out), svg, 0o644)
-		}
-	}
-	if err != nil {
+	if err := write(out, m, record(o, cfg, xfer), o); err != nil {
 		fmt.Fprintf(stderr, "calibrate: write %s: %v\n", out, err)
 		return 1
 	}
 	report(stdout, o, m, out)
 	return 0
+}
+
+// write writes the model file and its SVG beside it.
+func write(out string, m cost.Model, rec *cost.Calibration, o *Outcome) error {
+	data, err := cost.NewFile(m, rec).Marshal()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		return err
+	}
+	svg, err := Plot(o)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(svgPath(out), svg, 0o644)
+}
+
+// validateFlags reports every bad flag at once.
+func validateFlags(cfg Config, rest []string, out string, minutes float64, xfer cost.Model) error {
+	errs := []error{cfg.Validate()}
+	if len(rest) > 0 {
+		errs = append(errs, fmt.Errorf("calibrate: unexpected arguments %q", rest))
+	}
+	if !cost.IsFile(out) {
+		errs = append(errs, fmt.Errorf("calibrate: -o %q: want the model file to write, ending in .yaml", out))
+	}
+	if !(minutes > 0) {
+		errs = append(errs, fmt.Errorf("calibrate: --max-minutes %v: must be > 0", minutes))
+	}
+	if err := xfer.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // svgPath is the plot's file beside the model file: model.yaml -> model.svg.

@@ -130,28 +130,11 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.MaxBatch + 2, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	c := &client{base: strings.TrimRight(cfg.Endpoint, "/"), model: cfg.Model, http: &http.Client{Timeout: cfg.Timeout, Transport: tr}}
-	out := &Outcome{MaxModelLen: cfg.MaxModelLen}
-	mml, err := c.maxModelLen(ctx)
+	mml, blocks, bs, err := bounds(ctx, c, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if out.MaxModelLen == 0 {
-		if out.MaxModelLen = mml; mml == 0 {
-			return nil, fmt.Errorf("calibrate: engine %s: /v1/models gives no max_model_len for %q; pass --max-model-len", c.base, cfg.Model)
-		}
-	}
-	blocks, bs := cfg.NumGPUBlocks, cfg.BlockSize
-	st, merr := c.metrics(ctx)
-	if blocks == 0 {
-		if merr != nil {
-			return nil, merr
-		}
-		blocks, bs = st.numGPUBlocks, st.blockSize
-	}
-	if st.busy > 0 {
-		return nil, fmt.Errorf("calibrate: engine %s has %v requests running or waiting; calibrate measures step times and needs an engine with no other traffic (drain it first)", c.base, st.busy)
-	}
-	out.KVBlocks16 = blocks * bs / 16
+	out := &Outcome{MaxModelLen: mml, KVBlocks16: blocks * bs / 16}
 	out.Probes, err = calibrate.Plan(calibrate.PlanConfig{MaxModelLen: out.MaxModelLen, KVTokens: blocks * bs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxISL: cfg.MaxISL, MaxBatch: cfg.MaxBatch, Repeats: cfg.Repeats})
 	if err != nil {
@@ -198,6 +181,32 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 		err = fmt.Errorf("%w (the sweep was cut by --max-minutes after %d of %d probes: allow more minutes)", err, out.ProbesDone, len(out.Probes))
 	}
 	return out, err
+}
+
+// bounds reads what the sweep must fit in (max_model_len, KV blocks and their size; flags
+// first) and refuses an engine that is serving other requests.
+func bounds(ctx context.Context, c *client, cfg Config) (maxModelLen, blocks, blockSize int, err error) {
+	mml, err := c.maxModelLen(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if maxModelLen = cfg.MaxModelLen; maxModelLen == 0 {
+		if maxModelLen = mml; mml == 0 {
+			return 0, 0, 0, fmt.Errorf("calibrate: engine %s: /v1/models gives no max_model_len for %q; pass --max-model-len", c.base, cfg.Model)
+		}
+	}
+	blocks, blockSize = cfg.NumGPUBlocks, cfg.BlockSize
+	st, merr := c.metrics(ctx)
+	if blocks == 0 {
+		if merr != nil {
+			return 0, 0, 0, merr
+		}
+		blocks, blockSize = st.numGPUBlocks, st.blockSize
+	}
+	if st.busy > 0 {
+		return 0, 0, 0, fmt.Errorf("calibrate: engine %s has %v requests running or waiting; calibrate measures step times and needs an engine with no other traffic (drain it first)", c.base, st.busy)
+	}
+	return maxModelLen, blocks, blockSize, nil
 }
 
 type runner struct {
