@@ -22,8 +22,9 @@ import (
 
 const usage = `usage: condisagg calibrate --endpoint URL --model NAME -o model.yaml [flags]
 
-Measures one idle OpenAI-compatible engine (vLLM, vllm-sim) with isolated prefills and decode
-batches, fits the cost model's step-time coefficients (t0, a1, a2, d1, d2), reads its KV
+Measures one idle OpenAI-compatible engine (vLLM, vllm-sim) with decode batches, prompts sent
+beside running decodes (mixed steps) and isolated prefills, fits the cost model's step-time
+coefficients (t0, a1, a2, d1, d2), reads its KV
 capacity from /metrics, and writes a model file that tune, matrix and vllm-sim accept in place
 of a calibration name, with an SVG of measured against fitted beside it.
 
@@ -47,10 +48,10 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "the engine's max_model_len (0 = read from /v1/models)")
 	fs.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks", 0, "the engine's KV blocks (0 = read vllm:cache_config_info from /metrics)")
 	fs.IntVar(&cfg.BlockSize, "block-size", 16, "tokens per KV block, with --num-gpu-blocks")
-	fs.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", DefaultMaxNumBatchedTokens, "the engine's --max-num-batched-tokens (prompts longer than it take several steps)")
+	fs.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", DefaultMaxNumBatchedTokens, "the engine's --max-num-batched-tokens: must match (it bounds the mixed probes and chunks long prompts)")
 	fs.IntVar(&cfg.MaxISL, "max-isl", 0, "longest prefill probe (0 = max_model_len - 1)")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", DefaultMaxBatch, "most concurrent streams of a decode probe")
-	fs.IntVar(&cfg.Repeats, "repeats", DefaultRepeats, "rounds of prefill probes")
+	fs.IntVar(&cfg.Repeats, "repeats", DefaultRepeats, "rounds of isolated and mixed prefill probes")
 	fs.Float64Var(&minutes, "max-minutes", DefaultMaxDuration.Minutes(), "stop the sweep after this long and fit what was measured")
 	fs.Float64Var(&cfg.MaxRPS, "max-rps", DefaultMaxRPS, "average request rate cap, in bursts of at most --max-batch (0 = no cap)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the prompt tokens")
