@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args clean
 
 all: build
 
@@ -30,7 +30,7 @@ CORES := ./cost ./policy ./feedback ./kvindex ./pool ./pool/kube ./workload ./si
 test: deps vet
 	CGO_ENABLED=0 $(GO) build $(CORES)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	cd deploy && $(GO) test -count=1 -timeout 5m ./...
+	cd deploy && $(GO) test -count=1 -timeout 20m ./...
 
 # A real kube-apiserver and etcd for the Kubernetes discovery test (docs/discovery.md). Not part
 # of deps: kube-apiserver takes ~10-17 minutes to build on two cores. make test runs
@@ -130,10 +130,33 @@ conformance-pd: deps
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/conformance-pd
 	bin/conformance-pd $(CONFORMANCE_PD_FLAGS)
 
+# The condisagg-fleet chart's vLLM command lines through vLLM 0.32's own `vllm serve` parser
+# (deploy/helm TestFleetVLLMParsesArgs, which make test skips without the venv).
+fleet-vllm-args: deps
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	cd deploy && FLEET_VLLM_REQUIRED=1 VLLM_VENV=$(abspath $(VLLM_VENV_DIR)) $(GO) test -count=1 -run TestFleetVLLMParsesArgs -v ./helm
+
 # Envoy + condisagg + 2 prefill and 2 decode simulated workers with their sidecars on loopback:
 # a multi-turn conversation and fresh prompts, one row per request, then a clean shutdown.
 demo: deps
 	$(GO) run ./cmd/demo
+
+# The images of condisagg, pd-sidecar and vllm-sim (deploy/image, docs/deploy.md §3), built without
+# a container engine or privileges: bin/images/oci (an OCI layout holding all three, tagged
+# NAME:VERSION) and bin/images/NAME-VERSION.tar (docker archives for docker/podman load). VERSION
+# is the chart's appVersion, so the chart's default image is the one built. `make test` builds
+# and checks them too (deploy/image TestImages).
+IMAGE_FLAGS ?=
+image: deps
+	cd deploy && $(GO) run ./cmd/image -out ../bin/images $(IMAGE_FLAGS)
+
+# Opt-in, not part of `make test`: running containers needs root (or user namespaces) and a
+# container engine, which a CI machine may not allow. Installs Debian's podman and runc, then
+# starts each image (--version) and the e2e stack with condisagg, vllm-sim and pd-sidecar as
+# containers behind the real Envoy (deploy/image TestImagesRun, ~1 minute once built).
+image-test: deps
+	@bash scripts/install-podman.sh >/dev/null
+	cd deploy && CONDISAGG_IMAGE_E2E=1 $(GO) test -count=1 -timeout 20m -run 'TestImages' -v ./image
 
 clean:
 	rm -rf bin bench.out chaos.out

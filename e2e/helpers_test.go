@@ -40,14 +40,7 @@ func startStack(t *testing.T, cfg Config) *Stack {
 	t.Cleanup(func() {
 		s.Close()
 		if t.Failed() {
-			t.Logf("condisagg output:\n%s", s.Condisagg.Output())
-			t.Logf("envoy output:\n%s", s.Envoy.Output())
-			for _, w := range s.Workers {
-				t.Logf("%s output:\n%s", w.Sim.Name(), w.Sim.Output())
-				if w.Sidecar != nil {
-					t.Logf("%s output:\n%s", w.Sidecar.Name(), w.Sidecar.Output())
-				}
-			}
+			s.LogOutputs(t)
 		}
 	})
 	return s

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/condisagg/condisagg/envoy"
@@ -216,6 +217,20 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// LogOutputs logs the last output of every process of the stack to t: what a failed test
+// needs to see.
+func (s *Stack) LogOutputs(t testing.TB) {
+	t.Helper()
+	t.Logf("condisagg output:\n%s", s.Condisagg.Output())
+	t.Logf("envoy output:\n%s", s.Envoy.Output())
+	for _, w := range s.Workers {
+		t.Logf("%s output:\n%s", w.Sim.Name(), w.Sim.Output())
+		if w.Sidecar != nil {
+			t.Logf("%s output:\n%s", w.Sidecar.Name(), w.Sidecar.Output())
+		}
+	}
 }
 
 // Close stops every process of the stack; it is safe to call more than once.

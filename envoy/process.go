@@ -207,6 +207,16 @@ func (p *Process) adminGet(ctx context.Context, path string) (string, int, error
 	return string(b), resp.StatusCode, err
 }
 
+// PrometheusStats returns Envoy's statistics in the Prometheus text format (/stats/prometheus),
+// as a Prometheus server scrapes them.
+func (p *Process) PrometheusStats(ctx context.Context) (string, error) {
+	body, code, err := p.adminGet(ctx, "/stats/prometheus")
+	if err != nil || code != http.StatusOK {
+		return "", fmt.Errorf("envoy: /stats/prometheus: status %d: %v", code, err)
+	}
+	return body, nil
+}
+
 // Output returns the last 16 KiB Envoy printed.
 func (p *Process) Output() string { return p.proc.Output() }
 

@@ -116,6 +116,7 @@ type decoder struct {
 	seen      fieldSet
 	extraKeys []byte // raw extra_keys array, evaluated once lora_name is known
 	mmInfos   []byte // raw block_mm_infos array (TRT-LLM)
+	cacheSalt []byte // the cache_salt key's value (SGLang, Dynamo's TRT-LLM publisher), nil if absent
 }
 
 // fail builds the DecodeError for a failure of the value starting at at.

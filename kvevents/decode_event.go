@@ -24,7 +24,8 @@ const (
 	fSpecKind
 	fWindow
 	fLocality
-	fMMInfos // TRT-LLM block_mm_infos, map form only
+	fMMInfos   // TRT-LLM block_mm_infos, map form only
+	fCacheSalt // cache_salt as its own key (SGLang, Dynamo's TRT-LLM publisher), map form only
 )
 
 // fieldSet is a set of fields, one bit per field.
@@ -48,7 +49,7 @@ var (
 
 // Fields each kind accepts in map form; other keys are skipped.
 var (
-	storedFields  = setOf(storedOrder[:]...) | setOf(fMMInfos)
+	storedFields  = setOf(storedOrder[:]...) | setOf(fMMInfos, fCacheSalt)
 	removedFields = setOf(removedOrder[:]...)
 )
 
@@ -80,6 +81,8 @@ func (f field) String() string {
 		return "locality"
 	case fMMInfos:
 		return "block_mm_infos"
+	case fCacheSalt:
+		return "cache_salt"
 	}
 	return "unknown"
 }
@@ -113,6 +116,8 @@ func fieldNamed(key []byte) field {
 		return fLocality
 	case "block_mm_infos":
 		return fMMInfos
+	case "cache_salt":
+		return fCacheSalt
 	}
 	return fNone
 }
@@ -139,7 +144,7 @@ func (ev *Event) bad(field string) {
 // eventValue decodes one element of the events array into ev. Only truncated or invalid
 // msgpack returns an error; anything else that is wrong marks ev malformed.
 func (d *decoder) eventValue(p []byte, ev *Event) ([]byte, error) {
-	d.seen, d.extraKeys, d.mmInfos = 0, nil, nil
+	d.seen, d.extraKeys, d.mmInfos, d.cacheSalt = 0, nil, nil, nil
 	ev.hashOff, ev.hashEnd = len(d.b.hashes), len(d.b.hashes)
 	ev.tokenOff, ev.tokenEnd = len(d.b.tokens), len(d.b.tokens)
 	var err error
@@ -369,6 +374,8 @@ func (d *decoder) fieldValue(p []byte, ev *Event, f field) ([]byte, error) {
 		ev.Locality, st, p, err = readStr(p)
 	case fMMInfos:
 		d.mmInfos, st, p, err = readRawArray(p)
+	case fCacheSalt:
+		d.cacheSalt, st, p, err = readStr(p)
 	}
 	if err != nil {
 		return p, d.fail(at, f.String(), err)
@@ -459,6 +466,16 @@ func (d *decoder) finishEvent(ev *Event) {
 			return
 		}
 		ev.PlainBlocks, ev.Salt = min(ev.PlainBlocks, plain), salt
+	}
+	if len(d.cacheSalt) > 0 {
+		// SGLang and Dynamo's TRT-LLM publisher send the salt as its own key, on every store
+		// of a salted request; vLLM puts it in block 0's extra_keys. Both name one namespace,
+		// so two different salts on one store cannot both hold: skip it rather than guess.
+		if ev.Salt != nil && string(ev.Salt) != string(d.cacheSalt) {
+			ev.bad("cache_salt")
+			return
+		}
+		ev.Salt = d.cacheSalt
 	}
 	if d.mmInfos != nil {
 		ev.PlainBlocks = min(ev.PlainBlocks, leadingNils(d.mmInfos, n))

@@ -37,6 +37,18 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, p := range fixturePayloads(f) {
 		f.Add(p)
 	}
+	// The payloads recorded from SGLang's and Dynamo's publishers (top-level cache_salt).
+	recorded, err := filepath.Glob(filepath.Join("testdata", "publishers", "*.payload.bin"))
+	if err != nil || len(recorded) == 0 {
+		f.Fatalf("no recorded publisher payloads: %v", err)
+	}
+	for _, n := range recorded {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	warm := readFixtureF(f, "hash_widths_ints_bins_msgspec.bin")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		var fresh Batch

@@ -70,8 +70,10 @@ type Event struct {
 	HasLoRAID   bool
 	LoRAName    []byte // nil for the base model
 	HasLoRAName bool
-	// Salt is the cache_salt vLLM put in block 0's extra keys (a store that starts a
-	// sequence); nil when there is none. It points into the payload.
+	// Salt is the store's cache_salt, nil when there is none: the value of the map key
+	// "cache_salt" (SGLang, Dynamo's TRT-LLM publisher; on every store of a salted request), or
+	// else the salt vLLM puts in block 0's extra keys (only on a store that starts a sequence).
+	// The index uses it only when the store starts a sequence. It points into the payload.
 	Salt          []byte
 	SpecKind      []byte // kv_cache_spec_kind, nil when absent
 	SlidingWindow int64

@@ -20,8 +20,10 @@ func LoRASeed(lora []byte) uint64 {
 }
 
 // SaltedSeed returns the seed of the local hash of a sequence's first block for a request with
-// vLLM's cache_salt: vLLM adds the salt to the extra keys of block 0 only, so a salted prompt
-// and an unsalted one share no block. An empty salt is no salt.
+// a cache_salt: vLLM adds the salt to the extra keys of block 0 only, so a salted prompt and an
+// unsalted one share no block. SGLang and TRT-LLM namespace every block of a salted request
+// instead; seeding block 0 separates the same chains, since every later key chains from it.
+// An empty salt is no salt.
 func SaltedSeed(lora, salt []byte) uint64 {
 	seed := LoRASeed(lora)
 	if len(salt) == 0 {

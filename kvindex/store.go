@@ -9,8 +9,10 @@ type Store struct {
 	Tokens    []uint32
 	BlockSize int
 	LoRA      []byte // lora_name, nil for the base model
-	// Salt is the cache_salt in block 0's extra keys; it seeds that block when the store starts
-	// a sequence (no parent), and is ignored otherwise.
+	// Salt is the store's cache_salt (block 0's extra keys for vLLM, its own event field for
+	// SGLang and Dynamo's TRT-LLM publisher); it seeds block 0 when the store starts a sequence
+	// (no parent), and is ignored otherwise: a continuation's key chains from its parent's,
+	// which the salt already seeded.
 	Salt []byte
 	// PlainBlocks: blocks [PlainBlocks, len(Hashes)) are non-plain (multimodal, salt,
 	// embeddings) and recorded as an excluded chain (§4.2 step 5).

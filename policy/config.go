@@ -78,12 +78,18 @@ type Disagg struct {
 	// correction to [1/max, max].
 	SLOFeedback    bool
 	SLOFeedbackMax float64
+	// SLOMargin (slo_margin, default DefaultSLOMargin, in [0, 1]): while the best placement
+	// keeps this share of the objective as headroom, the slo policy runs the request whole
+	// where aggregated selection would, among the workers that keep it; 1 always maximises
+	// headroom, 0 satisfices whenever the objective is met.
+	SLOMargin float64
 }
 
 // DefaultDisagg is the configuration of `{}`.
 func DefaultDisagg() Disagg {
 	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold,
-		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: true, SLOFeedbackMax: DefaultSLOFeedbackMax}
+		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: true, SLOFeedbackMax: DefaultSLOFeedbackMax,
+		SLOMargin: DefaultSLOMargin}
 }
 
 // Selection holds the worker-selection knobs (YAML `router:`, conditional-disagg.md §6).
@@ -230,6 +236,9 @@ func (d Disagg) validate() []error {
 		if !(d.SLOFeedbackMax >= 1 && d.SLOFeedbackMax <= MaxSLOFeedbackMax) {
 			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", fmtFloat(d.SLOFeedbackMax), "must be in [1, 100]"))
 		}
+		if !(d.SLOMargin >= 0 && d.SLOMargin <= 1) {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_margin", fmtFloat(d.SLOMargin), "must be in [0, 1]"))
+		}
 	default:
 		errs = append(errs, cfgErr(SourceDisagg, "policy", strconv.Quote(string(d.Policy)), "must be one of isl_bounding, prefill_load, isl_or_load, slo"))
 	}
@@ -331,5 +340,5 @@ func (d Disagg) sloString() string {
 	}
 	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
 		`,"cost_model":` + strconv.Quote(d.Cost.Name) + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
-		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax)
+		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin)
 }

@@ -21,6 +21,10 @@ const (
 	DefaultSLOTPOT        = 100 * time.Millisecond
 	DefaultSLOFeedbackMax = 8.0
 	MaxSLOFeedbackMax     = 100.0
+	// DefaultSLOMargin is slo_margin: the headroom (share of the objective) every placement
+	// must keep for the slo policy to stop maximising headroom and place the request by
+	// aggregated cost instead. 0.2 was the constant of the matrix in docs/results.md.
+	DefaultSLOMargin = 0.2
 )
 
 // Correction multiplies the cost model's TTFT and TPOT forecasts of one placement: the
@@ -145,13 +149,13 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	var i int
 	var est Estimate
 	switch {
-	case best >= satisficeMargin:
+	case best >= cfg.Disagg.SLOMargin:
 		// The objective has room: latency below it buys no goodput, so run the request whole
 		// where the aggregated selection would, among the workers that keep the margin.
 		r, i, est = e.aggregatedPlacement(cfg, in, snap, only, func(r Route, w sloWorker) (Estimate, bool) {
 			est := e.local(w, r == RouteDecode)
 			e.correct(cfg, in, r, &est)
-			return est, est.Valid && est.Headroom >= satisficeMargin
+			return est, est.Valid && est.Headroom >= cfg.Disagg.SLOMargin
 		})
 	case best < 0:
 		// No placement is forecast to meet the objective (or none has KV room): placement
@@ -346,10 +350,6 @@ func (e *estimator) remote(p, d sloWorker) Estimate {
 	est.Headroom = e.headroom(&est)
 	return est
 }
-
-// satisficeMargin is the headroom (share of the objective) a placement must keep for the slo
-// policy to stop maximising headroom and place the request by aggregated cost instead.
-const satisficeMargin = 0.2
 
 // aggregatedPlacement runs the whole request where the aggregated selection of §6 would: the
 // lowest bypass cost (queued prefill less cache credit, plus decode blocks and requests) over

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestSLOConfig(t *testing.T) {
 	if c.Disagg.SLO != (SLO{TTFT: 500 * time.Millisecond, TPOT: 30500 * time.Microsecond}) || c.Disagg.Cost.A1 == 0 {
 		t.Fatalf("parsed %+v", c.Disagg)
 	}
-	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":true,"slo_feedback_max":8`) {
+	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":true,"slo_feedback_max":8,"slo_margin":0.2`) {
 		t.Fatalf("String() = %s", got)
 	}
 	if d := sloConfig(t, ``).Disagg.SLO; d.TTFT != DefaultSLOTTFT || d.TPOT != DefaultSLOTPOT {
@@ -160,7 +161,7 @@ func TestSLOPlacements(t *testing.T) {
 	}
 }
 
-// TestSLOSatisfice: while the best placement keeps a 20% margin under the objective, the slo
+// TestSLOSatisfice: while the best placement keeps a 20% margin (slo_margin) under the objective, the slo
 // policy stops maximising headroom and runs the request whole where aggregated selection
 // would (here the decode worker holding its prefix, though remote prefill forecasts more
 // headroom); when no local placement keeps the margin, the most headroom wins again.
@@ -181,8 +182,30 @@ func TestSLOSatisfice(t *testing.T) {
 	if dec.Route != RouteDecode || dec.Reason != ReasonSLOBypass || dec.DecodeID != "d1" {
 		t.Fatalf("route %v reason %v decode %q, want slo_bypass on d1 (estimates %+v)", dec.Route, dec.Reason, dec.DecodeID, est)
 	}
-	if !(est[RoutePrefill].Headroom > est[RouteDecode].Headroom && est[RouteDecode].Headroom >= satisficeMargin) {
+	if !(est[RoutePrefill].Headroom > est[RouteDecode].Headroom && est[RouteDecode].Headroom >= DefaultSLOMargin) {
 		t.Fatalf("want remote to forecast more headroom than the chosen bypass, which keeps the margin: %+v", est)
+	}
+	// slo_margin 1 never satisfices (no forecast keeps all of the objective as headroom): the
+	// most headroom wins, which is the remote prefill.
+	cfg = sloConfig(t, `,"slo_margin":1`)
+	s = sloFleet(load)
+	in = sloInput(s, 8000, 0, 480)
+	if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != RoutePrefill || dec.Reason != ReasonSLORemote {
+		t.Fatalf("slo_margin 1: route %v reason %v, want the remote prefill with the most headroom (estimates %+v)",
+			dec.Route, dec.Reason, dec.Inputs.Estimates)
+	}
+	// A margin just below the bypass's headroom still satisfices on d1; one just above does not.
+	h := est[RouteDecode].Headroom
+	for _, c := range []struct {
+		margin float64
+		want   Route
+	}{{h - 0.01, RouteDecode}, {min(h+0.01, 1), RoutePrefill}} {
+		cfg = sloConfig(t, fmt.Sprintf(`,"slo_margin":%g`, c.margin))
+		s = sloFleet(load)
+		in = sloInput(s, 8000, 0, 480)
+		if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != c.want {
+			t.Fatalf("slo_margin %g (bypass headroom %g): route %v, want %v", c.margin, h, dec.Route, c.want)
+		}
 	}
 	// A 25 ms TPOT objective: a local prefill on d1 would slow its 40 decodes past the margin
 	// (and the prefill workers have no KV room), so the remote prefill with the most headroom
@@ -329,6 +352,8 @@ func TestSLOFeedbackCorrections(t *testing.T) {
 	for _, tc := range []struct{ extra, want string }{
 		{`,"slo_feedback":"yes"`, `slo_feedback: "yes" must be true or false`},
 		{`,"slo_feedback_max":0.5`, `slo_feedback_max: 0.5 must be in [1, 100]`},
+		{`,"slo_margin":1.5`, `slo_margin: 1.5 must be in [0, 1]`},
+		{`,"slo_margin":"wide"`, `slo_margin: "wide" must be a number in [0, 1]`},
 		{`,"slo_feedback_max":"x"`, `slo_feedback_max: "x" must be a number`},
 	} {
 		c := enabledConfig()

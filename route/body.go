@@ -72,8 +72,9 @@ type Body struct {
 	// the others of EngineControlFields); the body must be cleaned (Clean) before it reaches a
 	// worker.
 	EngineControl bool
-	// CacheSalt is vLLM's cache_salt: it seeds the prompt's first block, so the request shares
-	// cached blocks only with requests of the same salt ("" : none).
+	// CacheSalt is the request's cache_salt (vLLM, SGLang, TRT-LLM through Dynamo): it seeds
+	// the prompt's first block key, so the request shares cached blocks only with requests of
+	// the same salt ("" : none), as each engine's events key them (kvevents README).
 	CacheSalt string
 }
 

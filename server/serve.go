@@ -125,7 +125,10 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
 	for i, m := range cfg.Models {
 		var err error
-		toks[i], err = tokenizer.Load(m.Tokenizer, tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
+		// A Hub model ("hf:org/name") is fetched once into the hub cache and read from there
+		// after; HF_HUB_OFFLINE=1 forbids the download (huggingface_hub's environment).
+		toks[i], err = tokenizer.LoadModel(ctx, m.Tokenizer, tokenizer.HubOptionsFromEnv(),
+			tokenizer.Options{CacheSegments: m.CacheSegments, ChatTemplateFile: m.ChatTemplate})
 		if err != nil {
 			return fmt.Errorf("load tokenizer %s of model %q: %w", m.Tokenizer, m.Name, err)
 		}

@@ -60,25 +60,40 @@ func HubOptionsFromEnv() HubOptions {
 // which is downloaded once into the hub cache (huggingface_hub's layout:
 // models--org--name/snapshots/<commit>/, refs/<rev>) and read from there after.
 func LoadModel(ctx context.Context, model string, hub HubOptions, opts Options) (*Tokenizer, error) {
-	id, ok := strings.CutPrefix(model, HubPrefix)
-	if !ok {
+	if !strings.HasPrefix(model, HubPrefix) {
 		return Load(model, opts)
 	}
-	dir, err := fetchHub(ctx, id, hub)
+	dir, err := fetchHub(ctx, model, hub)
 	if err != nil {
 		return nil, err
 	}
 	return Load(dir, opts)
 }
 
-func fetchHub(ctx context.Context, id string, o HubOptions) (string, error) {
-	repo, rev, _ := strings.Cut(id, "@")
+// ParseHubModel splits a Hub model given as "hf:<org>/<model>[@revision]" into its repository
+// id and revision ("main" when none is given); ok is false when model is not a Hub model,
+// and err names what is wrong with one that is.
+func ParseHubModel(model string) (repo, rev string, ok bool, err error) {
+	id, ok := strings.CutPrefix(model, HubPrefix)
+	if !ok {
+		return "", "", false, nil
+	}
+	repo, rev, _ = strings.Cut(id, "@")
 	if rev == "" {
 		rev = "main"
 	}
 	if !hubRepoID.MatchString(repo) || strings.Contains(repo, "..") || strings.ContainsAny(rev, `/\`) || strings.Contains(rev, "..") {
-		return "", fmt.Errorf("tokenizer: hub model %q: want hf:<org>/<model>[@revision]", id)
+		return "", "", true, fmt.Errorf("tokenizer: hub model %q: want hf:<org>/<model>[@revision]", id)
 	}
+	return repo, rev, true, nil
+}
+
+func fetchHub(ctx context.Context, model string, o HubOptions) (string, error) {
+	repo, rev, _, err := ParseHubModel(model)
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimPrefix(model, HubPrefix)
 	if o.CacheDir == "" {
 		return "", fmt.Errorf("tokenizer: hub model %q: no cache directory", id)
 	}

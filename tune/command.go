@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/internal/flaglist"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/workload"
 )
@@ -36,6 +37,7 @@ const progressMinRequests = 2000
 type tuneFlags struct {
 	output, jsonOut, plots          string
 	sweepEff, sweepRatio, sweepBusy string
+	sweepMargin                     string
 	quiet, progress                 bool
 	all                             map[string]string // every flag's name and effective value
 }
@@ -71,6 +73,7 @@ func tuneFlagSet(c *Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.sweepBusy, "sweep-prefill-busy", joinNums(c.SweepPrefillBusy), "θp values tried with isl_or_load at the best (T, R)")
 	fs.StringVar(&f.sweepEff, "sweep-eff", "auto", "eff_isl_threshold values of the sweep (comma list; auto = the p-quantile value and 512, 1024, 2048, 4096)")
 	fs.StringVar(&f.sweepRatio, "sweep-ratio", joinNums(c.SweepRatio), "eff_isl_ratio_threshold values tried at the best eff threshold (0.7 is always tried)")
+	fs.StringVar(&f.sweepMargin, "sweep-margin", "", "slo_margin values (comma list in [0, 1]): each runs the slo policy with it as an extra row (\"slo margin=M\"); empty = the default only")
 	fs.BoolVar(&c.NoSweep, "no-sweep", false, "skip the threshold sweep")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the synthetic workload, selection tie-breaks and engine hashes")
 	fs.IntVar(&c.Parallel, "parallel", c.Parallel, "simulations run at once")
@@ -103,6 +106,9 @@ func parseTuneFlags(args []string, stderr io.Writer) (*Config, *tuneFlags, bool)
 	}
 	c.SweepRatio = parseList(&errs, "--sweep-ratio", f.sweepRatio, "a number", parseFloat)
 	c.SweepPrefillBusy = parseList(&errs, "--sweep-prefill-busy", f.sweepBusy, "a number", parseFloat)
+	if f.sweepMargin != "" {
+		c.SweepMargin = parseList(&errs, "--sweep-margin", f.sweepMargin, "a number", parseFloat)
+	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, nil, false
@@ -180,13 +186,20 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	jsonOut := fs.String("json-out", "", "write the cells as JSON to this file")
 	svgOut := fs.String("svg", "", "write the heat map of the ratios to this SVG file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	margin := fs.Float64("slo-margin", policy.DefaultSLOMargin, "slo_margin of the slo policy runs, in [0, 1]")
+	feedback := fs.Bool("slo-feedback", true, "slo_feedback of the slo policy runs (the closed-loop corrections)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if !(*margin >= 0 && *margin <= 1) {
+		fmt.Fprintf(stderr, "matrix: --slo-margin: %v must be in [0, 1]\n", *margin)
 		return 2
 	}
 	run := MatrixRun{Seed: *seed, Flags: map[string]string{}}
 	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
 	run.Commit, run.CommitSource = Commit(ctx)
-	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets)}
+	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets),
+		SLOMargin: margin, NoSLOFeedback: !*feedback}
 	var err error
 	if mc.SLOs, err = ParseSLOList(*slos); err != nil {
 		fmt.Fprintln(stderr, err)

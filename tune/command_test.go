@@ -95,6 +95,8 @@ func TestTuneFlagErrors(t *testing.T) {
 		{"sweep_eff_not_integer", []string{"--trace", trace, "--sweep-eff", "12,x"}, `--sweep-eff: "x" is not an integer`},
 		{"sweep_ratio_not_number", []string{"--trace", trace, "--sweep-ratio", "0.5,high"}, `--sweep-ratio: "high" is not a number`},
 		{"sweep_ratio_range", []string{"--trace", trace, "--sweep-ratio", "1.5"}, `--sweep-ratio: 1.5 must be in [0, 1]`},
+		{"sweep_margin_range", []string{"--trace", trace, "--sweep-margin", "0.1,1.5"}, `--sweep-margin: 1.5 must be in [0, 1]`},
+		{"sweep_margin_not_number", []string{"--trace", trace, "--sweep-margin", "wide"}, `--sweep-margin: "wide" is not a number`},
 		{"bad_sweep_policy", []string{"--trace", trace, "--sweep-policy", "prefill_load"}, "--sweep-policy"},
 		{"bad_synthetic", []string{"--synthetic", "nope"}, `synthetic workload "nope" is not one of`},
 		{"missing_trace", []string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, "tune: open trace:"},
@@ -118,6 +120,16 @@ func TestTuneFlagErrors(t *testing.T) {
 
 // TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
 // flag with its effective value beside the cells, so a reader can run the same matrix again.
+// TestMatrixSLOFlags: --slo-margin outside [0, 1] is refused before any run; both slo flags are
+// recorded with the run.
+func TestMatrixSLOFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := MatrixCommand(context.Background(), []string{"--workloads", "b2b", "--slo-margin", "2"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "--slo-margin: 2 must be in [0, 1]") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
 func TestMatrixCommandRecordsRun(t *testing.T) {
 	jsonOut := filepath.Join(t.TempDir(), "cells.json")
 	var out, errb bytes.Buffer
@@ -143,7 +155,8 @@ func TestMatrixCommandRecordsRun(t *testing.T) {
 		t.Errorf("seed %v, commit %q; want 1 and a commit", doc.Seed, doc.Commit)
 	}
 	for k, v := range map[string]string{"workloads": "b2b", "fleets": "1P2D", "slos": "2s/100ms", "duration": "5s",
-		"json-out": jsonOut, "quiet": "true", "seed": "1", "parallel": "2", "trace-dir": "", "svg": "", "model": "llama3.1-8b-h100"} {
+		"json-out": jsonOut, "quiet": "true", "seed": "1", "parallel": "2", "trace-dir": "", "svg": "", "model": "llama3.1-8b-h100",
+		"slo-margin": "0.2", "slo-feedback": "true"} {
 		if got, ok := doc.Flags[k]; !ok || got != v {
 			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}

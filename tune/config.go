@@ -41,6 +41,7 @@ type Config struct {
 	SweepPolicy      policy.Kind // --sweep-policy: isl_bounding or isl_or_load
 	SweepEff         []int64     // --sweep-eff: eff_isl_threshold values; nil = the p-quantile value and 512…4096
 	SweepRatio       []float64   // --sweep-ratio: eff_isl_ratio_threshold values tried at the best T
+	SweepMargin      []float64   // --sweep-margin: slo_margin values, each an slo row beside the default
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
 	// RoleAdvice is --role-advice: also run the slo policy on every prefill:decode split of the
@@ -122,6 +123,11 @@ func (c *Config) resolve() (*plan, error) {
 	for _, n := range c.SweepEff {
 		if n < 0 {
 			bad("--sweep-eff: %d must be >= 0", n)
+		}
+	}
+	for _, m := range c.SweepMargin {
+		if !(m >= 0 && m <= 1) {
+			bad("--sweep-margin: %v must be in [0, 1]", m)
 		}
 	}
 	for _, r := range c.SweepRatio {

@@ -30,6 +30,10 @@ type MatrixConfig struct {
 	Model     string
 	Seed      uint64
 	Parallel  int
+	// SLOMargin is the slo policy's slo_margin in its runs (nil: policy.DefaultSLOMargin);
+	// NoSLOFeedback runs it with slo_feedback false.
+	SLOMargin     *float64
+	NoSLOFeedback bool
 }
 
 // MatrixWorkload is one workload of the matrix: a name and how tune.Load reads it.
@@ -109,7 +113,7 @@ func RunMatrix(ctx context.Context, mc MatrixConfig, progress func(done, total i
 			if err != nil {
 				return nil, fmt.Errorf("matrix: fleet %s: %w", fleet, err)
 			}
-			jobs := matrixJobs(p, mc.SLOs)
+			jobs := matrixJobs(p, mc)
 			if err := runMatrixJobs(ctx, mc.Parallel, w.Requests, jobs, func(name string) {
 				done++
 				if progress != nil {
@@ -124,7 +128,7 @@ func RunMatrix(ctx context.Context, mc MatrixConfig, progress func(done, total i
 	return cells, nil
 }
 
-func matrixJobs(p *plan, slos []workload.SLO) []*matrixJob {
+func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 	agg := p.base
 	agg.Mode, agg.Prefill, agg.Decode = cluster.Aggregated, 0, p.base.Prefill+p.base.Decode
 	aggD := p.base
@@ -138,10 +142,14 @@ func matrixJobs(p *plan, slos []workload.SLO) []*matrixJob {
 		c.Mode, c.Disagg = cluster.Conditional, d
 		jobs = append(jobs, &matrixJob{name: staticName(d), cfg: c, sloIdx: -1})
 	}
-	for i, s := range slos {
+	for i, s := range mc.SLOs {
 		c := p.base
 		c.Mode, c.Disagg = cluster.Conditional, policy.DefaultDisagg()
 		c.Disagg.Policy = policy.SLOKind
+		if mc.SLOMargin != nil {
+			c.Disagg.SLOMargin = *mc.SLOMargin
+		}
+		c.Disagg.SLOFeedback = !mc.NoSLOFeedback
 		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
 		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
 		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/policy"
 )
 
 // TestMatrixSmall: a 1-workload, 1-fleet, 2-SLO matrix on a small synthetic workload: one
@@ -59,5 +61,46 @@ func TestMatrixSmall(t *testing.T) {
 	}
 	if _, err := MatrixWorkloadByName("conversation", "", time.Minute); err == nil {
 		t.Error("a trace workload without --trace-dir accepted")
+	}
+}
+
+// TestMatrixJobsSLOKnobs: the matrix's slo runs take MatrixConfig's slo_margin and slo_feedback;
+// the baselines are untouched, and the defaults are the policy's.
+func TestMatrixJobsSLOKnobs(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Cluster = "llm-d-b2b", "1P2D"
+	p, err := c.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slos, err := ParseSLOList("2s/100ms,1s/50ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	margin := 0.05
+	for _, tc := range []struct {
+		mc         MatrixConfig
+		wantMargin float64
+		wantFB     bool
+	}{
+		{MatrixConfig{SLOs: slos}, policy.DefaultSLOMargin, true},
+		{MatrixConfig{SLOs: slos, SLOMargin: &margin, NoSLOFeedback: true}, 0.05, false},
+	} {
+		slo := 0
+		for _, j := range matrixJobs(p, tc.mc) {
+			if j.cfg.Disagg.Policy != policy.SLOKind {
+				continue
+			}
+			slo++
+			if d := j.cfg.Disagg; d.SLOMargin != tc.wantMargin || d.SLOFeedback != tc.wantFB {
+				t.Errorf("%s: slo_margin %v slo_feedback %v; want %v %v", j.name, d.SLOMargin, d.SLOFeedback, tc.wantMargin, tc.wantFB)
+			}
+			if err := j.cfg.Validate(); err != nil {
+				t.Errorf("%s: %v", j.name, err)
+			}
+		}
+		if slo != len(slos) {
+			t.Fatalf("%d slo jobs; want %d", slo, len(slos))
+		}
 	}
 }

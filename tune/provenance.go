@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"strings"
+
+	"github.com/condisagg/condisagg/internal/version"
 )
 
 // Where Commit found the commit, as reports record it.
@@ -25,22 +27,8 @@ func Commit(ctx context.Context) (commit, source string) {
 
 // commitFrom is Commit with the build info and the git lookup passed in, for tests.
 func commitFrom(info *debug.BuildInfo, git func() (string, error)) (commit, source string) {
-	if info != nil {
-		var rev, modified string
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-		if rev != "" {
-			if modified == "true" {
-				rev += "-dirty"
-			}
-			return rev, CommitFromBuild
-		}
+	if rev := version.BuildRevision(info); rev != "" {
+		return rev, CommitFromBuild
 	}
 	if rev, err := git(); err == nil && rev != "" {
 		return rev, CommitFromGit

@@ -213,6 +213,11 @@ func (r *run) tune(ctx context.Context) (*Report, error) {
 		{name: "isl_or_load", cfg: r.conditional(policy.ISLOrLoad, T, R)},
 		{name: "slo", cfg: r.slo()},
 	}
+	for _, m := range r.c.SweepMargin {
+		c := r.slo()
+		c.Disagg.SLOMargin = m
+		modes = append(modes, &job{name: "slo margin=" + strconv.FormatFloat(m, 'f', -1, 64), cfg: c})
+	}
 	if err := r.runJobs(ctx, append([]*job{probe}, modes...)); err != nil {
 		return nil, err
 	}

@@ -124,6 +124,22 @@ func TestRunTextReport(t *testing.T) {
 	}
 }
 
+// TestSweepMargin: --sweep-margin runs the slo policy once per slo_margin, as extra rows after
+// the default slo row.
+func TestSweepMargin(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Requests, c.Cluster, c.SLO, c.NoSweep = "vllm-prefix-repetition", 60, "1P1D", "ttft=1s,tpot=50ms", true
+	c.SweepMargin = []float64{0, 1}
+	rep := runConfig(t, c, nil)
+	var names []string
+	for _, m := range rep.Modes {
+		names = append(names, m.Name)
+	}
+	if n := len(names); n < 3 || names[n-3] != "slo" || names[n-2] != "slo margin=0" || names[n-1] != "slo margin=1" {
+		t.Fatalf("mode rows %v; want slo, slo margin=0, slo margin=1 last", names)
+	}
+}
+
 func TestRunSweepJSONAndPlots(t *testing.T) {
 	c := DefaultConfig()
 	c.Trace, c.Cluster = writeTrace(t), "1P2D"

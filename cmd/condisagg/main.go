@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/condisagg/condisagg/calibrate/engine"
+	"github.com/condisagg/condisagg/internal/version"
 	"github.com/condisagg/condisagg/server"
 	"github.com/condisagg/condisagg/tune"
 )
@@ -30,6 +31,7 @@ commands:
   tune      simulate a workload per routing mode and suggest thresholds
   matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
   calibrate measure a live engine and write its cost model file (--endpoint, --model, -o model.yaml)
+  version   print the version and VCS revision (also --version)
 
 Run "condisagg <command> -h" for the flags of a command.
 `
@@ -46,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if version.Requested(args) {
+		fmt.Fprintln(stdout, version.String("condisagg"))
+		return 0
 	}
 	switch args[0] {
 	case "serve":

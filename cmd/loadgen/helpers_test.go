@@ -30,12 +30,26 @@ type tokenServer struct {
 	inflight    int
 	maxInflight int
 	arrivals    []time.Time
-	prompts     map[int]int // max_tokens -> prompt length
+	prompts     map[int]int         // max_tokens -> prompt length
+	sent        map[int][]time.Time // max_tokens -> when each token was flushed
+}
+
+// sentTPOT is the mean gap between the tokens the server really flushed for the request of
+// maxTokens: the pacing the client should measure, whatever the machine's load did to the
+// server's timers.
+func (s *tokenServer) sentTPOT(maxTokens int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.sent[maxTokens]
+	if len(ts) < 2 {
+		return 0
+	}
+	return ts[len(ts)-1].Sub(ts[0]) / time.Duration(len(ts)-1)
 }
 
 func (s *tokenServer) start(t *testing.T) *httptest.Server {
 	t.Helper()
-	s.prompts = map[int]int{}
+	s.prompts, s.sent = map[int]int{}, map[int][]time.Time{}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return srv
@@ -82,6 +96,9 @@ func (s *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"t%d\"}]}\n\n", k)
 		fl.Flush()
+		s.mu.Lock()
+		s.sent[body.MaxTokens] = append(s.sent[body.MaxTokens], time.Now())
+		s.mu.Unlock()
 	}
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", len(body.Prompt), body.MaxTokens)
 }

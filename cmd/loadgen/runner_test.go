@@ -11,8 +11,10 @@ import (
 	"github.com/condisagg/condisagg/workload"
 )
 
-// Measured TTFT and TPOT match the server's pacing: TTFT >= 80 ms, TPOT >= 20 ms, each within
-// a scheduling tolerance; prompts arrive with the request's token count.
+// Measured TTFT and TPOT match the server's pacing: TTFT >= 80 ms within a scheduling tolerance,
+// TPOT at least the 20 ms asked for and within a tolerance of the gaps the server really left
+// between its flushes (a loaded machine stretches the server's timers, not the measurement);
+// prompts arrive with the request's token count.
 func TestMeasuresTTFTAndTPOT(t *testing.T) {
 	s := &tokenServer{ttft: constant(80 * time.Millisecond), tpot: constant(20 * time.Millisecond)}
 	srv := s.start(t)
@@ -27,8 +29,8 @@ func TestMeasuresTTFTAndTPOT(t *testing.T) {
 			t.Errorf("request %d: TTFT %v, want 80ms (+%v)", i, r.TTFT, tol)
 		}
 		tpot, _ := r.TPOT()
-		if tpot < 18*time.Millisecond || tpot > 20*time.Millisecond+tol/4 {
-			t.Errorf("request %d: TPOT %v, want 20ms", i, tpot)
+		if sent := s.sentTPOT(6 + i); tpot < 18*time.Millisecond || sent < 20*time.Millisecond || (tpot-sent).Abs() > tol/3 {
+			t.Errorf("request %d: TPOT %v; the server flushed a token every %v (asked 20ms)", i, tpot, sent)
 		}
 		if len(r.Gaps) != r.OutputTokens-1 {
 			t.Errorf("request %d: %d gaps for %d tokens", i, len(r.Gaps), r.OutputTokens)
@@ -42,19 +44,20 @@ func TestMeasuresTTFTAndTPOT(t *testing.T) {
 	}
 }
 
-// Goodput counts exactly the requests meeting both SLO parts: odd requests stream at 60 ms
-// per token and miss tpot=40ms.
+// Goodput counts exactly the requests meeting both SLO parts: odd requests stream at 200 ms
+// per token and miss tpot=100ms; even ones at 1 ms meet it (with room for a loaded machine's
+// timer delays).
 func TestGoodputUnderSLO(t *testing.T) {
 	s := &tokenServer{ttft: constant(10 * time.Millisecond), tpot: func(n int) time.Duration {
 		if n%2 == 1 {
-			return 60 * time.Millisecond
+			return 200 * time.Millisecond
 		}
-		return 5 * time.Millisecond
+		return time.Millisecond
 	}}
 	srv := s.start(t)
 	reqs := mkRequests(6, func(i int) int { return 4 + i }, func(int) time.Duration { return 0 })
 	results, _ := newTestRunner(testConfig(srv.URL), len(reqs)).run(t.Context(), reqs)
-	slo := workload.SLO{TTFT: 2 * time.Second, TPOT: 40 * time.Millisecond}
+	slo := workload.SLO{TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond}
 	sum := workload.Summarize("t", results, slo, workload.SteadyState{})
 	if sum.Completed != 6 || sum.Attainment != 0.5 {
 		t.Fatalf("completed %d attainment %v; want 6 and 0.5 (%s)", sum.Completed, sum.Attainment, errorsOf(results))
@@ -62,8 +65,8 @@ func TestGoodputUnderSLO(t *testing.T) {
 	if good := sum.Goodput * sum.Window.Seconds(); math.Abs(good-3) > 1e-6 {
 		t.Fatalf("goodput %v over %v counts %v requests, want 3", sum.Goodput, sum.Window, good)
 	}
-	// Window: first send -> last completion; the slowest is request 5, 9 tokens at 60 ms.
-	if sum.Window < 8*60*time.Millisecond {
+	// Window: first send -> last completion; the slowest is request 5, 9 tokens at 200 ms.
+	if sum.Window < 8*200*time.Millisecond {
 		t.Fatalf("window %v shorter than the slowest stream", sum.Window)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/internal/flaglist"
+	"github.com/condisagg/condisagg/internal/version"
 
 	"github.com/condisagg/condisagg/sidecar"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("pd-sidecar"))
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "pd-sidecar:", err)
 		os.Exit(1)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/condisagg/condisagg/internal/version"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/sim/vllmsim"
 	"github.com/condisagg/condisagg/tokenizer"
@@ -233,6 +234,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 }
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("vllm-sim"))
+		return
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

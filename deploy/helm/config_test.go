@@ -79,10 +79,18 @@ func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]an
 	}
 	dir := t.TempDir()
 	model := doc["model"].(map[string]any)
-	if v := volumeAt(t, pod, c, model["tokenizer"].(string)); v.Name != "model" || v.PersistentVolumeClaim == nil {
-		t.Errorf("model.tokenizer %v is not in the model volume: %+v", model["tokenizer"], v)
+	if tok := model["tokenizer"].(string); strings.HasPrefix(tok, "hf:") {
+		// Fetched at start into the hub cache, which must be on the writable model volume.
+		cache := envOf(c)["HF_HUB_CACHE"].Value
+		if v := volumeAt(t, pod, c, cache+"/x"); v.Name != "model" || mountOf(c, "model").ReadOnly {
+			t.Errorf("HF_HUB_CACHE %q is not on the writable model volume: %+v", cache, v)
+		}
+	} else {
+		if v := volumeAt(t, pod, c, tok); v.Name != "model" || v.PersistentVolumeClaim == nil {
+			t.Errorf("model.tokenizer %v is not in the model volume: %+v", tok, v)
+		}
+		model["tokenizer"] = dir // server/config only checks that the directory exists
 	}
-	model["tokenizer"] = dir // server/config only checks that the directory exists
 	tokenPath := doc["admin_token_file"].(string)
 	v := volumeAt(t, pod, c, tokenPath)
 	if v.Secret == nil {
@@ -110,6 +118,25 @@ func loadServeConfig(t *testing.T, objs []object) (*config.Config, map[string]an
 		t.Fatalf("rendered serve config refused by server/config:\n%v\n%s", err, text)
 	}
 	return cfg, doc
+}
+
+// envOf is container c's environment by name.
+func envOf(c *corev1.Container) map[string]corev1.EnvVar {
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	return env
+}
+
+// mountOf is container c's mount of volume name (the zero mount when there is none).
+func mountOf(c *corev1.Container, name string) corev1.VolumeMount {
+	for _, m := range c.VolumeMounts {
+		if m.Name == name {
+			return m
+		}
+	}
+	return corev1.VolumeMount{}
 }
 
 func writeFile(t *testing.T, dir, name, text string) string {
@@ -166,3 +193,36 @@ func TestChartProbes(t *testing.T) {
 }
 
 func yamlMarshal(v any) ([]byte, error) { return yaml.Marshal(v) }
+
+// TestChartHubTokenizer: with model.hub the serve config names the Hub model, the hub cache is on
+// a writable emptyDir model volume, the Hub token comes from its Secret, and no tokenizer
+// directory is mounted read-only; without it the model volume stays read-only.
+func TestChartHubTokenizer(t *testing.T) {
+	objs := render(t, variantNamed(t, "hub_tokenizer"))
+	pod, c := routerPod(t, objs)
+	cfg, _ := loadServeConfig(t, objs)
+	if got := cfg.Models[0].Tokenizer; got != hubModel {
+		t.Errorf("model.tokenizer = %q; want %q", got, hubModel)
+	}
+	env := envOf(c)
+	if env["HF_HUB_CACHE"].Value != "/models/hub" {
+		t.Errorf("HF_HUB_CACHE = %+v", env["HF_HUB_CACHE"])
+	}
+	if ref := env["HF_TOKEN"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "hf-token" || ref.SecretKeyRef.Key != "token" {
+		t.Errorf("HF_TOKEN = %+v; want the key token of Secret hf-token", env["HF_TOKEN"])
+	}
+	if _, ok := env["HF_HUB_OFFLINE"]; ok {
+		t.Error("HF_HUB_OFFLINE set: the start could not fetch")
+	}
+	if v := volumeAt(t, pod, c, "/models/hub/x"); v.EmptyDir == nil {
+		t.Errorf("the hub cache volume is %+v; want an emptyDir", v.VolumeSource)
+	}
+
+	_, c = routerPod(t, render(t, variantNamed(t, "no_gateway")))
+	if m := mountOf(c, "model"); !m.ReadOnly {
+		t.Errorf("a tokenizer directory volume is mounted writable: %+v", m)
+	}
+	if _, ok := envOf(c)["HF_HUB_CACHE"]; ok {
+		t.Error("HF_HUB_CACHE set without model.hub")
+	}
+}

@@ -33,7 +33,10 @@ type variant struct {
 func (v variant) args() []string {
 	args := []string{"template", release, chartDir, "--namespace", namespace}
 	for _, f := range v.values {
-		args = append(args, "-f", filepath.Join("examples", f))
+		if !strings.Contains(f, "/") { // a file of examples/; else a path from deploy/helm
+			f = filepath.Join("examples", f)
+		}
+		args = append(args, "-f", f)
 	}
 	for _, s := range v.set {
 		args = append(args, "--set", s)
@@ -53,8 +56,17 @@ func variants() []variant {
 		{name: "existing_token_secret", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=ops-token", "admin.token.secretKey=bearer"}},
 		{name: "kubernetes_discovery", values: []string{"common.yaml", "discovery.yaml"}},
 		{name: "inference_pool", values: []string{"common.yaml", "inference-pool.yaml"}},
+		{name: "token_value", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=", "admin.token.value=" + testToken}},
+		{name: "pod_knobs", values: []string{"common.yaml", "plain-envoy.yaml", "testdata/knobs.yaml"}},
+		{name: "hub_tokenizer", values: []string{"common.yaml"}, set: []string{"model.volume=null", "model.hub=" + hubModel, "model.hubToken.existingSecret=hf-token"}},
 	}
 }
+
+// hubModel is the model.hub of the hub_tokenizer variant.
+const hubModel = "hf:Qwen/Qwen3-8B"
+
+// testToken is the admin.token.value of the token_value variant.
+const testToken = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 // object is one rendered document.
 type object struct {

@@ -137,12 +137,34 @@ func quantiles(bucket string, matchers ...string) []series {
 
 // rows is the dashboard's content, top to bottom.
 func rows() []row {
-	return []row{decisionsRow(), cacheCreditRow(), transfersRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow(), sloRow()}
+	return []row{gatewayRow(), decisionsRow(), cacheCreditRow(), transfersRow(), bookedLoadRow(), eventStreamsRow(), indexRow(), latencyRow(), workersRow(), sloRow()}
 }
 
 // rateOf is the per-second rate of a counter over Grafana's rate interval, filtered.
 func rateOf(metric string, matchers ...string) string {
 	return fmt.Sprintf("rate(%s[$__rate_interval])", q(metric, matchers...))
+}
+
+// gatewayRow shows whether the routers answer, and Envoy's own view of its ext_proc calls. The
+// Envoy series carry the gateway's job and instance, not the router's, so they are not filtered
+// by the dashboard's variables: they sum every scraped Envoy, per HTTP connection manager.
+func gatewayRow() row {
+	envoyRate := func(stat string) string {
+		return fmt.Sprintf("sum by (envoy_http_conn_manager_prefix) (rate(envoy_http_ext_proc_%s[$__rate_interval]))", stat)
+	}
+	return row{"Routers and gateway", []spec{
+		{title: "Routers up", kind: "state-timeline", min: f(0), max: f(1),
+			description: "1 = Prometheus scrapes the router, 0 = it does not answer (alert CondisaggRouterDown).",
+			series:      []series{{fmt.Sprintf("max by (instance) (%s)", q("up")), "{{instance}}"}}},
+		{title: "Envoy ext_proc calls", kind: "timeseries", unit: "reqps",
+			description: "Envoy's statistics of its ext_proc filter (all scraped Envoys): streams started, failed or timed out (the request is refused or forwarded without a decision), and forwarded fail-open (failure_mode_allow: no KV awareness). Alerts CondisaggGatewayExtProcFailing and CondisaggGatewayFailOpen.",
+			series: []series{
+				{envoyRate("streams_started"), "started {{envoy_http_conn_manager_prefix}}"},
+				{envoyRate("streams_failed"), "failed {{envoy_http_conn_manager_prefix}}"},
+				{envoyRate("message_timeouts"), "timed out {{envoy_http_conn_manager_prefix}}"},
+				{envoyRate("failure_mode_allowed"), "fail-open {{envoy_http_conn_manager_prefix}}"},
+			}},
+	}}
 }
 
 // decisionsRow shows the decision counts by reason and route, the bypass ratio and fallbacks.

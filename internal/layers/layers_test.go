@@ -4,6 +4,7 @@
 package layers
 
 import (
+	"iter"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -36,7 +37,7 @@ var allowed = map[string][]string{
 	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
 	"decisionlog":          {"route", "policy"},
 	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot"},
+	"tune":                 {"cluster", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot", "internal/version"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents", "internal/splitmix"},
 	"extproc":              {"route", "policy", "decisionlog"},
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 	"internal/adminclient": {"proto/condisagg/v1"},
 	"server": {"extproc", "admin", "decisionlog", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
 		"server/config", "server/statuspage", "server/eventstreams"},
-	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube"},
+	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube", "tokenizer"},
 	"server/statuspage":    {"extproc", "admin", "route", "policy", "pool", "kvindex", "server/config", "decisionlog"},
 	"server/eventstreams":  {"admin", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo", "internal/testport"},
@@ -62,6 +63,7 @@ var allowed = map[string][]string{
 	"internal/engineproc":  {"internal/proc"},
 	"internal/importcheck": {},
 	"internal/leakcheck":   {},
+	"internal/version":     {},
 	"scripts/benchtable":   {},
 	"internal/golden":      {},
 	"internal/layers":      {},
@@ -205,19 +207,32 @@ func TestInternalIsLeaf(t *testing.T) {
 // TestPureCoresDoNoIO: no pure core imports a package of I/O directly (ioPackages); pool's
 // probes, scrapes and DNS lookups live in pool/probe.
 func TestPureCoresDoNoIO(t *testing.T) {
-	args := make([]string, len(pureCores))
-	for i, core := range pureCores {
-		args[i] = "./" + core
+	for name, imp := range directImports(t, pureCores) {
+		if slices.Contains(ioPackages, imp) {
+			t.Errorf("pure core %s imports %s: I/O belongs in its shell", name, imp)
+		}
+	}
+}
+
+// directImports yields (package, import) for every direct non-test import of the named module
+// packages.
+func directImports(t *testing.T, names []string) iter.Seq2[string, string] {
+	t.Helper()
+	args := make([]string, len(names))
+	for i, n := range names {
+		args[i] = "./" + n
 	}
 	pkgs := list(t, args...)
-	if len(pkgs) != len(pureCores) {
+	if len(pkgs) != len(names) {
 		t.Fatalf("go list %v returned %d packages", args, len(pkgs))
 	}
-	for _, p := range pkgs {
-		name, _ := local(p.path)
-		for _, imp := range p.imports {
-			if slices.Contains(ioPackages, imp) {
-				t.Errorf("pure core %s imports %s: I/O belongs in its shell", name, imp)
+	return func(yield func(string, string) bool) {
+		for _, p := range pkgs {
+			name, _ := local(p.path)
+			for _, imp := range p.imports {
+				if !yield(name, imp) {
+					return
+				}
 			}
 		}
 	}
@@ -229,20 +244,9 @@ var metricFree = []string{"route", "policy", "kvindex", "cost", "workload", "sim
 
 // TestDecidersExportNoMetrics: no metricFree package imports a Prometheus package directly.
 func TestDecidersExportNoMetrics(t *testing.T) {
-	args := make([]string, len(metricFree))
-	for i, p := range metricFree {
-		args[i] = "./" + p
-	}
-	pkgs := list(t, args...)
-	if len(pkgs) != len(metricFree) {
-		t.Fatalf("go list %v returned %d packages", args, len(pkgs))
-	}
-	for _, p := range pkgs {
-		name, _ := local(p.path)
-		for _, imp := range p.imports {
-			if strings.HasPrefix(imp, "github.com/prometheus/") {
-				t.Errorf("%s imports %s: metrics belong to the shell that runs it", name, imp)
-			}
+	for name, imp := range directImports(t, metricFree) {
+		if strings.HasPrefix(imp, "github.com/prometheus/") {
+			t.Errorf("%s imports %s: metrics belong to the shell that runs it", name, imp)
 		}
 	}
 }

@@ -140,7 +140,11 @@ def tok(t):
 
 
 def x_stored(hashes, parent, tokens, block_size, lora_id=None, medium=None, lora_name=None,
-             extra_keys=None, group_idx=None, kind=None, window=None, locality=None, mm_infos=None):
+             extra_keys=None, group_idx=None, kind=None, window=None, locality=None, mm_infos=None,
+             cache_salt=None):
+    if cache_salt:  # the cache_salt key (SGLang, Dynamo's TRT-LLM publisher) names the salt
+        return dict(x_stored(hashes, parent, tokens, block_size, lora_id, medium, lora_name, extra_keys,
+                             group_idx, kind, window, locality, mm_infos), salt=cache_salt)
     return {
         "kind": "BlockStored",
         "hashes": [eh(h) for h in hashes],
@@ -389,6 +393,38 @@ def trtllm():
     add("trtllm_cleared", enc([TS, [{"type": "AllBlocksCleared"}], 0]), [X_CLEARED], rank=0)
 
 
+def cache_salt_key():
+    # SGLang and Dynamo's TRT-LLM publisher send the salt as the map key "cache_salt", on every
+    # store of a salted request (vLLM: in block 0's extra_keys). No array form has a slot for it.
+    toks = list(range(4))
+
+    def ev(hs, parent, **kw):
+        return {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": toks,
+                "block_size": 2, **kw}
+
+    events = [
+        ev([401, 402], None, cache_salt="tenant-a"),
+        ev([403, 404], 402, cache_salt="tenant-a"),                       # a continuation carries it too
+        ev([405, 406], None, cache_salt=None),                            # nil: no salt
+        ev([407, 408], None, cache_salt=""),                              # empty: no salt
+        ev([409, 410], None, cache_salt="tenant-a", extra_keys=[["tenant-a"], None]),  # both, agreeing
+        {"cache_salt": "tenant-c", "session_id": "s-1", **ev([411, 412], None, lora_id=None, medium="GPU")},
+        ev([413, 414], None, cache_salt="tenant-b", extra_keys=[["tenant-a"], None]),  # both, disagreeing
+        ev([415, 416], None, cache_salt=7),                               # not a str
+    ]
+    want = [
+        x_stored([401, 402], None, toks, 2, cache_salt="tenant-a"),
+        x_stored([403, 404], 402, toks, 2, cache_salt="tenant-a"),
+        x_stored([405, 406], None, toks, 2),
+        x_stored([407, 408], None, toks, 2),
+        x_stored([409, 410], None, toks, 2, extra_keys=[["tenant-a"], None], cache_salt="tenant-a"),
+        x_stored([411, 412], None, toks, 2, medium="GPU", cache_salt="tenant-c"),
+        X_MALFORMED,
+        X_MALFORMED,
+    ]
+    add("cache_salt_key", enc([TS, events, 0]), want, rank=0)
+
+
 def unknown_and_malformed():
     ev = [["BlockUpdated", [1, 2], {"x": [None]}],
           {"type": "Heartbeat", "seq": 5, "nested": {"a": [1, [2, [3]]]}},
@@ -460,6 +496,7 @@ def main():
     tokens()
     extra_keys()
     trtllm()
+    cache_salt_key()
     unknown_and_malformed()
     media_and_groups()
     batch_errors()

@@ -236,6 +236,14 @@ models:
   - name: qwen3
     tokenizer: /nonexistent
     workers: []
+  - name: hub-bad
+    tokenizer: hf:../etc
+    workers:
+      - {name: d10, role: decode, endpoint: 127.0.0.1:8400}
+  - name: hub-good
+    tokenizer: hf:Qwen/Qwen3-8B@main
+    workers:
+      - {name: d11, role: decode, endpoint: 127.0.0.1:8500}
 `)
 	_, err := loadArgs(t, "--config", path, "--block-size", "32")
 	if err == nil {
@@ -256,10 +264,14 @@ models:
 		`models[3].name: "qwen3" is already models[0].name`,
 		"models[3].tokenizer: /nonexistent must be an existing model directory",
 		"models[3].workers: [] must list at least one decode worker",
+		"models[4].tokenizer: hf:../etc must be hf:<org>/<model>[@revision]",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+	if strings.Contains(err.Error(), "models[5]") { // a Hub id is fetched at start, not checked on disk
+		t.Errorf("a well-formed Hub model refused:\n%v", err)
 	}
 	if _, err := loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "mw.yaml",
 		"model: {workers: [{name: x, role: decode, endpoint: 127.0.0.1:1}]}\n"+workersYAML)); err == nil ||

@@ -10,6 +10,7 @@ import (
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
+	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // defaultCacheSegments is a model's tokenizer segment cache when cache_segments is not given.
@@ -20,7 +21,10 @@ const defaultCacheSegments = 65536
 type ModelFile struct {
 	// Name is the request `model` value of the base model (vLLM --served-model-name).
 	// Required in `models`; in the single-model form "" routes every name to the model.
-	Name      string `yaml:"name"`
+	Name string `yaml:"name"`
+	// Tokenizer is the model directory (tokenizer.json, tokenizer_config.json), or a Hugging
+	// Face Hub model "hf:<org>/<model>[@revision]" fetched at start into the hub cache
+	// (HF_HUB_CACHE or HF_HOME; HF_ENDPOINT, HF_TOKEN; HF_HUB_OFFLINE=1 reads the cache only).
 	Tokenizer string `yaml:"tokenizer"`
 	// ChatTemplate is a Jinja file that replaces the model directory's template (vLLM
 	// --chat-template); "" keeps the directory's.
@@ -40,7 +44,7 @@ type ModelFile struct {
 // relativeTo makes the model's relative paths relative to the config file's directory.
 func (m *ModelFile) relativeTo(configPath string) {
 	for _, p := range []*string{&m.Tokenizer, &m.ChatTemplate} {
-		if *p != "" && !filepath.IsAbs(*p) {
+		if *p != "" && !filepath.IsAbs(*p) && !strings.HasPrefix(*p, tokenizer.HubPrefix) {
 			*p = filepath.Join(filepath.Dir(configPath), *p)
 		}
 	}
@@ -197,16 +201,24 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 	return out
 }
 
-// checkModelFiles checks the model's tokenizer directory and chat template file.
+// checkModelFiles checks the model's tokenizer directory (or Hub model id) and chat template
+// file. A Hub model is only checked for its form here: serve fetches it at start.
 func checkModelFiles(f string, m ModelFile, named bool, bad func(string, any, string)) {
-	if m.Tokenizer == "" {
-		rule := "must name a model directory (--tokenizer)"
+	_, _, hub, hubErr := tokenizer.ParseHubModel(m.Tokenizer)
+	switch {
+	case m.Tokenizer == "":
+		rule := "must name a model directory or hf:<org>/<model> (--tokenizer)"
 		if named {
-			rule = "must name the model's tokenizer directory"
+			rule = "must name the model's tokenizer directory or hf:<org>/<model>"
 		}
 		bad(f+".tokenizer", `""`, rule)
-	} else if st, err := os.Stat(m.Tokenizer); err != nil || !st.IsDir() {
-		bad(f+".tokenizer", m.Tokenizer, "must be an existing model directory")
+	case hub && hubErr != nil:
+		bad(f+".tokenizer", m.Tokenizer, "must be hf:<org>/<model>[@revision] (a Hugging Face Hub repository id)")
+	case hub:
+	default:
+		if st, err := os.Stat(m.Tokenizer); err != nil || !st.IsDir() {
+			bad(f+".tokenizer", m.Tokenizer, "must be an existing model directory or hf:<org>/<model>")
+		}
 	}
 	if m.ChatTemplate != "" {
 		if st, err := os.Stat(m.ChatTemplate); err != nil || st.IsDir() {

@@ -138,7 +138,7 @@ var settings = []setting{
 		help: "a request for a model no model serves: reject (404) or passthrough (routed by load, counted)",
 		at:   func(f *File) any { return &f.UnknownModel }},
 	{key: "model.tokenizer", flag: "tokenizer", restart: restartModel,
-		help: "model directory with tokenizer.json",
+		help: "model directory with tokenizer.json, or hf:<org>/<model>[@revision] fetched at start into the Hugging Face hub cache",
 		at:   func(f *File) any { return &f.Model.Tokenizer }},
 	{key: "model.block_size", flag: "block-size", def: policy.DefaultBlockSize, restart: restartModel,
 		help: "KV block size in tokens (must equal the workers')",

@@ -84,9 +84,9 @@ gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allow
 {{- end -}}
 {{- $model := deepCopy (default dict $c.model) -}}
 {{- if hasKey $model "tokenizer" -}}
-{{- fail "config.model.tokenizer: the chart sets it from model.tokenizerPath; remove it from config" -}}
+{{- fail "config.model.tokenizer: the chart sets it from model.tokenizerPath or model.hub; remove it from config" -}}
 {{- end -}}
-{{- $_ := set $model "tokenizer" .Values.model.tokenizerPath -}}
+{{- $_ := set $model "tokenizer" (.Values.model.hub | default .Values.model.tokenizerPath) -}}
 {{- $_ := set $c "model" $model -}}
 {{- if and (not $c.workers) (not (include "condisagg.kubeDiscovery" .)) -}}
 {{- fail "config.workers: list at least one decode worker, or discover them with config.discovery.kubernetes" -}}
@@ -120,4 +120,66 @@ namespace, else discovery.kubernetes.namespace, else the release namespace. */}}
 {{- end -}}
 {{- if not $ns -}}{{- $ns = list $default -}}{{- end -}}
 {{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}
+
+{{/* Fails unless exactly one source of the admin token is given (admin.token.existingSecret or
+admin.token.value) and a given value is one condisagg accepts. The chart generates no token: one
+made at render time would change on every render without cluster access (helm template, GitOps)
+while the running router keeps the old one. The messages never echo the token. */}}
+{{- define "condisagg.checkToken" -}}
+{{- $t := .Values.admin.token -}}
+{{- if and $t.existingSecret $t.value -}}
+{{- fail "admin.token: set existingSecret or value, not both" -}}
+{{- end -}}
+{{- if not (or $t.existingSecret $t.value) -}}
+{{- $name := printf "%s-admin-token" (include "condisagg.fullname" .) -}}
+{{- fail (printf "admin.token: give the admin token: admin.token.existingSecret=%s after creating that Secret (kubectl -n %s create secret generic %s --from-literal=%s=\"$(openssl rand -hex 32)\"), or admin.token.value; the chart generates none, since a token made at render time would change on every helm template or GitOps sync" $name .Release.Namespace $name $t.secretKey) -}}
+{{- end -}}
+{{- if and $t.value (not (regexMatch "^[^ \t\r\n]{16,}$" (trim $t.value))) -}}
+{{- fail "admin.token.value: must be one token of at least 16 characters without spaces (condisagg refuses a shorter one)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints for a pod template: .list, where a constraint without
+labelSelector selects .labels (the pods of the same Deployment). */}}
+{{- define "condisagg.topologySpread" -}}
+{{- $out := list -}}
+{{- range $c := .list -}}
+{{- $c = deepCopy $c -}}
+{{- if not $c.labelSelector -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $.labels) -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* Fails on an extra volume or mount that collides with the chart's own, or a mount of no
+volume. */}}
+{{- define "condisagg.checkExtraVolumes" -}}
+{{- $own := list "config" "admin-token" "model" -}}
+{{- $names := $own -}}
+{{- range $i, $v := .Values.extraVolumes -}}
+{{- if has $v.name $own -}}
+{{- fail (printf "extraVolumes[%d].name: %q is a volume of the chart (config, admin-token, model); pick another name" $i $v.name) -}}
+{{- end -}}
+{{- if has $v.name $names -}}
+{{- fail (printf "extraVolumes[%d].name: %q is given twice" $i $v.name) -}}
+{{- end -}}
+{{- $names = append $names $v.name -}}
+{{- end -}}
+{{- $paths := list (include "condisagg.configDir" .) (include "condisagg.tokenDir" .) (.Values.model.mountPath | trimSuffix "/") -}}
+{{- range $i, $m := .Values.extraVolumeMounts -}}
+{{- if not (has $m.name $names) -}}
+{{- fail (printf "extraVolumeMounts[%d].name: %q names no volume; add it to extraVolumes" $i $m.name) -}}
+{{- end -}}
+{{- if has ($m.mountPath | trimSuffix "/") $paths -}}
+{{- fail (printf "extraVolumeMounts[%d].mountPath: %s is where the chart mounts its own volume; pick another path" $i $m.mountPath) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $c := .Values.initContainers -}}
+{{- if eq $c.name "condisagg" -}}
+{{- fail (printf "initContainers[%d].name: condisagg is the router container's name; pick another" $i) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
