@@ -107,7 +107,7 @@ func Names() []string {
 	return names
 }
 
-// PerfModel returns the calibrated coefficients named name (see Names).
+// ByName returns the calibrated coefficients named name (see Names).
 func ByName(name string) (Model, error) {
 	i := slices.IndexFunc(perfModels, func(m Model) bool { return m.Name == name })
 	if i < 0 {

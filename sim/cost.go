@@ -14,3 +14,9 @@ func PerfModelNames() []string { return cost.Names() }
 
 // PerfModel returns the calibrated coefficients named name (cost.ByName).
 func PerfModel(name string) (CostModel, error) { return cost.ByName(name) }
+
+// ResolvePerfModel returns the calibration named arg or, for an argument ending in .yaml or
+// .yml, the model file written by `condisagg calibrate` read with readFile (cost.Resolve).
+func ResolvePerfModel(arg string, readFile func(string) ([]byte, error)) (CostModel, error) {
+	return cost.Resolve(arg, readFile)
+}

@@ -25,7 +25,7 @@ type Config struct {
 	RateScale float64       // --rate-scale: multiply the arrival rate
 
 	Cluster             string        // --cluster: fleet shape <prefill>P<decode>D
-	Model               string        // --model: one of sim.PerfModelNames
+	Model               string        // --model: one of sim.PerfModelNames, or a model file (.yaml) of `condisagg calibrate`
 	MaxNumBatchedTokens int           // --max-num-batched-tokens
 	MaxNumSeqs          int           // --max-num-seqs
 	NumGPUBlocks        int           // --num-gpu-blocks (0 = the model's)
@@ -98,7 +98,7 @@ func (c *Config) resolve() (*plan, error) {
 	} else if np < 1 {
 		bad("--cluster: %q needs at least one prefill worker", c.Cluster)
 	}
-	m, err := sim.PerfModel(c.Model)
+	m, err := sim.ResolvePerfModel(c.Model, os.ReadFile)
 	if err != nil {
 		bad("--model: %v", err)
 	}

@@ -14,9 +14,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/internal/importcheck"
 	"github.com/condisagg/condisagg/internal/leakcheck"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/sim"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/tune.") }
@@ -397,5 +399,45 @@ func TestQuantileRuleScored(t *testing.T) {
 	var out bytes.Buffer
 	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "the p-quantile rule's threshold measured") {
 		t.Fatalf("text %v:\n%s", err, out.String())
+	}
+}
+
+// TestModelFile: --model takes a model file of condisagg calibrate; one holding a named
+// calibration's coefficients simulates exactly as the name does, and a bad file is refused
+// under --model.
+func TestModelFile(t *testing.T) {
+	m, err := sim.PerfModel(sim.DefaultPerfModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Name = "from-file"
+	data, err := cost.NewFile(m, nil).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "engine.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := func(model string) string {
+		c := DefaultConfig()
+		c.Synthetic, c.Requests, c.Cluster, c.NoSweep, c.Model = "vllm-prefix-repetition", 40, "1P1D", true, model
+		var out bytes.Buffer
+		if err := runConfig(t, c, nil).WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	byName, byFile := text(sim.DefaultPerfModel), text(path)
+	if !strings.Contains(byFile, "model from-file;") {
+		t.Errorf("report does not name the file's model:\n%s", byFile)
+	}
+	if strings.ReplaceAll(byFile, "from-file", sim.DefaultPerfModel) != byName {
+		t.Errorf("the file simulates differently from the name:\n%s\nvs\n%s", byFile, byName)
+	}
+	c := DefaultConfig()
+	c.Synthetic, c.Model = "agentic-code", filepath.Join(t.TempDir(), "missing.yaml")
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--model: cost: model file") {
+		t.Errorf("missing file: %v", err)
 	}
 }

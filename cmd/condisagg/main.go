@@ -1,7 +1,7 @@
 // Command condisagg is the conditional-disaggregation router: `serve` runs the Envoy ext_proc
 // server; `explain`, `workers`, `recent` and `shadow` query a running router's Admin API and
 // `reset-prefix-cache` resets a worker's engine cache through it; `tune` simulates a workload to
-// choose thresholds.
+// choose thresholds; `calibrate` measures a live engine and writes its cost model file.
 package main
 
 import (
@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/condisagg/condisagg/calibrate/engine"
 	"github.com/condisagg/condisagg/internal/version"
 	"github.com/condisagg/condisagg/server"
 	"github.com/condisagg/condisagg/tune"
@@ -29,6 +30,7 @@ commands:
             reset the worker's engine prefix cache (vLLM POST /reset_prefix_cache) and clear its index at once
   tune      simulate a workload per routing mode and suggest thresholds
   matrix    the evaluation matrix: workloads x fleets x SLOs, baselines against the slo policy
+  calibrate measure a live engine and write its cost model file (--endpoint, --model, -o model.yaml)
   version   print the version and VCS revision (also --version)
 
 Run "condisagg <command> -h" for the flags of a command.
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return tune.Command(ctx, args[1:], stdout, stderr)
 	case "matrix":
 		return tune.MatrixCommand(ctx, args[1:], stdout, stderr)
+	case "calibrate":
+		return engine.Command(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

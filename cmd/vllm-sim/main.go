@@ -54,7 +54,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Var(&o.loraFlags, "lora-modules", "LoRA adapters served besides the base model, name=path (repeatable; one value may hold several separated by spaces)")
 	fs.BoolVar(&o.enableLoRA, "enable-lora", false, "accepted for vLLM command lines; adapters are served when --lora-modules is given")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer directory or hf:<org>/<model> (required)")
-	fs.StringVar(&o.perfModel, "perf-model", sim.DefaultPerfModel, "cost model: "+strings.Join(sim.PerfModelNames(), ", "))
+	fs.StringVar(&o.perfModel, "perf-model", sim.DefaultPerfModel, "cost model: "+strings.Join(sim.PerfModelNames(), ", ")+", or a model file (.yaml) written by condisagg calibrate")
 	fs.IntVar(&o.cfg.BlockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block")
 	fs.IntVar(&o.cfg.NumGPUBlocks, "num-gpu-blocks", 0, "KV capacity in blocks (default: the perf model's)")
 	fs.IntVar(&o.cfg.MaxNumBatchedTokens, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "token budget per step")
@@ -104,9 +104,9 @@ func parseFlags(args []string) (*options, error) {
 			o.lora = append(o.lora, m)
 		}
 	}
-	m, err := sim.PerfModel(o.perfModel)
+	m, err := sim.ResolvePerfModel(o.perfModel, os.ReadFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("vllm-sim: --perf-model: %w", err)
 	}
 	o.cfg.Model = m
 	return o, nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -112,5 +113,31 @@ func TestKVTransferFailureRateFlag(t *testing.T) {
 		if err == nil && o.xferFailRate <= 0 {
 			t.Errorf("%q: rate %v", tc.args, o.xferFailRate)
 		}
+	}
+}
+
+// TestPerfModelFile: --perf-model takes a model file of condisagg calibrate in place of a
+// name, and a bad one is refused naming the flag and the key.
+func TestPerfModelFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "engine.yaml")
+	text := "name: mine\nt0: 3\na1: 0.01\na2: 1.0e-6\nd1: 0.02\nd2: 3.0e-5\nbytes_per_token: 65536\nxfer_alpha_ms: 0.5\nxfer_gbps: 40\nnum_gpu_blocks: 1234\n"
+	if err := os.WriteFile(good, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--tokenizer", "x", "--perf-model", good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := o.cfg.Model; m.Name != "mine" || m.T0 != 3 || m.D2 != 3e-5 || m.NumGPUBlocks != 1234 {
+		t.Fatalf("model %+v", m)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(text, "d1: 0.02\n", "", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseFlags([]string{"--tokenizer", "x", "--perf-model", bad}); err == nil ||
+		!strings.Contains(err.Error(), "--perf-model") || !strings.Contains(err.Error(), "d1: missing") {
+		t.Fatalf("bad file: %v", err)
 	}
 }

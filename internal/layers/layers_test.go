@@ -23,6 +23,8 @@ const module = "github.com/condisagg/condisagg"
 var allowed = map[string][]string{
 	"policy":               {"cost"},
 	"cost":                 {},
+	"calibrate":            {"cost"},
+	"calibrate/engine":     {"calibrate", "cost", "internal/svgplot"},
 	"kvindex":              {"internal/openaddr"},
 	"workload":             {"internal/splitmix"},
 	"tokenizer":            {"internal/reqjson"},
@@ -69,13 +71,13 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"cost", "calibrate", "calibrate/engine", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 // pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
 // none of their non-test files may import: no sockets, HTTP, files or processes. Their shells
 // (pool/probe, kvevents/zmq, sim/vllmsim) do that work and feed them. pool may import net/url
 // and net/netip (pure parsers) but not net itself, nor net/http.
-var pureCores = []string{"cost", "policy", "kvindex", "workload", "sim", "kvevents", "pool"}
+var pureCores = []string{"cost", "calibrate", "policy", "kvindex", "workload", "sim", "kvevents", "pool"}
 
 var ioPackages = []string{"net", "net/http", "os", "os/exec", "syscall"}
 

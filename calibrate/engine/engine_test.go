@@ -1,0 +1,245 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/calibrate"
+	"github.com/condisagg/condisagg/cost"
+	"github.com/condisagg/condisagg/internal/leakcheck"
+	"github.com/condisagg/condisagg/internal/repo"
+	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/sim/vllmsim"
+	"github.com/condisagg/condisagg/tokenizer"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/calibrate/engine.") }
+
+// simModel is the cost model the test's vllm-sim runs: its own coefficients, which calibrate
+// must recover. Steps take 4–20 ms so the sweep takes seconds in real time, and every term
+// moves a step by milliseconds (d1·16 streams = 4 ms, d2·32k context tokens = 4.9 ms, a2 at 8k
+// tokens = 67 ms): above the timer and scheduling jitter of a busy 2-core machine.
+const simModel = `name: test-engine
+t0: 4
+a1: 0.02
+a2: 2.0e-6
+d1: 0.25
+d2: 1.5e-4
+bytes_per_token: 131072
+xfer_alpha_ms: 0.5
+xfer_gbps: 40
+num_gpu_blocks: 8192
+`
+
+// budgetTokens is the test engine's max_num_batched_tokens: large, so that a mixed step can
+// carry a prompt long enough for the attention term to stand out (a2 at 16k tokens = 268 ms).
+const budgetTokens = 16384
+
+// startSim runs an in-process vllm-sim in real time (time scale 1) with the cost model of the
+// model file text, and returns its base URL.
+func startSim(t *testing.T, modelFile string, maxModelLen int) string {
+	t.Helper()
+	m, _, err := cost.ParseFile("sim.yaml", []byte(modelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(repo.TestModel(t, "qwen3"), tokenizer.Options{CacheSegments: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab, err := vllmsim.NewVocab(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
+		Engine:    sim.Config{Model: m, NumGPUBlocks: m.NumGPUBlocks, MaxNumBatchedTokens: budgetTokens, Seed: 3},
+		TimeScale: 1,
+		Server:    vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: maxModelLen},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("vllm-sim: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestCalibrateAgainstSim runs calibrate against one vllm-sim whose cost model is known (one
+// engine for the three cases: loading the tokenizer is most of a start under -race).
+func TestCalibrateAgainstSim(t *testing.T) {
+	url := startSim(t, simModel, budgetTokens)
+	t.Run("recovers_the_model", func(t *testing.T) { testRecoversSimModel(t, url) })
+	t.Run("max_minutes_cuts", func(t *testing.T) { testMaxMinutesCuts(t, url) })
+	t.Run("refuses_a_busy_engine", func(t *testing.T) { testRefusesBusyEngine(t, url) })
+}
+
+// testRecoversSimModel runs `condisagg calibrate` against the vllm-sim and checks that the
+// model file it writes holds every step-time coefficient within 5 %, the KV capacity the
+// engine reports, and that the loader of tune and vllm-sim accepts it.
+func testRecoversSimModel(t *testing.T, url string) {
+	want, _, err := cost.ParseFile("sim.yaml", []byte(simModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "engine.yaml")
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Command(context.Background(), []string{"--endpoint", url, "--model", "qwen3", "-o", out,
+		"--max-batch", "16", "--max-rps", "200", "--max-num-batched-tokens", "16384", "--max-minutes", "2", "--xfer-gbps", "25", "--bytes-per-token", "131072"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("%s in %v", stdout.String(), time.Since(start).Round(time.Millisecond))
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rec, err := cost.ParseFile(out, data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{{"t0", got.T0, want.T0}, {"a1", got.A1, want.A1}, {"a2", got.A2, want.A2}, {"d1", got.D1, want.D1}, {"d2", got.D2, want.D2}} {
+		if e := math.Abs(c.got-c.want) / c.want; !(e <= 0.05) {
+			t.Errorf("%s = %.4g, vllm-sim runs %.4g: error %.1f%% > 5%%", c.name, c.got, c.want, 100*e)
+		}
+	}
+	if got.NumGPUBlocks != want.NumGPUBlocks || got.XferGBps != 25 || got.BytesPerToken != 131072 || got.Name != "qwen3" {
+		t.Errorf("capacity, transfer or name: %+v", got)
+	}
+	if rec == nil || rec.Endpoint != url || rec.Terms["prefill"].Samples < 10 || !(rec.Terms["decode"].R2 > 0.99) || !(rec.Terms["mixed"].R2 > 0.99) {
+		t.Errorf("calibration record %+v", rec)
+	}
+	if _, err := cost.Resolve(out, os.ReadFile); err != nil {
+		t.Errorf("Resolve: %v", err)
+	}
+	svg, err := os.ReadFile(strings.TrimSuffix(out, ".yaml") + ".svg")
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("prefill (")) {
+		t.Errorf("svg: %v, %.200s", err, svg)
+	}
+}
+
+// TestCalibrateBadEngines: an engine that is not there, one whose /metrics lacks the cache
+// config, and one that does not serve the model are each refused with what to do.
+func TestCalibrateBadEngines(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String()
+	ln.Close()
+	// A vLLM started with --disable-log-stats: models answer, /metrics has no vllm: series.
+	noStats := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"m","object":"model","max_model_len":4096}]}`)
+		case "/metrics":
+			fmt.Fprint(w, "# TYPE python_gc_objects_collected_total counter\npython_gc_objects_collected_total 1\n")
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = noStats.Serve(ln2) }()
+	defer func() { noStats.Close(); <-done }()
+	tests := []struct {
+		name, endpoint, model string
+		want                  []string
+	}{
+		{"unreachable", gone, "m", []string{"GET /v1/models", "connection refused", "is the engine running"}},
+		{"missing_cache_config", "http://" + ln2.Addr().String(), "m", []string{"no vllm:cache_config_info", "--disable-log-stats", "--num-gpu-blocks"}},
+		{"unknown_model", "http://" + ln2.Addr().String(), "other", []string{`--model "other"`, "serves m"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Command(context.Background(), []string{"--endpoint", tc.endpoint, "--model", tc.model, "-o", filepath.Join(t.TempDir(), "m.yaml"), "--quiet"}, &stdout, &stderr)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1; stderr %s", code, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q lacks %q", stderr.String(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestCalibrateFlagErrors: every bad flag is named at once, exit 2, before any request.
+func TestCalibrateFlagErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := Command(context.Background(), []string{"--endpoint", "localhost:8000", "--max-rps", "-1", "--max-minutes", "0", "-o", "m.json"}, &stdout, &stderr)
+	if code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{"--endpoint", "--model", "--max-rps -1", "-o \"m.json\"", "--max-minutes 0"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr %q lacks %q", stderr.String(), w)
+		}
+	}
+}
+
+// testMaxMinutesCuts: a time limit too short for the sweep stops it and the fit that follows
+// says so.
+func testMaxMinutesCuts(t *testing.T, url string) {
+	_, err := Run(context.Background(), Config{Endpoint: url, Model: "qwen3", MaxDuration: 300 * time.Millisecond}, nil)
+	if !errors.Is(err, calibrate.ErrTooFewSamples) || !strings.Contains(err.Error(), "cut by --max-minutes") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// testRefusesBusyEngine: with another client's request running on the engine, the
+// measurements would be that request's steps too; calibrate refuses before its first probe.
+func testRefusesBusyEngine(t *testing.T, url string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &client{base: url, model: "qwen3", http: &http.Client{}}
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.stream(ctx, time.Now(), prompt(rand.New(rand.NewPCG(1, 2)), 64), 4000, func(n int, _ time.Duration) {
+			if n == 1 {
+				close(started)
+			}
+		})
+		done <- err
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("background request: %v", err)
+	}
+	_, err := Run(context.Background(), Config{Endpoint: url, Model: "qwen3"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "requests running or waiting") || !strings.Contains(err.Error(), "no other traffic") {
+		t.Fatalf("err = %v", err)
+	}
+}
