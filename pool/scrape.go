@@ -17,7 +17,8 @@ const (
 	maxScrapeLine  = 1 << 20
 )
 
-// Scrape is what the router reads from a worker's vLLM /metrics page. -1 means not exposed.
+// Scrape is what the router reads from a worker's /metrics page: vLLM's (vllm:*) or SGLang's
+// (sglang:*, from its scheduler metrics collector). -1 means not exposed.
 //
 // How it combines with the router's own bookings: capacities (NumGPUBlocks, MaxNumBatchedTokens)
 // fill in what the worker config leaves at 0; the request count corrects the selection's
@@ -27,11 +28,11 @@ const (
 // usage, so two scrapes never change a decision's thresholds between preview and commit.
 type Scrape struct {
 	At                  time.Time // zero: never scraped successfully
-	Running, Waiting    float64   // vllm:num_requests_running / _waiting, summed over engines
+	Running, Waiting    float64   // vllm:num_requests_running / _waiting (sglang:num_running_reqs / num_queue_reqs), summed over engines
 	HasRequests         bool
-	KVUsage             float64 // vllm:kv_cache_usage_perc (or gpu_cache_usage_perc), max over engines, -1 unknown
-	NumGPUBlocks        int64   // vllm:cache_config_info num_gpu_blocks, summed over engines
-	BlockSize           int64   // vllm:cache_config_info block_size
+	KVUsage             float64 // vllm:kv_cache_usage_perc (or gpu_cache_usage_perc; sglang:token_usage), max over engines, -1 unknown
+	NumGPUBlocks        int64   // vllm:cache_config_info num_gpu_blocks (sglang:num_pages), summed over engines
+	BlockSize           int64   // vllm:cache_config_info block_size (sglang:page_size)
 	MaxNumBatchedTokens int64   // label max_num_batched_tokens of any *_config_info metric
 }
 
@@ -43,9 +44,14 @@ var ErrMetricsFormat = errors.New("malformed metrics text")
 // metrics are ignored.
 func ParseMetrics(r io.Reader) (Scrape, error) { return ParseEngineMetrics(r, -1) }
 
-// ParseEngineMetrics is ParseMetrics restricted to the samples of one vLLM engine (data-parallel
-// rank): those whose `engine` label is the rank in decimal, plus those without an `engine`
-// label (they cannot be attributed). engine < 0 keeps every sample.
+// ParseEngineMetrics is ParseMetrics restricted to the samples of one engine (data-parallel
+// rank): those whose `engine` (vLLM) or `dp_rank` (SGLang) label is the rank in decimal, plus
+// those without either label (they cannot be attributed). engine < 0 keeps every sample.
+//
+// SGLang: only the scheduler of attention-TP rank 0 and pipeline rank 0 of each data-parallel
+// rank logs its gauges, so no sample is counted twice; with priority scheduling the queue totals
+// carry priority="" and the per-priority breakdowns are skipped. Its page is the KV block:
+// sglang:num_pages is the capacity in blocks when --page-size equals the router's block size.
 func ParseEngineMetrics(r io.Reader, engine int) (Scrape, error) {
 	want := ""
 	if engine >= 0 {
@@ -79,6 +85,30 @@ func ParseEngineMetrics(r io.Reader, engine int) (Scrape, error) {
 			if !math.IsNaN(value) {
 				s.KVUsage = max(s.KVUsage, value)
 			}
+		case "sglang:num_running_reqs":
+			if priorityTotal(labels) {
+				s.Running += finite(value)
+				s.HasRequests = true
+			}
+		case "sglang:num_queue_reqs":
+			if priorityTotal(labels) {
+				s.Waiting += finite(value)
+				s.HasRequests = true
+			}
+		case "sglang:token_usage":
+			if !math.IsNaN(value) {
+				s.KVUsage = max(s.KVUsage, value)
+			}
+		case "sglang:num_pages":
+			if v := finite(value); v >= 0 && v == math.Trunc(v) && v < math.MaxInt32 {
+				s.NumGPUBlocks = max(s.NumGPUBlocks, 0) + int64(v)
+			} else {
+				gpuBlocksUnknown = true
+			}
+		case "sglang:page_size":
+			if v := finite(value); v > 0 && v == math.Trunc(v) && v < math.MaxInt32 {
+				s.BlockSize = int64(v)
+			}
 		case "vllm:cache_config_info":
 			if v, ok := labelInt(labels, "num_gpu_blocks"); ok {
 				s.NumGPUBlocks = max(s.NumGPUBlocks, 0) + v
@@ -107,12 +137,24 @@ func ParseEngineMetrics(r io.Reader, engine int) (Scrape, error) {
 	return s, nil
 }
 
-// engineIs reports whether a sample belongs to engine want: its engine label equals want, or
-// it has none.
+// engineIs reports whether a sample belongs to engine want: its engine (vLLM) or dp_rank
+// (SGLang) label equals want, or it has neither.
 func engineIs(labels []label, want string) bool {
 	for _, l := range labels {
-		if l.name == "engine" {
+		if l.name == "engine" || l.name == "dp_rank" {
 			return l.value == want
+		}
+	}
+	return true
+}
+
+// priorityTotal reports whether an SGLang queue sample is the total: without priority
+// scheduling it has no priority label, with it the total carries priority="" beside one
+// series per priority.
+func priorityTotal(labels []label) bool {
+	for _, l := range labels {
+		if l.name == "priority" {
+			return l.value == ""
 		}
 	}
 	return true
@@ -281,7 +323,7 @@ func (p *Pool) applyScrape(w *worker, s Scrape, err error) {
 		if s.BlockSize > 0 && s.BlockSize != int64(p.cfg.BlockSize) && s.BlockSize != w.scrape.BlockSize {
 			// Every prefix hit on this worker would be lost (conditional-disagg.md §9.6).
 			p.log.Warn("worker block size differs from --block-size; its prefix hits will not match",
-				"worker", w.id, "expect", p.cfg.BlockSize, "err", fmt.Errorf("vllm:cache_config_info block_size=%d", s.BlockSize))
+				"worker", w.id, "expect", p.cfg.BlockSize, "err", fmt.Errorf("the engine's block size (vllm:cache_config_info block_size, sglang:page_size) is %d", s.BlockSize))
 		}
 		w.scrape = s
 	}

@@ -17,6 +17,12 @@ func TestParseMetrics(t *testing.T) {
 		{"vllm_metrics_dp2_legacy.txt", Scrape{Running: 5, Waiting: 7, HasRequests: true, KVUsage: 0.5, NumGPUBlocks: 2500, BlockSize: 16, MaxNumBatchedTokens: 8192}},
 		{"vllm_metrics_raydp_sentinel.txt", Scrape{KVUsage: -1, NumGPUBlocks: 0, BlockSize: 16, MaxNumBatchedTokens: -1}},
 		{"vllm_metrics_unknown_blocks.txt", Scrape{HasRequests: true, KVUsage: -1, NumGPUBlocks: -1, BlockSize: 16, MaxNumBatchedTokens: -1}},
+		// Rendered by SGLang 0.5.23's own SchedulerMetricsCollector (gen_sglang_metrics.py): 7
+		// running, 3 queued, 42 % of the KV pool, 40,000 pages of 16 tokens.
+		{"sglang_metrics.txt", Scrape{Running: 7, Waiting: 3, HasRequests: true, KVUsage: 0.42, NumGPUBlocks: 40000, BlockSize: 16, MaxNumBatchedTokens: -1}},
+		// Two data-parallel ranks with priority scheduling: the priority="" totals only (7+8
+		// running, 3+4 queued), never the per-priority breakdowns beside them.
+		{"sglang_metrics_dp2_priority.txt", Scrape{Running: 15, Waiting: 7, HasRequests: true, KVUsage: 0.52, NumGPUBlocks: 80000, BlockSize: 16, MaxNumBatchedTokens: -1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -33,6 +39,25 @@ func TestParseMetrics(t *testing.T) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseEngineMetricsSGLangRanks: one SGLang data-parallel rank's share of the page, told
+// apart by its dp_rank label as vLLM's engines are by theirs.
+func TestParseEngineMetricsSGLangRanks(t *testing.T) {
+	for rank, want := range []Scrape{
+		{Running: 7, Waiting: 3, HasRequests: true, KVUsage: 0.42, NumGPUBlocks: 40000, BlockSize: 16, MaxNumBatchedTokens: -1},
+		{Running: 8, Waiting: 4, HasRequests: true, KVUsage: 0.52, NumGPUBlocks: 40000, BlockSize: 16, MaxNumBatchedTokens: -1},
+	} {
+		f, err := os.Open(filepath.Join("testdata", "sglang_metrics_dp2_priority.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseEngineMetrics(f, rank)
+		f.Close()
+		if err != nil || got != want {
+			t.Fatalf("rank %d: %+v, %v\nwant %+v", rank, got, err, want)
+		}
 	}
 }
 
@@ -56,7 +81,7 @@ func TestParseMetricsRejects(t *testing.T) {
 }
 
 func FuzzParseMetrics(f *testing.F) {
-	files, err := filepath.Glob("testdata/vllm_metrics_*.txt")
+	files, err := filepath.Glob("testdata/*_metrics*.txt")
 	if err != nil || len(files) == 0 {
 		f.Fatalf("no seeds: %v", err)
 	}

@@ -152,7 +152,7 @@ func TestScrape(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := strings.Count(logs.String(), "block size differs"); n != 1 || !strings.Contains(logs.String(), "expect=32 err=\"vllm:cache_config_info block_size=16\"") {
+	if n := strings.Count(logs.String(), "block size differs"); n != 1 || !strings.Contains(logs.String(), "expect=32 err=\"the engine's block size (vllm:cache_config_info block_size, sglang:page_size) is 16\"") {
 		t.Fatalf("block size warnings (%d): %s", n, logs.String())
 	}
 }
