@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/pool"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 	"github.com/condisagg/condisagg/route"
 )
@@ -33,11 +34,15 @@ type fencedRank struct {
 // neither a batch published before the reset nor the engine's late AllBlocksCleared can land
 // between the reset and the clear; a refused reset lifts the fences and keeps the entries.
 func (a *Service) ResetPrefixCache(ctx context.Context, req *condisaggv1.ResetPrefixCacheRequest) (*condisaggv1.ResetPrefixCacheResponse, error) {
-	engine, endpoint, ranks, err := a.resolveEngine(req.GetWorker())
+	engine, endpoint, kind, ranks, err := a.resolveEngine(req.GetWorker())
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	url := "http://" + endpoint + "/reset_prefix_cache"
+	path, err := resetPath(kind)
+	if err != nil {
+		return nil, statusOf(fmt.Errorf("%w: worker %q: %w", route.ErrInvalidBody, req.GetWorker(), err))
+	}
+	url := "http://" + endpoint + path
 	fenced := make([]fencedRank, len(ranks))
 	for i, r := range ranks {
 		fenced[i] = r
@@ -64,9 +69,9 @@ func (a *Service) ResetPrefixCache(ctx context.Context, req *condisaggv1.ResetPr
 
 // resolveEngine finds the engine server that name denotes (a worker's name, its engine id or
 // the id of one of its ranks), its HTTP endpoint and every rank of it in every model's index.
-func (a *Service) resolveEngine(name string) (engine, endpoint string, ranks []fencedRank, err error) {
+func (a *Service) resolveEngine(name string) (engine, endpoint string, kind pool.EngineKind, ranks []fencedRank, err error) {
 	if name == "" {
-		return "", "", nil, fmt.Errorf("%w: worker: empty; name a worker (condisagg workers lists them)", route.ErrInvalidBody)
+		return "", "", "", nil, fmt.Errorf("%w: worker: empty; name a worker (condisagg workers lists them)", route.ErrInvalidBody)
 	}
 	models := a.opts.Router.Models()
 	var engines, known []string
@@ -83,21 +88,35 @@ func (a *Service) resolveEngine(name string) (engine, endpoint string, ranks []f
 	switch len(engines) {
 	case 0:
 		slices.Sort(known)
-		return "", "", nil, fmt.Errorf("%w: worker %q; known workers: %s", errUnknownWorker, name, strings.Join(slices.Compact(known), ", "))
+		return "", "", "", nil, fmt.Errorf("%w: worker %q; known workers: %s", errUnknownWorker, name, strings.Join(slices.Compact(known), ", "))
 	case 1:
 	default:
-		return "", "", nil, fmt.Errorf("%w: worker %q names %d engine servers (%s); name one by its id", route.ErrInvalidBody, name, len(engines), strings.Join(engines, ", "))
+		return "", "", "", nil, fmt.Errorf("%w: worker %q names %d engine servers (%s); name one by its id", route.ErrInvalidBody, name, len(engines), strings.Join(engines, ", "))
 	}
 	engine = engines[0]
 	for _, m := range models {
 		for _, w := range m.Pool.Workers() {
 			if w.Engine == engine {
-				endpoint = w.Endpoint
+				endpoint, kind = w.Endpoint, w.EngineKind
 				ranks = append(ranks, fencedRank{ix: m.Index, id: w.ID})
 			}
 		}
 	}
-	return engine, endpoint, ranks, nil
+	return engine, endpoint, kind, ranks, nil
+}
+
+// resetPath is the engine's prefix-cache reset endpoint: vLLM's POST /reset_prefix_cache
+// (served with VLLM_SERVER_DEV_MODE=1), SGLang's POST /flush_cache (refused with 400 while
+// requests run, as vLLM refuses). TensorRT-LLM behind Dynamo exposes none the router can call.
+func resetPath(kind pool.EngineKind) (string, error) {
+	switch kind.Kind() {
+	case pool.EngineVLLM:
+		return "/reset_prefix_cache", nil
+	case pool.EngineSGLang:
+		return "/flush_cache", nil
+	default:
+		return "", fmt.Errorf("engine %s has no prefix-cache reset the router can call", kind)
+	}
 }
 
 // postReset asks the engine to reset its prefix cache; nil means it said it did. vLLM answers

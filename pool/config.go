@@ -68,6 +68,28 @@ type WorkerConfig struct {
 	// them per engine), and requests are pinned to it with X-data-parallel-rank. 0 or 1 = no
 	// data parallelism: one worker, no rank header.
 	DataParallelSize int `yaml:"data_parallel_size"`
+	// Engine is the serving engine behind Endpoint: "vllm" (default), "sglang" or
+	// "trtllm-dynamo" (TensorRT-LLM behind Dynamo). It decides how the router talks to the
+	// engine beyond its KV events (which every engine publishes in a format the decoder reads):
+	// the prefix-cache reset, and which roles it may take (README "Engines").
+	Engine EngineKind `yaml:"engine"`
+}
+
+// EngineKind is WorkerConfig.Engine.
+type EngineKind string
+
+const (
+	EngineVLLM         EngineKind = "vllm"
+	EngineSGLang       EngineKind = "sglang"
+	EngineTRTLLMDynamo EngineKind = "trtllm-dynamo"
+)
+
+// Kind is the engine, with "" read as vLLM.
+func (k EngineKind) Kind() EngineKind {
+	if k == "" {
+		return EngineVLLM
+	}
+	return k
 }
 
 // MaxDataParallelSize bounds DataParallelSize (vLLM's ports and the per-worker metric label
@@ -235,6 +257,17 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 	}
 	if w.MaxNumBatchedTokens < 0 {
 		bad("max_num_batched_tokens", strconv.FormatInt(w.MaxNumBatchedTokens, 10), "must be >= 0")
+	}
+	switch k := w.Engine.Kind(); {
+	case k != EngineVLLM && k != EngineSGLang && k != EngineTRTLLMDynamo:
+		bad("engine", strconv.Quote(string(w.Engine)), "must be one of vllm, sglang, trtllm-dynamo")
+	case k != EngineVLLM && w.Role == RolePrefill:
+		// A remote prefill goes through pd-sidecar, which speaks vLLM's NixlConnector
+		// kv_transfer_params only.
+		bad("engine", string(k), "cannot serve role prefill yet: remote prefill speaks vLLM's NixlConnector only; "+
+			"run this engine as a decode worker (it then prefills locally) or use vLLM for the prefill pool")
+	case k != EngineVLLM && w.DataParallelSize > 1:
+		bad("engine", string(k), "does not take data_parallel_size yet: the rank header is vLLM's; list each rank as its own worker")
 	}
 	return errs
 }

@@ -84,6 +84,7 @@ const (
 type worker struct {
 	id, name           string
 	engine             string // id of the server (rank 0's id); == id without data parallelism
+	kind               EngineKind
 	rank, dpSize       int    // data-parallel rank and size (1 without data parallelism)
 	role               Role
 	endpoint           string // resolved ip:port
@@ -327,7 +328,7 @@ func (p *Pool) apply(want []spec) {
 			removed = append(removed, p.infoLocked(w))
 			p.removeLocked(w)
 		}
-		w := &worker{id: s.id, engine: s.engine, rank: s.rank, dpSize: s.wc.ranks(), name: s.wc.Name, role: s.wc.Role,
+		w := &worker{id: s.id, engine: s.engine, kind: s.wc.Engine.Kind(), rank: s.rank, dpSize: s.wc.ranks(), name: s.wc.Name, role: s.wc.Role,
 			endpoint: s.ep, kvEvents: s.ev, kvReplay: s.rp,
 			cfgKVCap: s.wc.NumGPUBlocks, cfgMNBT: s.wc.MaxNumBatchedTokens, extHealthy: true,
 			eligible: true, reason: ReasonDiscovered, since: p.clock.Now()}
@@ -358,7 +359,7 @@ func (p *Pool) apply(want []spec) {
 
 // sameSpec reports whether w is what s describes, so that re-applying s keeps w.
 func (w *worker) sameSpec(s spec) bool {
-	return w.engine == s.engine && w.rank == s.rank && w.dpSize == s.wc.ranks() && w.name == s.wc.Name &&
+	return w.engine == s.engine && w.kind == s.wc.Engine.Kind() && w.rank == s.rank && w.dpSize == s.wc.ranks() && w.name == s.wc.Name &&
 		w.role == s.wc.Role && w.endpoint == s.ep && w.kvEvents == s.ev && w.kvReplay == s.rp &&
 		w.cfgKVCap == s.wc.NumGPUBlocks && w.cfgMNBT == s.wc.MaxNumBatchedTokens
 }
@@ -421,6 +422,7 @@ type WorkerInfo struct {
 	// Engine is the id of the worker's server (its rank 0); Rank and DataParallelSize place
 	// the worker among that server's data-parallel ranks (0 and 1 without data parallelism).
 	Engine              string
+	EngineKind          EngineKind // WorkerConfig.Engine, "" read as vLLM
 	Rank                int
 	DataParallelSize    int
 	Role                Role
@@ -438,7 +440,7 @@ type WorkerInfo struct {
 }
 
 func (p *Pool) infoLocked(w *worker) WorkerInfo {
-	return WorkerInfo{ID: w.id, Name: w.name, Engine: w.engine, Rank: w.rank, DataParallelSize: w.dpSize, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
+	return WorkerInfo{ID: w.id, Name: w.name, Engine: w.engine, EngineKind: w.kind, Rank: w.rank, DataParallelSize: w.dpSize, Role: w.role, Endpoint: w.endpoint, KVEvents: w.kvEvents,
 		KVReplay: w.kvReplay, Healthy: w.eligible, HealthReason: w.reason, HealthSince: w.since, KVCapacityBlocks: w.kvCap(), MaxBatchedTokens: w.mnbt(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: w.requests, Scrape: w.scrape}
 }

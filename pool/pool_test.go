@@ -61,6 +61,20 @@ func TestConfigValidate(t *testing.T) {
 			`pool config: workers[4].name: "d4/dp1" must not contain '@', '/' or spaces ('/dp<rank>' names data-parallel ranks)`,
 			`pool config: workers[7].kv_replay: "tcp://H:5557" uses the kv_events port: the PUB and the replay ROUTER cannot share a port`,
 		}},
+		{"engines", Config{Workers: []WorkerConfig{
+			{Name: "d0", Role: RoleDecode, Endpoint: "10.0.0.1:8000", Engine: "tgi"},
+			{Name: "p0", Role: RolePrefill, Endpoint: "10.0.0.2:8000", Engine: EngineSGLang},
+			{Name: "d1", Role: RoleDecode, Endpoint: "10.0.0.3:8000", Engine: EngineTRTLLMDynamo, DataParallelSize: 2},
+			// Fine: SGLang and TRT-LLM decode workers, vLLM named or by default in either role.
+			{Name: "d2", Role: RoleDecode, Endpoint: "10.0.0.4:8000", Engine: EngineSGLang},
+			{Name: "d3", Role: RoleDecode, Endpoint: "10.0.0.5:8000", Engine: EngineTRTLLMDynamo},
+			{Name: "p1", Role: RolePrefill, Endpoint: "10.0.0.6:8000", Engine: EngineVLLM, DataParallelSize: 2},
+		}}, []string{
+			`pool config: workers[0].engine: "tgi" must be one of vllm, sglang, trtllm-dynamo`,
+			"pool config: workers[1].engine: sglang cannot serve role prefill yet: remote prefill speaks vLLM's NixlConnector only; " +
+				"run this engine as a decode worker (it then prefills locally) or use vLLM for the prefill pool",
+			"pool config: workers[2].engine: trtllm-dynamo does not take data_parallel_size yet: the rank header is vLLM's; list each rank as its own worker",
+		}},
 		{"pool_knobs", Config{BlockSize: -1, BookingTTL: -1, ScrapeInterval: -1, MetricsPath: "metrics"}, []string{
 			"pool config: block_size: -1 must be >= 1",
 			"pool config: booking_ttl: -1ns must be > 0",

@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents", "internal/splitmix"},
 	"extproc":              {"route", "policy", "decisionlog"},
-	"admin":                {"route", "policy", "kvindex", "decisionlog", "proto/condisagg/v1"},
+	"admin":                {"route", "policy", "pool", "kvindex", "decisionlog", "proto/condisagg/v1"},
 	"envoy":                {"internal/proc", "internal/repo"},
 	"internal/repo":        {},
 	"internal/reqjson":     {},
