@@ -85,7 +85,7 @@ type worker struct {
 	id, name           string
 	engine             string // id of the server (rank 0's id); == id without data parallelism
 	kind               EngineKind
-	rank, dpSize       int    // data-parallel rank and size (1 without data parallelism)
+	rank, dpSize       int // data-parallel rank and size (1 without data parallelism)
 	role               Role
 	endpoint           string // resolved ip:port
 	kvEvents, kvReplay string
