@@ -74,12 +74,9 @@ func startSim(t *testing.T, modelFile string, maxModelLen int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, ln) }()
+	stop := in.Start(ln)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("vllm-sim: %v", err)
 		}
 	})

@@ -45,17 +45,9 @@ func startDialingSim(t *testing.T, model, listen, endpoint, topic string) (strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, ln) }()
-	stopped := false
+	run := in.Start(ln)
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+		if err := run(); err != nil {
 			t.Errorf("vllm-sim: %v", err)
 		}
 	}

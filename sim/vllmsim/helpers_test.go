@@ -2,7 +2,6 @@ package vllmsim
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -106,18 +105,15 @@ func startInstance(t *testing.T, o instOpts) *testInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, ln) }()
+	stop := in.Start(ln)
 	ti := &testInstance{Instance: in, url: "http://" + ln.Addr().String(), tok: tok}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("instance Run: %v", err)
 		}
 	})
 	if in.Publisher != nil {
-		if ti.pub, ti.replay, err = in.Publisher.Ready(ctx); err != nil {
+		if ti.pub, ti.replay, err = in.Publisher.Ready(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}

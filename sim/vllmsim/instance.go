@@ -76,6 +76,19 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	return in, nil
 }
 
+// Start runs Run on ln in the background, for tests and embedders that own no context of their
+// own, and returns the function that stops it: it ends the run and returns Run's error; later
+// calls return the same error at once.
+func (in *Instance) Start(ln net.Listener) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, ln) }()
+	return sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+}
+
 // Run serves HTTP on ln and runs the worker and publisher until ctx ends, then shuts the HTTP
 // server down (bounded by 5 s) and waits for every goroutine. It returns the first failure.
 func (in *Instance) Run(ctx context.Context, ln net.Listener) error {
