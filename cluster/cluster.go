@@ -263,7 +263,7 @@ func (c *Cluster) loop(ctx context.Context) error {
 		case t == tD:
 			c.now = t
 			d := c.dq.pop()
-			c.apply(c.engines[d.eng].id, &d.ev)
+			c.apply(c.engines[d.eng], &d.ev)
 		case t == tE:
 			c.now = t
 			ev := c.eq.pop()

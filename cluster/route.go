@@ -195,11 +195,11 @@ func (c *Cluster) token(idx int32, k int) {
 
 // publish hands an engine's KV events to the index, now or after the event delay.
 func (c *Cluster) publish(i int32, evs []sim.Event) {
-	id := c.engines[i].id
+	en := c.engines[i]
 	for k := range evs {
 		ev := &evs[k]
 		if c.cfg.EventDelay == 0 {
-			c.apply(id, ev)
+			c.apply(en, ev)
 			continue
 		}
 		d := delivery{at: c.now + c.cfg.EventDelay, eng: i, ev: *ev}
@@ -210,8 +210,8 @@ func (c *Cluster) publish(i int32, evs []sim.Event) {
 
 // apply feeds one KV event to the index as kvevents would (an adapter's blocks keyed with its
 // name, as vLLM's lora_name).
-func (c *Cluster) apply(id string, ev *sim.Event) {
-	w, ix := kvindex.WorkerID(id), c.engines[c.byID[id]].index
+func (c *Cluster) apply(en *engine, ev *sim.Event) {
+	id, w, ix := en.id, kvindex.WorkerID(en.id), en.index
 	if c.opts.Trace != nil {
 		c.opts.Trace(Op{Kind: OpEvent, At: c.now, Worker: id, Event: *ev})
 	}
