@@ -148,7 +148,13 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	var r Route
 	var i int
 	var est Estimate
+	x.AffinityWorker = in.Affinity
+	x.Affinity, r, i, est = e.bound(cfg, in, snap, only)
 	switch {
+	case x.Affinity == AffinityHit:
+		// The session's last worker meets the objective: its turn stays where its KV is
+		// (or is about to be, while the previous turn still decodes).
+		best = max(best, est.Headroom)
 	case best >= cfg.Disagg.SLOMargin:
 		// The objective has room: latency below it buys no goodput, so run the request whole
 		// where the aggregated selection would, among the workers that keep the margin.
@@ -394,4 +400,45 @@ func (e *estimator) aggregatedPlacement(cfg *Config, in *Input, snap *Snapshot, 
 		}
 	}
 	return route, best, chosen
+}
+
+// bound is soft session affinity under the slo policy: the session's bound worker (a decode
+// worker for a local prefill, a prefill worker for the whole request) keeps the request while
+// it has KV room under the guard (else AffinityGuard) and its corrected forecast meets the
+// objective (headroom >= 0, else AffinityForecast). It returns the outcome and, on a hit, the
+// placement, the worker index and its forecast (index -1 otherwise).
+func (e *estimator) bound(cfg *Config, in *Input, snap *Snapshot, only int) (Affinity, Route, int, Estimate) {
+	if in.Affinity == "" {
+		return AffinityNone, RouteDecode, -1, Estimate{}
+	}
+	r, i := RouteDecode, find(snap.Decode, in.Affinity)
+	var w sloWorker
+	switch {
+	case i >= 0 && (only < 0 || i == only):
+		w = sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)}
+	case i < 0 && only < 0:
+		if r, i = RoutePrefillLocal, find(snap.Prefill, in.Affinity); i < 0 {
+			return AffinityGone, RouteDecode, -1, Estimate{}
+		}
+		w = sloWorker{l: &snap.Prefill[i]}
+		if in.Prefill != nil {
+			w.cached = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
+		}
+	default:
+		return AffinityGone, RouteDecode, -1, Estimate{}
+	}
+	est := e.local(w, r == RouteDecode)
+	if !est.Valid {
+		return AffinityGuard, r, -1, Estimate{}
+	}
+	e.correct(cfg, in, r, &est)
+	if est.Headroom < 0 {
+		return AffinityForecast, r, -1, Estimate{}
+	}
+	if r == RouteDecode {
+		est.Decode = w.l.ID
+	} else {
+		est.Prefill = w.l.ID
+	}
+	return AffinityHit, r, i, est
 }
