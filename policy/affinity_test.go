@@ -95,7 +95,7 @@ func TestAffinityAggregated(t *testing.T) {
 }
 
 // TestAffinitySLO: under the slo policy the bound worker keeps the turn while its forecast meets
-// the objective; a forecast past it (overridden_forecast) or no KV room under the guard
+// the objective (a local prefill, else as the decode leg of a remote prefill); a forecast past it (overridden_forecast) or no KV room under the guard
 // (overridden_guard) returns the decision to the forecast's own choice. A binding to a prefill
 // worker keeps the whole request there.
 func TestAffinitySLO(t *testing.T) {
@@ -111,9 +111,14 @@ func TestAffinitySLO(t *testing.T) {
 		{"no_binding_follows_forecast", ``, nil, "", RouteDecode, "d1", AffinityNone},
 		{"binding_honoured", ``, nil, "d0", RouteDecode, "d0", AffinityHit},
 		{"binding_to_prefill_worker", ``, nil, "p1", RoutePrefillLocal, "p1", AffinityHit},
-		// 300 decodes of 4k context on d0: a local 4k prefill there breaks the 100 ms TPOT.
-		{"forecast_overrides_binding", ``, func(d, p []WorkerLoad) {
+		// 300 decodes of 4k context on d0: a local 4k prefill there breaks the 100 ms TPOT,
+		// a remote prefill with d0 decoding meets it, so the session's KV stays on d0.
+		{"local_breaks_objective_remote_keeps_session", ``, func(d, p []WorkerLoad) {
 			d[0].DecodeRequests, d[0].ActiveDecodeBlocks, d[0].KVCapacityBlocks = 300, 300*256, 100000
+		}, "d0", RoutePrefill, "d0", AffinityHit},
+		// 700 decodes on d0: one more sequence there breaks the TPOT objective on any placement.
+		{"forecast_overrides_binding", ``, func(d, p []WorkerLoad) {
+			d[0].DecodeRequests, d[0].ActiveDecodeBlocks, d[0].KVCapacityBlocks = 700, 700*256, 400000
 		}, "d0", RouteDecode, "d1", AffinityForecast},
 		{"guard_overrides_binding", `,"decode_busy_threshold":0.5`, func(d, p []WorkerLoad) {
 			d[0].ActiveDecodeBlocks = 15000
