@@ -189,7 +189,8 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	learner := feedback.New()
-	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner}
+	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner,
+		Sessions: cfg.Sessions()}
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}
@@ -230,6 +231,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	// The role advice is for the first model's fleet (both roles).
 	workers := func() int { return len(s.router.Pool().Workers()) }
 	return errors.Join(s.reg.Register(indexCollector{s.router.Models}),
+		s.reg.Register(sessionCollector{s.router.SessionStats}),
 		s.reg.Register(feedback.NewCollector(learner, s.router.Policy, workers)))
 }
 

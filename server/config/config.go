@@ -20,6 +20,7 @@ import (
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
+	"github.com/condisagg/condisagg/route"
 )
 
 // File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4), merged with the
@@ -100,6 +101,14 @@ type File struct {
 		HealthBackoffMax time.Duration `yaml:"health_backoff_max"`
 		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
+	// Session is soft session affinity (route.SessionConfig) and the headers that name a
+	// session (extproc.Settings.SessionHeaders).
+	Session struct {
+		Affinity    bool          `yaml:"affinity"`
+		Headers     string        `yaml:"headers"` // comma-separated, in order of precedence
+		TTL         time.Duration `yaml:"ttl"`
+		MaxSessions int           `yaml:"max_sessions"`
+	} `yaml:"session"`
 	Workers []pool.WorkerConfig `yaml:"workers,omitempty"`
 	// Discovery finds workers at run time, beside (or instead of) the static workers.
 	Discovery struct {
@@ -273,7 +282,8 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	c.Settings = &extproc.Settings{Policy: &pc, Shadow: shadow, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
 		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout,
-		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes}
+		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes,
+		SessionHeaders: SessionHeaders(fc.Session.Headers)}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
 	c.BoundEvents = boundEvents(&fc, mfs, bad)
@@ -281,6 +291,22 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// SessionHeaders splits session.headers ("a, b,c") into lower-case names ("" : none).
+func SessionHeaders(list string) []string {
+	var out []string
+	for h := range strings.SplitSeq(list, ",") {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Sessions is the router's session affinity configuration.
+func (c *Config) Sessions() route.SessionConfig {
+	return route.SessionConfig{Enabled: c.Session.Affinity, TTL: c.Session.TTL, Max: c.Session.MaxSessions}
 }
 
 // poolConfig is the pool section with one model's workers and block size.

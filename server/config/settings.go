@@ -16,7 +16,11 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
+	"github.com/condisagg/condisagg/route"
 )
+
+// MaxSessions bounds session.max_sessions (a binding is about 200 bytes with its id).
+const MaxSessions = 1 << 24
 
 // A setting is one scalar setting of serve. Its entry in settings is the one statement of
 // its YAML key, its flag, its default, its help text, its rule and where it lands (a field of
@@ -165,6 +169,18 @@ var settings = []setting{
 	{key: "router.kv_events_bind", flag: "router-kv-events-bind", restart: "router.kv_events", check: checkBindEndpoint,
 		help: "bind one SUB socket here for publishers that dial out (topics mapped by router.kv_events_topics); no authentication: whoever reaches it can feed the index",
 		at:   func(f *File) any { return &f.Router.KVEventsBind }},
+	{key: "session.affinity", flag: "session-affinity", restart: "session",
+		help: "soft session affinity: a request naming a session prefers the worker of the session's last turn while the decode-busy guard admits it and (slo) its forecast meets the objective",
+		at:   func(f *File) any { return &f.Session.Affinity }},
+	{key: "session.headers", flag: "session-headers", def: strings.Join(extproc.DefaultSessionHeaders, ","),
+		help: "request headers that name a session, comma-separated, first present wins; a value over 256 bytes or not visible ASCII is ignored and counted",
+		at:   func(f *File) any { return &f.Session.Headers }},
+	{key: "session.ttl", def: route.DefaultSessionTTL, restart: "session", check: positive,
+		help: "a session binding unused this long expires",
+		at:   func(f *File) any { return &f.Session.TTL }},
+	{key: "session.max_sessions", def: route.DefaultMaxSessions, restart: "session", check: within(1, MaxSessions, ""),
+		help: "[1, 16777216]: session bindings kept (least recently used out first)",
+		at:   func(f *File) any { return &f.Session.MaxSessions }},
 	{key: "pool.booking_ttl", def: pool.DefaultBookingTTL, restart: restartPool, help: "a booking no response released expires after this long",
 		at: func(f *File) any { return &f.Pool.BookingTTL }},
 	{key: "pool.sweep_interval", def: pool.DefaultSweepInterval, restart: restartPool, help: "how often expired bookings are swept",
