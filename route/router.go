@@ -382,6 +382,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	}
 	if r.sessions != nil && req.Session != "" {
 		out.Session = Session{ID: req.Session, Bound: bound, Outcome: settle(bound, &dec)}
+		dec.Inputs.AffinityWorker = bound
 		if booked != "" {
 			// Bound at booking, not at the answer: a follow-up sent while this turn still
 			// decodes has no KV in the index yet, and must find its worker all the same.
