@@ -77,6 +77,7 @@ type router interface {
 	Decide(ctx context.Context, req *route.Request) (route.Outcome, error)
 	SetShadow(c *policy.Config) error
 	ShadowStats() route.ShadowStats
+	SessionStats() route.SessionStats
 }
 
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
@@ -146,7 +147,7 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 		c.adapters[name] = sim.Adapter{ID: int64(k + 1), Name: name, Path: "/adapters/" + name}
 		c.loraNames[name] = []byte(name)
 	}
-	ropts := route.Options{Policy: &pc, Seed: c.rep.RouterSeed, Now: c.clock, Learner: c.learner}
+	ropts := route.Options{Policy: &pc, Seed: c.rep.RouterSeed, Now: c.clock, Learner: c.learner, Sessions: cfg.Sessions}
 	models := cfg.Models
 	if len(models) == 0 {
 		models = []string{""}

@@ -50,9 +50,13 @@ type Row struct {
 	DecodeUtil    float64          `json:"decode_util"`
 	Preemptions   uint64           `json:"preemptions"`
 	// Shadow is the --shadow candidate's agreement with this mode's router (conditional modes).
-	Shadow     *route.ShadowStats `json:"shadow,omitempty"`
-	disagg     *policy.Disagg     // the conditional policy, for the sweep plot
-	ttft, tpot []float64          // ms, sorted, for the CDF plots
+	Shadow *route.ShadowStats `json:"shadow,omitempty"`
+	// FollowUps are the session follow-up turns and OnPrevious those placed on the worker
+	// that served their previous turn (cluster.SessionReport).
+	FollowUps  int            `json:"follow_ups,omitempty"`
+	OnPrevious int            `json:"on_previous,omitempty"`
+	disagg     *policy.Disagg // the conditional policy, for the sweep plot
+	ttft, tpot []float64      // ms, sorted, for the CDF plots
 }
 
 // Report is the outcome of a run: what `condisagg tune` prints and writes. Seed, Commit and
@@ -144,7 +148,8 @@ func newRow(j *job) Row {
 	gpus := j.cfg.Prefill + j.cfg.Decode
 	m := Row{Name: j.name, Mode: string(j.cfg.Mode), GPUs: gpus, Summary: j.sum,
 		GoodputPerGPU: j.sum.Goodput / float64(gpus), PrefillUtil: j.rep.PrefillUtil, DecodeUtil: j.rep.DecodeUtil,
-		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow}
+		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow,
+		FollowUps: j.rep.Sessions.FollowUps, OnPrevious: j.rep.Sessions.OnPrevious}
 	if j.cfg.Mode == cluster.Conditional {
 		d := j.cfg.Disagg
 		m.Config, m.disagg = d.String(), &d
@@ -219,6 +224,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	writeShadow(&b, rep.Modes)
+	writeSessions(&b, rep.Modes)
 	if len(rep.Splits) > 0 {
 		fmt.Fprintf(&b, "\nrole balance (slo policy on every split of the same GPUs; recommended %s):\n", rep.Recommend.Split)
 		if err := rowsTable(rep.Splits).Write(&b); err != nil {
@@ -291,3 +297,17 @@ func fmtF0(v float64) string  { return strconv.FormatFloat(v, 'f', 0, 64) }
 func fmtF2(v float64) string  { return strconv.FormatFloat(v, 'f', 2, 64) }
 func fmtPct(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) + "%" }
 func fmtMS(v float64) string  { return strconv.FormatFloat(v, 'f', -1, 64) + "ms" }
+
+// writeSessions prints, per mode, the share of session follow-ups placed on the worker that
+// served their previous turn (only for workloads with follow-ups).
+func writeSessions(b *strings.Builder, rows []Row) {
+	if len(rows) == 0 || rows[0].FollowUps == 0 {
+		return
+	}
+	b.WriteString("\nsession follow-ups on the previous turn's worker:\n")
+	for _, r := range rows {
+		if r.FollowUps > 0 {
+			fmt.Fprintf(b, "  %-28s %d of %d (%.1f%%)\n", r.Name, r.OnPrevious, r.FollowUps, 100*float64(r.OnPrevious)/float64(r.FollowUps))
+		}
+	}
+}
