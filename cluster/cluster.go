@@ -140,7 +140,7 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	c.bs = c.pcfg.BlockSize
 	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]route.Record, len(reqs))}
 	pc := c.pcfg
-	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
+	c.rep.Policy, c.rep.RouterSeed, c.rep.SessionConfig = c.pcfg, RouterSeed(cfg.Seed), cfg.Sessions
 	c.learner = feedback.New()
 	c.adapters, c.loraNames = map[string]sim.Adapter{}, map[string][]byte{}
 	for k, name := range cfg.LoRAAdapters {

@@ -30,6 +30,8 @@ type Report struct {
 	Models     []ModelFleet  `json:"-"`
 	Policy     policy.Config `json:"-"`
 	RouterSeed uint64        `json:"-"`
+	// SessionConfig is the router's session affinity (Config.Sessions), for a replay.
+	SessionConfig route.SessionConfig `json:"-"`
 	// ResidualLoad sums every worker's booked prefill tokens, decode blocks and requests after
 	// the run; it is 0 when every booking was released.
 	ResidualLoad int64
