@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -53,10 +54,13 @@ type Row struct {
 	Shadow *route.ShadowStats `json:"shadow,omitempty"`
 	// FollowUps are the session follow-up turns and OnPrevious those placed on the worker
 	// that served their previous turn (cluster.SessionReport).
-	FollowUps  int            `json:"follow_ups,omitempty"`
-	OnPrevious int            `json:"on_previous,omitempty"`
-	disagg     *policy.Disagg // the conditional policy, for the sweep plot
-	ttft, tpot []float64      // ms, sorted, for the CDF plots
+	FollowUps  int `json:"follow_ups,omitempty"`
+	OnPrevious int `json:"on_previous,omitempty"`
+	// Sessions counts the router's session outcomes (miss, hit, overridden_guard, ...) and
+	// dropped bindings (expired, evicted) with --session-affinity.
+	Sessions   map[string]uint64 `json:"sessions,omitempty"`
+	disagg     *policy.Disagg    // the conditional policy, for the sweep plot
+	ttft, tpot []float64         // ms, sorted, for the CDF plots
 }
 
 // Report is the outcome of a run: what `condisagg tune` prints and writes. Seed, Commit and
@@ -149,7 +153,7 @@ func newRow(j *job) Row {
 	m := Row{Name: j.name, Mode: string(j.cfg.Mode), GPUs: gpus, Summary: j.sum,
 		GoodputPerGPU: j.sum.Goodput / float64(gpus), PrefillUtil: j.rep.PrefillUtil, DecodeUtil: j.rep.DecodeUtil,
 		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow,
-		FollowUps: j.rep.Sessions.FollowUps, OnPrevious: j.rep.Sessions.OnPrevious}
+		FollowUps: j.rep.Sessions.FollowUps, OnPrevious: j.rep.Sessions.OnPrevious, Sessions: sessionCounts(j.rep.Sessions.Stats)}
 	if j.cfg.Mode == cluster.Conditional {
 		d := j.cfg.Disagg
 		m.Config, m.disagg = d.String(), &d
@@ -307,7 +311,31 @@ func writeSessions(b *strings.Builder, rows []Row) {
 	b.WriteString("\nsession follow-ups on the previous turn's worker:\n")
 	for _, r := range rows {
 		if r.FollowUps > 0 {
-			fmt.Fprintf(b, "  %-28s %d of %d (%.1f%%)\n", r.Name, r.OnPrevious, r.FollowUps, 100*float64(r.OnPrevious)/float64(r.FollowUps))
+			fmt.Fprintf(b, "  %-28s %d of %d (%.1f%%)", r.Name, r.OnPrevious, r.FollowUps, 100*float64(r.OnPrevious)/float64(r.FollowUps))
+			for _, k := range slices.Sorted(maps.Keys(r.Sessions)) {
+				fmt.Fprintf(b, " %s=%d", k, r.Sessions[k])
+			}
+			b.WriteString("\n")
 		}
 	}
+}
+
+// sessionCounts are the session table's non-zero counters by name (nil with affinity off).
+func sessionCounts(st route.SessionStats) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, a := range policy.Affinities() {
+		if n := st.Outcomes[a]; n > 0 {
+			m[a.String()] = n
+		}
+	}
+	if st.Expired > 0 {
+		m["expired"] = st.Expired
+	}
+	if st.Evicted > 0 {
+		m["evicted"] = st.Evicted
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
