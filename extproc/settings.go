@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // FailureMode says what an internal routing failure does (ARCHITECTURE §2).
@@ -100,6 +101,13 @@ type Settings struct {
 // DefaultSessionHeaders are the session headers of Dynamo's router and of the Claude Code and
 // Codex clients (server setting session.headers).
 var DefaultSessionHeaders = []string{"x-dynamo-session-id", "x-claude-code-session-id", "session_id"}
+
+// The router's session affinity defaults, for serve's session.ttl and session.max_sessions
+// (its config package may not import route).
+const (
+	DefaultSessionTTL  = route.DefaultSessionTTL
+	DefaultMaxSessions = route.DefaultMaxSessions
+)
 
 // MaxSessionHeaders bounds SessionHeaders: every request header is compared with each.
 const MaxSessionHeaders = 8

@@ -190,7 +190,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	learner := feedback.New()
 	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner,
-		Sessions: cfg.Sessions()}
+		Sessions: route.SessionConfig{Enabled: cfg.Session.Affinity, TTL: cfg.Session.TTL, Max: cfg.Session.MaxSessions}}
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
-	"github.com/condisagg/condisagg/route"
 )
 
 // File is the YAML file of `condisagg serve --config` (ARCHITECTURE §4), merged with the
@@ -302,11 +301,6 @@ func SessionHeaders(list string) []string {
 		}
 	}
 	return out
-}
-
-// Sessions is the router's session affinity configuration.
-func (c *Config) Sessions() route.SessionConfig {
-	return route.SessionConfig{Enabled: c.Session.Affinity, TTL: c.Session.TTL, Max: c.Session.MaxSessions}
 }
 
 // poolConfig is the pool section with one model's workers and block size.

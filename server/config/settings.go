@@ -16,7 +16,6 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
-	"github.com/condisagg/condisagg/route"
 )
 
 // MaxSessions bounds session.max_sessions (a binding is about 200 bytes with its id).
@@ -175,10 +174,10 @@ var settings = []setting{
 	{key: "session.headers", flag: "session-headers", def: strings.Join(extproc.DefaultSessionHeaders, ","),
 		help: "request headers that name a session, comma-separated, first present wins; a value over 256 bytes or not visible ASCII is ignored and counted",
 		at:   func(f *File) any { return &f.Session.Headers }},
-	{key: "session.ttl", def: route.DefaultSessionTTL, restart: "session", check: positive,
+	{key: "session.ttl", def: extproc.DefaultSessionTTL, restart: "session", check: positive,
 		help: "a session binding unused this long expires",
 		at:   func(f *File) any { return &f.Session.TTL }},
-	{key: "session.max_sessions", def: route.DefaultMaxSessions, restart: "session", check: within(1, MaxSessions, ""),
+	{key: "session.max_sessions", def: extproc.DefaultMaxSessions, restart: "session", check: within(1, MaxSessions, ""),
 		help: "[1, 16777216]: session bindings kept (least recently used out first)",
 		at:   func(f *File) any { return &f.Session.MaxSessions }},
 	{key: "pool.booking_ttl", def: pool.DefaultBookingTTL, restart: restartPool, help: "a booking no response released expires after this long",
