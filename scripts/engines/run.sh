@@ -9,11 +9,11 @@
 #      the EAGLE run is reported apart (a known difference, see the doc);
 #   3. Dynamo's TRT-LLM publisher (block sizes 16/32/1) against the engine's block tree;
 #   4. llm-d's inference simulator (scripts/llmdsim/run.sh) against its cached_tokens.
-# ENGINES_STEPS (default 120) sets the corpus length of 2 and 3; ENGINES_SKIP_LLMD=1 leaves 4 out.
+# ENGINES_STEPS (default 100) sets the corpus length of 2 and 3; ENGINES_SKIP_LLMD=1 leaves 4 out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
-steps="${ENGINES_STEPS:-120}"
+steps="${ENGINES_STEPS:-100}"
 out="$root/.cache/engines/results"
 mkdir -p "$out"
 start=$(date +%s)

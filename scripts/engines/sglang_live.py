@@ -157,7 +157,8 @@ workers:
             toks = fresh(blocks * page + tail)
         return toks, salt, lora, r
 
-    stats = {"probes": 0, "agree": 0, "inserts": 0, "evictions": 0, "resets": 0, "batches": 0, "nonzero_truth": 0}
+    stats = {"probes": 0, "agree": 0, "inserts": 0, "evictions": 0, "resets": 0, "batches": 0, "nonzero_truth": 0,
+             "differences": {}}  # condisagg minus SGLang, in blocks -> probes
     fails = []
 
     def probe(label):
@@ -175,7 +176,10 @@ workers:
                     stats["nonzero_truth"] += want > 0
                     if have == want:
                         stats["agree"] += 1
-                    elif len(fails) < 20:
+                    else:
+                        d = str(have - want)
+                        stats["differences"][d] = stats["differences"].get(d, 0) + 1
+                    if have != want and len(fails) < 20:
                         fails.append({"step": label, "rank": rr, "tokens": len(vt), "salt": vs, "lora": vl,
                                       "sglang_blocks": want, "sglang_tokens": n, "condisagg_blocks": have})
                 for rr in range(args.dp):
@@ -214,6 +218,8 @@ workers:
         probe(step)
         if len(seqs) > 60:
             seqs[:] = seqs[-60:]
+    # The restarted router's replays: > 0 shows it took the batches it missed from the ROUTER.
+    stats["replays"] = {w["id"]: int((w.get("events") or {}).get("replays", 0)) for w in router.workers()}
     for r in ranks:
         r["pub"].shutdown()
     router.stop()
