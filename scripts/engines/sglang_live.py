@@ -135,11 +135,9 @@ workers:
 
     # Sequences: (tokens, salt, lora, rank). New ones are fresh, continue an old one or branch off it.
     seqs = []
+
     def fresh(n):
-        out = []
-        for _ in range(n):
-            out.append(1000 + rnd.randrange(32000))
-        return out
+        return [1000 + rnd.randrange(32000) for _ in range(n)]
 
     def new_seq():
         blocks = rnd.randint(1, 10)
