@@ -70,7 +70,18 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MaxDuration = time.Duration(minutes * float64(time.Minute))
-	if err := validateFlags(cfg, fs.Args(), out, minutes, xfer); err != nil {
+	var measured []error
+	if cfg.PrefillEndpoint != "" {
+		// The transfer terms are measured over the P/D pair: a value given as well would be
+		// silently replaced.
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "bytes-per-token", "xfer-alpha-ms", "xfer-gbps":
+				measured = append(measured, fmt.Errorf("calibrate: --%s %s: measured with --prefill-endpoint; drop the flag", f.Name, f.Value))
+			}
+		})
+	}
+	if err := errors.Join(append(measured, validateFlags(cfg, fs.Args(), out, minutes, xfer))...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}

@@ -145,6 +145,7 @@ func TestCalibrateAgainstSim(t *testing.T) {
 	t.Run("recovers_the_model", func(t *testing.T) { testRecoversSimModel(t, url, pd, prefill) })
 	t.Run("max_minutes_cuts", func(t *testing.T) { testMaxMinutesCuts(t, url) })
 	t.Run("refuses_a_busy_engine", func(t *testing.T) { testRefusesBusyEngine(t, url) })
+	t.Run("transfer_sweep_limits", func(t *testing.T) { testTransferSweepLimits(t, url, pd, prefill) })
 	t.Run("transfer_needs_nixl_metrics", func(t *testing.T) { testTransferNeedsNIXL(t, tok, vocab) })
 }
 
@@ -262,6 +263,66 @@ func TestCalibrateFlagErrors(t *testing.T) {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr %q lacks %q", stderr.String(), w)
 		}
+	}
+}
+
+// TestCalibrateTransferFlagErrors: the P/D flags are checked with the others, and a transfer
+// term given beside --prefill-endpoint (which measures it) is refused.
+func TestCalibrateTransferFlagErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := Command(context.Background(), []string{"--endpoint", "http://127.0.0.1:8000", "--model", "m", "-o", "m.yaml",
+		"--prefill-endpoint", "127.0.0.1:8100", "--prefill-host", "p", "--xfer-gbps", "25"}, &stdout, &stderr)
+	if code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{`--prefill-endpoint "127.0.0.1:8100": want the pd-sidecar's http://host:port`, `--prefill-host "p": want host:port`,
+		"--xfer-gbps 25: measured with --prefill-endpoint; drop the flag"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr %q lacks %q", stderr.String(), w)
+		}
+	}
+	stderr.Reset()
+	if code := Command(context.Background(), []string{"--endpoint", "http://127.0.0.1:8000", "--model", "m", "-o", "m.yaml",
+		"--prefill-host", "127.0.0.1:8100"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--prefill-host \"127.0.0.1:8100\": needs --prefill-endpoint") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// recorder is a Progress that keeps what it heard.
+type recorder struct {
+	total int
+	done  []string
+}
+
+func (r *recorder) Plan(total int)    { r.total = total }
+func (r *recorder) Done(label string) { r.done = append(r.done, label) }
+
+// testTransferSweepLimits: the transfer probes report progress per probe, wait for the request
+// rate cap (two requests each: P and D), and stop at the sweep's time limit like the others.
+func testTransferSweepLimits(t *testing.T, url, pd, prefill string) {
+	c := &client{base: url, model: "qwen3", http: &http.Client{}}
+	cfg := Config{Endpoint: url, PrefillEndpoint: pd, PrefillHost: strings.TrimPrefix(prefill, "http://"), Model: "qwen3"}
+	// 10 requests/s with a burst of 2: three probes (six requests) take at least 400 ms.
+	r := &runner{c: c, pd: sidecarClient(cfg, c), rng: rand.New(rand.NewPCG(4, 5)), lim: rate.NewLimiter(10, 2)}
+	probes := []calibrate.Probe{{Kind: calibrate.Transfer, ISL: 64}, {Kind: calibrate.Transfer, ISL: 512}, {Kind: calibrate.Transfer, ISL: 2048}}
+	out := &Outcome{TransferProbes: probes}
+	var rec recorder
+	start := time.Now()
+	if err := r.transfers(context.Background(), context.Background(), out, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 350*time.Millisecond {
+		t.Errorf("three transfer probes under a 10 requests/s cap took %v, want >= 400 ms", took)
+	}
+	if want := []string{"transfer ISL 64", "transfer ISL 512", "transfer ISL 2048"}; strings.Join(rec.done, ",") != strings.Join(want, ",") ||
+		len(out.Transfers) != 3 || out.ProbesDone != 3 || out.Transfers[2].Bytes != 2048*65536 {
+		t.Fatalf("progress %q, samples %+v", rec.done, out.Transfers)
+	}
+	expired, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	cut := &Outcome{TransferProbes: probes}
+	if err := r.transfers(context.Background(), expired, cut, &rec); err != nil || !cut.Cut || len(cut.Transfers) != 0 {
+		t.Fatalf("past the time limit: err %v, cut %v, %d samples", err, cut.Cut, len(cut.Transfers))
 	}
 }
 
