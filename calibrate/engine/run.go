@@ -142,8 +142,9 @@ type Outcome struct {
 	Elapsed        time.Duration
 }
 
-// Run reads the engine's bounds, refuses a busy engine, runs the planned probes under the rate
-// cap and the time limit, and fits the samples.
+// Run reads the engine's bounds, refuses a busy engine, runs the planned probes (then, with
+// PrefillEndpoint, the transfer probes) under the rate cap and the time limit, and fits the
+// samples.
 func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	start := time.Now()
 	cfg = cfg.withDefaults()
