@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -118,8 +119,6 @@ func TestTuneFlagErrors(t *testing.T) {
 	}
 }
 
-// TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
-// flag with its effective value beside the cells, so a reader can run the same matrix again.
 // TestMatrixSLOFlags: --slo-margin outside [0, 1] is refused before any run; both slo flags are
 // recorded with the run.
 func TestMatrixSLOFlags(t *testing.T) {
@@ -130,6 +129,8 @@ func TestMatrixSLOFlags(t *testing.T) {
 	}
 }
 
+// TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
+// flag with its effective value beside the cells, so a reader can run the same matrix again.
 func TestMatrixCommandRecordsRun(t *testing.T) {
 	jsonOut := filepath.Join(t.TempDir(), "cells.json")
 	var out, errb bytes.Buffer
@@ -160,5 +161,56 @@ func TestMatrixCommandRecordsRun(t *testing.T) {
 		if got, ok := doc.Flags[k]; !ok || got != v {
 			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}
+	}
+}
+
+// TestMatrixBaselines: --baselines reuses the baseline columns of an earlier --json-out. Only
+// the slo policy's runs are simulated (two here, against twelve), the cells equal those of the
+// run that simulated everything, and a stored run of another matrix is refused naming the flag
+// that differs.
+func TestMatrixBaselines(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.json"), filepath.Join(dir, "second.json")
+	args := []string{"--workloads", "b2b", "--fleets", "1P2D", "--slos", "2s/100ms,1s/50ms", "--duration", "5s"}
+	run := func(extra ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := MatrixCommand(context.Background(), append(append([]string{}, args...), extra...), &out, &errb)
+		return code, errb.String()
+	}
+	if code, errs := run("--json-out", first); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	code, progress := run("--json-out", second, "--baselines", first)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, progress)
+	}
+	if !strings.Contains(progress, "matrix: 2/2 ") || strings.Contains(progress, "aggregated") {
+		t.Fatalf("want only the two slo runs simulated:\n%s", progress)
+	}
+	read := func(path string) (doc struct {
+		BaselinesCommit string `json:"baselines_commit"`
+		Cells           []Cell `json:"cells"`
+	}) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	a, b := read(first), read(second)
+	if len(a.Cells) != 2 || !reflect.DeepEqual(a.Cells, b.Cells) || a.BaselinesCommit != "" || b.BaselinesCommit == "" {
+		t.Fatalf("cells differ or commits wrong (%q, %q):\n%+v\n%+v", a.BaselinesCommit, b.BaselinesCommit, a.Cells, b.Cells)
+	}
+	if a.Cells[0].Best <= 0 {
+		t.Fatalf("no baseline goodput in %+v", a.Cells[0])
+	}
+	if code, errs := run("--baselines", first, "--seed", "2"); code != 2 || !strings.Contains(errs, `--seed="1", this run "2"`) {
+		t.Fatalf("another seed's baselines: exit %d: %s", code, errs)
+	}
+	if code, errs := run("--baselines", filepath.Join(dir, "missing.json")); code != 2 || !strings.Contains(errs, "--baselines") {
+		t.Fatalf("a missing file: exit %d: %s", code, errs)
 	}
 }
