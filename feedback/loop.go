@@ -103,7 +103,11 @@ func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound 
 	// Hysteresis in log space, twice as wide against the direction of the last change and
 	// twice again per reversal so far: a loop that follows a trend moves freely, one that would
 	// turn back needs a clear reason, and one that has turned back before a clearer one.
-	dev := math.Log(c.ewma / cur)
+	// The deviation is measured to the ratio clamped to the bound, where the correction would
+	// go: so it never exceeds the width of the range, which bounds the reversals.
+	bound = max(bound, 1)
+	next := min(max(c.ewma, 1/bound), bound)
+	dev := math.Log(next / cur)
 	band := math.Log1p(feedbackDeadband)
 	if (dev > 0 && c.lastUp < 0) || (dev < 0 && c.lastUp > 0) {
 		band *= 2 * math.Exp2(float64(min(c.reversals, 16)))
@@ -111,8 +115,6 @@ func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound 
 	if c.n < feedbackMinCount || (c.updates > 0 && c.since < feedbackDwell) || math.Abs(dev) <= band {
 		return
 	}
-	bound = max(bound, 1)
-	next := min(max(c.ewma, 1/bound), bound)
 	if next != cur {
 		c.since = 0
 		c.factor.Store(math.Float64bits(next))

@@ -87,17 +87,17 @@ func TestFeedbackBoundsAndJunk(t *testing.T) {
 	}
 }
 
-// TestFeedbackCannotOscillate: a latency ratio that swings between 1/8 and 8 of the forecast
-// every 200 samples, the worst a loop can be fed within its bound. Each turn back needs a band
-// twice as wide as the one before, so the loop turns back at most three times (the fourth would
-// need a deviation wider than the whole range [1/8, 8]) and then holds, where a loop with a
-// fixed band turns back on every swing.
+// TestFeedbackCannotOscillate: a latency ratio that swings between 1/100 and 100 of the forecast
+// every 200 samples, far past the bound 8. Each turn back needs a band twice as wide as the one
+// before, and deviations are measured within the bound, so the loop turns back at most three
+// times (the fourth would need a deviation wider than the whole range [1/8, 8]) and then holds,
+// where a loop with a fixed band turns back on every swing.
 func TestFeedbackCannotOscillate(t *testing.T) {
 	var f loop
 	for i := range 20000 {
-		ratio := 8.0
+		ratio := 100.0
 		if i/200%2 == 1 {
-			ratio = 1.0 / 8
+			ratio = 1.0 / 100
 		}
 		f.observe(policy.RouteDecode, MetricTPOT, 10, 10*ratio, 8)
 	}
