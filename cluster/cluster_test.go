@@ -344,6 +344,7 @@ func testSLOControllerUnderLoadStep(t *testing.T, step float64, slo policy.SLO) 
 	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 3, Disagg: policy.DefaultDisagg()}
 	cfg.Disagg.Policy = policy.SLOKind
 	cfg.Disagg.SLO = slo
+	cfg.Disagg.SLOFeedback = true // the closed loop: corrections steer the placements they learn from
 	cfg.Disagg.Cost = model(t)
 	cfg.Disagg.CostModel = cfg.Disagg.Cost.Name
 	rep, err := Run(context.Background(), cfg, reqs, Options{})

@@ -31,9 +31,9 @@ type MatrixConfig struct {
 	Seed      uint64
 	Parallel  int
 	// SLOMargin is the slo policy's slo_margin in its runs (nil: policy.DefaultSLOMargin);
-	// NoSLOFeedback runs it with slo_feedback false.
-	SLOMargin     *float64
-	NoSLOFeedback bool
+	// SLOFeedback runs it with slo_feedback true (the default is false, as the policy's).
+	SLOMargin   *float64
+	SLOFeedback bool
 	// Baselines are the cells of an earlier run of the same matrix (ReadMatrixBaselines): only
 	// the slo policy is simulated, and every baseline column is taken from them. nil: simulate
 	// every baseline.
@@ -157,7 +157,7 @@ func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 		if mc.SLOMargin != nil {
 			c.Disagg.SLOMargin = *mc.SLOMargin
 		}
-		c.Disagg.SLOFeedback = !mc.NoSLOFeedback
+		c.Disagg.SLOFeedback = mc.SLOFeedback
 		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
 		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
 		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
