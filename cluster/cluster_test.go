@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -320,17 +321,30 @@ func TestShadowReplay(t *testing.T) {
 }
 
 // TestSLOControllerUnderLoadStep: the slo policy's closed loop in the simulator, on a trace
-// whose second half arrives four times faster (a step change in load). Every request
-// completes, every booking is released, and no loop of the controller changes its correction
-// more than ten times or turns back more than twice (hysteresis: no oscillation).
+// whose second half arrives two or four times faster (a step change in load). Every request completes, every booking is released, and no loop of the
+// controller changes its correction more than ten times or turns back more than twice (no
+// oscillation).
 func TestSLOControllerUnderLoadStep(t *testing.T) {
+	for _, c := range []struct {
+		step       float64
+		ttft, tpot time.Duration
+	}{{2, 2 * time.Second, 100 * time.Millisecond}, {4, 2 * time.Second, 100 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("%gx_%v_%v", c.step, c.ttft, c.tpot), func(t *testing.T) {
+			testSLOControllerUnderLoadStep(t, c.step, policy.SLO{TTFT: c.ttft, TPOT: c.tpot})
+		})
+	}
+}
+
+func testSLOControllerUnderLoadStep(t *testing.T, step float64, slo policy.SLO) {
 	reqs := traceHead(t, 400)
 	half := reqs[200].Arrival
 	for i := 200; i < len(reqs); i++ {
-		reqs[i].Arrival = half + (reqs[i].Arrival-half)/4
+		reqs[i].Arrival = half + time.Duration(float64(reqs[i].Arrival-half)/step)
 	}
 	cfg := Config{Prefill: 1, Decode: 2, Mode: Conditional, Seed: 3, Disagg: policy.DefaultDisagg()}
 	cfg.Disagg.Policy = policy.SLOKind
+	cfg.Disagg.SLO = slo
+	cfg.Disagg.SLOFeedback = true // the closed loop: corrections steer the placements they learn from
 	cfg.Disagg.Cost = model(t)
 	cfg.Disagg.CostModel = cfg.Disagg.Cost.Name
 	rep, err := Run(context.Background(), cfg, reqs, Options{})

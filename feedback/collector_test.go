@@ -13,7 +13,8 @@ import (
 
 // TestFeedbackCollector: the slo controller's bound and its reversals, which the alert rules
 // read (CondisaggSLOFeedbackPinned, CondisaggSLOFeedbackOscillating), follow the controller:
-// a latency that steps up, down and up again turns the loop back twice.
+// a latency that steps up, down and up again turns the loop back twice (the second turn back
+// past a band four times as wide as the first: a larger step).
 func TestFeedbackCollector(t *testing.T) {
 	cfg := policy.DefaultConfig()
 	l, reg := New(), prometheus.NewRegistry()
@@ -54,7 +55,7 @@ condisagg_slo_feedback_bound %g
 	if got := reversals(); got != 0 {
 		t.Fatalf("reversals before any sample = %v", got)
 	}
-	for _, ratio := range []float64{3, 1, 3} {
+	for _, ratio := range []float64{3, 1, 8} {
 		for range 400 {
 			l.ObserveLatency(policy.RouteDecode, MetricTTFT, 100, 100*ratio, bound)
 		}

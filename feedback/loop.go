@@ -16,17 +16,21 @@ import (
 // and the correction policy.Decide multiplies its forecasts with.
 //
 // Stability: the correction in force moves only when the smoothed ratio leaves a deadband
-// around it (hysteresis, twice as wide for a change that would turn back), after a minimum of
-// samples, and stays within the configured bounds
-// [1/max, max] (Disagg.SLOFeedbackMax). Noise inside the deadband never moves it; a step change
-// in load moves it a few times and then holds (TestFeedbackStepChange).
+// around it, and never sooner than feedbackDwell samples after its last move (the smoothed
+// ratio must first show what the last correction did). The band is twice as wide for a move
+// that would turn back, and doubles again with every turn back already made, so a loop that
+// keeps reversing needs ever clearer evidence to do it again: reversals are bounded by the
+// configured bounds [1/max, max] (Disagg.SLOFeedbackMax) however the load moves. Noise inside the
+// deadband never moves it; a step change in load moves it a few times and then holds
+// (TestFeedbackStepChange, cluster's TestSLOControllerUnderLoadStep).
 
 // Controller constants: the smoothing weight of a sample, the samples a metric needs before
-// its first correction, and the relative deadband.
+// its first correction, the samples between two moves, and the relative deadband.
 const (
 	feedbackAlpha    = 0.03
 	feedbackMinCount = 20
-	feedbackDeadband = 0.2
+	feedbackDwell    = 50
+	feedbackDeadband = 0.3
 )
 
 // Metric names a forecast the controller corrects.
@@ -49,6 +53,7 @@ func (m Metric) String() string {
 type feedbackCell struct {
 	ewma      float64 // smoothed observed/forecast; 0 before the first sample
 	n         int
+	since     int           // samples since the last move
 	updates   uint64        // times the correction in force changed
 	reversals uint64        // changes whose direction differs from the change before (oscillation)
 	lastUp    int8          // +1 the last change went up, -1 down, 0 none yet
@@ -94,19 +99,24 @@ func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound 
 		c.ewma += feedbackAlpha * (ratio - c.ewma)
 	}
 	c.n++
-	// Hysteresis in log space, twice as wide against the direction of the last change: a
-	// loop that follows a trend moves freely, one that would turn back needs a clear reason.
-	dev := math.Log(c.ewma / cur)
-	band := math.Log1p(feedbackDeadband)
-	if (dev > 0 && c.lastUp < 0) || (dev < 0 && c.lastUp > 0) {
-		band *= 2
-	}
-	if c.n < feedbackMinCount || math.Abs(dev) <= band {
-		return
-	}
+	c.since++
+	// Hysteresis in log space, twice as wide against the direction of the last change and
+	// twice again per reversal so far: a loop that follows a trend moves freely, one that would
+	// turn back needs a clear reason, and one that has turned back before a clearer one.
+	// The deviation is measured to the ratio clamped to the bound, where the correction would
+	// go: so it never exceeds the width of the range, which bounds the reversals.
 	bound = max(bound, 1)
 	next := min(max(c.ewma, 1/bound), bound)
+	dev := math.Log(next / cur)
+	band := math.Log1p(feedbackDeadband)
+	if (dev > 0 && c.lastUp < 0) || (dev < 0 && c.lastUp > 0) {
+		band *= 2 * math.Exp2(float64(min(c.reversals, 16)))
+	}
+	if c.n < feedbackMinCount || (c.updates > 0 && c.since < feedbackDwell) || math.Abs(dev) <= band {
+		return
+	}
 	if next != cur {
+		c.since = 0
 		c.factor.Store(math.Float64bits(next))
 		c.updates++
 		dir := int8(1)

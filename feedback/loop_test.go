@@ -86,3 +86,23 @@ func TestFeedbackBoundsAndJunk(t *testing.T) {
 		t.Fatalf("junk samples counted: %d", f.cells[policy.RouteDecode][MetricTTFT].n)
 	}
 }
+
+// TestFeedbackCannotOscillate: a latency ratio that swings between 1/100 and 100 of the forecast
+// every 200 samples, far past the bound 8. Each turn back needs a band twice as wide as the one
+// before, and deviations are measured within the bound, so the loop turns back at most three
+// times (the fourth would need a deviation wider than the whole range [1/8, 8]) and then holds,
+// where a loop with a fixed band turns back on every swing.
+func TestFeedbackCannotOscillate(t *testing.T) {
+	var f loop
+	for i := range 20000 {
+		ratio := 100.0
+		if i/200%2 == 1 {
+			ratio = 1.0 / 100
+		}
+		f.observe(policy.RouteDecode, MetricTPOT, 10, 10*ratio, 8)
+	}
+	c := &f.cells[policy.RouteDecode][MetricTPOT]
+	if c.reversals > 3 || c.updates > 12 || c.updates == 0 {
+		t.Fatalf("%d moves, %d of them reversals, over 100 swings: want at most 3 reversals", c.updates, c.reversals)
+	}
+}

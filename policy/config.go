@@ -77,9 +77,10 @@ type Disagg struct {
 	CostModel     string
 	CostModelFile string
 	Cost          cost.Model
-	// SLOFeedback (slo_feedback, default true) applies the closed-loop corrections of route's
-	// controller to the forecasts; SLOFeedbackMax (slo_feedback_max, default 8) bounds a
-	// correction to [1/max, max].
+	// SLOFeedback (slo_feedback, default false) applies the closed-loop corrections of the
+	// feedback controller to the forecasts (off by default: on the evaluation matrix the
+	// corrections cost goodput, docs/results.md "The slo controller"); SLOFeedbackMax
+	// (slo_feedback_max, default 8) bounds a correction to [1/max, max].
 	SLOFeedback    bool
 	SLOFeedbackMax float64
 	// SLOMargin (slo_margin, default DefaultSLOMargin, in [0, 1]): while the best placement
@@ -118,7 +119,7 @@ func (d Disagg) CostModelSource() string {
 // DefaultDisagg is the configuration of `{}`.
 func DefaultDisagg() Disagg {
 	return Disagg{Policy: ISLBounding, EffISLThreshold: DefaultEffISLThreshold, EffISLRatioThreshold: DefaultEffISLRatioThreshold,
-		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: true, SLOFeedbackMax: DefaultSLOFeedbackMax,
+		SLO: SLO{TTFT: DefaultSLOTTFT, TPOT: DefaultSLOTPOT}, SLOFeedback: false, SLOFeedbackMax: DefaultSLOFeedbackMax,
 		SLOMargin: DefaultSLOMargin}
 }
 

@@ -28,7 +28,7 @@ func TestSLOConfig(t *testing.T) {
 	if c.Disagg.SLO != (SLO{TTFT: 500 * time.Millisecond, TPOT: 30500 * time.Microsecond}) || c.Disagg.Cost.A1 == 0 {
 		t.Fatalf("parsed %+v", c.Disagg)
 	}
-	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":true,"slo_feedback_max":8,"slo_margin":0.2`) {
+	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":false,"slo_feedback_max":8,"slo_margin":0.2`) {
 		t.Fatalf("String() = %s", got)
 	}
 	if d := sloConfig(t, ``).Disagg.SLO; d.TTFT != DefaultSLOTTFT || d.TPOT != DefaultSLOTPOT {
@@ -336,18 +336,18 @@ func TestSLODecodePin(t *testing.T) {
 }
 
 // TestSLOFeedbackCorrections: a correction that says local prefills take 10x the forecast
-// moves an idle fleet's choice off the bypass; slo_feedback false ignores it; bad values of
-// the two keys are refused with their names.
+// moves an idle fleet's choice off the bypass with slo_feedback true; slo_feedback false (the
+// default) ignores it; bad values of the two keys are refused with their names.
 func TestSLOFeedbackCorrections(t *testing.T) {
 	s := sloFleet(nil)
 	in := sloInput(s, 8000)
 	in.Feedback[RouteDecode] = Correction{TTFT: 10}
-	cfg := sloConfig(t, ``)
+	cfg := sloConfig(t, `,"slo_feedback":true`)
 	dec := Decide(&cfg, in, s, newRand(1))
 	if dec.Route == RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 10 || dec.Inputs.Estimates[RoutePrefill].TTFTFactor != 1 {
 		t.Fatalf("with a 10x local TTFT correction: route %v, estimates %+v", dec.Route, dec.Inputs.Estimates)
 	}
-	off := sloConfig(t, `,"slo_feedback":false`)
+	off := sloConfig(t, ``)
 	if dec := Decide(&off, in, s, newRand(1)); dec.Route != RouteDecode || dec.Inputs.Estimates[RouteDecode].TTFTFactor != 1 {
 		t.Fatalf("feedback off: route %v factor %v", dec.Route, dec.Inputs.Estimates[RouteDecode].TTFTFactor)
 	}

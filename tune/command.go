@@ -190,7 +190,8 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	svgOut := fs.String("svg", "", "write the heat map of the ratios to this SVG file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	margin := fs.Float64("slo-margin", policy.DefaultSLOMargin, "slo_margin of the slo policy runs, in [0, 1]")
-	feedback := fs.Bool("slo-feedback", true, "slo_feedback of the slo policy runs (the closed-loop corrections)")
+	feedback := fs.Bool("slo-feedback", false, "slo_feedback of the slo policy runs (the closed-loop corrections)")
+	baselines := fs.String("baselines", "", "a --json-out file of an earlier run of the same matrix: simulate only the slo policy and take every baseline from it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -202,8 +203,21 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
 	run.Commit, run.CommitSource = Commit(ctx)
 	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets),
-		SLOMargin: margin, NoSLOFeedback: !*feedback}
+		SLOMargin: margin, SLOFeedback: *feedback}
 	var err error
+	if *baselines != "" {
+		f, err := os.Open(*baselines)
+		if err != nil {
+			fmt.Fprintf(stderr, "matrix: --baselines: %v\n", err)
+			return 2
+		}
+		mc.Baselines, run.BaselinesCommit, err = ReadMatrixBaselines(f, run.Flags)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+	}
 	if mc.SLOs, err = ParseSLOList(*slos); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -120,8 +121,6 @@ func TestTuneFlagErrors(t *testing.T) {
 	}
 }
 
-// TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
-// flag with its effective value beside the cells, so a reader can run the same matrix again.
 // TestMatrixSLOFlags: --slo-margin outside [0, 1] is refused before any run; both slo flags are
 // recorded with the run.
 func TestMatrixSLOFlags(t *testing.T) {
@@ -132,6 +131,8 @@ func TestMatrixSLOFlags(t *testing.T) {
 	}
 }
 
+// TestMatrixCommandRecordsRun: `condisagg matrix --json-out` records the seed, a commit and every
+// flag with its effective value beside the cells, so a reader can run the same matrix again.
 func TestMatrixCommandRecordsRun(t *testing.T) {
 	jsonOut := filepath.Join(t.TempDir(), "cells.json")
 	var out, errb bytes.Buffer
@@ -158,7 +159,7 @@ func TestMatrixCommandRecordsRun(t *testing.T) {
 	}
 	for k, v := range map[string]string{"workloads": "b2b", "fleets": "1P2D", "slos": "2s/100ms", "duration": "5s",
 		"json-out": jsonOut, "quiet": "true", "seed": "1", "parallel": "2", "trace-dir": "", "svg": "", "model": "llama3.1-8b-h100",
-		"slo-margin": "0.2", "slo-feedback": "true"} {
+		"slo-margin": "0.2", "slo-feedback": "false"} {
 		if got, ok := doc.Flags[k]; !ok || got != v {
 			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}
@@ -201,5 +202,56 @@ func TestTuneNamesItsModelFile(t *testing.T) {
 	if code, out, _ := tuneRun(t, "--synthetic", "vllm-prefix-repetition", "--requests", "30", "--cluster", "1p1d", "--no-sweep"); code != 0 ||
 		!strings.Contains(out, "model llama3.1-8b-h100 (named calibration)") {
 		t.Fatalf("named model: exit %d:\n%s", code, out)
+	}
+}
+
+// TestMatrixBaselines: --baselines reuses the baseline columns of an earlier --json-out. Only
+// the slo policy's runs are simulated (two here, against twelve), the cells equal those of the
+// run that simulated everything, and a stored run of another matrix is refused naming the flag
+// that differs.
+func TestMatrixBaselines(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.json"), filepath.Join(dir, "second.json")
+	args := []string{"--workloads", "b2b", "--fleets", "1P2D", "--slos", "2s/100ms,1s/50ms", "--duration", "5s"}
+	run := func(extra ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := MatrixCommand(context.Background(), append(append([]string{}, args...), extra...), &out, &errb)
+		return code, errb.String()
+	}
+	if code, errs := run("--json-out", first); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	code, progress := run("--json-out", second, "--baselines", first)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, progress)
+	}
+	if !strings.Contains(progress, "matrix: 2/2 ") || strings.Contains(progress, "aggregated") {
+		t.Fatalf("want only the two slo runs simulated:\n%s", progress)
+	}
+	read := func(path string) (doc struct {
+		BaselinesCommit string `json:"baselines_commit"`
+		Cells           []Cell `json:"cells"`
+	}) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	a, b := read(first), read(second)
+	if len(a.Cells) != 2 || !reflect.DeepEqual(a.Cells, b.Cells) || a.BaselinesCommit != "" || b.BaselinesCommit == "" {
+		t.Fatalf("cells differ or commits wrong (%q, %q):\n%+v\n%+v", a.BaselinesCommit, b.BaselinesCommit, a.Cells, b.Cells)
+	}
+	if a.Cells[0].Best <= 0 {
+		t.Fatalf("no baseline goodput in %+v", a.Cells[0])
+	}
+	if code, errs := run("--baselines", first, "--seed", "2"); code != 2 || !strings.Contains(errs, `--seed="1", this run "2"`) {
+		t.Fatalf("another seed's baselines: exit %d: %s", code, errs)
+	}
+	if code, errs := run("--baselines", filepath.Join(dir, "missing.json")); code != 2 || !strings.Contains(errs, "--baselines") {
+		t.Fatalf("a missing file: exit %d: %s", code, errs)
 	}
 }

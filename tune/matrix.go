@@ -31,10 +31,17 @@ type MatrixConfig struct {
 	Seed      uint64
 	Parallel  int
 	// SLOMargin is the slo policy's slo_margin in its runs (nil: policy.DefaultSLOMargin);
-	// NoSLOFeedback runs it with slo_feedback false.
-	SLOMargin     *float64
-	NoSLOFeedback bool
+	// SLOFeedback runs it with slo_feedback true (the default is false, as the policy's).
+	SLOMargin   *float64
+	SLOFeedback bool
+	// Baselines are the cells of an earlier run of the same matrix (ReadMatrixBaselines): only
+	// the slo policy is simulated, and every baseline column is taken from them. nil: simulate
+	// every baseline.
+	Baselines map[CellKey]Cell
 }
+
+// CellKey names a cell of the matrix.
+type CellKey struct{ Workload, Fleet, SLO string }
 
 // MatrixWorkload is one workload of the matrix: a name and how tune.Load reads it.
 type MatrixWorkload struct {
@@ -96,7 +103,11 @@ func RunMatrix(ctx context.Context, mc MatrixConfig, progress func(done, total i
 		return nil, errors.New("matrix: workloads, fleets and SLOs are all required")
 	}
 	var cells []Cell
-	total := len(mc.Workloads) * len(mc.Fleets) * (3 + len(staticGrid()) + len(mc.SLOs))
+	shared := 3 + len(staticGrid())
+	if mc.Baselines != nil {
+		shared = 0
+	}
+	total := len(mc.Workloads) * len(mc.Fleets) * (shared + len(mc.SLOs))
 	done := 0
 	for _, mw := range mc.Workloads {
 		lc := mw.Load
@@ -122,13 +133,41 @@ func RunMatrix(ctx context.Context, mc MatrixConfig, progress func(done, total i
 			}); err != nil {
 				return nil, err
 			}
-			cells = append(cells, scoreCells(mw.Name, fleet, mc.SLOs, jobs)...)
+			scored := scoreCells(mw.Name, fleet, mc.SLOs, jobs)
+			if mc.Baselines != nil {
+				if scored, err = withBaselines(scored, mc.Baselines); err != nil {
+					return nil, err
+				}
+			}
+			cells = append(cells, scored...)
 		}
 	}
 	return cells, nil
 }
 
 func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
+	var jobs []*matrixJob
+	if mc.Baselines == nil {
+		jobs = baselineJobs(p)
+	}
+	for i, s := range mc.SLOs {
+		c := p.base
+		c.Mode, c.Disagg = cluster.Conditional, policy.DefaultDisagg()
+		c.Disagg.Policy = policy.SLOKind
+		if mc.SLOMargin != nil {
+			c.Disagg.SLOMargin = *mc.SLOMargin
+		}
+		c.Disagg.SLOFeedback = mc.SLOFeedback
+		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
+		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
+		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
+	}
+	return jobs
+}
+
+// baselineJobs are the runs every objective shares: aggregated on all GPUs and on the decode
+// pool, always disaggregated, and the static grid.
+func baselineJobs(p *plan) []*matrixJob {
 	agg := p.base
 	agg.Mode, agg.Prefill, agg.Decode = cluster.Aggregated, 0, p.base.Prefill+p.base.Decode
 	aggD := p.base
@@ -142,19 +181,25 @@ func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 		c.Mode, c.Disagg = cluster.Conditional, d
 		jobs = append(jobs, &matrixJob{name: staticName(d), cfg: c, sloIdx: -1})
 	}
-	for i, s := range mc.SLOs {
-		c := p.base
-		c.Mode, c.Disagg = cluster.Conditional, policy.DefaultDisagg()
-		c.Disagg.Policy = policy.SLOKind
-		if mc.SLOMargin != nil {
-			c.Disagg.SLOMargin = *mc.SLOMargin
-		}
-		c.Disagg.SLOFeedback = !mc.NoSLOFeedback
-		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
-		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
-		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
-	}
 	return jobs
+}
+
+// withBaselines fills the baseline columns of cells scored without them from the stored
+// cells, and scores the slo policy against them.
+func withBaselines(cells []Cell, stored map[CellKey]Cell) ([]Cell, error) {
+	for i, c := range cells {
+		b, ok := stored[CellKey{c.Workload, c.Fleet, c.SLO}]
+		if !ok {
+			return nil, fmt.Errorf("matrix: --baselines: no cell %s %s %s in the stored run", c.Workload, c.Fleet, c.SLO)
+		}
+		b.SLOPolicy, b.Ratio = c.SLOPolicy, 1
+		if b.Best > 0 {
+			b.Ratio = b.SLOPolicy / b.Best
+		}
+		b.BeatsDisagg = b.SLOPolicy > b.Disaggregated
+		cells[i] = b
+	}
+	return cells, nil
 }
 
 func staticName(d policy.Disagg) string {
@@ -259,6 +304,9 @@ type MatrixRun struct {
 	Commit       string            `json:"commit"`
 	CommitSource string            `json:"commit_source"`
 	Flags        map[string]string `json:"flags"`
+	// BaselinesCommit is the commit of the run whose baselines --baselines reused ("": this run
+	// simulated its own).
+	BaselinesCommit string `json:"baselines_commit,omitempty"`
 }
 
 // WriteMatrixJSON writes the run and its cells as indented JSON: {"seed", "commit",
@@ -270,6 +318,40 @@ func WriteMatrixJSON(w io.Writer, run MatrixRun, cells []Cell) error {
 		MatrixRun
 		Cells []Cell `json:"cells"`
 	}{run, cells})
+}
+
+// baselineFlags are the flags of `condisagg matrix` that a stored run must share with the run
+// that reuses its baselines: every one that changes what the baselines simulate.
+var baselineFlags = []string{"duration", "fleets", "model", "seed", "slos", "trace-dir", "workloads"}
+
+// ReadMatrixBaselines reads the cells of an earlier --json-out for --baselines, refusing a run
+// whose baselines simulated something else than flags (the effective flags of this run) ask
+// for. It returns the cells by key and the stored run's commit.
+func ReadMatrixBaselines(r io.Reader, flags map[string]string) (map[CellKey]Cell, string, error) {
+	var stored struct {
+		MatrixRun
+		Cells []Cell `json:"cells"`
+	}
+	if err := json.NewDecoder(r).Decode(&stored); err != nil {
+		return nil, "", fmt.Errorf("matrix: --baselines: not a matrix --json-out file: %w", err)
+	}
+	var errs []error
+	for _, k := range baselineFlags {
+		if got, want := stored.Flags[k], flags[k]; got != want {
+			errs = append(errs, fmt.Errorf("matrix: --baselines: the stored run has --%s=%q, this run %q (its baselines would be of another matrix)", k, got, want))
+		}
+	}
+	if len(stored.Cells) == 0 {
+		errs = append(errs, errors.New("matrix: --baselines: the stored run has no cells"))
+	}
+	if len(errs) > 0 {
+		return nil, "", errors.Join(errs...)
+	}
+	out := make(map[CellKey]Cell, len(stored.Cells))
+	for _, c := range stored.Cells {
+		out[CellKey{c.Workload, c.Fleet, c.SLO}] = c
+	}
+	return out, stored.Commit, nil
 }
 
 // ParseSLOList parses "2s/100ms,1s/50ms": TTFT/TPOT pairs, every bad one named, none at all

@@ -83,8 +83,8 @@ func TestMatrixJobsSLOKnobs(t *testing.T) {
 		wantMargin float64
 		wantFB     bool
 	}{
-		{MatrixConfig{SLOs: slos}, policy.DefaultSLOMargin, true},
-		{MatrixConfig{SLOs: slos, SLOMargin: &margin, NoSLOFeedback: true}, 0.05, false},
+		{MatrixConfig{SLOs: slos}, policy.DefaultSLOMargin, false},
+		{MatrixConfig{SLOs: slos, SLOMargin: &margin, SLOFeedback: true}, 0.05, true},
 	} {
 		slo := 0
 		for _, j := range matrixJobs(p, tc.mc) {
