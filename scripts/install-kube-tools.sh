@@ -7,16 +7,17 @@
 #   scripts/install-kube-tools.sh            # -> /path/to/repo/.tools/bin
 #   TOOLS_BIN=/tmp/tools scripts/install-kube-tools.sh
 #
-#   kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver v1.37.2   (~11 min on 2 loaded cores, once)
+#   kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver v1.37.2   (11-17 min on 2 loaded cores, once;
+#                                                                   49 min at a load average of 20-28)
 #   etcd            go.etcd.io/etcd/server/v3/etcdmain v3.7.0      (~30 s)
-#   kubectl         k8s.io/kubernetes/cmd/kubectl v1.37.2          (MEASURED)
+#   kubectl         k8s.io/kubernetes/cmd/kubectl v1.37.2          (~7 min, beside kube-apiserver's build)
 #
-# Both come from the module scripts/kubeapiserver, whose replace directives point Kubernetes'
+# All three come from the module scripts/kubeapiserver, whose replace directives point Kubernetes'
 # k8s.io/* staging modules at their published versions (go install pkg@version refuses a
 # module with replace directives). Idempotent: a binary that records the pinned version
-# (go version -m) is not rebuilt. This is not part of `make deps`: the build takes longer than
-# `make test` allows, so the test skips when the binaries are absent (make test-kube builds
-# them and requires the test to run).
+# (go version -m), and for the Kubernetes binaries reports it, is not rebuilt. This is not part
+# of `make deps`: the build takes longer than `make test` allows, so the tests skip when the
+# binaries are absent (make test-kube builds them and requires the tests to run).
 set -euo pipefail
 
 # shellcheck source=scripts/tools-lib.sh

@@ -122,6 +122,7 @@ func TestDeployWalk(t *testing.T) {
 	// prometheus-operator's CRDs (§2, §5b-§5d) and Istio's namespace (§5b).
 	installCRDs(t, w, filepath.Join(root, "deploy"))
 	w.exec(t, w.kubectl, []string{"create", "namespace", "istio-system"}, "")
+	checkStrict(t, w)
 	st := newStandIn(ctx, t, cs, namespace)
 
 	text, err := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
@@ -287,4 +288,33 @@ func indent(s string) string {
 		return "    (no output)"
 	}
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// checkStrict: helm install, as the walk runs it, fails on an object with a misspelt field, of a
+// built-in kind and of a CRD's kind, with the API server's message naming the field. That is what
+// makes each install of the walk a validation of the chart's objects.
+func checkStrict(t *testing.T, w *walker) {
+	t.Helper()
+	for name, obj := range map[string]string{
+		"builtin": "apiVersion: v1\nkind: Service\nmetadata: {name: probe}\nspec:\n  ports: [{name: http, port: 80, targetPrt: 8080}]\n",
+		"crd": "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata: {name: probe}\nspec:\n" +
+			"  selector: {matchLabels: {app: probe}}\n  targetPorts: [{number: 8000}]\n" +
+			"  endpointPickerRef: {name: probe, port: {number: 9002}, failurMode: FailClose}\n",
+	} {
+		chart := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(chart, "templates"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, text := range map[string]string{"Chart.yaml": "apiVersion: v2\nname: probe\nversion: 0.1.0\n", "templates/obj.yaml": obj} {
+			if err := os.WriteFile(filepath.Join(chart, f), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		field := map[string]string{"builtin": "targetPrt", "crd": "failurMode"}[name]
+		out, err := w.shell("helm install probe-" + name + " " + chart + " -n default")
+		if err == nil || !strings.Contains(out, field) {
+			t.Errorf("helm install of a %s object with the misspelt field %s: %v\n%s\nwant a refusal naming the field", name, field, err, out)
+		}
+		t.Logf("strict validation (%s kind): %s", name, strings.TrimSpace(out))
+	}
 }
