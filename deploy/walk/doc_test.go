@@ -41,9 +41,9 @@ func parseDoc(doc string) []command {
 	section, inFence, inShell := "", false, false
 	for i, line := range strings.Split(doc, "\n") {
 		switch {
-		case strings.HasPrefix(line, "```"):
+		case strings.HasPrefix(strings.TrimSpace(line), "```"): // also a block inside a list item
 			inFence = !inFence
-			inShell = inFence && strings.HasPrefix(line, "```sh")
+			inShell = inFence && strings.HasPrefix(strings.TrimSpace(line), "```sh")
 			continue
 		case !inFence && strings.HasPrefix(line, "#"):
 			section = strings.TrimSpace(strings.TrimLeft(line, "#"))
@@ -85,12 +85,14 @@ func TestParseDoc(t *testing.T) {
 		"  --from-literal=token=\"$(openssl rand -hex 32)\"    # the token\n" +
 		"# a comment line\n" +
 		"kubectl -n llm rollout status deployment/condisagg   # not run here: needs a kubelet\n```\n" +
-		"### 5a. Plain Envoy (`plain-envoy.yaml`)\n```sh\ncurl -s http://$GW/ \\\n  -d @req.json  # not run here: needs a kubelet (running pods)\n```\n"
+		"### 5a. Plain Envoy (`plain-envoy.yaml`)\n```sh\ncurl -s http://$GW/ \\\n  -d @req.json  # not run here: needs a kubelet (running pods)\n```\n" +
+		"- **Config changes.** restart:\n\n  ```sh\n  kubectl -n llm rollout restart deployment/condisagg\n  ```\n"
 	got := parseDoc(doc)
 	want := []command{
 		{line: 7, section: "5. Install", text: `kubectl -n llm create secret generic x --from-literal=token="$(openssl rand -hex 32)"`},
 		{line: 10, section: "5. Install", text: "kubectl -n llm rollout status deployment/condisagg", skip: "needs a kubelet"},
 		{line: 14, section: "5a. Plain Envoy (`plain-envoy.yaml`)", text: "curl -s http://$GW/ -d @req.json", skip: "needs a kubelet (running pods)"},
+		{line: 20, section: "5a. Plain Envoy (`plain-envoy.yaml`)", text: "kubectl -n llm rollout restart deployment/condisagg"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("parseDoc = %+v; want %+v", got, want)

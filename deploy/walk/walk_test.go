@@ -93,6 +93,8 @@ func (w *walker) shell(line string) (string, error) {
 var expect = []struct{ command, output string }{
 	// The router's pod (started by the stand-in from the chart's Deployment) under the doc's label.
 	{"get pods -l app.kubernetes.io/instance=condisagg", `(?m)^condisagg-0\s+\S+\s+Running`},
+	// §8: kubectl stamps the pod template (the Deployment controller would then roll the pod).
+	{"rollout restart deployment/condisagg", `deployment.apps/condisagg restarted`},
 	// helm install's report of the release.
 	{"helm install ", `STATUS: deployed`},
 }
