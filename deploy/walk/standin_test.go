@@ -61,7 +61,7 @@ func newStandIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns s
 		s.nodes = append(s.nodes, n.Name)
 	}
 	s.rec = endpointslice.NewReconciler(cs, corelisters.NewNodeLister(idx), 100,
-		endpointsliceutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), controllerName)
+		endpointsliceutil.NewEndpointSliceTracker(), nil, &record.FakeRecorder{}, controllerName) // events dropped: nil Events channel
 	return s
 }
 

@@ -34,19 +34,26 @@ type walker struct {
 	env           []string // the shell's environment
 }
 
-func newWalker(t *testing.T, root, kubeconfig string) *walker {
+// findTools returns helm and kubectl; without kubectl the test skips, as without the API server
+// (kubeapi.RequireEnv=1 makes it fail).
+func findTools(t *testing.T) (helm, kubectl string) {
 	t.Helper()
 	helm, err := repo.Tool("helm", "HELM_BIN")
 	if err != nil {
 		t.Fatalf("%v (make deps builds helm)", err)
 	}
-	kubectl, err := repo.Tool("kubectl", "KUBECTL_BIN")
+	kubectl, err = repo.Tool("kubectl", "KUBECTL_BIN")
 	if err != nil {
 		if os.Getenv(kubeapi.RequireEnv) == "1" {
 			t.Fatalf("%v (make kube-tools builds kubectl)", err)
 		}
 		t.Skipf("no kubectl: %v (make kube-tools builds it)", err)
 	}
+	return helm, kubectl
+}
+
+func newWalker(t *testing.T, root, helm, kubectl, kubeconfig string) *walker {
+	t.Helper()
 	w := &walker{helm: helm, kubectl: kubectl, dir: t.TempDir()}
 	if err := os.Symlink(filepath.Join(root, "deploy"), filepath.Join(w.dir, "deploy")); err != nil {
 		t.Fatal(err)
@@ -114,8 +121,9 @@ func TestDeployWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	helm, kubectl := findTools(t)
 	cluster := kubeapi.Start(t)
-	w := newWalker(t, root, cluster.Admin)
+	w := newWalker(t, root, helm, kubectl, cluster.Admin)
 	start := time.Now()
 	ctx := context.Background()
 	cs := clientFor(t, cluster.Admin)
