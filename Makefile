@@ -32,14 +32,16 @@ test: deps vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd deploy && $(GO) test -count=1 -timeout 20m ./...
 
-# A real kube-apiserver and etcd for the Kubernetes discovery test (docs/discovery.md). Not part
-# of deps: kube-apiserver takes ~10-17 minutes to build on two cores. make test runs
-# pool/kube TestAPIServer when they are installed and skips it otherwise; test-kube requires it.
+# A real kube-apiserver, etcd and kubectl for the Kubernetes discovery test (docs/discovery.md)
+# and the walk through docs/deploy.md (deploy/walk). Not part of deps: kube-apiserver takes
+# ~10-17 minutes to build on two cores. make test runs pool/kube TestAPIServer and deploy/walk
+# TestDeployWalk when they are installed and skips them otherwise; test-kube requires them.
 kube-tools:
 	@bash scripts/install-kube-tools.sh >/dev/null
 
 test-kube: deps kube-tools
 	CONDISAGG_KUBE_E2E=1 $(GO) test -race -count=1 -run 'TestAPIServer|TestWatcher|TestMembers' -v ./pool/kube
+	cd deploy && CONDISAGG_KUBE_E2E=1 $(GO) test -race -count=1 -timeout 15m -run 'TestDeployWalk|TestParseDoc' -v ./walk
 
 test-short: deps
 	$(GO) test -short -count=1 $(PKGS)
