@@ -685,8 +685,10 @@ func sameLearning(t *testing.T, srv *server, rep *cluster.Report, routes map[str
 
 // slo is the slo policy with the cost model of the simulated engines and objectives ttft and
 // tpot (ms).
+// slo is the slo policy with its controller on (slo_feedback true, not the default), so the
+// golden cases hold the closed loop's learning alike on both sides too.
 func slo(t *testing.T, ttft, tpot int) policy.Disagg {
-	d, err := policy.ParseDisagg([]byte(fmt.Sprintf(`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_ttft_ms":%d,"slo_tpot_ms":%d}`, ttft, tpot)))
+	d, err := policy.ParseDisagg([]byte(fmt.Sprintf(`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_ttft_ms":%d,"slo_tpot_ms":%d,"slo_feedback":true}`, ttft, tpot)))
 	if err != nil {
 		t.Fatal(err)
 	}
