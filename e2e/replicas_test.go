@@ -42,8 +42,8 @@ type replicaRun struct {
 	// persist counts the differing pairs that still differ when explained again settleDelay
 	// later (no longer a race with the KV events of turn 1 or with bookings about to end).
 	samples, differ, persist int
-	// differIndex counts the differing pairs whose replicas saw different prefix overlaps
-	// (overlap_blocks): their KV indexes differed at that moment, whatever the bookings.
+	// differIndex counts the differing pairs whose replicas saw different per-worker prefix
+	// overlaps: their KV indexes differed at that moment, whatever the bookings.
 	differIndex int
 	diffs       []string
 	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
@@ -145,7 +145,7 @@ func TestActiveActiveReplicas(t *testing.T) {
 	}
 	one, split, shared := runs[0], runs[1], runs[2]
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
-	t.Logf("shared bookings vs one replica: disagreement %.1f%% vs %.1f%% (%+.1f points; without the bus %.1f%%; with equal overlaps %.1f%% vs %.1f%%, without the bus %.1f%%), "+
+	t.Logf("shared bookings vs one replica: disagreement %.1f%% vs %.1f%% (%+.1f points; without the bus %.1f%%; with equal per-worker overlaps (same index) %.1f%% vs %.1f%%, without the bus %.1f%%), "+
 		"turn 2 local %.1f%% vs %.1f%% (%+.1f points; without the bus %.1f%%), instants booked over the threshold %d/%d vs %d/%d, "+
 		"peak booked decode-0 %.2f/%.2f vs %.2f/%.2f, mean view gap between the replicas %.3f of the threshold, bookings 0 %v after the last request",
 		pct(shared.differ, shared.samples), pct(one.differ, one.samples), pct(shared.differ, shared.samples)-pct(one.differ, one.samples), pct(split.differ, split.samples),
@@ -351,12 +351,12 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 						run.samples++
 						if d {
 							run.differ++
-							if ea.Inputs.GetOverlapBlocks() != eb.Inputs.GetOverlapBlocks() {
+							if overlapsText(ea) != overlapsText(eb) {
 								run.differIndex++
 							}
-							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d vs B %s/%s p=%s d=%s preview=%s overlap=%d",
-								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(),
-								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks()))
+							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d [%s] vs B %s/%s p=%s d=%s preview=%s overlap=%d [%s]",
+								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(), overlapsText(ea),
+								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks(), overlapsText(eb)))
 						}
 						mu.Unlock()
 					}
@@ -446,6 +446,17 @@ func explainPair(a, b condisaggv1.AdminClient, explain func(condisaggv1.AdminCli
 		return nil, nil, erra
 	}
 	return ea, eb, errb
+}
+
+// overlapsText is the per-worker GPU prefix overlap an explain saw, e.g. "decode-0:34 ".
+func overlapsText(e *condisaggv1.ExplainResponse) string {
+	var b strings.Builder
+	for _, o := range e.Overlaps {
+		if o.GpuBlocks > 0 {
+			fmt.Fprintf(&b, "%s:%d ", o.Worker, o.GpuBlocks)
+		}
+	}
+	return b.String()
 }
 
 // differs: two decisions disagree when route, prefill worker or decode worker differ.
