@@ -120,7 +120,7 @@ type Bus struct {
 	log         *slog.Logger
 	incarnation uint64
 	out         chan []byte   // encoded deltas for the sender (bounded: Config.QueueSize)
-	resync      chan struct{} // capacity 1: a heartbeat is due now (after a (re)connect)
+	up          chan struct{} // capacity 1: NATS (re)connected; Run confirms the subscription, then shares
 	connected   atomic.Bool
 	dupWarned   atomic.Bool
 
@@ -137,7 +137,7 @@ func New(cfg Config) (*Bus, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	b := &Bus{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, incarnation: binary.LittleEndian.Uint64(seed[:]),
-		out: make(chan []byte, cfg.QueueSize), resync: make(chan struct{}, 1), models: map[string]Pool{}}
+		out: make(chan []byte, cfg.QueueSize), up: make(chan struct{}, 1), models: map[string]Pool{}}
 	b.m.Connected.Set(0)
 	return b, nil
 }
@@ -196,9 +196,6 @@ func (b *Bus) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bookbus: connect %s: %w", Redact(b.cfg.URL), err)
 	}
-	if nc.IsConnected() {
-		b.setConnected(true, "connected")
-	}
 	sub, err := nc.Subscribe(b.cfg.Subject, b.receive)
 	if err != nil {
 		nc.Close()
@@ -206,6 +203,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		return fmt.Errorf("bookbus: subscribe %s: %w", b.cfg.Subject, err)
 	}
 	_ = sub.SetPendingLimits(65536, 64<<20)
+	b.wake()
 	b.loop(ctx, nc)
 	b.goodbye(nc)
 	if err := nc.Drain(); err != nil {
@@ -230,8 +228,8 @@ func (b *Bus) options(closed chan struct{}) []nats.Option {
 		// follows the reconnect, and a buffer would hold the decision path's memory.
 		nats.ReconnectBufSize(-1),
 		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2),
-		nats.ConnectHandler(func(*nats.Conn) { b.setConnected(true, "connected") }),
-		nats.ReconnectHandler(func(*nats.Conn) { b.m.Reconnects.Inc(); b.setConnected(true, "reconnected") }),
+		nats.ConnectHandler(func(*nats.Conn) { b.wake() }),
+		nats.ReconnectHandler(func(*nats.Conn) { b.m.Reconnects.Inc(); b.wake() }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { b.setConnected(false, "disconnected", "err", err) }),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -257,6 +255,29 @@ func (b *Bus) options(closed chan struct{}) []nats.Option {
 	return opts
 }
 
+// wake tells Run's goroutine that NATS is (re)connected.
+func (b *Bus) wake() {
+	select {
+	case b.up <- struct{}{}:
+	default:
+	}
+}
+
+// confirm marks the bus up once the server has processed this connection's subscription (a
+// flush is a round trip behind it), so that nothing a peer publishes after it is missed, and
+// sends a heartbeat at once.
+func (b *Bus) confirm(nc *nats.Conn) {
+	if b.connected.Load() || !nc.IsConnected() {
+		return
+	}
+	if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		b.wake() // try again on the loop's next turn
+		return
+	}
+	b.setConnected(true, "connected")
+	b.heartbeat(nc)
+}
+
 func (b *Bus) setConnected(up bool, msg string, attrs ...any) {
 	if b.connected.Swap(up) == up {
 		return
@@ -264,10 +285,6 @@ func (b *Bus) setConnected(up bool, msg string, attrs ...any) {
 	if up {
 		b.m.Connected.Set(1)
 		b.log.Info("booking bus "+msg, append(attrs, "endpoint", Redact(b.cfg.URL))...)
-		select {
-		case b.resync <- struct{}{}:
-		default:
-		}
 		return
 	}
 	b.m.Connected.Set(0)
@@ -284,8 +301,8 @@ func (b *Bus) loop(ctx context.Context, nc *nats.Conn) {
 			return
 		case buf := <-b.out:
 			b.publish(nc, buf)
-		case <-b.resync:
-			b.heartbeat(nc)
+		case <-b.up:
+			b.confirm(nc)
 		case <-t.C:
 			b.heartbeat(nc)
 			for _, p := range b.pools() {
