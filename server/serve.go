@@ -35,6 +35,7 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
 	"github.com/condisagg/condisagg/pool/probe"
@@ -130,6 +131,7 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 	for _, w := range cfg.Settings.Policy.Warnings() {
 		s.log.Warn("configuration warning", "err", w)
 	}
+	s.logCostModel(cfg)
 	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
 	for i, m := range cfg.Models {
 		var err error
@@ -535,7 +537,12 @@ func (s *service) busLine() string {
 // watchConfig reloads on SIGHUP (hup) and when the file changes.
 func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	path := s.flags.ConfigPath
-	last := config.FileStamp(path)
+	// The cost model file (router.cost_model_file) is watched with the configuration: a new
+	// calibration applies as a changed configuration does, and a bad one is rejected alike.
+	stamps := func() [2]config.Stamp {
+		return [2]config.Stamp{config.FileStamp(path), config.FileStamp(s.cfg.Load().Router.CostModelFile)}
+	}
+	last := stamps()
 	t := time.NewTicker(fileCheckInterval)
 	defer t.Stop()
 	for {
@@ -544,8 +551,9 @@ func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 			_ = s.reload("sighup")
+			last = stamps()
 		case <-t.C:
-			if st := config.FileStamp(path); path != "" && st != last {
+			if st := stamps(); st != last {
 				last = st
 				_ = s.reload("file_changed")
 			}
@@ -592,7 +600,23 @@ func (s *service) reload(trigger string) (err error) {
 		return nil
 	}
 	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.Settings.Policy.Disagg.Policy))
+	s.logCostModel(cfg)
 	return nil
+}
+
+// logCostModel says which cost model the slo policy (live and shadow) forecasts with: a model
+// file (router.cost_model_file) or a named calibration.
+func (s *service) logCostModel(cfg *config.Config) {
+	for _, c := range []struct {
+		which string
+		pc    *policy.Config
+	}{{"live", cfg.Settings.Policy}, {"shadow", cfg.Settings.Shadow}} {
+		if c.pc == nil || c.pc.Disagg.Policy != policy.SLOKind {
+			continue
+		}
+		d := c.pc.Disagg
+		s.log.Info("slo policy cost model", "policy", c.which, "cost_model", d.Cost.Name, "source", d.CostModelSource())
+	}
 }
 
 // blockSizeChange refuses a reload that changes a model's block size (the running index and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/cluster"
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/workload"
@@ -67,6 +68,7 @@ type Report struct {
 	SpanSeconds  float64                `json:"span_s"`
 	Cluster      string                 `json:"cluster"`
 	Model        string                 `json:"model"`
+	ModelFile    string                 `json:"model_file,omitempty"` // the model file of --model; "" for a named calibration
 	SLO          string                 `json:"slo"`
 	EventDelayMS float64                `json:"event_delay_ms"`
 	EffISL       workload.Dist[float64] `json:"eff_isl"`
@@ -91,7 +93,7 @@ type Bucket struct {
 
 func newReport(r *run, probe *job, modes []*job) *Report {
 	reqs := r.w.Requests
-	rep := &Report{Seed: r.c.Seed, Commit: r.commit, CommitSource: r.commitSource, Flags: r.flags, Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name,
+	rep := &Report{Seed: r.c.Seed, Commit: r.commit, CommitSource: r.commitSource, Flags: r.flags, Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name, ModelFile: modelFile(r.c.Model),
 		SLO: r.p.slo.String(), EventDelayMS: toMS(r.p.base.EventDelay), Buckets: map[string][]Bucket{}}
 	rep.SpanSeconds = (reqs[len(reqs)-1].Arrival - reqs[0].Arrival).Seconds()
 	var effs, ratios []float64
@@ -193,7 +195,7 @@ func (rep *Report) WriteJSONFile(path string) error {
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "workload %s: %d requests over %.0f s; cluster %s; model %s; SLO %s; event delay %s\n\n",
-		rep.Workload, rep.Requests, rep.SpanSeconds, rep.Cluster, rep.Model, rep.SLO, fmtMS(rep.EventDelayMS))
+		rep.Workload, rep.Requests, rep.SpanSeconds, rep.Cluster, modelSource(rep.Model, rep.ModelFile), rep.SLO, fmtMS(rep.EventDelayMS))
 	fmt.Fprintf(&b, "effective ISL on the previewed decode worker (always-remote probe, %d requests):\n", rep.EffISL.N)
 	dt := workload.Table{Header: []string{"", "p10", "p25", "p50", "p75", "p90", "p99", "mean"}}
 	e, q := rep.EffISL, rep.Ratio
@@ -291,3 +293,19 @@ func fmtF0(v float64) string  { return strconv.FormatFloat(v, 'f', 0, 64) }
 func fmtF2(v float64) string  { return strconv.FormatFloat(v, 'f', 2, 64) }
 func fmtPct(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) + "%" }
 func fmtMS(v float64) string  { return strconv.FormatFloat(v, 'f', -1, 64) + "ms" }
+
+// modelFile is arg when it names a model file (cost.IsFile), "" for a named calibration.
+func modelFile(arg string) string {
+	if cost.IsFile(arg) {
+		return arg
+	}
+	return ""
+}
+
+// modelSource names the cost model and where it came from, for the report's first line.
+func modelSource(name, file string) string {
+	if file != "" {
+		return name + " (model file " + file + ")"
+	}
+	return name + " (named calibration)"
+}

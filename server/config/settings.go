@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/condisagg/condisagg/bookbus"
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
@@ -160,6 +161,9 @@ var settings = []setting{
 	{key: "router.queue_threshold", flag: "router-queue-threshold",
 		help: "prefill queue threshold (θp when prefill_busy_threshold is unset)",
 		at:   func(f *File) any { return &f.Router.QueueThreshold }},
+	{key: "router.cost_model_file", flag: "router-cost-model-file", check: modelFile,
+		help: "model file written by condisagg calibrate (.yaml): the slo policy's cost model when its policy object names no cost_model; read and validated at start and on reload, watched like the config file",
+		at:   func(f *File) any { return &f.Router.CostModelFile }},
 	{key: "router.kv_events_max_message_bytes", restart: "router.kv_events_max_message_bytes",
 		check: zeroOrWithin(MinKVEventsMessageBytes, MaxKVEventsMessageBytes, fmt.Sprintf(" (0 = %d)", kvevents.DefaultMaxPayloadBytes)),
 		help:  fmt.Sprintf("[64 KiB, 256 MiB]: bound of one KV event batch (each event socket's ZMQ_MAXMSGSIZE); 0 = %d", kvevents.DefaultMaxPayloadBytes),
@@ -417,6 +421,15 @@ func zeroOrWithin(lo, hi int, note string) func(any) string {
 		}
 		return in(v)
 	}
+}
+
+// modelFile: "" (none) or a path ending in .yaml or .yml (cost.IsFile), so that a
+// calibration name given here gets a pointer to cost_model instead of "no such file".
+func modelFile(v any) string {
+	if p := v.(string); p != "" && !cost.IsFile(p) {
+		return strconv.Quote(p) + " must be a model file ending in .yaml or .yml (a named calibration goes in the policy object's cost_model)"
+	}
+	return ""
 }
 
 func logLevel(v any) string {
