@@ -2,8 +2,19 @@ package bookbus
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -413,4 +424,77 @@ func must(t *testing.T, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// TestTLS: over a TLS-only server, a bus that trusts its CA (CAFile) connects and shares; one
+// that does not stays down and books locally.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	caFile, serverTLS := testCA(t, dir)
+	s, err := natstest.Start(natstest.Options{Token: testToken, TLS: serverTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newTLS := func(id, ca string) *replica {
+		r := &replica{m: NewMetrics(prometheus.NewRegistry()), pm: pool.NewMetrics(prometheus.NewRegistry()), dropRelease: map[string]bool{}}
+		r.bus, err = New(Config{URL: s.URL(), Replica: id, Token: testToken, CAFile: ca, Metrics: r.m, ReconnectWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.p, err = pool.New(workers(), pool.Options{Metrics: r.pm, OnLocal: r.bus.Local(model)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.bus.Attach(model, r.p)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.bus.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return r
+	}
+	a, b := newTLS("a", caFile), newTLS("b", caFile)
+	untrusting := newTLS("c", "")
+	waitFor(t, 10*time.Second, "a and b connect over TLS", connected(a, b))
+	must(t, a.p.Book(remote("r1")))
+	waitFor(t, 5*time.Second, "b sees a's booking over TLS", func() bool { return b.p.PeerBookings() == 1 })
+	// It retries every 50 ms: half a second is ten handshakes refused.
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if untrusting.bus.Connected() || untrusting.p.PeerBookings() != 0 {
+			t.Fatal("a bus that does not trust the server's CA connected")
+		}
+	}
+}
+
+// testCA writes a fresh CA's certificate to dir and returns its path and a server TLS config
+// for 127.0.0.1 signed by it.
+func testCA(t *testing.T, dir string) (string, *tls.Config) {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey, srvKey := key(), key()
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bookbus test CA"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return caFile, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}}
 }

@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -18,6 +19,8 @@ type Options struct {
 	Token    string // clients must present it (exclusive with User)
 	User     string // clients must log in as User with Password
 	Password string
+	// TLS, when set, makes the server speak TLS only (clients dial tls://).
+	TLS *tls.Config
 }
 
 // Server is one running embedded NATS server.
@@ -29,7 +32,7 @@ type Server struct {
 // Start runs a server on 127.0.0.1 and waits until it accepts clients.
 func Start(o Options) (*Server, error) {
 	so := &server.Options{Host: "127.0.0.1", Port: o.Port, NoLog: true, NoSigs: true,
-		Authorization: o.Token, Username: o.User, Password: o.Password}
+		Authorization: o.Token, Username: o.User, Password: o.Password, TLS: o.TLS != nil, TLSConfig: o.TLS, TLSTimeout: 2}
 	if so.Port == 0 {
 		so.Port = server.RANDOM_PORT
 	}
@@ -47,8 +50,14 @@ func Start(o Options) (*Server, error) {
 	return &Server{s: s, opts: o}, nil
 }
 
-// URL is the client URL (nats://127.0.0.1:port), without credentials.
-func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.opts.Port) }
+// URL is the client URL (nats://127.0.0.1:port, tls:// with Options.TLS), without credentials.
+func (s *Server) URL() string {
+	scheme := "nats://"
+	if s.opts.TLS != nil {
+		scheme = "tls://"
+	}
+	return scheme + "127.0.0.1:" + strconv.Itoa(s.opts.Port)
+}
 
 // Port is the bound client port.
 func (s *Server) Port() int { return s.opts.Port }
