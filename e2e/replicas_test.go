@@ -42,7 +42,10 @@ type replicaRun struct {
 	// persist counts the differing pairs that still differ when explained again settleDelay
 	// later (no longer a race with the KV events of turn 1 or with bookings about to end).
 	samples, differ, persist int
-	diffs                    []string
+	// differIndex counts the differing pairs whose replicas saw different per-worker prefix
+	// overlaps: their KV indexes differed at that moment, whatever the bookings.
+	differIndex int
+	diffs       []string
 	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
 	// really used (vllm:kv_cache_usage_perc × kvcap) and of the decode blocks booked on it,
 	// summed over the replicas; both as a multiple of the threshold.
@@ -57,6 +60,18 @@ type replicaRun struct {
 	// turn2, turn2Local: turn-2 requests, and those decided route=decode (local prefill on the
 	// decode worker, its prefix reused there).
 	turn2, turn2Local int
+	// With the booking bus (shared): each replica's booked view already holds the peers'
+	// bookings, so peakBooked and overBooked read the larger of the replicas' views (what a
+	// guard saw) rather than their sum. viewGap is the mean over sampled instants and decode
+	// workers of |view A − view B| / threshold; busStats is each replica's bus counters at the
+	// end; settled is how long after the last request every booking, local and peer, was 0.
+	shared           bool
+	viewGap          float64
+	viewGapN         int
+	busStats         []string
+	settled          time.Duration
+	settledErr       error
+	received, qdrops []float64
 }
 
 // TestActiveActiveReplicas (about 20 s, in make test) runs 600 requests of two-turn
@@ -83,9 +98,12 @@ type replicaRun struct {
 // decided a fair share, and every measurement is finite; the numbers are logged (docs/deploy.md
 // records them).
 func TestActiveActiveReplicas(t *testing.T) {
-	runs := []*replicaRun{runReplicaLoad(t, 1), runReplicaLoad(t, 2)}
+	runs := []*replicaRun{runReplicaLoad(t, 1, false), runReplicaLoad(t, 2, false), runReplicaLoad(t, 2, true)}
 	for _, r := range runs {
-		t.Logf("%d replica(s): %s", r.replicas, r)
+		t.Logf("%d replica(s)%s: %s", r.replicas, map[bool]string{true: " sharing bookings over NATS"}[r.shared], r)
+		for i, st := range r.busStats {
+			t.Logf("  replica %d bus: %s", i, st)
+		}
 		for i, e := range r.events {
 			t.Logf("  replica %d KV events: %s", i, e)
 		}
@@ -125,6 +143,31 @@ func TestActiveActiveReplicas(t *testing.T) {
 			t.Errorf("%d replica(s): KV usage of %d decode workers, want 2", r.replicas, len(r.peakActual))
 		}
 	}
+	one, split, shared := runs[0], runs[1], runs[2]
+	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
+	t.Logf("shared bookings vs one replica: disagreement %.1f%% vs %.1f%% (%+.1f points; without the bus %.1f%%; with equal per-worker overlaps (same index) %.1f%% vs %.1f%%, without the bus %.1f%%), "+
+		"turn 2 local %.1f%% vs %.1f%% (%+.1f points; without the bus %.1f%%), instants booked over the threshold %d/%d vs %d/%d, "+
+		"peak booked decode-0 %.2f/%.2f vs %.2f/%.2f, mean view gap between the replicas %.3f of the threshold, bookings 0 %v after the last request",
+		pct(shared.differ, shared.samples), pct(one.differ, one.samples), pct(shared.differ, shared.samples)-pct(one.differ, one.samples), pct(split.differ, split.samples),
+		pct(shared.differ-shared.differIndex, shared.samples), pct(one.differ-one.differIndex, one.samples), pct(split.differ-split.differIndex, split.samples),
+		pct(shared.turn2Local, shared.turn2), pct(one.turn2Local, one.turn2), pct(shared.turn2Local, shared.turn2)-pct(one.turn2Local, one.turn2), pct(split.turn2Local, split.turn2),
+		shared.overBooked, shared.scrapes, one.overBooked, one.scrapes,
+		shared.peakBooked["decode-0"], shared.peakBooked["decode-1"], one.peakBooked["decode-0"], one.peakBooked["decode-1"],
+		shared.viewGap, shared.settled)
+	// What holds however loaded the machine is: every booking and release reached the peer
+	// (deltas received on both, none dropped for a full queue), and every booking, local or
+	// peer, is back to 0 once the load ends.
+	for i := range shared.received {
+		if shared.received[i] == 0 {
+			t.Errorf("shared bookings: replica %d received no delta from its peer", i)
+		}
+		if shared.qdrops[i] != 0 {
+			t.Errorf("shared bookings: replica %d dropped %g deltas for a full queue", i, shared.qdrops[i])
+		}
+	}
+	if shared.settledErr != nil {
+		t.Errorf("shared bookings: bookings not back to 0 after the load: %v", shared.settledErr)
+	}
 }
 
 func (r *replicaRun) String() string {
@@ -133,14 +176,18 @@ func (r *replicaRun) String() string {
 	for i, d := range r.decisions {
 		fmt.Fprintf(&b, " [%d: %g = %.1f/s, mean %.2f ms]", i, d, d/r.wall.Seconds(), r.decSecs[i]*1e3)
 	}
-	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%), still after %v: %d", r.differ, r.samples,
-		100*float64(r.differ)/float64(max(r.samples, 1)), settleDelay, r.persist)
+	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%; %d with different overlaps), still after %v: %d", r.differ, r.samples,
+		100*float64(r.differ)/float64(max(r.samples, 1)), r.differIndex, settleDelay, r.persist)
 	fmt.Fprintf(&b, "; turn 2 local on decode %d/%d", r.turn2Local, r.turn2)
 	fmt.Fprintf(&b, "; peak decode KV / threshold %.0f blocks: actual", decodeBusyBlocks)
 	for _, w := range []string{"decode-0", "decode-1"} {
 		fmt.Fprintf(&b, " %s %.2f", w, r.peakActual[w])
 	}
-	b.WriteString(", booked (sum over replicas)")
+	if r.shared {
+		b.WriteString(", booked (larger replica view)")
+	} else {
+		b.WriteString(", booked (sum over replicas)")
+	}
 	for _, w := range []string{"decode-0", "decode-1"} {
 		fmt.Fprintf(&b, " %s %.2f", w, r.peakBooked[w])
 	}
@@ -148,10 +195,10 @@ func (r *replicaRun) String() string {
 	return b.String()
 }
 
-func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
+func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 	t.Helper()
 	s := startStack(t, Config{
-		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, Replicas: replicas,
+		Disagg: mainDisagg, MaxBodyBytes: maxBodyBytes, Replicas: replicas, BookingBus: shared,
 		Workers: []WorkerSpec{
 			{Name: "prefill-0", Role: Prefill, MaxNumBatchedTokens: prefillMNBT},
 			{Name: "decode-0", Role: Decode, NumGPUBlocks: decodeKVBlocks},
@@ -163,7 +210,7 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	run := &replicaRun{replicas: replicas, peakActual: map[string]float64{}, peakBooked: map[string]float64{}}
+	run := &replicaRun{replicas: replicas, shared: shared, peakActual: map[string]float64{}, peakBooked: map[string]float64{}}
 	counter := func(metric string, labels ...string) []float64 {
 		out := make([]float64, len(s.Replicas))
 		for i, r := range s.Replicas {
@@ -206,8 +253,9 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 			case <-tick.C:
 			}
 			booked := map[string]float64{}
+			views := make([]map[string]float64, len(admins))
 			var wg sync.WaitGroup
-			for _, ac := range admins {
+			for i, ac := range admins {
 				wg.Go(func() {
 					ws, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
 					if err != nil {
@@ -215,9 +263,15 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 					}
 					mu.Lock()
 					defer mu.Unlock()
+					views[i] = map[string]float64{}
 					for _, w := range ws.Workers {
 						if w.Role == string(Decode) {
-							booked[w.Name] += float64(w.ActiveDecodeBlocks)
+							views[i][w.Name] = float64(w.ActiveDecodeBlocks)
+							if shared {
+								booked[w.Name] = max(booked[w.Name], float64(w.ActiveDecodeBlocks))
+							} else {
+								booked[w.Name] += float64(w.ActiveDecodeBlocks)
+							}
 						}
 					}
 				})
@@ -233,6 +287,12 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 			}
 			wg.Wait()
 			mu.Lock()
+			if shared && len(views) == 2 && views[0] != nil && views[1] != nil {
+				for w, v := range views[0] {
+					run.viewGap += math.Abs(v-views[1][w]) / decodeBusyBlocks
+					run.viewGapN++
+				}
+			}
 			run.scrapes++
 			over := false
 			for w, v := range actual {
@@ -291,9 +351,12 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 						run.samples++
 						if d {
 							run.differ++
-							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d vs B %s/%s p=%s d=%s preview=%s overlap=%d",
-								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(),
-								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks()))
+							if overlapsText(ea) != overlapsText(eb) {
+								run.differIndex++
+							}
+							run.diffs = append(run.diffs, fmt.Sprintf("A %s/%s p=%s d=%s preview=%s overlap=%d [%s] vs B %s/%s p=%s d=%s preview=%s overlap=%d [%s]",
+								ea.Route, ea.Reason, ea.PrefillWorker, ea.DecodeWorker, ea.Inputs.GetPreviewDecode(), ea.Inputs.GetOverlapBlocks(), overlapsText(ea),
+								eb.Route, eb.Reason, eb.PrefillWorker, eb.DecodeWorker, eb.Inputs.GetPreviewDecode(), eb.Inputs.GetOverlapBlocks(), overlapsText(eb)))
 						}
 						mu.Unlock()
 					}
@@ -326,6 +389,21 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 		"condisagg_kv_messages_dropped_total", "condisagg_kv_history_lost_total"} {
 		kv[m] = counter(m)
 	}
+	if shared {
+		if run.viewGapN > 0 {
+			run.viewGap /= float64(run.viewGapN)
+		}
+		end := time.Now()
+		run.settledErr = Poll(ctx, func() error { return bookingsZero(ctx, s, admins) })
+		run.settled = time.Since(end)
+		run.received = counter("condisagg_bus_deltas_received_total")
+		run.qdrops = counter("condisagg_bus_deltas_dropped_total", `reason="queue_full"`)
+		sent, disc := counter("condisagg_bus_deltas_sent_total"), counter("condisagg_bus_deltas_dropped_total", `reason="disconnected"`)
+		for i := range s.Replicas {
+			run.busStats = append(run.busStats, fmt.Sprintf("sent %g, received %g, dropped: queue full %g, disconnected %g",
+				sent[i], run.received[i], run.qdrops[i], disc[i]))
+		}
+	}
 	for i := range s.Replicas {
 		run.events = append(run.events, fmt.Sprintf("applied %g, skipped %g, gaps %g, dropped %g, history lost %g",
 			kv["condisagg_kv_events_total"][i], kv["condisagg_kv_events_skipped_total"][i], kv["condisagg_kv_gaps_total"][i],
@@ -334,6 +412,26 @@ func runReplicaLoad(t *testing.T, replicas int) *replicaRun {
 		run.decSecs = append(run.decSecs, (sum1[i]-sum0[i])/(cnt1[i]-cnt0[i]))
 	}
 	return run
+}
+
+// bookingsZero: no replica holds a booking, its own or a peer's, on any worker.
+func bookingsZero(ctx context.Context, s *Stack, admins []condisaggv1.AdminClient) error {
+	for i, ac := range admins {
+		ws, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+		if err != nil {
+			return err
+		}
+		for _, w := range ws.Workers {
+			if w.ActiveDecodeBlocks != 0 || w.ActiveRequests != 0 || w.ActivePrefillTokens != 0 {
+				return fmt.Errorf("replica %d: %s holds %d decode blocks, %d requests, %d prefill tokens",
+					i, w.Name, w.ActiveDecodeBlocks, w.ActiveRequests, w.ActivePrefillTokens)
+			}
+		}
+		if v, err := s.metric(ctx, "http://"+s.Replicas[i].AdminAddr+"/metrics", "condisagg_peer_bookings"); err != nil || v != 0 {
+			return fmt.Errorf("replica %d: condisagg_peer_bookings %g (%v)", i, v, err)
+		}
+	}
+	return nil
 }
 
 // explainPair explains body on a and b at the same moment.
@@ -348,6 +446,17 @@ func explainPair(a, b condisaggv1.AdminClient, explain func(condisaggv1.AdminCli
 		return nil, nil, erra
 	}
 	return ea, eb, errb
+}
+
+// overlapsText is the per-worker GPU prefix overlap an explain saw, e.g. "decode-0:34 ".
+func overlapsText(e *condisaggv1.ExplainResponse) string {
+	var b strings.Builder
+	for _, o := range e.Overlaps {
+		if o.GpuBlocks > 0 {
+			fmt.Fprintf(&b, "%s:%d ", o.Worker, o.GpuBlocks)
+		}
+	}
+	return b.String()
 }
 
 // differs: two decisions disagree when route, prefill worker or decode worker differ.

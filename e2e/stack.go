@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/envoy"
+	"github.com/condisagg/condisagg/internal/natstest"
 	"github.com/condisagg/condisagg/internal/proc"
 	"github.com/condisagg/condisagg/internal/repo"
 )
@@ -109,6 +113,11 @@ type Config struct {
 	// listeners) and makes all of them hosts of every Envoy's ext_proc cluster. 0 or 1 = one.
 	// Stack.Condisagg and its addresses are the first replica; Stack.Replicas lists all.
 	Replicas int
+	// BookingBus starts a NATS server in this process (127.0.0.1, a token) and makes every
+	// replica share its bookings through it (replicas.nats_url, lease BookingLease).
+	BookingBus bool
+	// BookingLease is replicas.lease with BookingBus; 0 = 3s.
+	BookingLease time.Duration
 	// MaxModelLen is every simulator's --max-model-len and the router's model max_model_len;
 	// 0 = the simulator's default, unknown to the router.
 	MaxModelLen int
@@ -148,6 +157,9 @@ type Stack struct {
 	accessLogs  map[*envoy.Process]string
 	// Replicas are every condisagg process, Replicas[0] being Condisagg (Config.Replicas).
 	Replicas []*Replica
+	// Bus is the NATS server the replicas share bookings through (Config.BookingBus), else nil.
+	Bus          *natstest.Server
+	busTokenFile string
 }
 
 // Replica is one condisagg process of the stack and its addresses.
@@ -192,6 +204,11 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		}
 		s.Workers = append(s.Workers, w)
 	}
+	if cfg.BookingBus {
+		if err := s.startBus(); err != nil {
+			return nil, err
+		}
+	}
 	if s.ConfigPath, err = s.writeRouterConfig("condisagg.yaml"); err != nil {
 		return nil, err
 	}
@@ -213,10 +230,52 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		}
 		s.Replicas = append(s.Replicas, r)
 	}
+	if cfg.BookingBus {
+		if err := s.waitBus(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.startEnvoys(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// startBus starts the embedded NATS server with a random token, written to a file the
+// replicas' configs name.
+func (s *Stack) startBus() error {
+	var tok [16]byte
+	_, _ = crand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	bus, err := natstest.Start(natstest.Options{Token: token})
+	if err != nil {
+		return err
+	}
+	s.Bus = bus
+	s.busTokenFile = filepath.Join(s.cfg.Dir, "bus-token")
+	return os.WriteFile(s.busTokenFile, []byte(token+"\n"), 0o600)
+}
+
+// waitBus waits until every replica's /readyz says its bus is connected.
+func (s *Stack) waitBus(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for _, r := range s.Replicas {
+		err := Poll(ctx, func() error {
+			_, body, err := s.Get(ctx, "http://"+r.AdminAddr+"/readyz")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(body), "replicas bus: connected") {
+				return fmt.Errorf("condisagg /readyz at %s: bus not connected: %s", r.AdminAddr, body)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LogOutputs logs the last output of every process of the stack to t: what a failed test
@@ -257,6 +316,10 @@ func (s *Stack) Close() {
 		if w.Sim != nil {
 			w.Sim.Stop()
 		}
+	}
+	if s.Bus != nil {
+		s.Bus.Stop()
+		s.Bus = nil
 	}
 }
 
@@ -463,6 +526,11 @@ func (s *Stack) writeRouterConfig(file string) (string, error) {
 		fmt.Fprintf(&b, "model: {tokenizer: %q, block_size: 16%s}\n", s.cfg.Tokenizer, maxLen)
 	}
 	b.WriteString(s.cfg.RouterYAML)
+	if s.Bus != nil {
+		lease := cmp.Or(s.cfg.BookingLease, 3*time.Second)
+		fmt.Fprintf(&b, "replicas: {nats_url: %q, token_file: %q, id: %q, lease: %s}\n", s.Bus.URL(), s.busTokenFile,
+			strings.TrimSuffix(file, ".yaml"), lease)
+	}
 	fmt.Fprintf(&b, "router:\n  mode: kv\n  kv_events: true\n  conditional_disagg: true\n")
 	if s.cfg.Disagg != "" {
 		fmt.Fprintf(&b, "  conditional_disagg_config: %q\n", s.cfg.Disagg)

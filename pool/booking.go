@@ -52,7 +52,8 @@ type record struct {
 
 // Book commits b atomically: for ModeBypass it recomputes pdb(d,r) under the accounting lock,
 // re-applies b.Guard and either books or returns policy.ErrGuardDenied / policy.ErrCapacityUnknown, never
-// re-selecting. A removed or unhealthy worker is ErrUnknownWorker.
+// re-selecting. A removed or unhealthy worker is ErrUnknownWorker. Peer bookings (ApplyPeer)
+// count in pdb like local ones. A committed booking is reported to Options.OnLocal.
 func (p *Pool) Book(b Booking) error {
 	if err := p.checkBooking(b); err != nil {
 		return err
@@ -63,74 +64,99 @@ func (p *Pool) Book(b Booking) error {
 	if _, dup := p.bookings[b.RequestID]; dup {
 		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, ErrDuplicateRequest)
 	}
+	r, err := p.recordLocked(b, now, p.eligibleLocked, true)
+	if err != nil {
+		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
+	}
+	p.holdLocked(r)
+	p.bookings[b.RequestID] = r
+	p.m.Bookings.Set(float64(len(p.bookings)))
+	if p.onLocal != nil {
+		p.onLocal(LocalChange{Kind: LocalBook, RequestID: b.RequestID, Booking: b})
+	}
+	return nil
+}
+
+// lookupFunc resolves a worker for a booking: eligibleLocked for local bookings (the router
+// only books on eligible workers), knownLocked for a peer's (its load is real whatever this
+// replica thinks of the worker's health).
+type lookupFunc func(id string, role Role) (*worker, error)
+
+// recordLocked builds the record of b on the workers lookup finds, re-checking b.Guard for a
+// bypass when guard is set. It changes no load (holdLocked does).
+func (p *Pool) recordLocked(b Booking, now time.Time, lookup lookupFunc, guard bool) (*record, error) {
 	// d is the worker that decodes: the prefill worker itself for ModePrefillLocal.
 	did, drole := b.Decode, RoleDecode
 	if b.Mode == ModePrefillLocal {
 		did, drole = b.Prefill, RolePrefill
 	}
-	d, err := p.eligibleLocked(did, drole)
+	d, err := lookup(did, drole)
 	if err != nil {
-		return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
+		return nil, err
 	}
 	r := &record{at: now, d: d, prefillTokens: b.PrefillTokens}
 	bs := int64(p.cfg.BlockSize)
 	switch b.Mode {
-	case ModeBypass:
+	case ModeBypass, ModePrefillLocal:
 		if b.ISL%p.cfg.BlockSize != 0 {
 			r.unique = 1
 		}
-		pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(&d.active, b.Keys)) + r.unique
-		fresh := p.scrapeFreshAfter()
-		switch b.Guard.CheckLoad(pdb, d.kvCap(), reportedUsage(d, fresh != 0 && d.scrape.At.UnixNano() >= fresh)) {
-		case policy.VerdictBusy:
-			p.m.GuardCommitDenied.Inc()
-			return fmt.Errorf("pool: book request=%s worker=%s pdb=%d kvcap=%d: %w", b.RequestID, d.id, pdb, d.kvCap(), policy.ErrGuardDenied)
-		case policy.VerdictCapacityUnknown:
-			return fmt.Errorf("pool: book request=%s worker=%s: %w", b.RequestID, d.id, policy.ErrCapacityUnknown)
+		if b.Mode == ModeBypass && guard {
+			if err := p.guardLocked(b, d, r.unique); err != nil {
+				return nil, err
+			}
 		}
 		r.keys = p.copyKeysLocked(b.Keys)
-		for _, k := range r.keys {
-			d.active.add(k)
-		}
-		if r.prefillTokens > 0 {
-			r.prefillOn = d
-		}
-	case ModePrefillLocal:
-		if b.ISL%p.cfg.BlockSize != 0 {
-			r.unique = 1
-		}
-		r.keys = p.copyKeysLocked(b.Keys)
-		for _, k := range r.keys {
-			d.active.add(k)
-		}
 		if r.prefillTokens > 0 {
 			r.prefillOn = d
 		}
 	case ModeRemote:
-		pw, err := p.eligibleLocked(b.Prefill, RolePrefill)
+		pw, err := lookup(b.Prefill, RolePrefill)
 		if err != nil {
-			return fmt.Errorf("pool: book request=%s: %w", b.RequestID, err)
+			return nil, err
 		}
 		r.p = pw
 		r.unique = (int64(b.ISL) + bs - 1) / bs
 		if r.prefillTokens > 0 {
 			r.prefillOn = pw
 		}
-		pw.requests++
+	}
+	return r, nil
+}
+
+// guardLocked is the decode-busy guard's commit-time re-check of a bypass on d.
+func (p *Pool) guardLocked(b Booking, d *worker, unique int64) error {
+	pdb := d.decodeBlocks() + int64(len(b.Keys)-activePrefix(&d.active, b.Keys)) + unique
+	fresh := p.scrapeFreshAfter()
+	switch b.Guard.CheckLoad(pdb, d.kvCap(), reportedUsage(d, fresh != 0 && d.scrape.At.UnixNano() >= fresh)) {
+	case policy.VerdictBusy:
+		p.m.GuardCommitDenied.Inc()
+		return fmt.Errorf("worker=%s pdb=%d kvcap=%d: %w", d.id, pdb, d.kvCap(), policy.ErrGuardDenied)
+	case policy.VerdictCapacityUnknown:
+		return fmt.Errorf("worker=%s: %w", d.id, policy.ErrCapacityUnknown)
+	}
+	return nil
+}
+
+// holdLocked adds r's load to its workers.
+func (p *Pool) holdLocked(r *record) {
+	d := r.d
+	for _, k := range r.keys {
+		d.active.add(k)
 	}
 	d.unique += r.unique
 	d.requests++
 	d.decoding++
+	if r.p != nil {
+		r.p.requests++
+	}
 	if r.prefillOn != nil {
 		r.prefillOn.apt += r.prefillTokens
 	}
-	p.bookings[b.RequestID] = r
-	p.m.Bookings.Set(float64(len(p.bookings)))
 	p.publishLocked(d)
 	if r.p != nil {
 		p.publishLocked(r.p)
 	}
-	return nil
 }
 
 // copyKeysLocked copies keys into a released booking's slice when one is free.
@@ -189,6 +215,9 @@ func (p *Pool) ReleasePrefill(requestID string) bool {
 		return false
 	}
 	p.releasePrefillLocked(r)
+	if p.onLocal != nil {
+		p.onLocal(LocalChange{Kind: LocalReleasePrefill, RequestID: requestID})
+	}
 	return true
 }
 
@@ -236,6 +265,16 @@ func (p *Pool) releasePrefillLocked(r *record) {
 }
 
 func (p *Pool) releaseLocked(id string, r *record) {
+	p.unloadLocked(r)
+	delete(p.bookings, id)
+	p.m.Bookings.Set(float64(len(p.bookings)))
+	if p.onLocal != nil {
+		p.onLocal(LocalChange{Kind: LocalRelease, RequestID: id})
+	}
+}
+
+// unloadLocked removes r's remaining load from its workers and recycles its keys.
+func (p *Pool) unloadLocked(r *record) {
 	if r.prefillOn != nil {
 		p.releasePrefillLocked(r)
 	}
@@ -254,8 +293,6 @@ func (p *Pool) releaseLocked(id string, r *record) {
 	}
 	p.freeKeysLocked(r.keys)
 	r.keys = nil
-	delete(p.bookings, id)
-	p.m.Bookings.Set(float64(len(p.bookings)))
 }
 
 // FewestRequests returns the eligible worker of role with the fewest open bookings (first in

@@ -38,6 +38,9 @@ const (
 	DefaultHealthSuccesses  = 2
 	DefaultHealthBackoffMax = 8 * time.Second
 	DefaultUpstreamFailures = 3
+	// DefaultMaxPeerBookings bounds peer bookings: 65536 open requests of other replicas
+	// (each holds at most its prompt's keys, as a local booking does).
+	DefaultMaxPeerBookings = 65536
 
 	// maxHealthSuccesses bounds HealthSuccesses so flapping growth (×8) stays bounded too.
 	maxHealthSuccesses = 16
@@ -138,9 +141,13 @@ type Config struct {
 	// UpstreamFailures consecutive failures seen in the response phase (connect failure or
 	// status >= 500, via ReportUpstream) exclude a worker at once.
 	UpstreamFailures int
+	// MaxPeerBookings bounds the bookings other router replicas made that this pool counts
+	// (ApplyPeer); a peer booking past it is refused with ErrPeerBookingsFull and counted.
+	MaxPeerBookings int
 }
 
 func (c Config) withDefaults() Config {
+	c.MaxPeerBookings = cmp.Or(c.MaxPeerBookings, DefaultMaxPeerBookings)
 	c.BlockSize = cmp.Or(c.BlockSize, DefaultBlockSize)
 	c.BookingTTL = cmp.Or(c.BookingTTL, DefaultBookingTTL)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
@@ -178,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.ScrapeInterval < 0 {
 		bad("scrape_interval", c.ScrapeInterval.String(), "must be >= 0")
+	}
+	if c.MaxPeerBookings < 0 {
+		bad("max_peer_bookings", strconv.Itoa(c.MaxPeerBookings), "must be >= 0 (0 = 65536)")
 	}
 	if c.UnhealthyAfter < 0 {
 		bad("unhealthy_after", strconv.Itoa(c.UnhealthyAfter), "must be >= 0")

@@ -43,6 +43,10 @@
 //     eligibility bumps the snapshot version, closes the Changed channel and counts one
 //     condisagg_worker_health_transitions_total{reason}.
 //   - Passive signals count only while the shell probes: only probes bring a worker back.
+//   - Peer bookings (peer.go, fed by bookbus through ApplyPeer) count in the load exactly as
+//     local ones; each holds for a lease measured on Options.Clock from its last delta, so a
+//     silent peer's load ends and a peer's clock never enters. Deltas are idempotent; their
+//     number is bounded by Config.MaxPeerBookings.
 //
 // Concurrency: every method is safe for concurrent use. One sync.RWMutex (Pool.mu) guards the
 // registry, every worker's load, health state and probe schedule, and the booking table;

@@ -18,6 +18,9 @@ type Metrics struct {
 	Scrapes             *prometheus.CounterVec // worker, outcome: /metrics scrapes (ok, http_error, parse_error)
 	HealthTransitions   *prometheus.CounterVec // worker, reason: eligibility changes (HealthReason)
 	HealthProbes        *prometheus.CounterVec // worker, outcome: health probes (ok, failed, timeout, refused)
+	PeerBookings        prometheus.Gauge       // other replicas' open bookings held (ApplyPeer)
+	PeerRejected        *prometheus.CounterVec // reason: peer bookings refused (invalid, unknown_worker, full)
+	PeerExpired         prometheus.Counter     // peer bookings dropped when their lease ran out
 }
 
 // NewMetrics registers the pool metrics on reg.
@@ -46,8 +49,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Scrapes:             cv("pool_scrapes_total", "vLLM /metrics scrapes by outcome.", "worker", "outcome"),
 		HealthTransitions:   cv("worker_health_transitions_total", "Changes of a worker's eligibility, by the reason of the change.", "worker", "reason"),
 		HealthProbes:        cv("pool_health_probes_total", "Worker health probes by outcome.", "worker", "outcome"),
+		PeerBookings:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_peer_bookings", Help: "Open bookings of other router replicas counted in the load (shared bookings)."}),
+		PeerRejected:        cv("peer_bookings_rejected_total", "Peer bookings refused, by reason (invalid, unknown_worker, full).", "reason"),
+		PeerExpired:         prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_peer_bookings_expired_total", Help: "Peer bookings dropped when their lease ran out (a silent peer, a lost release)."}),
 	}
-	reg.MustRegister(m.Bookings, m.Expired, m.GuardCommitDenied)
+	reg.MustRegister(m.Bookings, m.Expired, m.GuardCommitDenied, m.PeerBookings, m.PeerExpired)
 	return m
 }
 

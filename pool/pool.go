@@ -42,17 +42,22 @@ type Options struct {
 	// are serialised in the order of the changes (kvevents uses it to open and close
 	// subscriptions and drop a departed worker's index entries).
 	OnChange func(added, removed []WorkerInfo)
+	// OnLocal, if set, is told of every change of this replica's own bookings (Book,
+	// ReleasePrefill, Release, Sweep), in their order, under Pool.mu: it must not block or call
+	// the pool (the shared-booking shell, bookbus, copies the change into a bounded queue).
+	OnLocal func(LocalChange)
 }
 
 // Pool is the worker registry and its load accounting. All methods are safe for concurrent use.
 type Pool struct {
-	cfg   Config
-	hp    healthParams
-	m     *Metrics
-	clock Clock
-	log   *slog.Logger
-	onChg func(added, removed []WorkerInfo)
-	kick  chan struct{} // wakes the shell's probe loop (capacity 1: one pending wake-up is enough)
+	cfg     Config
+	hp      healthParams
+	m       *Metrics
+	clock   Clock
+	log     *slog.Logger
+	onChg   func(added, removed []WorkerInfo)
+	onLocal func(LocalChange)
+	kick    chan struct{} // wakes the shell's probe loop (capacity 1: one pending wake-up is enough)
 
 	// discMu serialises membership changes (New, ApplyLookups, SetMembers and their OnChange
 	// calls) and guards resolved and members; it is taken before mu, never while holding it.
@@ -72,6 +77,8 @@ type Pool struct {
 	// decisions does not allocate a copy of every prompt's keys (at most maxFreeKeySlices,
 	// each of capacity at most maxFreeKeyCap: 8 MiB retained at most).
 	freeKeys [][]uint64
+	peers    map[peerKey]*peerRecord // other replicas' open bookings (peer.go)
+	released map[peerKey]time.Time   // peer releases that arrived before their booking, until when they are kept
 }
 
 const (
@@ -127,6 +134,9 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		onChg:    opts.OnChange,
+		onLocal:  opts.OnLocal,
+		peers:    make(map[peerKey]*peerRecord),
+		released: make(map[peerKey]time.Time),
 		byID:     make(map[string]*worker),
 		bookings: make(map[string]*record),
 		members:  make(map[string][]spec),

@@ -34,8 +34,12 @@ func exportedMetrics(t *testing.T) (map[string]bool, map[string]dto.MetricType) 
 	t.Helper()
 	dir := t.TempDir()
 	model := requireModel(t)
+	// The replicas bus is configured (not connected: build dials nothing), so its metrics are
+	// registered as they are in a fleet of replicas.
+	token := repo.WriteFile(t, dir, "bus-token", "metric-names-token\n")
 	path := repo.WriteFile(t, dir, "condisagg.yaml", `model: {tokenizer: `+model+`}
 router: {kv_events: true}
+replicas: {nats_url: "nats://127.0.0.1:4222", token_file: `+token+`}
 `+workersYAML)
 	f := config.NewFlags()
 	if err := f.FS.Parse([]string{"--config", path}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/admin"
+	"github.com/condisagg/condisagg/bookbus"
 	"github.com/condisagg/condisagg/decisionlog"
 	"github.com/condisagg/condisagg/server/config"
 
@@ -81,7 +82,9 @@ type service struct {
 	models []*servedModel // in configuration order
 	// bound is the SUB socket that publishers dial (router.kv_events_bind), run by run; nil
 	// when nothing is bound.
-	bound  *kvzmq.Central
+	bound *kvzmq.Central
+	// bus shares booked load with the other router replicas (replicas.nats_url); nil without.
+	bus    *bookbus.Bus
 	router *route.Router
 	ext    *extproc.Server
 	recent *decisionlog.Recent // the status page's last decisions and placement mix
@@ -190,6 +193,14 @@ func (s *service) runBound(ctx context.Context, endpoint string) (stop func(), e
 func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokenizer.Tokenizer) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.Bus != nil {
+		bc := *cfg.Bus
+		bc.Metrics, bc.Logger = bookbus.NewMetrics(s.reg), s.log
+		var err error
+		if s.bus, err = bookbus.New(bc); err != nil {
+			return err
+		}
+	}
 	learner := feedback.New()
 	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner,
 		Sessions: route.SessionConfig{Enabled: cfg.Session.Affinity, TTL: cfg.Session.TTL, Max: cfg.Session.MaxSessions}}
@@ -260,9 +271,16 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 	}
 	// pool.New reports the workers it starts with through OnChange, so their event streams
 	// start here; DNS-named workers follow when the pool's shell (pool/probe) resolves them.
-	m.pool, err = pool.New(mc.Pool, pool.Options{Metrics: pool.NewMetrics(reg), Logger: s.log, OnChange: onChange})
+	popts := pool.Options{Metrics: pool.NewMetrics(reg), Logger: s.log, OnChange: onChange}
+	if s.bus != nil {
+		popts.OnLocal = s.bus.Local(mc.Name)
+	}
+	m.pool, err = pool.New(mc.Pool, popts)
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", mc.Name, err)
+	}
+	if s.bus != nil {
+		s.bus.Attach(mc.Name, m.pool)
 	}
 	// Discovered workers join and leave m.pool through pool.SetMembers, which calls onChange
 	// as a resolved DNS address does. The metrics exist even without discovery (dashboards).
@@ -371,7 +389,7 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3+len(s.models)) // three servers and at most one discovery watcher per model
+	errs := make(chan error, 4+len(s.models)) // three servers, the bus and at most one discovery watcher per model
 	failed := func(what string, err error) {
 		if err != nil && ctx.Err() == nil {
 			errs <- fmt.Errorf("%s: %w", what, err)
@@ -383,6 +401,9 @@ func (s *service) serve(ctx context.Context, cfg *config.Config, hooks Hooks) er
 		if m.watcher != nil {
 			wg.Go(func() { failed("kubernetes discovery", m.watcher.Run(ctx)) })
 		}
+	}
+	if s.bus != nil {
+		wg.Go(func() { failed("replicas bus", s.bus.Run(ctx)) })
 	}
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.watchConfig(ctx, hup) })
@@ -496,7 +517,23 @@ func (s *service) readiness() (bool, []string) {
 	if !ready {
 		lines = append(lines, "no healthy decode worker")
 	}
+	if s.bus != nil {
+		lines = append(lines, s.busLine())
+	}
 	return ready, lines
+}
+
+// busLine is the /readyz line of the shared-booking bus. A lost bus does not make the
+// replica unready: it books what it routes, as a single replica does.
+func (s *service) busLine() string {
+	peers := 0
+	for _, m := range s.models {
+		peers += m.pool.PeerBookings()
+	}
+	if s.bus.Connected() {
+		return fmt.Sprintf("replicas bus: connected as %s (%d peer bookings)", s.bus.Replica(), peers)
+	}
+	return fmt.Sprintf("replicas bus: down, booking locally as %s (%d peer bookings until their leases end)", s.bus.Replica(), peers)
 }
 
 // watchConfig reloads on SIGHUP (hup) and when the file changes.

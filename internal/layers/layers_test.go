@@ -51,8 +51,10 @@ var allowed = map[string][]string{
 	"internal/svgplot":     {},
 	"internal/adminclient": {"proto/condisagg/v1"},
 	"server": {"extproc", "admin", "decisionlog", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
-		"server/config", "server/statuspage", "server/eventstreams"},
-	"server/config":        {"cost", "extproc", "kvevents", "policy", "pool", "pool/kube", "tokenizer"},
+		"server/config", "server/statuspage", "server/eventstreams", "bookbus"},
+	"server/config":        {"bookbus", "cost", "extproc", "kvevents", "policy", "pool", "pool/kube", "tokenizer"},
+	"bookbus":              {"pool"},
+	"internal/natstest":    {},
 	"server/statuspage":    {"extproc", "admin", "route", "policy", "pool", "kvindex", "server/config", "decisionlog"},
 	"server/eventstreams":  {"admin", "kvevents/zmq", "policy", "pool"},
 	"internal/kubeapi":     {"internal/proc", "internal/repo", "internal/testport"},
@@ -71,7 +73,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"cost", "calibrate", "calibrate/engine", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"bookbus", "cost", "calibrate", "calibrate/engine", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 // pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
 // none of their non-test files may import: no sockets, HTTP, files or processes. Their shells

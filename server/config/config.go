@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/condisagg/condisagg/bookbus"
 	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
@@ -114,6 +115,8 @@ type File struct {
 		MaxSessions int           `yaml:"max_sessions"`
 	} `yaml:"session"`
 	Workers []pool.WorkerConfig `yaml:"workers,omitempty"`
+	// Replicas is the bus that shares booked load between router replicas (replicas.go).
+	Replicas ReplicasFile `yaml:"replicas"`
 	// Discovery finds workers at run time, beside (or instead of) the static workers.
 	Discovery struct {
 		// Kubernetes watches EndpointSlices by label selector (pool/kube).
@@ -147,6 +150,9 @@ type Config struct {
 	// Kubernetes is discovery.kubernetes with defaults (its client settings and every entry;
 	// each model's entries are in Model.Discovery); nil without Kubernetes discovery.
 	Kubernetes *kube.Config
+	// Bus is the shared-booking bus between router replicas (replicas.nats_url with its
+	// credentials read); nil when replicas.nats_url is unset. serve adds its Metrics and Logger.
+	Bus *bookbus.Config
 }
 
 // Flags are the command-line flags of serve: --config and one flag per setting of the table
@@ -335,6 +341,7 @@ func validate(fc File, disaggJSON *string, costFile *costModelFile) (*Config, er
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
 	c.BoundEvents = boundEvents(&fc, mfs, bad)
+	c.Bus = busConfig(fc.Replicas, bad)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/condisagg/condisagg/bookbus"
 	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
@@ -47,6 +48,7 @@ const (
 	restartModel     = "model"
 	restartPool      = "workers/pool"
 	restartStreams   = "max_connections/max_streams_per_connection"
+	restartReplicas  = "replicas"
 )
 
 // settings is every scalar setting of serve, in the order of the file's documentation.
@@ -204,6 +206,36 @@ var settings = []setting{
 		at: func(f *File) any { return &f.Pool.HealthSuccesses }},
 	{key: "pool.health_backoff_max", def: pool.DefaultHealthBackoffMax, restart: restartPool, help: "the longest probe period of an unhealthy worker",
 		at: func(f *File) any { return &f.Pool.HealthBackoffMax }},
+	{key: "replicas.nats_url", flag: "replicas-nats-url", restart: restartReplicas,
+		help: "NATS server(s) that router replicas share their booked load through (nats:// or tls://, comma-separated; no credentials in the URL); \"\": each replica books only what it routes",
+		at:   func(f *File) any { return &f.Replicas.NATSURL }},
+	{key: "replicas.id", flag: "replicas-id", restart: restartReplicas,
+		help: "this replica's id, unique among the replicas (\"\": the host name, the pod's name in Kubernetes)",
+		at:   func(f *File) any { return &f.Replicas.ID }},
+	{key: "replicas.lease", def: bookbus.DefaultLease, restart: restartReplicas, check: durationWithin(MinReplicaLease, MaxReplicaLease),
+		help: "[1s, 10m]: peers drop this replica's bookings this long after its last word (heartbeats every lease/3)",
+		at:   func(f *File) any { return &f.Replicas.Lease }},
+	{key: "replicas.subject", def: bookbus.DefaultSubject, restart: restartReplicas, check: nonEmpty("must be a NATS subject"),
+		help: "the NATS subject the replicas of one fleet share",
+		at:   func(f *File) any { return &f.Replicas.Subject }},
+	{key: "replicas.token_file", restart: restartReplicas,
+		help: "file holding the NATS token (else $" + EnvBusToken + ")",
+		at:   func(f *File) any { return &f.Replicas.TokenFile }},
+	{key: "replicas.user", restart: restartReplicas,
+		help: "NATS user (with replicas.password_file or $" + EnvBusPassword + ")",
+		at:   func(f *File) any { return &f.Replicas.User }},
+	{key: "replicas.password_file", restart: restartReplicas,
+		help: "file holding the NATS user's password",
+		at:   func(f *File) any { return &f.Replicas.PasswordFile }},
+	{key: "replicas.tls_ca", restart: restartReplicas,
+		help: "CA bundle that signed the NATS server's certificate",
+		at:   func(f *File) any { return &f.Replicas.TLSCA }},
+	{key: "replicas.tls_cert", restart: restartReplicas,
+		help: "client certificate for the NATS server (with replicas.tls_key; mTLS may stand for the credentials)",
+		at:   func(f *File) any { return &f.Replicas.TLSCert }},
+	{key: "replicas.tls_key", restart: restartReplicas,
+		help: "client key for the NATS server",
+		at:   func(f *File) any { return &f.Replicas.TLSKey }},
 	{key: "pool.upstream_failures", def: pool.DefaultUpstreamFailures, restart: restartPool, help: "upstream failures in a row that make a worker unhealthy",
 		at: func(f *File) any { return &f.Pool.UpstreamFailures }},
 }
@@ -356,6 +388,16 @@ func positive(v any) string {
 		return d.String() + " must be > 0"
 	}
 	return ""
+}
+
+// durationWithin is the range [lo, hi] of a duration.
+func durationWithin(lo, hi time.Duration) func(any) string {
+	return func(v any) string {
+		if d := v.(time.Duration); d < lo || d > hi {
+			return fmt.Sprintf("%s is outside [%s, %s]", d, lo, hi)
+		}
+		return ""
+	}
 }
 
 func notNegative(v any) string {
