@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/condisagg/condisagg/envoy"
 	"github.com/condisagg/condisagg/internal/adminclient"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
 )
@@ -144,6 +146,18 @@ func replicaKill(t *testing.T, failOpen bool) {
 	for _, f := range firsts {
 		t.Logf("  failed: %s", f)
 	}
+	// Envoy's own account: outlier ejections of the dead replica, and ext_proc streams it
+	// replayed on the survivor.
+	stats := map[string]uint64{}
+	for _, n := range []string{"outlier_detection.ejections_enforced_consecutive_local_origin_failure", "upstream_rq_retry", "upstream_rq_retry_success",
+		"upstream_cx_connect_fail", "upstream_rq_pending_failure_eject"} {
+		v, err := env.Counter(ctx, "cluster.condisagg."+n)
+		if err != nil && !errors.Is(err, envoy.ErrNoStat) {
+			t.Fatal(err)
+		}
+		stats[n] = v
+	}
+	t.Logf("%s: Envoy cluster.condisagg: %v", mode, stats)
 	if failOpen && failed > 0 {
 		t.Errorf("fail-open: %d of %d requests failed across the kill of one replica", failed, total)
 	}
