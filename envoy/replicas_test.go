@@ -10,8 +10,11 @@ import (
 )
 
 // TestExtProcReplicas: ExtProcReplicas become further hosts of the condisagg cluster, after
-// ExtProc and in order (STRICT_DNS as soon as one is a name); the result passes envoy
-// --mode validate; a bad replica endpoint is refused by its index.
+// ExtProc and in order (STRICT_DNS as soon as one is a name); with more than one host the
+// cluster ejects a replica at its first local-origin failure (never half the hosts or more)
+// and the ext_proc filter replays a stream reset before any answer once on another replica,
+// with one host neither is rendered; the result passes envoy --mode validate; a bad replica
+// endpoint is refused by its index.
 func TestExtProcReplicas(t *testing.T) {
 	bin := envoyBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -20,6 +23,7 @@ func TestExtProcReplicas(t *testing.T) {
 		replicas []Endpoint
 		typ      string
 	}{
+		{nil, "STATIC"},
 		{[]Endpoint{{Host: "127.0.0.1", Port: 9003}, {Host: "127.0.0.1", Port: 9004}}, "STATIC"},
 		{[]Endpoint{{Host: "condisagg-1.llm.svc", Port: 9002}}, "STRICT_DNS"},
 	} {
@@ -57,6 +61,32 @@ func TestExtProcReplicas(t *testing.T) {
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("condisagg hosts %v; want %v", got, want)
 		}
+		od, hasOD := ext.(map[string]any)["outlier_detection"]
+		grpc := extProcGRPCService(t, doc)
+		rp, hasRetry := grpc["retry_policy"]
+		if len(tc.replicas) == 0 {
+			if hasOD || hasRetry {
+				t.Errorf("one host: outlier_detection %v, retry_policy %v; want neither", od, rp)
+			}
+		} else {
+			if !hasOD || !hasRetry {
+				t.Fatalf("%d hosts: outlier_detection %v, retry_policy %v; want both", len(want), od, rp)
+			}
+			for k, v := range map[string]any{"split_external_local_origin_errors": true, "consecutive_local_origin_failure": 1, "max_ejection_percent": 50} {
+				if dig(t, od, k) != v {
+					t.Errorf("outlier_detection.%s %v; want %v", k, dig(t, od, k), v)
+				}
+			}
+			if on := dig(t, rp, "retry_on"); on != "reset,connect-failure,refused-stream" {
+				t.Errorf("retry_policy.retry_on %v", on)
+			}
+			if pred := dig(t, rp, "retry_host_predicate", 0, "name"); pred != "envoy.retry_host_predicates.previous_hosts" {
+				t.Errorf("retry_policy.retry_host_predicate %v; want previous_hosts", pred)
+			}
+			if mr := dig(t, ext, "circuit_breakers", "thresholds", 0, "max_retries"); mr != p.WithDefaults().MaxRequests {
+				t.Errorf("condisagg max_retries %v; want max_requests %d", mr, p.WithDefaults().MaxRequests)
+			}
+		}
 		path, err := WriteBootstrap(t.TempDir(), p)
 		if err != nil {
 			t.Fatal(err)
@@ -71,4 +101,17 @@ func TestExtProcReplicas(t *testing.T) {
 		!strings.Contains(err.Error(), "ext_proc_replicas[1].port") {
 		t.Errorf("Render with a bad replica: %v; want ext_proc_replicas[1] host and port named", err)
 	}
+}
+
+// extProcGRPCService returns the grpc_service of the ext_proc filter in a rendered bootstrap.
+func extProcGRPCService(t *testing.T, doc map[string]any) map[string]any {
+	t.Helper()
+	hcm := dig(t, doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config")
+	for _, f := range dig(t, hcm, "http_filters").([]any) {
+		if dig(t, f, "name") == "envoy.filters.http.ext_proc" {
+			return dig(t, f, "typed_config", "grpc_service").(map[string]any)
+		}
+	}
+	t.Fatal("no ext_proc filter")
+	return nil
 }
