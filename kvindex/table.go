@@ -82,6 +82,20 @@ func (t *ehTable) addRef(i int) {
 	}
 }
 
+// setRefs sets the reference count (>= 1) of the new entry at slot i, which holds one.
+func (t *ehTable) setRefs(i int, refs uint32) {
+	meta := t.tab.Value(i)
+	if refs <= metaRCMap {
+		*meta = *meta&metaRowMask | (refs-1)<<metaRCShift
+		return
+	}
+	*meta |= metaRCMap << metaRCShift
+	if t.rc == nil {
+		t.rc = make(map[uint64]uint32)
+	}
+	t.rc[t.tab.Key(i)] = refs
+}
+
 // dropRef removes one reference from the entry at slot i and reports whether it was the last;
 // the caller then deletes the entry.
 func (t *ehTable) dropRef(i int) bool {
