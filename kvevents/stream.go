@@ -198,9 +198,9 @@ type Stream struct {
 	// resumeLive: resumed without a replay endpoint; the first live message must not be
 	// behind the snapshot's position, else the publisher restarted since (Resume).
 	resumeLive bool
-	rp        replayState
-	counters  StreamCounters
-	acts      []Action
+	rp         replayState
+	counters   StreamCounters
+	acts       []Action
 }
 
 // NewStream returns a machine in the UNSET state.
