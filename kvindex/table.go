@@ -196,6 +196,14 @@ func (t *keyTable) put(i int, key uint64, ref uint32) {
 	t.n++
 }
 
+// reserve grows t so that n more keys fit without another growth (Import: rows arrive
+// partly in hash order, which a table doubling on the way would pile up at its start).
+func (t *keyTable) reserve(n int) {
+	for (t.n+n)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+}
+
 func (t *keyTable) grow() {
 	old := t.slots
 	size := max(minTableSize, 2*len(old))
