@@ -29,7 +29,7 @@ func (r indexRouter) Models() []route.ModelInfo { return r.models }
 func (indexRouter) Decide(context.Context, *route.Request) (route.Outcome, error) {
 	return route.Outcome{}, fmt.Errorf("not used")
 }
-func (indexRouter) Policy() *policy.Config          { return nil }
+func (indexRouter) Policy() *policy.Config         { return nil }
 func (indexRouter) ShadowStats() route.ShadowStats { return route.ShadowStats{} }
 
 // warmIndex builds an index of about blocks GPU blocks over workers workers, as engines' events
