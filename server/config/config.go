@@ -101,15 +101,8 @@ type File struct {
 		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
 	Workers []pool.WorkerConfig `yaml:"workers,omitempty"`
-	// Replicas: how this replica starts from a running peer (warm.go of package server).
-	Replicas struct {
-		WarmFrom      string        `yaml:"warm_from"`
-		WarmTokenFile string        `yaml:"warm_token_file"`
-		WarmTLS       bool          `yaml:"warm_tls"`
-		WarmCAFile    string        `yaml:"warm_ca_file"`
-		WarmTimeout   time.Duration `yaml:"warm_timeout"`
-		WarmMaxBytes  int64         `yaml:"warm_max_bytes"`
-	} `yaml:"replicas"`
+	// Replicas is the bus that shares booked load between router replicas (replicas.go).
+	Replicas ReplicasFile `yaml:"replicas"`
 	// Discovery finds workers at run time, beside (or instead of) the static workers.
 	Discovery struct {
 		// Kubernetes watches EndpointSlices by label selector (pool/kube).

@@ -198,7 +198,7 @@ var settings = []setting{
 		at: func(f *File) any { return &f.Replicas.WarmTLS }},
 	{key: "replicas.warm_ca_file", help: "CA bundle of the peer's admin certificate (default: the system roots)",
 		at: func(f *File) any { return &f.Replicas.WarmCAFile }},
-	{key: "replicas.warm_timeout", def: DefaultWarmTimeout, check: durationWithin(time.Second, 10*time.Minute),
+	{key: "replicas.warm_timeout", def: DefaultWarmTimeout, check: durationIn(time.Second, 10*time.Minute),
 		help: "[1s, 10m]: the whole copy's bound; past it the replica starts cold",
 		at:   func(f *File) any { return &f.Replicas.WarmTimeout }},
 	{key: "replicas.warm_max_bytes", def: int64(DefaultWarmMaxBytes), check: int64Within(1<<20, 1<<34),
@@ -224,7 +224,7 @@ func hostPortOrEmpty(v any) string {
 	return ""
 }
 
-func durationWithin(lo, hi time.Duration) func(any) string {
+func durationIn(lo, hi time.Duration) func(any) string {
 	return func(v any) string {
 		if d := v.(time.Duration); d < lo || d > hi {
 			return fmt.Sprintf("%s is outside [%s, %s]", d, lo, hi)
