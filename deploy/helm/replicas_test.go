@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -107,5 +108,48 @@ func TestChartBus(t *testing.T) {
 	ext := render(t, variant{values: []string{"common.yaml"}, set: []string{"bus.enabled=true", "bus.url=nats://nats.infra:4222"}})
 	if r := replicasOf(ext); r["nats_url"] != "nats://nats.infra:4222" || hasNATS(ext) {
 		t.Errorf("external bus: replicas %v, NATS rendered %v", r, hasNATS(ext))
+	}
+}
+
+// TestChartWarmStart: with warmStart the serve config names the router's own Service at its
+// Admin gRPC port (which the Service then carries) as the peer to copy the index from, and the
+// NetworkPolicy admits the router pods to the admin ports.
+func TestChartWarmStart(t *testing.T) {
+	objs := render(t, variantNamed(t, "warm_start"))
+	_, c := routerPod(t, objs)
+	text, _ := serveConfigText(t, objs, c)
+	var cfg map[string]any
+	if err := yaml.UnmarshalStrict([]byte(text), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cfg["replicas"].(map[string]any)
+	svc := decodeAs[*corev1.Service](t, find(t, objs, "Service", release))
+	var adminPort int32
+	for _, p := range svc.Spec.Ports {
+		if p.TargetPort.String() == "grpc-admin" || p.Name == "grpc-admin" {
+			adminPort = p.Port
+		}
+	}
+	want := fmt.Sprintf("%s.%s.svc:%d", release, namespace, adminPort)
+	if adminPort == 0 || r["warm_from"] != want || r["warm_timeout"] != "30s" {
+		t.Errorf("replicas = %v; want warm_from %s (the Service's Admin gRPC port), warm_timeout 30s", r, want)
+	}
+	np := decodeAs[*networkingv1.NetworkPolicy](t, find(t, objs, "NetworkPolicy", release))
+	router := decodeAs[*appsv1.Deployment](t, find(t, objs, "Deployment", release))
+	admitted := false
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if p.Port.IntValue() != int(adminPort) {
+				continue
+			}
+			for _, f := range rule.From {
+				if f.PodSelector != nil && f.NamespaceSelector == nil && reflect.DeepEqual(f.PodSelector.MatchLabels, router.Spec.Selector.MatchLabels) {
+					admitted = true
+				}
+			}
+		}
+	}
+	if !admitted {
+		t.Errorf("NetworkPolicy does not admit the router pods to Admin gRPC port %d: %+v", adminPort, np.Spec.Ingress)
 	}
 }

@@ -89,8 +89,9 @@ gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allow
 {{- $_ := set $model "tokenizer" (.Values.model.hub | default .Values.model.tokenizerPath) -}}
 {{- $_ := set $c "model" $model -}}
 {{- if hasKey $c "replicas" -}}
-{{- fail "config.replicas: the chart sets it from bus.*; remove it from config" -}}
+{{- fail "config.replicas: the chart sets it from bus.* and warmStart.*; remove it from config" -}}
 {{- end -}}
+{{- $r := dict -}}
 {{- if .Values.bus.enabled -}}
 {{- $url := .Values.bus.url -}}
 {{- if and (not $url) .Values.bus.nats.deploy -}}
@@ -99,10 +100,19 @@ gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allow
 {{- if not $url -}}
 {{- fail "bus.url: give your NATS server's URL (nats://host:4222), or set bus.nats.deploy=true for the chart's own" -}}
 {{- end -}}
-{{- $r := dict "nats_url" $url -}}
+{{- $_ := set $r "nats_url" $url -}}
 {{- with .Values.bus.lease -}}
 {{- $_ := set $r "lease" . -}}
 {{- end -}}
+{{- end -}}
+{{- if .Values.warmStart.enabled -}}
+{{- if not .Values.admin.grpc.expose -}}
+{{- fail "warmStart.enabled: a starting router copies the index over the Admin gRPC port of the Service; set admin.grpc.expose=true" -}}
+{{- end -}}
+{{- $_ := set $r "warm_from" (printf "%s.%s.svc:%d" (include "condisagg.fullname" .) .Release.Namespace (int .Values.ports.adminGRPC)) -}}
+{{- $_ := set $r "warm_timeout" .Values.warmStart.timeout -}}
+{{- end -}}
+{{- if $r -}}
 {{- $_ := set $c "replicas" $r -}}
 {{- end -}}
 {{- if and (not $c.workers) (not (include "condisagg.kubeDiscovery" .)) -}}
