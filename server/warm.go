@@ -121,12 +121,12 @@ func (s *service) importWarm(m *servedModel) (int, bool) {
 	}
 	snap, ok := w.snaps[m.name]
 	if !ok {
-		s.log.Warn("warm start: the peer serves no such model; it starts cold", "peer", w.peer, "model", m.name)
+		s.log.Warn("warm start: the peer serves no such model; it starts cold", "endpoint", w.peer, "model", m.name)
 		return 0, false
 	}
 	st, err := m.index.Import(snap)
 	if err != nil {
-		s.log.Warn("warm start: the peer's index cannot be imported; the model starts cold", "peer", w.peer, "model", m.name, "err", err)
+		s.log.Warn("warm start: the peer's index cannot be imported; the model starts cold", "endpoint", w.peer, "model", m.name, "err", err)
 		return 0, false
 	}
 	return st.Entries, true
@@ -140,7 +140,7 @@ func (s *service) reportWarm(warmModels, blocks int) {
 	case w == nil:
 		return
 	case w.err != nil:
-		s.log.Warn("warm start failed; starting cold", "peer", w.peer, "err", w.err)
+		s.log.Warn("warm start failed; starting cold", "endpoint", w.peer, "err", w.err)
 		return
 	}
 	took := time.Since(w.started)
@@ -149,6 +149,6 @@ func (s *service) reportWarm(warmModels, blocks int) {
 		wm.warm.Set(1)
 		wm.seconds.Set(took.Seconds())
 	}
-	s.log.Info("warm start from peer", "peer", w.peer, "models", warmModels, "blocks", blocks,
+	s.log.Info("warm start from peer", "endpoint", w.peer, "models", warmModels, "blocks", blocks,
 		"seconds", took.Seconds(), slog.Bool("complete", warmModels == len(s.models)))
 }

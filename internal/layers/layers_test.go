@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"internal/svgplot":     {},
 	"internal/adminclient": {"proto/condisagg/v1"},
 	"server": {"extproc", "admin", "decisionlog", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
-		"server/config", "server/statuspage", "server/eventstreams"},
+		"server/config", "server/statuspage", "server/eventstreams", "internal/adminclient", "proto/condisagg/v1"},
 	"server/config":        {"extproc", "kvevents", "policy", "pool", "pool/kube", "tokenizer"},
 	"server/statuspage":    {"extproc", "admin", "route", "policy", "pool", "kvindex", "server/config", "decisionlog"},
 	"server/eventstreams":  {"admin", "kvevents/zmq", "policy", "pool"},
