@@ -203,6 +203,15 @@ func TestServeWarmStartFromPeer(t *testing.T) {
 	// Before any eviction: B holds exactly A's blocks, so nothing published before or during
 	// the copy was lost (the engine's 40 retained batches alone could not give them).
 	waitFor("warm replica caught up", caughtUp(cb))
+	// It resumed after the snapshot's batch: a replay whose check passed, no history lost, no
+	// clear (a failed check would clear with resume_mismatch and warm up from seq 0).
+	if lw, err := cb.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{}); err != nil || lw.Workers[0].GetEvents().GetReplays() == 0 ||
+		lw.Workers[0].GetEvents().GetReplaysLost() != 0 {
+		t.Fatalf("warm replica's stream: %v %v; want a replay (the resume) and none lost", lw.GetWorkers(), err)
+	}
+	if v := metricValue(t, b.http, `condisagg_kv_stream_clears_total{reason="resume_mismatch",worker="decode-0"}`); v != "" && v != "0" {
+		t.Fatalf("warm replica cleared its stream on resume (%s)", v)
+	}
 	if ia, ib := indexedBlocks(t, ctx, ca), indexedBlocks(t, ctx, cb); fmt.Sprint(ia) != fmt.Sprint(ib) {
 		t.Fatalf("after the copy: peer indexes %v, warm replica %v", ia, ib)
 	}
