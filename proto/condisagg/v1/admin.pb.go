@@ -24,140 +24,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type IndexSnapshotRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The largest snapshot of one model the caller accepts, in bytes; a larger one is refused
-	// with RESOURCE_EXHAUSTED before anything is sent. 0: the router's own limit (1 GiB).
-	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *IndexSnapshotRequest) Reset() {
-	*x = IndexSnapshotRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *IndexSnapshotRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*IndexSnapshotRequest) ProtoMessage() {}
-
-func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use IndexSnapshotRequest.ProtoReflect.Descriptor instead.
-func (*IndexSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
-	if x != nil {
-		return x.MaxBytes
-	}
-	return 0
-}
-
-type IndexSnapshotChunk struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The served model the chunk belongs to ("" for a one-model router's catch-all model).
-	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// Set on a model's first chunk: the size of its whole snapshot, and the index entries and
-	// workers it holds.
-	TotalBytes uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
-	Entries    int64  `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
-	Workers    int64  `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
-	Data       []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	// The model's last chunk.
-	ModelEnd      bool `protobuf:"varint,6,opt,name=model_end,json=modelEnd,proto3" json:"model_end,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *IndexSnapshotChunk) Reset() {
-	*x = IndexSnapshotChunk{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *IndexSnapshotChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*IndexSnapshotChunk) ProtoMessage() {}
-
-func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use IndexSnapshotChunk.ProtoReflect.Descriptor instead.
-func (*IndexSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *IndexSnapshotChunk) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *IndexSnapshotChunk) GetTotalBytes() uint64 {
-	if x != nil {
-		return x.TotalBytes
-	}
-	return 0
-}
-
-func (x *IndexSnapshotChunk) GetEntries() int64 {
-	if x != nil {
-		return x.Entries
-	}
-	return 0
-}
-
-func (x *IndexSnapshotChunk) GetWorkers() int64 {
-	if x != nil {
-		return x.Workers
-	}
-	return 0
-}
-
-func (x *IndexSnapshotChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-func (x *IndexSnapshotChunk) GetModelEnd() bool {
-	if x != nil {
-		return x.ModelEnd
-	}
-	return false
-}
-
 type ResetPrefixCacheRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The worker's name (workers[].name), or the id of one of its ranks; the reset covers the
@@ -169,7 +35,7 @@ type ResetPrefixCacheRequest struct {
 
 func (x *ResetPrefixCacheRequest) Reset() {
 	*x = ResetPrefixCacheRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +47,7 @@ func (x *ResetPrefixCacheRequest) String() string {
 func (*ResetPrefixCacheRequest) ProtoMessage() {}
 
 func (x *ResetPrefixCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +60,7 @@ func (x *ResetPrefixCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetPrefixCacheRequest.ProtoReflect.Descriptor instead.
 func (*ResetPrefixCacheRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ResetPrefixCacheRequest) GetWorker() string {
@@ -221,7 +87,7 @@ type ResetPrefixCacheResponse struct {
 
 func (x *ResetPrefixCacheResponse) Reset() {
 	*x = ResetPrefixCacheResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +99,7 @@ func (x *ResetPrefixCacheResponse) String() string {
 func (*ResetPrefixCacheResponse) ProtoMessage() {}
 
 func (x *ResetPrefixCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +112,7 @@ func (x *ResetPrefixCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetPrefixCacheResponse.ProtoReflect.Descriptor instead.
 func (*ResetPrefixCacheResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ResetPrefixCacheResponse) GetSuccess() bool {
@@ -289,7 +155,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +167,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +180,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExplainRequest) GetPath() string {
@@ -343,7 +209,7 @@ type WorkerOverlap struct {
 
 func (x *WorkerOverlap) Reset() {
 	*x = WorkerOverlap{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +221,7 @@ func (x *WorkerOverlap) String() string {
 func (*WorkerOverlap) ProtoMessage() {}
 
 func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +234,7 @@ func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOverlap.ProtoReflect.Descriptor instead.
 func (*WorkerOverlap) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WorkerOverlap) GetWorker() string {
@@ -423,7 +289,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +301,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +314,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExplainResponse) GetRoute() string {
@@ -599,7 +465,7 @@ type PolicyInputs struct {
 
 func (x *PolicyInputs) Reset() {
 	*x = PolicyInputs{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +477,7 @@ func (x *PolicyInputs) String() string {
 func (*PolicyInputs) ProtoMessage() {}
 
 func (x *PolicyInputs) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +490,7 @@ func (x *PolicyInputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInputs.ProtoReflect.Descriptor instead.
 func (*PolicyInputs) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PolicyInputs) GetSnapshotVersion() uint64 {
@@ -824,7 +690,7 @@ type PlacementEstimate struct {
 
 func (x *PlacementEstimate) Reset() {
 	*x = PlacementEstimate{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +702,7 @@ func (x *PlacementEstimate) String() string {
 func (*PlacementEstimate) ProtoMessage() {}
 
 func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +715,7 @@ func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementEstimate.ProtoReflect.Descriptor instead.
 func (*PlacementEstimate) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PlacementEstimate) GetPlacement() string {
@@ -944,7 +810,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +822,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +835,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type EventStream struct {
@@ -987,7 +853,7 @@ type EventStream struct {
 
 func (x *EventStream) Reset() {
 	*x = EventStream{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +865,7 @@ func (x *EventStream) String() string {
 func (*EventStream) ProtoMessage() {}
 
 func (x *EventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +878,7 @@ func (x *EventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventStream.ProtoReflect.Descriptor instead.
 func (*EventStream) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EventStream) GetConnected() bool {
@@ -1087,7 +953,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +965,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +978,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Worker) GetId() string {
@@ -1229,7 +1095,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1107,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1120,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1275,7 +1141,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1153,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1166,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReloadConfigRequest) GetPromoteShadow() bool {
@@ -1320,7 +1186,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1198,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1211,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReloadConfigResponse) GetApplied() bool {
@@ -1370,7 +1236,7 @@ type ShadowRequest struct {
 
 func (x *ShadowRequest) Reset() {
 	*x = ShadowRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1248,7 @@ func (x *ShadowRequest) String() string {
 func (*ShadowRequest) ProtoMessage() {}
 
 func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1261,7 @@ func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
 func (*ShadowRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type ShadowResponse struct {
@@ -1419,7 +1285,7 @@ type ShadowResponse struct {
 
 func (x *ShadowResponse) Reset() {
 	*x = ShadowResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1297,7 @@ func (x *ShadowResponse) String() string {
 func (*ShadowResponse) ProtoMessage() {}
 
 func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1310,7 @@ func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
 func (*ShadowResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShadowResponse) GetLiveConfig() string {
@@ -1542,7 +1408,7 @@ type RoutePair struct {
 
 func (x *RoutePair) Reset() {
 	*x = RoutePair{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1420,7 @@ func (x *RoutePair) String() string {
 func (*RoutePair) ProtoMessage() {}
 
 func (x *RoutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1433,7 @@ func (x *RoutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
 func (*RoutePair) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RoutePair) GetLiveRoute() string {
@@ -1602,7 +1468,7 @@ type RecentRequest struct {
 
 func (x *RecentRequest) Reset() {
 	*x = RecentRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1480,7 @@ func (x *RecentRequest) String() string {
 func (*RecentRequest) ProtoMessage() {}
 
 func (x *RecentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1493,7 @@ func (x *RecentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
 func (*RecentRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecentRequest) GetLimit() uint32 {
@@ -1648,7 +1514,7 @@ type RecentResponse struct {
 
 func (x *RecentResponse) Reset() {
 	*x = RecentResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1526,7 @@ func (x *RecentResponse) String() string {
 func (*RecentResponse) ProtoMessage() {}
 
 func (x *RecentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1539,7 @@ func (x *RecentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentResponse.ProtoReflect.Descriptor instead.
 func (*RecentResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecentResponse) GetTotal() uint64 {
@@ -1733,7 +1599,7 @@ type RecentDecision struct {
 
 func (x *RecentDecision) Reset() {
 	*x = RecentDecision{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1611,7 @@ func (x *RecentDecision) String() string {
 func (*RecentDecision) ProtoMessage() {}
 
 func (x *RecentDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1624,7 @@ func (x *RecentDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentDecision.ProtoReflect.Descriptor instead.
 func (*RecentDecision) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecentDecision) GetSeq() uint64 {
@@ -1908,21 +1774,145 @@ func (x *RecentDecision) GetTransferAt() string {
 	return ""
 }
 
+type IndexSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The largest snapshot of one model the caller accepts, in bytes; a larger one is refused
+	// with RESOURCE_EXHAUSTED before anything is sent. 0: the router's own limit (1 GiB).
+	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshotRequest) Reset() {
+	*x = IndexSnapshotRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshotRequest) ProtoMessage() {}
+
+func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*IndexSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type IndexSnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served model the chunk belongs to ("" for a one-model router's catch-all model).
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Set on a model's first chunk: the size of its whole snapshot, and the index entries and
+	// workers it holds.
+	TotalBytes uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Entries    int64  `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	Workers    int64  `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
+	Data       []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// The model's last chunk.
+	ModelEnd      bool `protobuf:"varint,6,opt,name=model_end,json=modelEnd,proto3" json:"model_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshotChunk) Reset() {
+	*x = IndexSnapshotChunk{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshotChunk) ProtoMessage() {}
+
+func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshotChunk.ProtoReflect.Descriptor instead.
+func (*IndexSnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *IndexSnapshotChunk) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *IndexSnapshotChunk) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetWorkers() int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *IndexSnapshotChunk) GetModelEnd() bool {
+	if x != nil {
+		return x.ModelEnd
+	}
+	return false
+}
+
 var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
 
 const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x18condisagg/v1/admin.proto\x12\fcondisagg.v1\"3\n" +
-	"\x14IndexSnapshotRequest\x12\x1b\n" +
-	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\xb0\x01\n" +
-	"\x12IndexSnapshotChunk\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1f\n" +
-	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
-	"totalBytes\x12\x18\n" +
-	"\aentries\x18\x03 \x01(\x03R\aentries\x12\x18\n" +
-	"\aworkers\x18\x04 \x01(\x03R\aworkers\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1b\n" +
-	"\tmodel_end\x18\x06 \x01(\bR\bmodelEnd\"1\n" +
+	"\x18condisagg/v1/admin.proto\x12\fcondisagg.v1\"1\n" +
 	"\x17ResetPrefixCacheRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\"z\n" +
 	"\x18ResetPrefixCacheResponse\x12\x18\n" +
@@ -2096,7 +2086,17 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x16transfer_prompt_tokens\x18\x13 \x01(\x03R\x14transferPromptTokens\x124\n" +
 	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
 	"\vtransfer_at\x18\x15 \x01(\tR\n" +
-	"transferAt2\xc0\x04\n" +
+	"transferAt\"3\n" +
+	"\x14IndexSnapshotRequest\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\xb0\x01\n" +
+	"\x12IndexSnapshotChunk\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\x03R\aentries\x12\x18\n" +
+	"\aworkers\x18\x04 \x01(\x03R\aworkers\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1b\n" +
+	"\tmodel_end\x18\x06 \x01(\bR\bmodelEnd2\xc0\x04\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
@@ -2120,53 +2120,53 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 
 var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_condisagg_v1_admin_proto_goTypes = []any{
-	(*IndexSnapshotRequest)(nil),     // 0: condisagg.v1.IndexSnapshotRequest
-	(*IndexSnapshotChunk)(nil),       // 1: condisagg.v1.IndexSnapshotChunk
-	(*ResetPrefixCacheRequest)(nil),  // 2: condisagg.v1.ResetPrefixCacheRequest
-	(*ResetPrefixCacheResponse)(nil), // 3: condisagg.v1.ResetPrefixCacheResponse
-	(*ExplainRequest)(nil),           // 4: condisagg.v1.ExplainRequest
-	(*WorkerOverlap)(nil),            // 5: condisagg.v1.WorkerOverlap
-	(*ExplainResponse)(nil),          // 6: condisagg.v1.ExplainResponse
-	(*PolicyInputs)(nil),             // 7: condisagg.v1.PolicyInputs
-	(*PlacementEstimate)(nil),        // 8: condisagg.v1.PlacementEstimate
-	(*ListWorkersRequest)(nil),       // 9: condisagg.v1.ListWorkersRequest
-	(*EventStream)(nil),              // 10: condisagg.v1.EventStream
-	(*Worker)(nil),                   // 11: condisagg.v1.Worker
-	(*ListWorkersResponse)(nil),      // 12: condisagg.v1.ListWorkersResponse
-	(*ReloadConfigRequest)(nil),      // 13: condisagg.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),     // 14: condisagg.v1.ReloadConfigResponse
-	(*ShadowRequest)(nil),            // 15: condisagg.v1.ShadowRequest
-	(*ShadowResponse)(nil),           // 16: condisagg.v1.ShadowResponse
-	(*RoutePair)(nil),                // 17: condisagg.v1.RoutePair
-	(*RecentRequest)(nil),            // 18: condisagg.v1.RecentRequest
-	(*RecentResponse)(nil),           // 19: condisagg.v1.RecentResponse
-	(*RecentDecision)(nil),           // 20: condisagg.v1.RecentDecision
+	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
+	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
+	(*ExplainRequest)(nil),           // 2: condisagg.v1.ExplainRequest
+	(*WorkerOverlap)(nil),            // 3: condisagg.v1.WorkerOverlap
+	(*ExplainResponse)(nil),          // 4: condisagg.v1.ExplainResponse
+	(*PolicyInputs)(nil),             // 5: condisagg.v1.PolicyInputs
+	(*PlacementEstimate)(nil),        // 6: condisagg.v1.PlacementEstimate
+	(*ListWorkersRequest)(nil),       // 7: condisagg.v1.ListWorkersRequest
+	(*EventStream)(nil),              // 8: condisagg.v1.EventStream
+	(*Worker)(nil),                   // 9: condisagg.v1.Worker
+	(*ListWorkersResponse)(nil),      // 10: condisagg.v1.ListWorkersResponse
+	(*ReloadConfigRequest)(nil),      // 11: condisagg.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),     // 12: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),            // 13: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),           // 14: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),                // 15: condisagg.v1.RoutePair
+	(*RecentRequest)(nil),            // 16: condisagg.v1.RecentRequest
+	(*RecentResponse)(nil),           // 17: condisagg.v1.RecentResponse
+	(*RecentDecision)(nil),           // 18: condisagg.v1.RecentDecision
+	(*IndexSnapshotRequest)(nil),     // 19: condisagg.v1.IndexSnapshotRequest
+	(*IndexSnapshotChunk)(nil),       // 20: condisagg.v1.IndexSnapshotChunk
 	nil,                              // 21: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
-	5,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
-	7,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
-	8,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
-	10, // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
-	11, // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	17, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
+	5,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
+	6,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
+	8,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
+	9,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
+	15, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
 	21, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
-	20, // 7: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
-	8,  // 8: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
-	4,  // 9: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	9,  // 10: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	13, // 11: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	15, // 12: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	2,  // 13: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
-	18, // 14: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
-	0,  // 15: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
-	6,  // 16: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	12, // 17: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	14, // 18: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	16, // 19: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	3,  // 20: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	19, // 21: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
-	1,  // 22: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
+	18, // 7: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
+	6,  // 8: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
+	2,  // 9: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	7,  // 10: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	11, // 11: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	13, // 12: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 13: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	16, // 14: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
+	19, // 15: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
+	4,  // 16: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	10, // 17: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	12, // 18: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	14, // 19: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 20: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	17, // 21: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	20, // 22: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
 	16, // [16:23] is the sub-list for method output_type
 	9,  // [9:16] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
