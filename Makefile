@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args conformance-llmd-sim clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args conformance-llmd-sim conformance-engines clean
 
 all: build
 
@@ -113,6 +113,14 @@ conformance-vllm: deps conformance-vllm-fields
 # LLMD_SIM_SRC and LLMD_ROUTER_SRC (scripts/llmdsim/run.sh). Report: docs/conformance.md.
 conformance-llmd-sim: deps
 	bash scripts/llmdsim/run.sh
+
+# Opt-in, not part of `make test`: the other engines' own KV event code against condisagg serve
+# (SGLang 0.5.23's RadixCache and publisher, Dynamo 1.6.1's TRT-LLM publisher and key function,
+# llm-d's inference simulator), each per probe against the producer's own truth. Creates its
+# venvs under .cache/engines (scripts/engines/venvs.sh, every package pinned; SGLang's on top of
+# the vLLM venv's torch). ENGINES_STEPS sets the corpus length. Report: docs/conformance.md.
+conformance-engines: deps
+	bash scripts/engines/run.sh
 
 # vLLM's own pydantic request models (from the vLLM venv, no engine) re-read the corpus of
 # route/testdata/vllm_request_fields.jsonl live and must agree with the committed readings that

@@ -85,7 +85,9 @@ func newEnv(t *testing.T, workers ...pool.WorkerConfig) *env {
 	}
 	pc := policy.DefaultConfig()
 	pc.Enabled, pc.RouterMode, pc.KVEvents, pc.DistinctPools = true, "kv", true, true
-	if e.router, err = route.New(route.Options{Tokenizer: e.tok, Index: e.index, Pool: e.pool, Policy: &pc}); err != nil {
+	// Session affinity on: requests without a session id are untouched.
+	if e.router, err = route.New(route.Options{Tokenizer: e.tok, Index: e.index, Pool: e.pool, Policy: &pc,
+		Sessions: route.SessionConfig{Enabled: true}}); err != nil {
 		t.Fatal(err)
 	}
 	log, err := decisionlog.NewRecent(decisionlog.RecentOptions{})

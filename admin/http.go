@@ -24,7 +24,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
-// ExplainHandler is POST /debug/explain?path=/v1/chat/completions with the OpenAI body: the
+// ExplainHandler is POST /debug/explain?path=/v1/chat/completions[&session=ID] with the OpenAI body: the
 // Admin Explain answer as JSON. Bodies over maxBody() bytes (the live max_body_bytes) get 413,
 // an invalid body 400, an unknown model 404, any other routing error 503.
 func (a *Service) ExplainHandler(maxBody func() int) http.Handler {
@@ -39,7 +39,7 @@ func (a *Service) ExplainHandler(maxBody func() int) http.Handler {
 			http.Error(w, "body unreadable or over --max-body-bytes", http.StatusRequestEntityTooLarge)
 			return
 		}
-		resp, err := a.explain(r.Context(), path, body)
+		resp, err := a.explain(r.Context(), path, body, r.URL.Query().Get("session"))
 		if err != nil {
 			code := http.StatusServiceUnavailable
 			switch {

@@ -88,19 +88,22 @@ func New(opts Options) (*Service, error) {
 
 // Explain decides for an OpenAI request without booking anything.
 func (a *Service) Explain(ctx context.Context, req *condisaggv1.ExplainRequest) (*condisaggv1.ExplainResponse, error) {
-	resp, err := a.explain(ctx, req.GetPath(), req.GetBody())
+	resp, err := a.explain(ctx, req.GetPath(), req.GetBody(), req.GetSession())
 	if err != nil {
 		return nil, statusOf(err)
 	}
 	return resp, nil
 }
 
-func (a *Service) explain(ctx context.Context, path string, body []byte) (*condisaggv1.ExplainResponse, error) {
+func (a *Service) explain(ctx context.Context, path string, body []byte, session string) (*condisaggv1.ExplainResponse, error) {
 	ep := route.ParseEndpoint(path)
 	if ep == route.EndpointOther {
 		return nil, fmt.Errorf("%w: path %q is not /v1/chat/completions or /v1/completions", route.ErrInvalidBody, path)
 	}
-	out, err := a.opts.Router.Decide(ctx, &route.Request{Endpoint: ep, Body: body, DryRun: true})
+	if len(session) > route.MaxSessionIDBytes {
+		return nil, fmt.Errorf("%w: session id of %d bytes is over %d", route.ErrInvalidBody, len(session), route.MaxSessionIDBytes)
+	}
+	out, err := a.opts.Router.Decide(ctx, &route.Request{Endpoint: ep, Body: body, DryRun: true, Session: session})
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +131,9 @@ func (a *Service) explain(ctx context.Context, path string, body []byte) (*condi
 		resp.Inputs.Error = in.Err.Error()
 	}
 	resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs, resp.Inputs.Estimates = sloForecasts(in)
+	if out.Session.ID != "" {
+		resp.Session = &condisaggv1.SessionAffinity{Outcome: out.Session.Outcome.String(), BoundWorker: out.Session.Bound}
+	}
 	for _, o := range out.Overlaps {
 		resp.Overlaps = append(resp.Overlaps, &condisaggv1.WorkerOverlap{Worker: string(o.Worker),
 			GpuBlocks: int64(o.GPU), CpuBlocks: int64(o.CPU), DiskBlocks: int64(o.Disk)})

@@ -9,7 +9,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/condisagg/condisagg/policy"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
+	"github.com/condisagg/condisagg/route"
 )
 
 // TestAdminToken: with a token, calls without it or with another one are Unauthenticated.
@@ -63,5 +65,41 @@ func TestAdminService(t *testing.T) {
 	rr, err := ac.ReloadConfig(context.Background(), &condisaggv1.ReloadConfigRequest{})
 	if err != nil || !rr.Applied {
 		t.Fatalf("reload: %v %v", rr, err)
+	}
+}
+
+// TestExplainSession: Explain with a session id shows what the session's binding makes of the
+// request (the bound worker and the outcome) and binds nothing; without one it shows none.
+func TestExplainSession(t *testing.T) {
+	e := newEnv(t)
+	ac := startAdmin(t, e, ServerOptions{})
+	ctx := context.Background()
+	first := chatBody(strings.Repeat("a long first turn of a session ", 60), false)
+	out, err := e.router.Decide(ctx, &route.Request{Endpoint: route.EndpointChat, Body: first, Session: "conv-9"})
+	if err != nil || out.Session.Outcome != policy.AffinityMiss {
+		t.Fatalf("first turn: %+v %v", out.Session, err)
+	}
+	defer out.Ticket.Cancel()
+	next := chatBody("a short follow-up", false)
+	r, err := ac.Explain(ctx, &condisaggv1.ExplainRequest{Path: chatPath, Body: next, Session: "conv-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.GetSession(); s.GetOutcome() != "hit" || s.GetBoundWorker() != out.Decode.ID || r.DecodeWorker != out.Decode.ID {
+		t.Fatalf("explain session %v on %s, want a hit on %s", s, r.DecodeWorker, out.Decode.ID)
+	}
+	r, err = ac.Explain(ctx, &condisaggv1.ExplainRequest{Path: chatPath, Body: next, Session: "conv-new"})
+	if err != nil || r.GetSession().GetOutcome() != "miss" || r.GetSession().GetBoundWorker() != "" {
+		t.Fatalf("unknown session: %v %v", r.GetSession(), err)
+	}
+	if st := e.router.SessionStats(); st.Bindings != 1 {
+		t.Fatalf("Explain bound a session: %+v", st)
+	}
+	if r, err = ac.Explain(ctx, &condisaggv1.ExplainRequest{Path: chatPath, Body: next}); err != nil || r.GetSession() != nil {
+		t.Fatalf("no session: %v %v", r.GetSession(), err)
+	}
+	if _, err := ac.Explain(ctx, &condisaggv1.ExplainRequest{Path: chatPath, Body: next, Session: strings.Repeat("x", 257)}); err == nil ||
+		!strings.Contains(err.Error(), "InvalidArgument") {
+		t.Fatalf("oversized session id: %v", err)
 	}
 }

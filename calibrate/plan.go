@@ -19,6 +19,9 @@ const (
 	// streams' gap at the step that prefilled it is t0 + a1·N + a2·N²/2 + d1·B + d2·ΣC, measured
 	// inside the engine, free of the request's own handling.
 	Mixed
+	// Transfer is one fresh prompt of ISL tokens sent through a P/D pair (pd-sidecar: prefill
+	// at P, the KV pulled by D): D's own transfer metrics give its time and bytes.
+	Transfer
 )
 
 // MixedStreams is the number of background decode streams of a Mixed probe.
@@ -36,6 +39,8 @@ func (k Kind) String() string {
 		return "decode"
 	case Mixed:
 		return "mixed"
+	case Transfer:
+		return "transfer"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

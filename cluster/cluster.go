@@ -77,6 +77,7 @@ type router interface {
 	Decide(ctx context.Context, req *route.Request) (route.Outcome, error)
 	SetShadow(c *policy.Config) error
 	ShadowStats() route.ShadowStats
+	SessionStats() route.SessionStats
 }
 
 // virtualClock is the pool's clock: epoch plus the cluster's virtual now.
@@ -139,14 +140,14 @@ func newCluster(cfg Config, reqs []workload.Request, opts Options) (*Cluster, er
 	c.bs = c.pcfg.BlockSize
 	c.rep = &Report{Results: make([]workload.Result, len(reqs)), Decisions: make([]route.Record, len(reqs))}
 	pc := c.pcfg
-	c.rep.Policy, c.rep.RouterSeed = c.pcfg, RouterSeed(cfg.Seed)
+	c.rep.Policy, c.rep.RouterSeed, c.rep.SessionConfig = c.pcfg, RouterSeed(cfg.Seed), cfg.Sessions
 	c.learner = feedback.New()
 	c.adapters, c.loraNames = map[string]sim.Adapter{}, map[string][]byte{}
 	for k, name := range cfg.LoRAAdapters {
 		c.adapters[name] = sim.Adapter{ID: int64(k + 1), Name: name, Path: "/adapters/" + name}
 		c.loraNames[name] = []byte(name)
 	}
-	ropts := route.Options{Policy: &pc, Seed: c.rep.RouterSeed, Now: c.clock, Learner: c.learner}
+	ropts := route.Options{Policy: &pc, Seed: c.rep.RouterSeed, Now: c.clock, Learner: c.learner, Sessions: cfg.Sessions}
 	models := cfg.Models
 	if len(models) == 0 {
 		models = []string{""}

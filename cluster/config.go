@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/workload"
 )
@@ -46,6 +47,9 @@ type Config struct {
 	QueueThreshold policy.Threshold
 	// Selection are the worker-selection knobs; the zero value means policy.DefaultSelection.
 	Selection policy.Selection
+	// Sessions is the router's soft session affinity (off in the zero value): requests of one
+	// workload session (workload.Request.Session >= 0) name it as extproc's session headers do.
+	Sessions route.SessionConfig
 	// EventDelay delays each engine's KV events before the index sees them (0 = at the end of the
 	// step that produced them).
 	EventDelay time.Duration

@@ -30,6 +30,8 @@ type Report struct {
 	Models     []ModelFleet  `json:"-"`
 	Policy     policy.Config `json:"-"`
 	RouterSeed uint64        `json:"-"`
+	// SessionConfig is the router's session affinity (Config.Sessions), for a replay.
+	SessionConfig route.SessionConfig `json:"-"`
 	// ResidualLoad sums every worker's booked prefill tokens, decode blocks and requests after
 	// the run; it is 0 when every booking was released.
 	ResidualLoad int64
@@ -43,6 +45,24 @@ type Report struct {
 	Feedback []feedback.State `json:",omitempty"`
 	// RoleAdvice is what the live service's analytic advice says of the run's mix (slo policy).
 	RoleAdvice feedback.RoleAdvice `json:",omitempty"`
+	// Sessions is where the follow-up turns of the workload's sessions went.
+	Sessions SessionReport
+}
+
+// SessionReport counts the follow-up turns (workload.Request.Parent >= 0, both turns routed)
+// and those placed on the worker that served their previous turn.
+type SessionReport struct {
+	FollowUps  int
+	OnPrevious int
+	Stats      route.SessionStats // the router's session table (zero with affinity off)
+}
+
+// Share is OnPrevious / FollowUps (0 without follow-ups).
+func (s SessionReport) Share() float64 {
+	if s.FollowUps == 0 {
+		return 0
+	}
+	return float64(s.OnPrevious) / float64(s.FollowUps)
 }
 
 // ModelFleet is one served model as the router saw it (Config.Models order).

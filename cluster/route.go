@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
@@ -24,7 +25,7 @@ func (c *Cluster) arrive(i int) {
 	if r.OutputTokens > 0 {
 		st.output = c.cfg.Vocab.AppendOutput(make([]uint32, 0, r.OutputTokens), r)
 	}
-	req := route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt}
+	req := route.Request{Endpoint: route.EndpointCompletions, Tokens: st.prompt, Session: SessionID(r.Session)}
 	if c.opts.Model != nil {
 		req.Model = c.opts.Model(r)
 		st.lora = c.adapters[req.Model]
@@ -36,7 +37,7 @@ func (c *Cluster) arrive(i int) {
 	out, err := c.router.Decide(context.Background(), &req)
 	if c.opts.Trace != nil {
 		c.opts.Trace(Op{Kind: OpDecide, At: c.now, Index: i, Tokens: st.prompt, Model: req.Model, Subset: req.Subset,
-			Record: out.Record(), Err: err})
+			Session: req.Session, Record: out.Record(), Err: err})
 	}
 	if err != nil {
 		c.fail(i, err)
@@ -269,7 +270,44 @@ func (c *Cluster) finish() *Report {
 			rep.ResidualLoad += w.ActivePrefillTokens + w.ActiveDecodeBlocks + w.ActiveRequests
 		}
 	}
+	rep.Sessions = c.sessionReport()
 	return rep
+}
+
+// SessionID is the session id a simulated request names ("" for session < 0: none), the
+// value of extproc's session header in a replay.
+func SessionID(session int64) string {
+	if session < 0 {
+		return ""
+	}
+	return "s" + strconv.FormatInt(session, 10)
+}
+
+// sessionReport counts the follow-up turns placed on the worker that holds their previous
+// turn (the decode worker, or the prefill worker of a prefill_local turn).
+func (c *Cluster) sessionReport() SessionReport {
+	sr := SessionReport{Stats: c.router.SessionStats()}
+	holder := func(r *route.Record) string {
+		if r.Route == policy.RoutePrefillLocal.String() {
+			return r.Prefill
+		}
+		return r.Decode
+	}
+	for i := range c.reqs {
+		p := c.reqs[i].Parent
+		if p < 0 || p >= len(c.reqs) {
+			continue
+		}
+		prev, cur := holder(&c.rep.Decisions[p]), holder(&c.rep.Decisions[i])
+		if prev == "" || cur == "" {
+			continue // a failed turn holds nothing
+		}
+		sr.FollowUps++
+		if prev == cur {
+			sr.OnPrevious++
+		}
+	}
+	return sr
 }
 
 func toMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

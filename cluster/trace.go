@@ -36,6 +36,7 @@ type Op struct {
 	Tokens  []uint32     // OpDecide: the prompt
 	Subset  []string     // OpDecide: the request's subset hint (nil: none)
 	Model   string       // OpDecide: the request's model name ("": the base model)
+	Session string       // OpDecide: the request's session id ("": none)
 	Record  route.Record // OpDecide: the decision
 	Err     error        // OpDecide: the routing error, if any
 	Booking string       // the ops after OpDecide: the request's booking

@@ -93,7 +93,8 @@ type benchEnv struct {
 func newBenchEnv(b *testing.B, n int) *benchEnv {
 	b.Helper()
 	fleet := benchFleet(n)
-	be := &benchEnv{env: newEnv(b, envOptions{workers: fleet})}
+	// Session affinity on: it costs nothing to a request without a session id.
+	be := &benchEnv{env: newEnv(b, envOptions{workers: fleet, sessions: route.SessionConfig{Enabled: true}})}
 	for _, w := range fleet {
 		if w.Role == pool.RoleDecode {
 			be.decode = append(be.decode, w)
@@ -364,8 +365,12 @@ func BenchmarkRouterDecide(b *testing.B) {
 	prev := []string{promptText(rng, 8000)}
 	be.cacheOn("decode-0", conversation(prev))
 	warmBody := conversation(append(prev, promptText(rng, 100), promptText(rng, 60)))
-	for _, mode := range []string{"warm/dry", "warm/booked", "unique/dry"} {
+	for _, mode := range []string{"warm/dry", "warm/booked", "unique/dry", "warm/booked/session"} {
 		warm, dry := strings.HasPrefix(mode, "warm"), strings.HasSuffix(mode, "dry")
+		session := ""
+		if strings.HasSuffix(mode, "session") {
+			session = "conv-1" // bound to decode-0 by its first turn, a hit from then on
+		}
 		b.Run("tokens=8192/"+mode, func(b *testing.B) {
 			body := warmBody
 			var stages [route.NumStages]time.Duration
@@ -374,7 +379,7 @@ func BenchmarkRouterDecide(b *testing.B) {
 				if !warm {
 					body = conversation([]string{promptText(rng, 8100)})
 				}
-				out, err := be.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: dry})
+				out, err := be.router.Decide(b.Context(), &route.Request{Endpoint: route.EndpointChat, Body: body, DryRun: dry, Session: session})
 				// A warm turn bypasses; under load a late one fails open (route.DecisionDeadline).
 				if err != nil || (warm && out.Reason != "bypass_isl" && out.Reason != "remote_policy_error") {
 					b.Fatalf("%v %v", out.Reason, err)

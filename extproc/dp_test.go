@@ -69,36 +69,38 @@ func TestRankRoutedThroughServer(t *testing.T) {
 	e := newEnv(t, envOptions{workers: []pool.WorkerConfig{
 		{Name: "decode-0", Role: pool.RoleDecode, Endpoint: d0Addr, NumGPUBlocks: 40000, DataParallelSize: 2},
 	}, disagg: func(c *policy.Config) { c.DistinctPools, c.Enabled = false, false }})
-	seen := map[string]bool{}
-	for range 8 {
+	// Each request is decided while the one before it is still open, so the ranks' loads
+	// differ and the next request must take the other rank: both ranks are selectable units,
+	// and each open stream keeps its booking on its own rank's worker.
+	open := func() (*envoy, string) {
 		v := e.open(buffered, streamed)
 		v.requestHeaders(false, ":method", "POST", ":path", chatPath, HeaderDPRank, "7")
 		v.recv()
 		v.requestBody(chatBody("hello", false), true)
 		h := setHeaders(v.recv().GetRequestBody().GetResponse())
-		v.closeAndDrain()
 		rank := h[HeaderDPRank]
 		if rank != "0" && rank != "1" || h[HeaderDecodeRank] != rank || h[HeaderDecodeHost] != d0Addr {
 			t.Fatalf("headers %v: want rank 0 or 1 on %s", h, d0Addr)
 		}
-		seen[rank] = true
+		return v, rank
 	}
-	// Both ranks are selectable units (equal load ties are broken at random).
-	if !seen["0"] || !seen["1"] {
-		t.Fatalf("ranks chosen %v, want both", seen)
+	rankWorker := func(rank string) string {
+		if rank == "1" {
+			return pool.RankID("decode-0", 1)
+		}
+		return "decode-0"
 	}
-	// A stream that stays open keeps its booking on the chosen rank's own worker.
-	v := e.open(buffered, streamed)
-	v.requestHeaders(false, ":method", "POST", ":path", chatPath)
-	v.recv()
-	v.requestBody(chatBody("hello", false), true)
-	rank := setHeaders(v.recv().GetRequestBody().GetResponse())[HeaderDPRank]
-	id := "decode-0"
-	if rank == "1" {
-		id = pool.RankID("decode-0", 1)
+	prev, prevRank := open()
+	for i := range 6 {
+		next, rank := open()
+		if rank == prevRank {
+			t.Fatalf("request %d: rank %s chosen while the previous request holds it and the other rank is idle (%+v)", i+1, rank, e.booked())
+		}
+		if got := e.booked()[rankWorker(rank)].ActiveRequests; got != 1 {
+			t.Fatalf("rank %s: worker %s has %d open bookings, want 1 (%+v)", rank, rankWorker(rank), got, e.booked())
+		}
+		prev.closeAndDrain()
+		prev, prevRank = next, rank
 	}
-	if got := e.booked()[id].ActiveRequests; got != 1 {
-		t.Fatalf("rank %s: worker %s has %d open bookings, want 1 (%+v)", rank, id, got, e.booked())
-	}
-	v.closeAndDrain()
+	prev.closeAndDrain()
 }

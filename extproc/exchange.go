@@ -48,6 +48,8 @@ type exchange struct {
 	seq         uint64  // the decision's decisionlog.Entry.Seq in the server's Recent (0: none kept)
 	strip       []string
 	slo         policy.SLO // x-slo-ttft-ms, x-slo-tpot-ms
+	session     string     // the session header's value ("" : none)
+	sessionRank int        // the position in Settings.SessionHeaders of the header session came from
 	sloErr      error      // an unreadable objective header: the request gets 400
 	subset      []string
 	hasSubset   bool
@@ -190,10 +192,55 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) (method string) {
 		default:
 			if strings.HasPrefix(key, "x-condisagg-") && !contains(x.strip, key) {
 				x.strip = append(x.strip, key)
+			} else if len(x.set.SessionHeaders) > 0 {
+				x.readSession(key, hv)
 			}
 		}
 	}
 	return method
+}
+
+// readSession takes the value of key if it is a session header of higher precedence than
+// the one read so far. A value the router would not keep (over route.MaxSessionIDBytes, or
+// holding anything but visible ASCII) is ignored and counted: the session is a hint, and a
+// bad one must not cost the request its answer.
+func (x *exchange) readSession(key string, hv *corev3.HeaderValue) {
+	rank := -1
+	for i, h := range x.set.SessionHeaders {
+		if h == key {
+			rank = i
+			break
+		}
+	}
+	if rank < 0 || (x.session != "" && rank >= x.sessionRank) {
+		return
+	}
+	v, reason := sessionValue(hv)
+	if reason != "" {
+		x.srv.metrics.SessionHeadersIgnored.WithLabelValues(reason).Inc()
+		return
+	}
+	if v != "" {
+		x.session, x.sessionRank = v, rank
+	}
+}
+
+// sessionValue is a session header's value, or why it is ignored ("oversized", "invalid").
+func sessionValue(hv *corev3.HeaderValue) (string, string) {
+	n := len(hv.GetValue())
+	if n == 0 {
+		n = len(hv.GetRawValue())
+	}
+	if n > route.MaxSessionIDBytes {
+		return "", "oversized"
+	}
+	v := headerValue(hv)
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return "", "invalid"
+		}
+	}
+	return v, ""
 }
 
 // requestBody assembles a completion body, or echoes a routed one.
@@ -392,7 +439,8 @@ func (x *exchange) decideInSlot(ctx context.Context) (route.Outcome, error) {
 	if x.sloErr != nil {
 		return route.Outcome{}, x.sloErr
 	}
-	return x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset, SLO: x.slo})
+	return x.srv.router.Decide(ctx, &route.Request{Endpoint: x.ep, Body: x.body, Subset: x.subset, HasSubset: x.hasSubset, SLO: x.slo,
+		Session: x.session})
 }
 
 // routedResponse records a routing outcome and builds its response; body, when not nil, is

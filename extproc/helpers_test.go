@@ -81,6 +81,7 @@ type envOptions struct {
 	logger  *slog.Logger // nil: discarded
 	// maxModelLen is the one model's max_model_len (route.Model.MaxModelLen); 0: unknown.
 	maxModelLen int
+	sessions    route.SessionConfig // the router's session affinity (off: the zero value)
 }
 
 // env is a real router (tokenizer, kvindex, pool, policy) behind a real gRPC server on
@@ -129,7 +130,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.settings(set)
 	}
 	m := NewMetrics(reg)
-	ropts := route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now}
+	ropts := route.Options{Tokenizer: o.tokenizer, Index: ix, Pool: p, Policy: set.Policy, Streams: o.streams, Now: o.now,
+		Sessions: o.sessions}
 	if o.model != "" || o.maxModelLen > 0 {
 		ropts = route.Options{Models: []route.Model{{Name: o.model, Tokenizer: o.tokenizer, Index: ix, Pool: p, Streams: o.streams,
 			MaxModelLen: o.maxModelLen}},

@@ -52,6 +52,12 @@ type Metrics struct {
 	UnansweredReleases prometheus.Counter
 	// LogsSuppressed counts per-request warnings dropped by the log throttle.
 	LogsSuppressed prometheus.Counter
+	// SessionAffinity counts the booked decisions of requests that named a session, by what
+	// became of the session's binding (policy.Affinity: miss, hit, overridden_guard,
+	// overridden_forecast, worker_gone).
+	SessionAffinity *prometheus.CounterVec
+	// SessionHeadersIgnored counts session header values not used (reason: oversized, invalid).
+	SessionHeadersIgnored *prometheus.CounterVec
 
 	stageSecs [route.NumStages + 1]prometheus.Observer // DecisionSeconds per stage, then "total"
 }
@@ -141,6 +147,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.LogsSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Name: "condisagg_extproc_logs_suppressed_total",
 		Help: "Per-request warnings not logged because of the log rate limit."})
 	reg.MustRegister(m.Abandoned, m.UnansweredReleases, m.LogsSuppressed)
+	m.SessionAffinity = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_session_affinity_total",
+		Help: "Booked decisions of requests with a session id, by what became of the session's binding."}, []string{"outcome"})
+	m.SessionHeadersIgnored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "condisagg_session_headers_ignored_total",
+		Help: "Session header values ignored (oversized: over 256 bytes; invalid: not visible ASCII)."}, []string{"reason"})
+	reg.MustRegister(m.SessionAffinity, m.SessionHeadersIgnored)
+	for _, a := range policy.Affinities() {
+		m.SessionAffinity.WithLabelValues(a.String())
+	}
+	for _, r := range []string{"oversized", "invalid"} {
+		m.SessionHeadersIgnored.WithLabelValues(r)
+	}
 	for i, name := range route.StageNames {
 		m.stageSecs[i] = m.DecisionSeconds.WithLabelValues(name)
 	}
@@ -157,6 +174,9 @@ func (m *Metrics) decided(pol policy.Kind, out *route.Outcome) {
 	}
 	if out.UnknownModel {
 		m.UnknownModel.WithLabelValues("passthrough").Inc()
+	}
+	if out.Session.ID != "" && out.BookingID != "" {
+		m.SessionAffinity.WithLabelValues(out.Session.Outcome.String()).Inc()
 	}
 	if out.IsFallback() {
 		return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 )
 
 // FailureMode says what an internal routing failure does (ARCHITECTURE §2).
@@ -90,7 +91,26 @@ type Settings struct {
 	// being assembled, SSE tails, answer copies); a body chunk that would pass it gets 503
 	// overloaded. 0 = DefaultMaxBufferedBytes.
 	MaxBufferedBytes int64
+	// SessionHeaders are the request headers that name a session, in order of precedence
+	// (lower case); the first one present with a usable value is the request's
+	// route.Request.Session. A value longer than route.MaxSessionIDBytes or holding anything
+	// but visible ASCII is ignored and counted, never refused. Empty: no session is read.
+	SessionHeaders []string
 }
+
+// DefaultSessionHeaders are the session headers of Dynamo's router and of the Claude Code and
+// Codex clients (server setting session.headers).
+var DefaultSessionHeaders = []string{"x-dynamo-session-id", "x-claude-code-session-id", "session_id"}
+
+// The router's session affinity defaults, for serve's session.ttl and session.max_sessions
+// (its config package may not import route).
+const (
+	DefaultSessionTTL  = route.DefaultSessionTTL
+	DefaultMaxSessions = route.DefaultMaxSessions
+)
+
+// MaxSessionHeaders bounds SessionHeaders: every request header is compared with each.
+const MaxSessionHeaders = 8
 
 // requestTimeout is StreamRequestTimeout with its default.
 func (s *Settings) requestTimeout() time.Duration {
@@ -156,9 +176,32 @@ func (s *Settings) Validate() error {
 	if d := s.UnansweredBookingTimeout; d != 0 && (d < MinStreamIdleTimeout || d > MaxStreamIdleTimeout) {
 		errs = append(errs, fmt.Errorf("unanswered_booking_timeout: %s is outside [%s, %s]", d, MinStreamIdleTimeout, MaxStreamIdleTimeout))
 	}
+	if len(s.SessionHeaders) > MaxSessionHeaders {
+		errs = append(errs, fmt.Errorf("session.headers: %d headers is more than %d", len(s.SessionHeaders), MaxSessionHeaders))
+	}
+	for _, h := range s.SessionHeaders {
+		if !validHeaderName(h) {
+			errs = append(errs, fmt.Errorf("session.headers: %q must be a lower-case header name (letters, digits, '-', '_')", h))
+		}
+	}
 	if n := s.MaxBufferedBytes; n < 0 || (n > 0 && n < int64(s.MaxBodyBytes)) {
 		errs = append(errs, fmt.Errorf("max_buffered_bytes: %d must be 0 (default %d) or at least max_body_bytes (%d): one body must fit",
 			n, int64(DefaultMaxBufferedBytes), s.MaxBodyBytes))
 	}
 	return errors.Join(errs...)
+}
+
+// validHeaderName: a non-empty lower-case HTTP header name as gateways pass them on (Envoy
+// lower-cases every name; ':' pseudo-headers are not session headers).
+func validHeaderName(h string) bool {
+	if h == "" || len(h) > 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -68,11 +69,14 @@ type Disagg struct {
 	// DecodeBusySource is what θd applies to: "booked" (default, Dynamo's §4.2: booked blocks
 	// over kvcap) or "reported" (the worker's own KV usage fraction from its /metrics).
 	DecodeBusySource string
-	// The slo policy's objective (slo_ttft_ms, slo_tpot_ms) and cost model (cost_model, one of
-	// cost.Names(); required with policy "slo").
-	SLO       SLO
-	CostModel string
-	Cost      cost.Model
+	// The slo policy's objective (slo_ttft_ms, slo_tpot_ms) and cost model: cost_model (one of
+	// cost.Names()) or, from the shell, a model file of `condisagg calibrate` (CostModelFile
+	// names it; UseCostModelFile sets both, so this package reads no file). Required with
+	// policy "slo".
+	SLO           SLO
+	CostModel     string
+	CostModelFile string
+	Cost          cost.Model
 	// SLOFeedback (slo_feedback, default true) applies the closed-loop corrections of route's
 	// controller to the forecasts; SLOFeedbackMax (slo_feedback_max, default 8) bounds a
 	// correction to [1/max, max].
@@ -83,6 +87,32 @@ type Disagg struct {
 	// where aggregated selection would, among the workers that keep it; 1 always maximises
 	// headroom, 0 satisfices whenever the objective is met.
 	SLOMargin float64
+}
+
+// ErrCostModelTwice is UseCostModelFile's refusal of a policy object that names cost_model.
+var ErrCostModelTwice = errors.New("the policy object names cost_model too: keep one")
+
+// UseCostModelFile makes m, read by the caller from the model file path (cost.ParseFile), the
+// cost model of d. A policy object that names cost_model itself is refused: which one would
+// forecast must not depend on precedence.
+func (d *Disagg) UseCostModelFile(path string, m cost.Model) error {
+	if d.CostModel != "" {
+		return fmt.Errorf("%w (cost_model %q)", ErrCostModelTwice, d.CostModel)
+	}
+	d.CostModelFile, d.Cost = path, m
+	return nil
+}
+
+// CostModelSource names where the slo policy's cost model comes from: `file <path>` or
+// `named <name>` ("" when none is set).
+func (d Disagg) CostModelSource() string {
+	switch {
+	case d.CostModelFile != "":
+		return "file " + d.CostModelFile
+	case d.CostModel != "":
+		return "named " + d.CostModel
+	}
+	return ""
 }
 
 // DefaultDisagg is the configuration of `{}`.
@@ -223,7 +253,7 @@ func (d Disagg) validate() []error {
 	case SLOKind:
 		if d.Cost.Name == "" {
 			errs = append(errs, cfgErr(SourceDisagg, "cost_model", strconv.Quote(d.CostModel),
-				`is required with policy "slo": one of `+strings.Join(cost.Names(), ", ")))
+				`is required with policy "slo": one of `+strings.Join(cost.Names(), ", ")+", or a model file (router.cost_model_file)"))
 		} else if err := d.Cost.Validate(); err != nil {
 			errs = append(errs, cfgErr(SourceDisagg, "cost_model", strconv.Quote(d.Cost.Name), err.Error()))
 		}
@@ -285,6 +315,9 @@ func (c Config) Warnings() []string {
 	if t := c.Disagg.DecodeBusyThreshold; t.Set && t.Value > 1 {
 		w = append(w, SourceDisagg+": decode_busy_threshold: "+fmtFloat(t.Value)+" > 1: guard triggers only above full KV capacity")
 	}
+	if c.Disagg.CostModelFile != "" && c.Disagg.Policy != SLOKind {
+		w = append(w, "cost_model_file "+strconv.Quote(c.Disagg.CostModelFile)+": only the slo policy reads it; policy is "+string(c.Disagg.Policy))
+	}
 	if !c.Disagg.PrefillBusyThreshold.Set && c.QueueThreshold.Set && c.Enabled {
 		w = append(w, "prefill_busy_threshold unset; inheriting --router-queue-threshold="+fmtFloat(c.QueueThreshold.Value))
 	}
@@ -338,7 +371,11 @@ func (d Disagg) sloString() string {
 	if d.Policy != SLOKind {
 		return ""
 	}
+	model := `,"cost_model":` + strconv.Quote(d.Cost.Name)
+	if d.CostModelFile != "" {
+		model = `,"cost_model_file":` + strconv.Quote(d.CostModelFile)
+	}
 	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
-		`,"cost_model":` + strconv.Quote(d.Cost.Name) + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
+		model + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
 		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin)
 }

@@ -60,6 +60,13 @@ func Decide(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand) Decision {
 		d, r = sel.pickBoth(rng)
 		dec.remoteHint = r + 1
 	}
+	// Soft session affinity: the worker of the session's last turn is both the preview and
+	// the remote path's decode target while the guard admits it.
+	b, aff := boundDecode(cfg, in, snap, only)
+	dec.Inputs.Affinity, dec.Inputs.AffinityWorker = aff, in.Affinity
+	if b >= 0 {
+		d, dec.remoteHint = b, b+1
+	}
 	if d < 0 {
 		remote(cfg, in, snap, rng, &dec, ReasonRemoteDecodeRejected)
 		return dec
@@ -264,6 +271,11 @@ func aggregated(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *Dec
 	}
 	sel := newSelector(cfg, in, snap.Decode, sigs, modeBypass)
 	d := sel.pick(rng)
+	b, aff := boundDecode(cfg, in, snap, -1)
+	dec.Inputs.Affinity, dec.Inputs.AffinityWorker = aff, in.Affinity
+	if b >= 0 {
+		d = b
+	}
 	if d < 0 {
 		dec.Inputs.Err = ErrNoTarget
 		return
@@ -317,7 +329,18 @@ func remoteExcept(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, dec *D
 		if in.Pin.Decode != "" && reason != ReasonRemoteDecodePinUnresolved {
 			sel.only = find(snap.Decode, in.Pin.Decode)
 		}
-		dec.Decode = sel.pick(rng)
+		b, aff := boundDecode(cfg, in, snap, sel.only)
+		if b == skip && b >= 0 {
+			b, aff = -1, AffinityGone
+		}
+		if dec.Inputs.Affinity == AffinityNone {
+			dec.Inputs.Affinity, dec.Inputs.AffinityWorker = aff, in.Affinity
+		}
+		if b >= 0 {
+			dec.Decode = b
+		} else {
+			dec.Decode = sel.pick(rng)
+		}
 	}
 	dec.DecodeID = ""
 	if dec.Decode >= 0 {

@@ -58,6 +58,10 @@ type Input struct {
 	// Feedback are the slo policy's corrections per placement (indexed by Route), from the
 	// latencies the response phase observed; applied when Disagg.SLOFeedback is on.
 	Feedback [numRoutes]Correction
+	// Affinity is the worker that served the request's session last ("" : no binding). The
+	// decision prefers it while the decode-busy guard admits it and, under the slo policy,
+	// while its forecast meets the objective (affinity.go).
+	Affinity string
 }
 
 // Decision-time errors, reported in Inputs.Err (immutable sentinels: no allocation).
@@ -103,6 +107,11 @@ type Inputs struct {
 	// Route); zero for the other policies.
 	SLO       SLO
 	Estimates [numRoutes]Estimate
+	// Affinity is what the decision made of Input.Affinity (AffinityNone without one); route
+	// sets AffinityMiss for a session without a binding and settles the outcome after the
+	// commit. AffinityWorker is the bound worker.
+	Affinity       Affinity
+	AffinityWorker string
 }
 
 // Decision is the outcome of Decide.

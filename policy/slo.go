@@ -148,7 +148,13 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	var r Route
 	var i int
 	var est Estimate
+	x.AffinityWorker = in.Affinity
+	x.Affinity, r, i, est = e.bound(cfg, in, snap, only, bestP)
 	switch {
+	case x.Affinity == AffinityHit:
+		// The session's last worker meets the objective: its turn stays where its KV is
+		// (or is about to be, while the previous turn still decodes).
+		best = max(best, est.Headroom)
 	case best >= cfg.Disagg.SLOMargin:
 		// The objective has room: latency below it buys no goodput, so run the request whole
 		// where the aggregated selection would, among the workers that keep the margin.
@@ -179,9 +185,12 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		// The forecast recorded for the route is the chosen worker's, so Explain and the
 		// controller compare what happens there with what was expected there.
 		choice, x.Estimates[r] = r, est
-		if r == RouteDecode {
+		switch r {
+		case RouteDecode:
 			bestD = i
-		} else {
+		case RoutePrefill:
+			remoteD = i // the session's decode worker after a remote prefill at bestP
+		default:
 			localP = i
 		}
 	}
@@ -394,4 +403,62 @@ func (e *estimator) aggregatedPlacement(cfg *Config, in *Input, snap *Snapshot, 
 		}
 	}
 	return route, best, chosen
+}
+
+// bound is soft session affinity under the slo policy: the session's bound worker (a decode
+// worker for a local prefill, a prefill worker for the whole request) keeps the request while
+// it has KV room under the guard (else AffinityGuard) and its corrected forecast meets the
+// objective (headroom >= 0, else AffinityForecast). A bound decode worker whose local prefill
+// breaks the objective may still decode after a remote prefill at bestP (the prefill worker
+// with the shortest forecast), if that placement's forecast meets it: the session's KV stays
+// where the last turn left it. It returns the outcome and, on a hit, the placement, the
+// (decode or prefill_local) worker index and its forecast (index -1 otherwise).
+func (e *estimator) bound(cfg *Config, in *Input, snap *Snapshot, only, bestP int) (Affinity, Route, int, Estimate) {
+	if in.Affinity == "" {
+		return AffinityNone, RouteDecode, -1, Estimate{}
+	}
+	r, i := RouteDecode, find(snap.Decode, in.Affinity)
+	var w sloWorker
+	switch {
+	case i >= 0 && (only < 0 || i == only):
+		w = sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)}
+	case i < 0 && only < 0:
+		if r, i = RoutePrefillLocal, find(snap.Prefill, in.Affinity); i < 0 {
+			return AffinityGone, RouteDecode, -1, Estimate{}
+		}
+		w = sloWorker{l: &snap.Prefill[i]}
+		if in.Prefill != nil {
+			w.cached = cached(cfg, &in.Prefill[i], in.Now, in.ISL)
+		}
+	default:
+		return AffinityGone, RouteDecode, -1, Estimate{}
+	}
+	est := e.local(w, r == RouteDecode)
+	e.correct(cfg, in, r, &est)
+	if (!est.Valid || est.Headroom < 0) && r == RouteDecode && bestP >= 0 {
+		p := sloWorker{l: &snap.Prefill[bestP]}
+		if in.Prefill != nil {
+			p.cached = cached(cfg, &in.Prefill[bestP], in.Now, in.ISL)
+		}
+		if rem := e.remote(p, w); rem.Valid {
+			e.correct(cfg, in, RoutePrefill, &rem)
+			if rem.Headroom >= 0 {
+				rem.Prefill, rem.Decode = p.l.ID, w.l.ID
+				return AffinityHit, RoutePrefill, i, rem
+			}
+			est = rem // KV room for the remote leg: the forecast is what failed
+		}
+	}
+	if !est.Valid {
+		return AffinityGuard, r, -1, Estimate{}
+	}
+	if est.Headroom < 0 {
+		return AffinityForecast, r, -1, Estimate{}
+	}
+	if r == RouteDecode {
+		est.Decode = w.l.ID
+	} else {
+		est.Prefill = w.l.ID
+	}
+	return AffinityHit, r, i, est
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/condisagg/condisagg/cost"
 )
 
 func sloConfig(t *testing.T, extra string) Config {
@@ -399,5 +401,41 @@ func TestReportedBusySource(t *testing.T) {
 	}
 	if s := DefaultDisagg().String(); strings.Contains(s, "decode_busy_source") {
 		t.Fatalf("the default string changed: %s", s)
+	}
+}
+
+// TestUseCostModelFile: a model file's model (read by the shell) becomes the slo policy's cost
+// model, String names the file, a policy object with its own cost_model refuses it, and a
+// policy other than slo warns that it does not read it.
+func TestUseCostModelFile(t *testing.T) {
+	m := cost.Model{Name: "cpu", T0: 10, A1: 0.3, D1: 0.2, NumGPUBlocks: 100}
+	d, err := ParseDisagg([]byte(`{"policy":"slo"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UseCostModelFile("/models/cpu.yaml", m); err != nil {
+		t.Fatal(err)
+	}
+	c := enabledConfig()
+	c.Disagg = d
+	if err := c.Validate(); err != nil {
+		t.Fatalf("slo with a model file: %v", err)
+	}
+	if c.Disagg.Cost != m || c.Disagg.CostModelSource() != "file /models/cpu.yaml" ||
+		!strings.Contains(c.Disagg.String(), `"cost_model_file":"/models/cpu.yaml"`) || strings.Contains(c.Disagg.String(), `"cost_model":`) {
+		t.Fatalf("disagg %+v, string %s", c.Disagg, c.Disagg.String())
+	}
+	named, _ := ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100"}`))
+	if named.CostModelSource() != "named llama3.1-8b-h100" {
+		t.Fatalf("source %q", named.CostModelSource())
+	}
+	if err := named.UseCostModelFile("/models/cpu.yaml", m); !errors.Is(err, ErrCostModelTwice) || named.Cost.Name != "llama3.1-8b-h100" {
+		t.Fatalf("both given: %v, cost %q", err, named.Cost.Name)
+	}
+	isl := DefaultDisagg()
+	_ = isl.UseCostModelFile("/models/cpu.yaml", m)
+	c.Disagg = isl
+	if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, `cost_model_file "/models/cpu.yaml": only the slo policy reads it; policy is isl_bounding`) {
+		t.Fatalf("warnings %q", w)
 	}
 }

@@ -60,7 +60,7 @@ type WorkerConfig struct {
 	NumGPUBlocks int64 `yaml:"num_gpu_blocks"`
 	// MaxNumBatchedTokens is mnbt. 0 = learn it by scraping; unknown counts as 10,000,000.
 	MaxNumBatchedTokens int64 `yaml:"max_num_batched_tokens"`
-	// DataParallelSize is vLLM's --data-parallel-size of the server at Endpoint: one HTTP
+	// DataParallelSize is vLLM's --data-parallel-size (SGLang's --dp-size) of the server at Endpoint: one HTTP
 	// server in front of that many engines (ranks). Each rank is its own worker (README
 	// "Data-parallel ranks"): id "<id>/dp<rank>" for ranks > 0, its own KV event stream at
 	// KVEvents and KVReplay with the port + rank (vLLM's offset_endpoint_port), its own load
@@ -266,8 +266,10 @@ func (w WorkerConfig) validate(i int, names map[string]bool) []error {
 		// kv_transfer_params only.
 		bad("engine", string(k), "cannot serve role prefill yet: remote prefill speaks vLLM's NixlConnector only; "+
 			"run this engine as a decode worker (it then prefills locally) or use vLLM for the prefill pool")
-	case k != EngineVLLM && w.DataParallelSize > 1:
-		bad("engine", string(k), "does not take data_parallel_size yet: the rank header is vLLM's; list each rank as its own worker")
+	case k == EngineTRTLLMDynamo && w.DataParallelSize > 1:
+		// vLLM and SGLang both read X-Data-Parallel-Rank on their OpenAI routes and offset the KV
+		// event ports by the rank; a TRT-LLM worker behind Dynamo has neither.
+		bad("engine", string(k), "does not take data_parallel_size yet: X-Data-Parallel-Rank is read by vLLM and SGLang only; list each rank as its own worker")
 	}
 	return errs
 }

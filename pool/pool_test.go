@@ -69,11 +69,15 @@ func TestConfigValidate(t *testing.T) {
 			{Name: "d2", Role: RoleDecode, Endpoint: "10.0.0.4:8000", Engine: EngineSGLang},
 			{Name: "d3", Role: RoleDecode, Endpoint: "10.0.0.5:8000", Engine: EngineTRTLLMDynamo},
 			{Name: "p1", Role: RolePrefill, Endpoint: "10.0.0.6:8000", Engine: EngineVLLM, DataParallelSize: 2},
+			// SGLang's OpenAI routes read X-Data-Parallel-Rank (serving_base.py
+			// extract_routed_dp_rank_from_header) and its publishers offset the ports by the rank.
+			{Name: "d4", Role: RoleDecode, Endpoint: "10.0.0.7:8000", Engine: EngineSGLang, DataParallelSize: 2,
+				KVEvents: "tcp://10.0.0.7:5557", KVReplay: "tcp://10.0.0.7:5567"},
 		}}, []string{
 			`pool config: workers[0].engine: "tgi" must be one of vllm, sglang, trtllm-dynamo`,
 			"pool config: workers[1].engine: sglang cannot serve role prefill yet: remote prefill speaks vLLM's NixlConnector only; " +
 				"run this engine as a decode worker (it then prefills locally) or use vLLM for the prefill pool",
-			"pool config: workers[2].engine: trtllm-dynamo does not take data_parallel_size yet: the rank header is vLLM's; list each rank as its own worker",
+			"pool config: workers[2].engine: trtllm-dynamo does not take data_parallel_size yet: X-Data-Parallel-Rank is read by vLLM and SGLang only; list each rank as its own worker",
 		}},
 		{"pool_knobs", Config{BlockSize: -1, BookingTTL: -1, ScrapeInterval: -1, MetricsPath: "metrics"}, []string{
 			"pool config: block_size: -1 must be >= 1",

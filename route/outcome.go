@@ -48,6 +48,9 @@ type Outcome struct {
 	// Ticket follows the request after the decision and ends its booking (nil when nothing
 	// was booked). Copies of an Outcome share it.
 	Ticket *Ticket
+	// Session is the request's session and what became of its binding (zero without a
+	// session id or with affinity off).
+	Session Session
 }
 
 // IsFallback reports whether the outcome came from Fallback (no policy decision).
@@ -87,6 +90,8 @@ type Record struct {
 	// PrefillBusy is the prefill preview's verdict ("" when it did not run).
 	PrefillBusy   string `json:"prefill_busy,omitempty"`
 	PrefillTokens int64  `json:"prefill_tokens"`
+	// Session is the session affinity outcome ("" without a session id or with affinity off).
+	Session string `json:"session,omitempty"`
 }
 
 // Record returns the outcome's decision record.
@@ -94,6 +99,9 @@ func (o *Outcome) Record() Record {
 	in := &o.Decision.Inputs
 	r := Record{BookingID: o.BookingID, Route: o.Route.String(), Reason: o.Reason, ISL: o.Tokens, Keys: o.Keys,
 		Decode: o.Decode.ID, Prefill: o.Prefill.ID, PrefillTokens: o.Decision.PrefillTokens}
+	if o.Session.ID != "" {
+		r.Session = o.Session.Outcome.String()
+	}
 	if o.IsFallback() {
 		return r
 	}

@@ -83,6 +83,10 @@ type Request struct {
 	// SLO is the request's own latency objective for the slo policy (x-slo-ttft-ms,
 	// x-slo-tpot-ms); zero fields take the configured one.
 	SLO policy.SLO
+	// Session is the request's session id (extproc's session headers; the simulator's
+	// conversation); "" : none. With Options.Sessions on, the session prefers the worker of its
+	// last booked turn (session.go).
+	Session string
 }
 
 // Router runs the decision pipeline of conditional-disagg.md §3 on the live pools: it is the
@@ -90,18 +94,19 @@ type Request struct {
 // and for the cluster simulator. It is safe for concurrent use; the policy config is swapped
 // atomically by SetPolicy.
 type Router struct {
-	models  []*model          // in configuration order; models[0] takes unnamed fallbacks
-	names   map[string]target // request model name -> model and adapter
-	unknown UnknownModel
-	policy  atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
-	seq     atomic.Uint64
-	seed    uint64
-	scratch sync.Pool // *scratch
-	shadow  shadowState
-	learner Learner
-	now     func() time.Time
-	observe func(*Outcome)
-	maxWord int // Options.MaxPretokenBytes
+	models   []*model          // in configuration order; models[0] takes unnamed fallbacks
+	names    map[string]target // request model name -> model and adapter
+	unknown  UnknownModel
+	policy   atomic.Pointer[policy.Config] // as given; each model holds its block-size copy
+	seq      atomic.Uint64
+	seed     uint64
+	scratch  sync.Pool // *scratch
+	shadow   shadowState
+	learner  Learner
+	now      func() time.Time
+	observe  func(*Outcome)
+	maxWord  int       // Options.MaxPretokenBytes
+	sessions *sessions // nil: session affinity off
 }
 
 // Options are the Router's collaborators. Policy is required, and either Models or the
@@ -140,6 +145,8 @@ type Options struct {
 	// one is not tokenized but routed by load, reason long_pretoken (its BPE would take CPU
 	// out of proportion: a fresh 4 MiB word is seconds).
 	MaxPretokenBytes int
+	// Sessions is soft session affinity (off in the zero value).
+	Sessions SessionConfig
 }
 
 // New checks opts and returns a Router.
@@ -158,8 +165,12 @@ func New(opts Options) (*Router, error) {
 	if opts.MaxPretokenBytes < 0 {
 		return nil, fmt.Errorf("route: MaxPretokenBytes %d must be >= 0", opts.MaxPretokenBytes)
 	}
+	if opts.Sessions.TTL < 0 || opts.Sessions.Max < 0 {
+		return nil, fmt.Errorf("route: Sessions TTL %s and Max %d must be >= 0 (0: the default)", opts.Sessions.TTL, opts.Sessions.Max)
+	}
 	r := &Router{models: models, names: names, unknown: opts.UnknownModel,
-		now: opts.Now, seed: opts.Seed, observe: opts.Observe, maxWord: opts.MaxPretokenBytes, learner: opts.Learner}
+		now: opts.Now, seed: opts.Seed, observe: opts.Observe, maxWord: opts.MaxPretokenBytes, learner: opts.Learner,
+		sessions: newSessions(opts.Sessions)}
 	if r.learner == nil {
 		r.learner = feedback.New()
 	}
@@ -326,6 +337,11 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc, now)
 	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill
+	bound := ""
+	if r.sessions != nil && req.Session != "" {
+		bound = r.sessions.lookup(req.Session, now)
+		in.Affinity = bound
+	}
 	dec := policy.Decide(cfg, &in, &sc.snap, sc.rng)
 	out.Stages[StageDecide] = clock.lap()
 	if dec.Route == policy.RouteDecode && dec.Reason != policy.ReasonNoPrefillWorkers &&
@@ -363,6 +379,16 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	out.Stages[StageBook] = clock.lap()
 	if booked != "" {
 		out.Ticket = r.newTicket(m, booked, &dec, clock.last)
+	}
+	if r.sessions != nil && req.Session != "" {
+		out.Session = Session{ID: req.Session, Bound: bound, Outcome: settle(bound, &dec)}
+		dec.Inputs.AffinityWorker = bound
+		if booked != "" {
+			// Bound at booking, not at the answer: a follow-up sent while this turn still
+			// decodes has no KV in the index yet, and must find its worker all the same.
+			r.sessions.bind(req.Session, holder(&dec), now)
+			r.sessions.count(out.Session.Outcome)
+		}
 	}
 	fill(&out, &dec, &sc.snap)
 	if hasCand {

@@ -38,3 +38,29 @@ func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// The session table's state (route.Router.SessionStats), read at scrape time: the router
+// keeps the counters, serve exports them. The per-decision outcomes are extproc's
+// condisagg_session_affinity_total.
+var (
+	sessionBindingsDesc = prometheus.NewDesc("condisagg_session_bindings",
+		"Session bindings held (session affinity).", nil, nil)
+	sessionDroppedDesc = prometheus.NewDesc("condisagg_session_bindings_dropped_total",
+		"Session bindings dropped: expired (unused past session.ttl) or evicted (table full, least recently used).",
+		[]string{"cause"}, nil)
+)
+
+// sessionCollector reports the session table of a router with session affinity on.
+type sessionCollector struct{ stats func() route.SessionStats }
+
+func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionBindingsDesc
+	ch <- sessionDroppedDesc
+}
+
+func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	ch <- prometheus.MustNewConstMetric(sessionBindingsDesc, prometheus.GaugeValue, float64(st.Bindings))
+	ch <- prometheus.MustNewConstMetric(sessionDroppedDesc, prometheus.CounterValue, float64(st.Expired), "expired")
+	ch <- prometheus.MustNewConstMetric(sessionDroppedDesc, prometheus.CounterValue, float64(st.Evicted), "evicted")
+}

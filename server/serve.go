@@ -34,6 +34,7 @@ import (
 	"github.com/condisagg/condisagg/kvevents"
 	kvzmq "github.com/condisagg/condisagg/kvevents/zmq"
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/pool/kube"
 	"github.com/condisagg/condisagg/pool/probe"
@@ -133,6 +134,7 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 	for _, w := range cfg.Settings.Policy.Warnings() {
 		s.log.Warn("configuration warning", "err", w)
 	}
+	s.logCostModel(cfg)
 	toks := make([]*tokenizer.Tokenizer, len(cfg.Models))
 	for i, m := range cfg.Models {
 		var err error
@@ -198,7 +200,8 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	learner := feedback.New()
-	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner}
+	ropts := route.Options{Policy: cfg.Settings.Policy, MaxPretokenBytes: cfg.MaxPretokenBytes, Learner: learner,
+		Sessions: route.SessionConfig{Enabled: cfg.Session.Affinity, TTL: cfg.Session.TTL, Max: cfg.Session.MaxSessions}}
 	if cfg.UnknownModel == "passthrough" {
 		ropts.UnknownModel = route.UnknownPassthrough
 	}
@@ -246,6 +249,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	// The role advice is for the first model's fleet (both roles).
 	workers := func() int { return len(s.router.Pool().Workers()) }
 	return errors.Join(s.reg.Register(indexCollector{s.router.Models}),
+		s.reg.Register(sessionCollector{s.router.SessionStats}),
 		s.reg.Register(feedback.NewCollector(learner, s.router.Policy, workers)))
 }
 
@@ -515,7 +519,12 @@ func (s *service) readiness() (bool, []string) {
 // watchConfig reloads on SIGHUP (hup) and when the file changes.
 func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	path := s.flags.ConfigPath
-	last := config.FileStamp(path)
+	// The cost model file (router.cost_model_file) is watched with the configuration: a new
+	// calibration applies as a changed configuration does, and a bad one is rejected alike.
+	stamps := func() [2]config.Stamp {
+		return [2]config.Stamp{config.FileStamp(path), config.FileStamp(s.cfg.Load().Router.CostModelFile)}
+	}
+	last := stamps()
 	t := time.NewTicker(fileCheckInterval)
 	defer t.Stop()
 	for {
@@ -524,8 +533,9 @@ func (s *service) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 			_ = s.reload("sighup")
+			last = stamps()
 		case <-t.C:
-			if st := config.FileStamp(path); path != "" && st != last {
+			if st := stamps(); st != last {
 				last = st
 				_ = s.reload("file_changed")
 			}
@@ -572,7 +582,23 @@ func (s *service) reload(trigger string) (err error) {
 		return nil
 	}
 	s.log.Info("configuration reloaded", "reason", trigger, "policy", string(cfg.Settings.Policy.Disagg.Policy))
+	s.logCostModel(cfg)
 	return nil
+}
+
+// logCostModel says which cost model the slo policy (live and shadow) forecasts with: a model
+// file (router.cost_model_file) or a named calibration.
+func (s *service) logCostModel(cfg *config.Config) {
+	for _, c := range []struct {
+		which string
+		pc    *policy.Config
+	}{{"live", cfg.Settings.Policy}, {"shadow", cfg.Settings.Shadow}} {
+		if c.pc == nil || c.pc.Disagg.Policy != policy.SLOKind {
+			continue
+		}
+		d := c.pc.Disagg
+		s.log.Info("slo policy cost model", "policy", c.which, "cost_model", d.Cost.Name, "source", d.CostModelSource())
+	}
 }
 
 // blockSizeChange refuses a reload that changes a model's block size (the running index and

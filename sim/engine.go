@@ -176,6 +176,8 @@ type request struct {
 	// xferFailHard: FailOnTransferError
 	xferFailHard bool
 	readyAt      time.Duration
+	xferTokens   int           // tokens the transfer fills
+	xferTime     time.Duration // its duration
 	lora         Adapter
 	loraKey      uint64 // mixed into every block hash; 0 for the base model
 }
@@ -188,6 +190,12 @@ type Stats struct {
 	Preemptions                    uint64
 	PromptTokens, GenerationTokens uint64
 	Steps                          uint64
+	// KV transfers received (RemotePrefill) that completed, their summed duration and bytes
+	// (vLLM's NixlConnector vllm:nixl_xfer_time_seconds and vllm:nixl_bytes_transferred):
+	// each takes CostModel.TransferTime of the tokens it filled and moves BytesPerToken each.
+	KVTransfers     uint64
+	KVTransferTime  time.Duration
+	KVTransferBytes float64
 }
 
 // KVUsage is the fraction of KV blocks in use (vllm:kv_cache_usage_perc).

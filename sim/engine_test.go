@@ -371,6 +371,12 @@ func TestRemotePrefillAndPrefillOnly(t *testing.T) {
 	if got := trD.finished[did]; got.CachedTokens != len(prompt) || got.OutputTokens != 3 { // vLLM 0.32 reports L
 		t.Fatalf("decode request finished %+v", got)
 	}
+	// The received transfer is counted as vLLM's NixlConnector stats count it: its duration
+	// and bytes (perf-model.md §4), what condisagg calibrate reads to fit the transfer term.
+	st := d.Stats()
+	if want := float64(len(prompt)) * m.BytesPerToken; st.KVTransfers != 1 || st.KVTransferTime != m.TransferTime(len(prompt)) || st.KVTransferBytes != want {
+		t.Fatalf("transfer stats %d, %v, %v B; want 1, %v, %v B", st.KVTransfers, st.KVTransferTime, st.KVTransferBytes, m.TransferTime(len(prompt)), want)
+	}
 }
 
 // workload adds n random requests sharing a few prefixes.
@@ -521,6 +527,9 @@ func TestRemotePrefillTransferFails(t *testing.T) {
 			}
 			if got := tr.finished[id]; got.CachedTokens != tc.wantHits || got.OutputTokens != 3 {
 				t.Fatalf("decode request finished %+v, want %d cached tokens", got, tc.wantHits)
+			}
+			if st := d.Stats(); st.KVTransfers != 0 || st.KVTransferBytes != 0 {
+				t.Fatalf("a failed read counted as a transfer: %+v", st)
 			}
 		})
 	}

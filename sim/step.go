@@ -154,7 +154,8 @@ func (e *Engine) scheduleWaiting(now time.Duration, budget int) {
 		e.waiting = e.waiting[1:]
 		if r.remote {
 			r.state = stTransferring
-			r.readyAt = now + e.cfg.Model.TransferTime(n)
+			r.xferTokens, r.xferTime = n, e.cfg.Model.TransferTime(n)
+			r.readyAt = now + r.xferTime
 			e.xfer = append(e.xfer, r)
 			continue
 		}
@@ -273,6 +274,9 @@ func (e *Engine) completeTransfers(now time.Duration) {
 			r.computed = len(r.tokens) - 1
 			r.cachedTok = r.promptLen
 			e.cacheFull(r)
+			e.stats.KVTransfers++
+			e.stats.KVTransferTime += r.xferTime
+			e.stats.KVTransferBytes += float64(r.xferTokens) * e.cfg.Model.BytesPerToken
 		}
 		r.state = stWaiting
 		e.waiting = append(e.waiting, nil)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/condisagg/condisagg/cost"
 )
 
 func tuneRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -160,5 +162,44 @@ func TestMatrixCommandRecordsRun(t *testing.T) {
 		if got, ok := doc.Flags[k]; !ok || got != v {
 			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}
+	}
+}
+
+// TestTuneNamesItsModelFile: the report says which cost model tune simulated with and, for a
+// model file of condisagg calibrate, which file (table and JSON); a named calibration says so.
+func TestTuneNamesItsModelFile(t *testing.T) {
+	dir := t.TempDir()
+	m, err := cost.ByName("llama3.1-8b-h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Name = "h200-calibrated"
+	data, err := cost.NewFile(m, nil).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modelPath := filepath.Join(dir, "h200.yaml")
+	if err := os.WriteFile(modelPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jsonOut := filepath.Join(dir, "report.json")
+	code, out, errOut := tuneRun(t, "--synthetic", "vllm-prefix-repetition", "--requests", "30", "--cluster", "1p1d",
+		"--no-sweep", "--model", modelPath, "--json-out", jsonOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "model h200-calibrated (model file " + modelPath + ")"; !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+	var rep struct {
+		Model     string `json:"model"`
+		ModelFile string `json:"model_file"`
+	}
+	if b, err := os.ReadFile(jsonOut); err != nil || json.Unmarshal(b, &rep) != nil || rep.Model != "h200-calibrated" || rep.ModelFile != modelPath {
+		t.Fatalf("JSON model %q file %q (%v), want h200-calibrated from %s", rep.Model, rep.ModelFile, err, modelPath)
+	}
+	if code, out, _ := tuneRun(t, "--synthetic", "vllm-prefix-repetition", "--requests", "30", "--cluster", "1p1d", "--no-sweep"); code != 0 ||
+		!strings.Contains(out, "model llama3.1-8b-h100 (named calibration)") {
+		t.Fatalf("named model: exit %d:\n%s", code, out)
 	}
 }

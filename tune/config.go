@@ -11,6 +11,7 @@ import (
 
 	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/workload"
 )
@@ -50,6 +51,11 @@ type Config struct {
 	// Shadow is --shadow: a candidate policy object (JSON, as --router-conditional-disagg-config)
 	// replayed beside every conditional mode without routing; the report counts its agreement.
 	Shadow string
+	// SessionAffinity, SessionTTL and MaxSessions are --session-affinity, --session-ttl and
+	// --max-sessions: the router's soft session affinity in every run (route.SessionConfig).
+	SessionAffinity bool
+	SessionTTL      time.Duration
+	MaxSessions     int
 
 	Seed     uint64 // --seed: synthetic workload, selection tie-breaks and engine hashes
 	Parallel int    // --parallel: simulations run at once
@@ -151,8 +157,12 @@ func (c *Config) resolve() (*plan, error) {
 	if (c.Trace == "") == (c.Synthetic == "") {
 		bad("exactly one of --trace and --synthetic is required")
 	}
+	if c.SessionTTL < 0 || c.MaxSessions < 0 {
+		bad("--session-ttl %s and --max-sessions %d must be >= 0 (0: the default)", c.SessionTTL, c.MaxSessions)
+	}
 	p.base = cluster.Config{Prefill: np, Decode: nd, EventDelay: c.EventDelay, Seed: c.Seed,
-		Engine: sim.Config{Model: m, MaxNumBatchedTokens: c.MaxNumBatchedTokens, MaxNumSeqs: c.MaxNumSeqs, NumGPUBlocks: c.NumGPUBlocks}}
+		Sessions: route.SessionConfig{Enabled: c.SessionAffinity, TTL: c.SessionTTL, Max: c.MaxSessions},
+		Engine:   sim.Config{Model: m, MaxNumBatchedTokens: c.MaxNumBatchedTokens, MaxNumSeqs: c.MaxNumSeqs, NumGPUBlocks: c.NumGPUBlocks}}
 	if err := p.base.Engine.Validate(); err != nil {
 		bad("engine: %v", err)
 	}

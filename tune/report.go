@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/cluster"
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/route"
 	"github.com/condisagg/condisagg/workload"
@@ -50,9 +52,16 @@ type Row struct {
 	DecodeUtil    float64          `json:"decode_util"`
 	Preemptions   uint64           `json:"preemptions"`
 	// Shadow is the --shadow candidate's agreement with this mode's router (conditional modes).
-	Shadow     *route.ShadowStats `json:"shadow,omitempty"`
-	disagg     *policy.Disagg     // the conditional policy, for the sweep plot
-	ttft, tpot []float64          // ms, sorted, for the CDF plots
+	Shadow *route.ShadowStats `json:"shadow,omitempty"`
+	// FollowUps are the session follow-up turns and OnPrevious those placed on the worker
+	// that served their previous turn (cluster.SessionReport).
+	FollowUps  int `json:"follow_ups,omitempty"`
+	OnPrevious int `json:"on_previous,omitempty"`
+	// Sessions counts the router's session outcomes (miss, hit, overridden_guard, ...) and
+	// dropped bindings (expired, evicted) with --session-affinity.
+	Sessions   map[string]uint64 `json:"sessions,omitempty"`
+	disagg     *policy.Disagg    // the conditional policy, for the sweep plot
+	ttft, tpot []float64         // ms, sorted, for the CDF plots
 }
 
 // Report is the outcome of a run: what `condisagg tune` prints and writes. Seed, Commit and
@@ -67,6 +76,7 @@ type Report struct {
 	SpanSeconds  float64                `json:"span_s"`
 	Cluster      string                 `json:"cluster"`
 	Model        string                 `json:"model"`
+	ModelFile    string                 `json:"model_file,omitempty"` // the model file of --model; "" for a named calibration
 	SLO          string                 `json:"slo"`
 	EventDelayMS float64                `json:"event_delay_ms"`
 	EffISL       workload.Dist[float64] `json:"eff_isl"`
@@ -91,7 +101,7 @@ type Bucket struct {
 
 func newReport(r *run, probe *job, modes []*job) *Report {
 	reqs := r.w.Requests
-	rep := &Report{Seed: r.c.Seed, Commit: r.commit, CommitSource: r.commitSource, Flags: r.flags, Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name,
+	rep := &Report{Seed: r.c.Seed, Commit: r.commit, CommitSource: r.commitSource, Flags: r.flags, Workload: r.w.Name, Requests: len(reqs), Cluster: r.p.shape, Model: r.p.base.Engine.Model.Name, ModelFile: modelFile(r.c.Model),
 		SLO: r.p.slo.String(), EventDelayMS: toMS(r.p.base.EventDelay), Buckets: map[string][]Bucket{}}
 	rep.SpanSeconds = (reqs[len(reqs)-1].Arrival - reqs[0].Arrival).Seconds()
 	var effs, ratios []float64
@@ -144,7 +154,8 @@ func newRow(j *job) Row {
 	gpus := j.cfg.Prefill + j.cfg.Decode
 	m := Row{Name: j.name, Mode: string(j.cfg.Mode), GPUs: gpus, Summary: j.sum,
 		GoodputPerGPU: j.sum.Goodput / float64(gpus), PrefillUtil: j.rep.PrefillUtil, DecodeUtil: j.rep.DecodeUtil,
-		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow}
+		Preemptions: j.rep.Preemptions, Shadow: j.rep.Shadow,
+		FollowUps: j.rep.Sessions.FollowUps, OnPrevious: j.rep.Sessions.OnPrevious, Sessions: sessionCounts(j.rep.Sessions.Stats)}
 	if j.cfg.Mode == cluster.Conditional {
 		d := j.cfg.Disagg
 		m.Config, m.disagg = d.String(), &d
@@ -193,7 +204,7 @@ func (rep *Report) WriteJSONFile(path string) error {
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "workload %s: %d requests over %.0f s; cluster %s; model %s; SLO %s; event delay %s\n\n",
-		rep.Workload, rep.Requests, rep.SpanSeconds, rep.Cluster, rep.Model, rep.SLO, fmtMS(rep.EventDelayMS))
+		rep.Workload, rep.Requests, rep.SpanSeconds, rep.Cluster, modelSource(rep.Model, rep.ModelFile), rep.SLO, fmtMS(rep.EventDelayMS))
 	fmt.Fprintf(&b, "effective ISL on the previewed decode worker (always-remote probe, %d requests):\n", rep.EffISL.N)
 	dt := workload.Table{Header: []string{"", "p10", "p25", "p50", "p75", "p90", "p99", "mean"}}
 	e, q := rep.EffISL, rep.Ratio
@@ -219,6 +230,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	writeShadow(&b, rep.Modes)
+	writeSessions(&b, rep.Modes)
 	if len(rep.Splits) > 0 {
 		fmt.Fprintf(&b, "\nrole balance (slo policy on every split of the same GPUs; recommended %s):\n", rep.Recommend.Split)
 		if err := rowsTable(rep.Splits).Write(&b); err != nil {
@@ -291,3 +303,57 @@ func fmtF0(v float64) string  { return strconv.FormatFloat(v, 'f', 0, 64) }
 func fmtF2(v float64) string  { return strconv.FormatFloat(v, 'f', 2, 64) }
 func fmtPct(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) + "%" }
 func fmtMS(v float64) string  { return strconv.FormatFloat(v, 'f', -1, 64) + "ms" }
+
+// writeSessions prints, per mode, the share of session follow-ups placed on the worker that
+// served their previous turn (only for workloads with follow-ups).
+func writeSessions(b *strings.Builder, rows []Row) {
+	if len(rows) == 0 || rows[0].FollowUps == 0 {
+		return
+	}
+	b.WriteString("\nsession follow-ups on the previous turn's worker:\n")
+	for _, r := range rows {
+		if r.FollowUps > 0 {
+			fmt.Fprintf(b, "  %-28s %d of %d (%.1f%%)", r.Name, r.OnPrevious, r.FollowUps, 100*float64(r.OnPrevious)/float64(r.FollowUps))
+			for _, k := range slices.Sorted(maps.Keys(r.Sessions)) {
+				fmt.Fprintf(b, " %s=%d", k, r.Sessions[k])
+			}
+			b.WriteString("\n")
+		}
+	}
+}
+
+// sessionCounts are the session table's non-zero counters by name (nil with affinity off).
+func sessionCounts(st route.SessionStats) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, a := range policy.Affinities() {
+		if n := st.Outcomes[a]; n > 0 {
+			m[a.String()] = n
+		}
+	}
+	if st.Expired > 0 {
+		m["expired"] = st.Expired
+	}
+	if st.Evicted > 0 {
+		m["evicted"] = st.Evicted
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// modelFile is arg when it names a model file (cost.IsFile), "" for a named calibration.
+func modelFile(arg string) string {
+	if cost.IsFile(arg) {
+		return arg
+	}
+	return ""
+}
+
+// modelSource names the cost model and where it came from, for the report's first line.
+func modelSource(name, file string) string {
+	if file != "" {
+		return name + " (model file " + file + ")"
+	}
+	return name + " (named calibration)"
+}

@@ -92,7 +92,7 @@ func TestRunTextReport(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"workload synthetic vllm-prefix-repetition: 60 requests",
-		"cluster 1P1D; model llama3.1-8b-h100; SLO ttft=1s,tpot=50ms",
+		"cluster 1P1D; model llama3.1-8b-h100 (named calibration); SLO ttft=1s,tpot=50ms",
 		"effective ISL on the previewed decode worker (always-remote probe, 60 requests):",
 		"eff ISL (tokens)", "eff / ISL ratio",
 		"p-quantile rule (p=0.25): eff_isl_threshold=",
@@ -429,10 +429,11 @@ func TestModelFile(t *testing.T) {
 		return out.String()
 	}
 	byName, byFile := text(sim.DefaultPerfModel), text(path)
-	if !strings.Contains(byFile, "model from-file;") {
-		t.Errorf("report does not name the file's model:\n%s", byFile)
+	if !strings.Contains(byFile, "model from-file (model file "+path+");") {
+		t.Errorf("report does not name the file's model and the file:\n%s", byFile)
 	}
-	if strings.ReplaceAll(byFile, "from-file", sim.DefaultPerfModel) != byName {
+	byFile = strings.Replace(byFile, "from-file (model file "+path+")", sim.DefaultPerfModel+" (named calibration)", 1)
+	if byFile != byName {
 		t.Errorf("the file simulates differently from the name:\n%s\nvs\n%s", byFile, byName)
 	}
 	c := DefaultConfig()

@@ -30,14 +30,29 @@ type MooncakeOptions struct {
 // MooncakeReader streams a Mooncake JSONL trace (perf-model.md §7): one request per line,
 // {"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}, sorted by
 // timestamp. Each hash id becomes a 512-token Segment (the last one partial), so prompts that
-// share leading ids share exactly 512 tokens per id. Unknown fields are ignored; blank lines
+// share leading ids share exactly 512 tokens per id. Conversations are inferred from the
+// shared leading ids (Session, Turn, Parent; see conversation). Unknown fields are ignored; blank lines
 // are skipped. A MooncakeReader is not safe for concurrent use.
 type MooncakeReader struct {
 	lr     *lineReader
 	opts   MooncakeOptions
 	index  int   // Index of the next request
 	lastTS int64 // timestamp of the previous request, ms
+	// convs maps a conversation (its first two hash ids) to its last turn so far.
+	convs    map[[2]uint64]turn
+	sessions int64 // sessions numbered so far
 }
+
+// turn is a conversation's last request: its session, turn number and Index.
+type turn struct {
+	session int64
+	turn    int
+	index   int
+}
+
+// MaxConversations bounds the conversations a MooncakeReader follows; requests of later new
+// conversations carry no session (-1).
+const MaxConversations = 1 << 20
 
 // NewMooncakeReader reads the trace from r.
 func NewMooncakeReader(r io.Reader, opts MooncakeOptions) *MooncakeReader {
@@ -71,9 +86,36 @@ func (m *MooncakeReader) Next() (Request, error) {
 		}
 		m.lastTS = rec.TimestampMS
 		r := rec.request(m.index, m.opts.IDOffset)
+		m.conversation(&r, rec.HashIDs)
 		m.index++
 		return r, nil
 	}
+}
+
+// conversation fills r's Session, Turn and Parent. The trace names no conversations, but its
+// hash ids are chained prefix hashes: the turns of one conversation repeat the conversation so
+// far, so they share their leading ids. Block 0 is a system prompt nearly every request
+// shares, so a conversation is keyed by its first two ids; a request of one block starts none.
+// Its Parent is the conversation's previous request.
+func (m *MooncakeReader) conversation(r *Request, ids []uint64) {
+	if len(ids) < 2 {
+		return
+	}
+	if m.convs == nil {
+		m.convs = make(map[[2]uint64]turn)
+	}
+	k := [2]uint64{ids[0], ids[1]}
+	prev, ok := m.convs[k]
+	switch {
+	case ok:
+		r.Session, r.Turn, r.Parent = prev.session, prev.turn+1, prev.index
+	case len(m.convs) >= MaxConversations:
+		return
+	default:
+		r.Session, r.Turn = m.sessions, 0
+		m.sessions++
+	}
+	m.convs[k] = turn{session: r.Session, turn: r.Turn, index: r.Index}
 }
 
 // ReadMooncake reads a whole trace, keeping requests while w admits them.

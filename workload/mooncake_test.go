@@ -78,7 +78,7 @@ func TestMooncakeMatchesTraceAndFormula(t *testing.T) {
 	var buf []uint32
 	for i, r := range reqs {
 		w := raw[i]
-		if r.Index != i || r.Arrival != time.Duration(w.Timestamp)*time.Millisecond || r.InputTokens != w.InputLength || r.OutputTokens != w.OutputLength || r.Session != -1 || r.Parent != -1 {
+		if r.Index != i || r.Arrival != time.Duration(w.Timestamp)*time.Millisecond || r.InputTokens != w.InputLength || r.OutputTokens != w.OutputLength {
 			t.Fatalf("request %d = %+v, line %+v", i, r, w)
 		}
 		buf = v.AppendPrompt(buf[:0], &r)
@@ -96,6 +96,44 @@ func TestMooncakeMatchesTraceAndFormula(t *testing.T) {
 		if out := v.AppendOutput(nil, &r); len(out) != w.OutputLength {
 			t.Fatalf("request %d: %d output tokens, output_length %d", i, len(out), w.OutputLength)
 		}
+	}
+}
+
+// TestMooncakeConversations: a request's Parent is the latest earlier request with the same
+// first two hash ids (a linear scan here), its Session the parent's and its Turn one more; the
+// first turn of a conversation opens the next session number.
+func TestMooncakeConversations(t *testing.T) {
+	raw := rawLines(t)
+	reqs := readHead(t)
+	sessions, followUps := int64(0), 0
+	for i, r := range reqs {
+		parent := -1
+		for j := i - 1; j >= 0 && len(raw[i].HashIDs) >= 2; j-- {
+			if len(raw[j].HashIDs) >= 2 && raw[j].HashIDs[0] == raw[i].HashIDs[0] && raw[j].HashIDs[1] == raw[i].HashIDs[1] {
+				parent = j
+				break
+			}
+		}
+		switch {
+		case len(raw[i].HashIDs) < 2:
+			if r.Session != -1 || r.Turn != -1 || r.Parent != -1 {
+				t.Fatalf("one-block request %d: %+v", i, r)
+			}
+		case parent < 0:
+			if r.Session != sessions || r.Turn != 0 || r.Parent != -1 {
+				t.Fatalf("request %d opens a conversation: session %d turn %d parent %d, want session %d", i, r.Session, r.Turn, r.Parent, sessions)
+			}
+			sessions++
+		default:
+			followUps++
+			p := reqs[parent]
+			if r.Parent != parent || r.Session != p.Session || r.Turn != p.Turn+1 {
+				t.Fatalf("request %d: session %d turn %d parent %d, want parent %d (session %d turn %d)", i, r.Session, r.Turn, r.Parent, parent, p.Session, p.Turn+1)
+			}
+		}
+	}
+	if followUps == 0 || sessions == 0 {
+		t.Fatalf("the fixture has %d sessions and %d follow-ups; it must have both", sessions, followUps)
 	}
 }
 

@@ -23,6 +23,9 @@ type client struct {
 	base  string // http://host:port, no trailing slash
 	model string
 	http  *http.Client
+	// headers go on every completion request: the pd-sidecar's routing headers when base is
+	// the sidecar.
+	headers map[string]string
 }
 
 // Bounds on what the engine may send back: a /metrics page, a /v1/models answer, one SSE line.
@@ -124,6 +127,42 @@ func (c *client) metrics(ctx context.Context) (engineState, error) {
 	return st, nil
 }
 
+// nixlState is the sum over the engine's series (ranks) of vLLM's NixlConnector transfer
+// histograms: transfers counted, their seconds and their bytes.
+type nixlState struct {
+	count, seconds, bytes float64
+	present               bool // vllm:nixl_xfer_time_seconds is published
+}
+
+// nixl reads the NixlConnector transfer histograms from /metrics. vLLM publishes them only
+// with a NixlConnector (--kv-transfer-config) and, in some versions, only after the first
+// transfer: absent reads as zero, and the caller decides when absence is an error.
+func (c *client) nixl(ctx context.Context) (nixlState, error) {
+	body, err := c.get(ctx, "/metrics", maxMetricsBytes)
+	if err != nil {
+		return nixlState{}, err
+	}
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := tp.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nixlState{}, fmt.Errorf("calibrate: engine %s: /metrics: %w", c.base, err)
+	}
+	var st nixlState
+	if f := fams["vllm:nixl_xfer_time_seconds"]; f != nil {
+		st.present = true
+		for _, m := range f.GetMetric() {
+			st.count += float64(m.GetHistogram().GetSampleCount())
+			st.seconds += m.GetHistogram().GetSampleSum()
+		}
+	}
+	if f := fams["vllm:nixl_bytes_transferred"]; f != nil {
+		for _, m := range f.GetMetric() {
+			st.bytes += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return st, nil
+}
+
 // Prompt token ids are drawn from this range: inside every common vocabulary (>= 32k) and clear
 // of the special tokens, which sit at the top (Llama-3, Qwen) or below 1000.
 const tokLo, tokHi = 1000, 30000
@@ -141,6 +180,9 @@ func prompt(rng *rand.Rand, n int) []int {
 type streamed struct {
 	times  []time.Duration // arrival of every token event, from the origin
 	cached int             // usage.prompt_tokens_details.cached_tokens; -1 when not reported
+	// kvTransfer is the pd-sidecar's X-Condisagg-KV-Transfer (pulled, rewritten, failed,
+	// fallback); "" from an engine.
+	kvTransfer string
 }
 
 // stream sends one streamed completion of the prompt for out tokens (ignore_eos). onToken, when
@@ -155,6 +197,9 @@ func (c *client) stream(ctx context.Context, origin time.Time, prompt []int, out
 		return streamed{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return streamed{}, fmt.Errorf("calibrate: engine %s: POST /v1/completions: %w", c.base, err)
@@ -165,7 +210,9 @@ func (c *client) stream(ctx context.Context, origin time.Time, prompt []int, out
 		return streamed{}, fmt.Errorf("calibrate: engine %s: POST /v1/completions (%d prompt tokens, max_tokens %d): HTTP %d: %.300s",
 			c.base, len(prompt), out, resp.StatusCode, b)
 	}
-	return readStream(resp.Body, origin, out, onToken)
+	st, err := readStream(resp.Body, origin, out, onToken)
+	st.kvTransfer = resp.Header.Get("X-Condisagg-KV-Transfer")
+	return st, err
 }
 
 // readStream reads an SSE completion stream: one time per event with a choice, and the

@@ -20,13 +20,15 @@ import (
 	"github.com/condisagg/condisagg/cost"
 )
 
-const usage = `usage: condisagg calibrate --endpoint URL --model NAME -o model.yaml [flags]
+const usage = `usage: condisagg calibrate --endpoint URL --model NAME -o model.yaml [--prefill-endpoint URL] [flags]
 
 Measures one idle OpenAI-compatible engine (vLLM, vllm-sim) with decode batches, prompts sent
 beside running decodes (mixed steps) and isolated prefills, fits the cost model's step-time
-coefficients (t0, a1, a2, d1, d2), reads its KV
-capacity from /metrics, and writes a model file that tune, matrix and vllm-sim accept in place
-of a calibration name, with an SVG of measured against fitted beside it.
+coefficients (t0, a1, a2, d1, d2), reads its KV capacity from /metrics and, with
+--prefill-endpoint (a pd-sidecar in front of a prefill engine), measures the KV transfer to
+the --endpoint engine over prompt length and fits its latency, bandwidth and bytes per token.
+It writes a model file that serve (router.cost_model_file), tune, matrix and vllm-sim accept in
+place of a calibration name, with an SVG of measured against fitted beside it.
 
 `
 
@@ -42,6 +44,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	fs.StringVar(&cfg.Endpoint, "endpoint", "", "the engine's base URL, http://host:port (aggregated or decode engine)")
+	fs.StringVar(&cfg.PrefillEndpoint, "prefill-endpoint", "", "the pd-sidecar's base URL in front of a prefill engine: measure the KV transfer to --endpoint (needs NixlConnector on both engines)")
+	fs.StringVar(&cfg.PrefillHost, "prefill-host", "", "the prefill engine as the sidecar's allowlist names it (x-condisagg-prefill-host; default: --prefill-endpoint's host:port)")
 	fs.StringVar(&cfg.Model, "model", "", "served model name")
 	fs.StringVar(&out, "o", "", "model file to write (.yaml); the SVG goes beside it")
 	fs.StringVar(&name, "name", "", "name written into the model file (default: the --model name)")
@@ -55,9 +59,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&minutes, "max-minutes", DefaultMaxDuration.Minutes(), "stop the sweep after this long and fit what was measured")
 	fs.Float64Var(&cfg.MaxRPS, "max-rps", DefaultMaxRPS, "average request rate cap, in bursts of at most --max-batch (0 = no cap)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the prompt tokens")
-	fs.Float64Var(&xfer.BytesPerToken, "bytes-per-token", 0, "KV bytes per token for the transfer term (not measured: 2·layers·kv_heads·head_dim·dtype bytes)")
-	fs.Float64Var(&xfer.XferAlphaMS, "xfer-alpha-ms", 0.5, "fixed KV transfer latency written to the file (not measured)")
-	fs.Float64Var(&xfer.XferGBps, "xfer-gbps", 40, "KV transfer bandwidth written to the file (not measured)")
+	fs.Float64Var(&xfer.BytesPerToken, "bytes-per-token", 0, "KV bytes per token for the transfer term without --prefill-endpoint (2·layers·kv_heads·head_dim·dtype bytes)")
+	fs.Float64Var(&xfer.XferAlphaMS, "xfer-alpha-ms", 0.5, "fixed KV transfer latency written to the file without --prefill-endpoint")
+	fs.Float64Var(&xfer.XferGBps, "xfer-gbps", 40, "KV transfer bandwidth written to the file without --prefill-endpoint")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -66,7 +70,18 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MaxDuration = time.Duration(minutes * float64(time.Minute))
-	if err := validateFlags(cfg, fs.Args(), out, minutes, xfer); err != nil {
+	var measured []error
+	if cfg.PrefillEndpoint != "" {
+		// The transfer terms are measured over the P/D pair: a value given as well would be
+		// silently replaced.
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "bytes-per-token", "xfer-alpha-ms", "xfer-gbps":
+				measured = append(measured, fmt.Errorf("calibrate: --%s %s: measured with --prefill-endpoint; drop the flag", f.Name, f.Value))
+			}
+		})
+	}
+	if err := errors.Join(append(measured, validateFlags(cfg, fs.Args(), out, minutes, xfer))...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
@@ -132,13 +147,24 @@ func svgPath(out string) string {
 func record(o *Outcome, cfg Config, xfer cost.Model) *cost.Calibration {
 	f := o.Fit
 	rec := &cost.Calibration{Endpoint: cfg.Endpoint, ServedModel: cfg.Model, Time: time.Now().UTC().Format(time.RFC3339),
-		Samples: len(o.Samples), R2: f.R2, OverheadMS: f.OverheadMS, PerTokenMS: f.OverheadPerTokenMS, Terms: map[string]cost.Quality{}, RelStdErr: f.RelStdErr,
-		NotMeasured: []string{"xfer_alpha_ms", "xfer_gbps"}}
-	if xfer.BytesPerToken == 0 {
-		rec.NotMeasured = append(rec.NotMeasured, "bytes_per_token")
+		Samples: len(o.Samples), R2: f.R2, OverheadMS: f.OverheadMS, PerTokenMS: f.OverheadPerTokenMS, Terms: map[string]cost.Quality{}, RelStdErr: map[string]float64{}}
+	for k, v := range f.RelStdErr {
+		rec.RelStdErr[k] = v
 	}
 	for k, q := range f.Families {
 		rec.Terms[k.String()] = q
+	}
+	if t := o.Transfer; t != nil {
+		rec.Samples += len(o.Transfers)
+		rec.Terms[calibrate.Transfer.String()] = t.Quality
+		for k, v := range t.RelStdErr {
+			rec.RelStdErr[k] = v
+		}
+		return rec
+	}
+	rec.NotMeasured = []string{"xfer_alpha_ms", "xfer_gbps"}
+	if xfer.BytesPerToken == 0 {
+		rec.NotMeasured = append(rec.NotMeasured, "bytes_per_token")
 	}
 	return rec
 }
@@ -149,7 +175,7 @@ func report(w io.Writer, o *Outcome, m cost.Model, out string) {
 	fmt.Fprintf(w, "calibrated %s: %d samples in %s (max_model_len %d, KV %d blocks of 16)\n",
 		m.Name, len(o.Samples), o.Elapsed.Round(time.Second), o.MaxModelLen, m.NumGPUBlocks)
 	if o.Cut {
-		fmt.Fprintf(w, "  sweep cut by --max-minutes after %d of %d probes\n", o.ProbesDone, len(o.Probes))
+		fmt.Fprintf(w, "  sweep cut by --max-minutes after %d of %d probes\n", o.ProbesDone, len(o.Probes)+len(o.TransferProbes))
 	}
 	for _, t := range []struct {
 		name string
@@ -176,7 +202,15 @@ func report(w io.Writer, o *Outcome, m cost.Model, out string) {
 	if len(f.Dropped) > 0 {
 		fmt.Fprintf(w, "  fixed at 0 (not visible in this sweep): %s\n", strings.Join(f.Dropped, ", "))
 	}
-	fmt.Fprintf(w, "  KV transfer not measured (needs a P/D pair): xfer_alpha_ms %v, xfer_gbps %v, bytes_per_token %v as given\n", m.XferAlphaMS, m.XferGBps, m.BytesPerToken)
+	if t := o.Transfer; t != nil {
+		fmt.Fprintf(w, "  KV transfer over %d samples: xfer_alpha_ms %.4g ±%.1f%%, xfer_gbps %.4g ±%.1f%%, bytes_per_token %.0f; R² %.4f, worst %.1f%%\n",
+			t.Quality.Samples, t.AlphaMS, 100*t.RelStdErr["xfer_alpha_ms"], t.GBps, 100*t.RelStdErr["xfer_gbps"], t.BytesPerToken, t.Quality.R2, 100*t.Quality.WorstRelErr)
+		if len(t.Dropped) > 0 {
+			fmt.Fprintf(w, "  fixed at 0 (not visible in the transfer sweep): %s\n", strings.Join(t.Dropped, ", "))
+		}
+	} else {
+		fmt.Fprintf(w, "  KV transfer not measured (needs --prefill-endpoint, a P/D pair): xfer_alpha_ms %v, xfer_gbps %v, bytes_per_token %v as given\n", m.XferAlphaMS, m.XferGBps, m.BytesPerToken)
+	}
 	fmt.Fprintf(w, "wrote %s and %s\n", out, svgPath(out))
 }
 

@@ -15,7 +15,7 @@ import (
 
 // Plot draws every sample's measured time against the fitted model's, on log axes, with the
 // line where they agree: prefill TTFTs and decode step times as two series, disturbed samples
-// (set aside by the fit) as crosses.
+// (set aside by the fit) as crosses, and the KV transfers of a P/D pair as a third series.
 func Plot(o *Outcome) ([]byte, error) {
 	f := o.Fit
 	if f == nil || len(f.Fitted) != len(o.Samples) {
@@ -40,6 +40,12 @@ func Plot(o *Outcome) ([]byte, error) {
 		series[key] = append(series[key], plotter.XY{X: s.MS, Y: f.Fitted[i]})
 		lo, hi = min(lo, s.MS, f.Fitted[i]), max(hi, s.MS, f.Fitted[i])
 	}
+	if t := o.Transfer; t != nil && len(t.Fitted) == len(o.Transfers) {
+		for i, s := range o.Transfers {
+			series["transfer"] = append(series["transfer"], plotter.XY{X: s.MS, Y: t.Fitted[i]})
+			lo, hi = min(lo, s.MS, t.Fitted[i]), max(hi, s.MS, t.Fitted[i])
+		}
+	}
 	line, err := plotter.NewLine(plotter.XYs{{X: lo, Y: lo}, {X: hi, Y: hi}})
 	if err != nil {
 		return nil, err
@@ -53,6 +59,8 @@ func Plot(o *Outcome) ([]byte, error) {
 	}{
 		{"prefill", draw.CircleGlyph{}, color.RGBA{R: 31, G: 119, B: 180, A: 255}},
 		{"decode", draw.SquareGlyph{}, color.RGBA{R: 214, G: 39, B: 40, A: 255}},
+		{"mixed", draw.RingGlyph{}, color.RGBA{R: 148, G: 103, B: 189, A: 255}},
+		{"transfer", draw.TriangleGlyph{}, color.RGBA{R: 44, G: 160, B: 44, A: 255}},
 		{"disturbed", draw.CrossGlyph{}, color.Gray{Y: 90}},
 	}
 	legend := plot.NewLegend()

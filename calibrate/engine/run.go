@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,7 +24,9 @@ import (
 // Config is one calibration run against one engine. Each field is set by the flag named in its
 // comment.
 type Config struct {
-	Endpoint            string        // --endpoint: http://host:port of the engine
+	Endpoint            string        // --endpoint: http://host:port of the engine (the decode engine of a P/D pair)
+	PrefillEndpoint     string        // --prefill-endpoint: the pd-sidecar in front of the prefill engine ("" : no transfer sweep)
+	PrefillHost         string        // --prefill-host: x-condisagg-prefill-host (default: --prefill-endpoint's host:port)
 	Model               string        // --model: the served model name
 	MaxModelLen         int           // --max-model-len: 0 = the engine's (/v1/models)
 	NumGPUBlocks        int           // --num-gpu-blocks: 0 = the engine's (/metrics), in blocks of BlockSize
@@ -82,6 +85,19 @@ func (c Config) Validate() error {
 	if c.Model == "" {
 		bad("model", `""`, "want the served model name")
 	}
+	if c.PrefillEndpoint != "" {
+		if u, err := url.Parse(c.PrefillEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("prefill-endpoint", strconv.Quote(c.PrefillEndpoint), "want the pd-sidecar's http://host:port in front of the prefill engine")
+		}
+	}
+	if c.PrefillHost != "" {
+		if _, port, err := net.SplitHostPort(c.PrefillHost); err != nil || port == "" {
+			bad("prefill-host", strconv.Quote(c.PrefillHost), "want host:port, as the pd-sidecar's allowlist names the prefill engine")
+		}
+		if c.PrefillEndpoint == "" {
+			bad("prefill-host", strconv.Quote(c.PrefillHost), "needs --prefill-endpoint")
+		}
+	}
 	for _, f := range []struct {
 		flag string
 		v    int
@@ -111,18 +127,24 @@ type Progress interface {
 
 // Outcome is a run's measurements and, when they sufficed, the fit.
 type Outcome struct {
-	Probes      []calibrate.Probe // planned
-	Samples     []calibrate.Sample
-	Fit         *calibrate.Result
-	KVBlocks16  int // KV capacity in 16-token blocks
-	MaxModelLen int
-	Cut         bool // the sweep was stopped by MaxDuration
-	ProbesDone  int
-	Elapsed     time.Duration
+	Probes  []calibrate.Probe // planned
+	Samples []calibrate.Sample
+	Fit     *calibrate.Result
+	// The transfer sweep (with --prefill-endpoint): its probes, samples and fit; Transfer is
+	// nil without it.
+	TransferProbes []calibrate.Probe
+	Transfers      []calibrate.TransferSample
+	Transfer       *calibrate.TransferResult
+	KVBlocks16     int // KV capacity in 16-token blocks
+	MaxModelLen    int
+	Cut            bool // the sweep was stopped by MaxDuration
+	ProbesDone     int
+	Elapsed        time.Duration
 }
 
-// Run reads the engine's bounds, refuses a busy engine, runs the planned probes under the rate
-// cap and the time limit, and fits the samples.
+// Run reads the engine's bounds, refuses a busy engine, runs the planned probes (then, with
+// PrefillEndpoint, the transfer probes) under the rate cap and the time limit, and fits the
+// samples.
 func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	start := time.Now()
 	cfg = cfg.withDefaults()
@@ -135,13 +157,18 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 		return nil, err
 	}
 	out := &Outcome{MaxModelLen: mml, KVBlocks16: blocks * bs / 16}
-	out.Probes, err = calibrate.Plan(calibrate.PlanConfig{MaxModelLen: out.MaxModelLen, KVTokens: blocks * bs,
-		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxISL: cfg.MaxISL, MaxBatch: cfg.MaxBatch, Repeats: cfg.Repeats})
-	if err != nil {
+	pc := calibrate.PlanConfig{MaxModelLen: out.MaxModelLen, KVTokens: blocks * bs,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxISL: cfg.MaxISL, MaxBatch: cfg.MaxBatch, Repeats: cfg.Repeats}
+	if out.Probes, err = calibrate.Plan(pc); err != nil {
 		return nil, err
 	}
+	if cfg.PrefillEndpoint != "" {
+		if out.TransferProbes, err = calibrate.PlanTransfer(pc); err != nil {
+			return nil, err
+		}
+	}
 	if progress != nil {
-		progress.Plan(len(out.Probes))
+		progress.Plan(len(out.Probes) + len(out.TransferProbes))
 	}
 	sweep, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
 	defer cancel()
@@ -150,6 +177,9 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 		limit = rate.Limit(cfg.MaxRPS)
 	}
 	r := &runner{c: c, cfg: cfg, blockSize: bs, maxModelLen: out.MaxModelLen, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), lim: rate.NewLimiter(limit, cfg.MaxBatch)}
+	if cfg.PrefillEndpoint != "" {
+		r.pd = sidecarClient(cfg, c)
+	}
 	// Two short requests first: a fresh engine's first steps (graph capture, allocator warm-up)
 	// are slower than its steady ones.
 	for range 2 {
@@ -175,12 +205,49 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 			progress.Done(fmt.Sprintf("%s ISL %d ×%d", p.Kind, p.ISL, p.Batch))
 		}
 	}
+	if err := r.transfers(ctx, sweep, out, progress); err != nil {
+		return nil, err
+	}
 	out.Elapsed = time.Since(start)
+	total := len(out.Probes) + len(out.TransferProbes)
 	out.Fit, err = calibrate.Fit(out.Samples, calibrate.FitOptions{})
+	if err == nil && cfg.PrefillEndpoint != "" {
+		out.Transfer, err = calibrate.FitTransfer(out.Transfers, 0)
+		if err != nil {
+			err = fmt.Errorf("calibrate: KV transfer through %s: %w", cfg.PrefillEndpoint, err)
+		}
+	}
 	if err != nil && out.Cut {
-		err = fmt.Errorf("%w (the sweep was cut by --max-minutes after %d of %d probes: allow more minutes)", err, out.ProbesDone, len(out.Probes))
+		err = fmt.Errorf("%w (the sweep was cut by --max-minutes after %d of %d probes: allow more minutes)", err, out.ProbesDone, total)
 	}
 	return out, err
+}
+
+// transfers runs the transfer probes after the step-time ones, under the same rate cap and
+// time limit (sweep); a cut sets out.Cut and keeps what was measured.
+func (r *runner) transfers(ctx, sweep context.Context, out *Outcome, progress Progress) error {
+	if out.Cut {
+		return nil
+	}
+	for _, p := range out.TransferProbes {
+		s, err := r.transfer(sweep, p)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if sweep.Err() != nil {
+				out.Cut = true
+				return nil
+			}
+			return fmt.Errorf("calibrate: transfer probe (ISL %d): %w", p.ISL, err)
+		}
+		out.Transfers = append(out.Transfers, s)
+		out.ProbesDone++
+		if progress != nil {
+			progress.Done(fmt.Sprintf("transfer ISL %d", p.ISL))
+		}
+	}
+	return nil
 }
 
 // bounds reads what the sweep must fit in (max_model_len, KV blocks and their size; flags
@@ -211,6 +278,7 @@ func bounds(ctx context.Context, c *client, cfg Config) (maxModelLen, blocks, bl
 
 type runner struct {
 	c           *client
+	pd          *client // the pd-sidecar (nil without --prefill-endpoint)
 	cfg         Config
 	blockSize   int
 	maxModelLen int
@@ -411,11 +479,17 @@ func (r *runner) decode(ctx context.Context, p calibrate.Probe) (calibrate.Sampl
 }
 
 // ModelOf is the cost model of a finished run: the fitted step-time terms, the KV capacity
-// read from the engine, and the transfer terms given (not measured by a single engine).
+// read from the engine, and the transfer terms measured over a P/D pair or, without one, given
+// (xfer).
 func ModelOf(o *Outcome, name string, xfer cost.Model) cost.Model {
 	m := o.Fit.Model
 	m.Name = name
 	m.NumGPUBlocks = o.KVBlocks16
 	m.BytesPerToken, m.XferAlphaMS, m.XferGBps = xfer.BytesPerToken, xfer.XferAlphaMS, xfer.XferGBps
+	if t := o.Transfer; t != nil {
+		m.BytesPerToken, m.XferAlphaMS, m.XferGBps = t.BytesPerToken, t.AlphaMS, t.GBps
+	}
 	return m
 }
+
+func trimSlash(s string) string { return strings.TrimRight(s, "/") }

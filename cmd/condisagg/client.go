@@ -88,6 +88,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	c := newClientFlags("explain", stderr)
 	path := c.fs.String("path", "/v1/chat/completions", "OpenAI path")
 	bodyArg := c.fs.String("body", "", "request body: JSON text, @file, or @- for stdin")
+	session := c.fs.String("session", "", "session id, as a session header would carry it: show what its binding does (nothing is bound)")
 	if err := c.fs.Parse(args); err != nil {
 		return 2
 	}
@@ -97,7 +98,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	return call(ctx, c, "explain", stdout, stderr, func(ctx context.Context, a condisaggv1.AdminClient) (*condisaggv1.ExplainResponse, error) {
-		return a.Explain(ctx, &condisaggv1.ExplainRequest{Path: *path, Body: body})
+		return a.Explain(ctx, &condisaggv1.ExplainRequest{Path: *path, Body: body, Session: *session})
 	}, adminclient.PrintExplain)
 }
 

@@ -119,6 +119,9 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 		{"silent", strconv.FormatBool(in.GetSilent())},
 		{"error", in.GetError()},
 	}
+	if s := r.GetSession(); s != nil {
+		rows = append(rows, [2]string{"session", sessionText(s)})
+	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}
@@ -257,7 +260,7 @@ func PrintShadow(w io.Writer, r *condisaggv1.ShadowResponse) {
 func PrintRecent(w io.Writer, r *condisaggv1.RecentResponse) {
 	fmt.Fprintf(w, "%d decisions routed (the router keeps the last %d), newest first\n", r.GetTotal(), r.GetKept())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAT (UTC)\tREQUEST\tPLACEMENT\tREASON\tPREFILL\tDECODE\tISL\tCACHED\tTRANSFER\tC/L")
+	fmt.Fprintln(tw, "SEQ\tAT (UTC)\tREQUEST\tPLACEMENT\tREASON\tPREFILL\tDECODE\tISL\tCACHED\tTRANSFER\tC/L\tSESSION")
 	for _, d := range r.GetDecisions() {
 		at := d.GetAt()
 		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
@@ -271,9 +274,21 @@ func PrintRecent(w io.Writer, r *condisaggv1.RecentResponse) {
 			}
 			cl = c + "/" + itoa(d.GetTransferPromptTokens())
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.GetSeq(), at, orDash(d.GetRequestId()),
+		sess := "-"
+		if s := d.GetSession(); s != nil {
+			sess = sessionText(s)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.GetSeq(), at, orDash(d.GetRequestId()),
 			d.GetPlacement(), orDash(d.GetReason()), orDash(d.GetPrefillWorker()), orDash(d.GetDecodeWorker()),
-			d.GetTokens(), d.GetCachedTokens(), d.GetTransfer(), cl)
+			d.GetTokens(), d.GetCachedTokens(), d.GetTransfer(), cl, sess)
 	}
 	tw.Flush()
+}
+
+// sessionText is a session's affinity outcome and the worker it was bound to.
+func sessionText(s *condisaggv1.SessionAffinity) string {
+	if s.GetBoundWorker() == "" {
+		return s.GetOutcome()
+	}
+	return s.GetOutcome() + " (bound " + s.GetBoundWorker() + ")"
 }

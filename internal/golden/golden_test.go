@@ -124,7 +124,7 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 	pc := rep.Policy
 	bs := rep.Policy.BlockSize
 	km := kvevents.NewMetrics(reg)
-	ropts := route.Options{Policy: &pc, Seed: rep.RouterSeed, Now: s.clock.Now, Learner: s.learner,
+	ropts := route.Options{Policy: &pc, Seed: rep.RouterSeed, Now: s.clock.Now, Learner: s.learner, Sessions: rep.SessionConfig,
 		Observe: func(o *route.Outcome) { s.records = append(s.records, o.Record()) }}
 	tok := qwen3(t)
 	for i, m := range rep.Models {
@@ -157,7 +157,8 @@ func newServer(t *testing.T, rep *cluster.Report) *server {
 		t.Fatal(err)
 	}
 	s.router = r
-	set := &extproc.Settings{Policy: &pc, Shadow: rep.ShadowPolicy, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed}
+	set := &extproc.Settings{Policy: &pc, Shadow: rep.ShadowPolicy, MaxBodyBytes: extproc.DefaultMaxBodyBytes, FailureMode: extproc.FailClosed,
+		SessionHeaders: extproc.DefaultSessionHeaders}
 	srv, err := extproc.NewServer(extproc.ServerOptions{Router: r, Settings: set, Metrics: extproc.NewMetrics(reg), Now: s.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 // decide sends a request as Envoy would in BUFFERED mode, and returns the routing headers
 // condisagg set (nil for an immediate response): the chat body when there is one, else a
 // completions request with the prompt as token ids.
-func (s *server) decide(t *testing.T, tokens []uint32, model string, chat []byte, subset []string) (*request, map[string]string) {
+func (s *server) decide(t *testing.T, tokens []uint32, model string, chat []byte, subset []string, session string) (*request, map[string]string) {
 	t.Helper()
 	stream, err := s.client.Process(context.Background())
 	if err != nil {
@@ -227,12 +228,16 @@ func (s *server) decide(t *testing.T, tokens []uint32, model string, chat []byte
 		}
 		md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extproc.SubsetNamespace: hint}}
 	}
+	kv := []string{":method", "POST", ":path", path, "content-type", "application/json"}
+	if session != "" { // the client's session header (the Claude Code client's name for it)
+		kv = append(kv, "x-claude-code-session-id", session)
+	}
 	q.exchange(t, &extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
 			ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
 		MetadataContext: md,
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: headerMap(":method", "POST", ":path", path, "content-type", "application/json")}}})
+			Headers: headerMap(kv...)}}})
 	resp := q.exchange(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
 	if resp.GetImmediateResponse() != nil {
@@ -336,7 +341,7 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]b
 			if chats != nil {
 				chat = chats[op.Index]
 			}
-			q, h := s.decide(t, op.Tokens, op.Model, chat, op.Subset)
+			q, h := s.decide(t, op.Tokens, op.Model, chat, op.Subset, op.Session)
 			if (h == nil) != (op.Err != nil) {
 				t.Fatalf("request %d: server refused=%v, simulator error %v", op.Index, h == nil, op.Err)
 			}
@@ -421,6 +426,15 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// Two models, each with its own fleet, pool and index (the first with an adapter), and
 		// now and then a model no one serves: the router resolves every name as serve's
 		// models list does, and decides for each model on that model's fleet alone.
+		// Session affinity: each agentic session names itself in a session header; a turn
+		// prefers its previous turn's worker until the guard (isl_or_load) or the forecast
+		// (slo) overrides it, and both sides bind and expire alike (a short TTL on the
+		// virtual clock).
+		{"sessions_isl_or_load_2p2d_guard", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 16,
+			Disagg: guarded(disagg(policy.ISLOrLoad, 512, 0.5), 0.15), Sessions: route.SessionConfig{Enabled: true, TTL: 20 * time.Second, Max: 16}},
+			false, false, baseOnly},
+		{"sessions_slo_2p2d", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 17, Disagg: slo(t, 1000, 12),
+			Sessions: route.SessionConfig{Enabled: true}}, false, false, baseOnly},
 		{"two_models_isl_or_load_2p2d", 8, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 15,
 			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Models: []string{"qwen3-a", "qwen3-b"}, LoRAAdapters: []string{"sql-lora"}},
 			false, false, twoModels},
@@ -492,7 +506,7 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			srv := newServer(t, rec.rep)
 			got := srv.replay(t, rec, cluster.Epoch, chats)
-			reasons, routes, cachedTokens := map[string]int{}, map[string]int{}, 0
+			reasons, routes, sessions, cachedTokens := map[string]int{}, map[string]int{}, map[string]int{}, 0
 			for i, want := range rec.rep.Decisions {
 				if got[i] != want {
 					t.Fatalf("request %d:\n server    %+v\n simulator %+v", i, got[i], want)
@@ -502,6 +516,7 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 				}
 				reasons[want.Reason]++
 				routes[want.Route]++
+				sessions[want.Session]++
 				cachedTokens += want.Cached
 			}
 			if tc.cfg.Disagg.Policy == policy.SLOKind {
@@ -516,6 +531,15 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			if rec.rep.ResidualLoad != 0 {
 				t.Fatalf("simulator left load %d booked", rec.rep.ResidualLoad)
+			}
+			if tc.cfg.Sessions.Enabled {
+				if sessions["hit"] == 0 || sessions["miss"] == 0 || sessions["hit"]+sessions["miss"] == len(got) {
+					t.Fatalf("session outcomes %v: the case must bind, honour and override bindings", sessions)
+				}
+				if st := srv.router.SessionStats(); st != rec.rep.Sessions.Stats {
+					t.Fatalf("session tables:\n server    %+v\n simulator %+v", st, rec.rep.Sessions.Stats)
+				}
+				t.Logf("sessions %v, table %+v", sessions, rec.rep.Sessions.Stats)
 			}
 			if tc.chat && cachedTokens == 0 {
 				t.Fatal("no chat prompt found its prefix cached: the corpus tests no cache credit")

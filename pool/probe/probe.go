@@ -51,7 +51,8 @@ func New(p *pool.Pool, opts Options) *Shell {
 // Run drives the pool's background work until ctx is cancelled: it resolves DNS endpoints at
 // once and then every ResolveInterval, expires stale bookings every SweepInterval, probes every
 // worker's HealthPath (at once, then on its schedule; unless HealthInterval < 0), and, when
-// ScrapeInterval > 0, scrapes every worker's /metrics. Passive signals (ReportUpstream) count
+// ScrapeInterval > 0, scrapes every worker's /metrics; it reads every SGLang server's
+// /server_info once and logs the flags that do not fit (engines.go). Passive signals (ReportUpstream) count
 // only while Run probes. Call Run once; the caller owns it, and it returns only after every
 // goroutine it started has exited.
 func (s *Shell) Run(ctx context.Context) {
@@ -67,6 +68,9 @@ func (s *Shell) Run(ctx context.Context) {
 		})
 	})
 	wg.Go(func() { every(ctx, s.cfg.SweepInterval, func() { s.pool.Expire() }) })
+	if s.hasSGLang() {
+		wg.Go(func() { s.checkEngines(ctx) })
+	}
 	if s.cfg.ScrapeInterval > 0 {
 		wg.Go(func() {
 			every(ctx, s.cfg.ScrapeInterval, func() {
@@ -77,6 +81,16 @@ func (s *Shell) Run(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// hasSGLang reports whether a configured worker is an SGLang server (checkEngines has work).
+func (s *Shell) hasSGLang() bool {
+	for _, w := range s.cfg.Workers {
+		if w.Engine.Kind() == pool.EngineSGLang {
+			return true
+		}
+	}
+	return false
 }
 
 // every runs f at once and then on every tick until ctx is done.

@@ -5,26 +5,38 @@
 # small one that evicts (no probe may over-credit; docs/conformance.md explains the simulator's
 # under-counted probes there).
 #
-# The Go module proxy refuses llm-d modules here, so the simulator is built from source
-# snapshots of github.com/llm-d/llm-d-inference-sim and github.com/llm-d/llm-d-router:
-#   LLMD_SIM_SRC=/path/to/llm-d-inference-sim LLMD_ROUTER_SRC=/path/to/llm-d-router scripts/llmdsim/run.sh
-# Both are copied into a temporary directory (the snapshots are not modified) and built with
-# CGO_ENABLED=0 (~1.5 min once the modules are cached, ~10 min on two cores from cold).
+# The simulator is built from source, github.com/llm-d/llm-d-inference-sim at commit eec055a
+# (its go.mod requires github.com/llm-d/llm-d-router v0.10.0):
+# - by default the source comes from the Go module proxy (`go mod download`);
+# - LLMD_SIM_SRC=/path/to/a/snapshot uses a local copy instead, and LLMD_ROUTER_SRC=/path
+#   replaces the llm-d-router dependency with a local copy too (where the proxy refuses llm-d
+#   modules, as on the machine the results of docs/conformance.md were measured on).
+# Both are copied into a temporary directory (never modified) and built with CGO_ENABLED=0
+# (~1.5 min once the modules are cached, ~10 min on two cores from cold).
 # Without network access to huggingface.co the simulator tokenizes with its own dummy
 # tokenizer; probe.py keys both sides by the simulator's token ids, so that does not matter.
 set -euo pipefail
-: "${LLMD_SIM_SRC:?set LLMD_SIM_SRC to a source snapshot of github.com/llm-d/llm-d-inference-sim}"
-: "${LLMD_ROUTER_SRC:?set LLMD_ROUTER_SRC to a source snapshot of github.com/llm-d/llm-d-router}"
+LLMD_SIM_VERSION=eec055a
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
+if [ -z "${LLMD_SIM_SRC:-}" ]; then
+	if ! LLMD_SIM_SRC=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "github.com/llm-d/llm-d-inference-sim@$LLMD_SIM_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); then
+		echo "llmdsim: the Go module proxy did not serve github.com/llm-d/llm-d-inference-sim@$LLMD_SIM_VERSION;" \
+			"set LLMD_SIM_SRC (and LLMD_ROUTER_SRC for its llm-d-router v0.10.0) to source snapshots" >&2
+		exit 2
+	fi
+fi
 cp -r "$LLMD_SIM_SRC" "$work/sim"
-cp -r "$LLMD_ROUTER_SRC" "$work/router"
-(cd "$work/sim" && go mod edit -replace github.com/llm-d/llm-d-router=../router &&
-	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$work/llm-d-inference-sim" ./cmd/llm-d-inference-sim)
+chmod -R u+w "$work/sim"
+if [ -n "${LLMD_ROUTER_SRC:-}" ]; then
+	cp -r "$LLMD_ROUTER_SRC" "$work/router"
+	(cd "$work/sim" && go mod edit -replace github.com/llm-d/llm-d-router=../router)
+fi
+(cd "$work/sim" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$work/llm-d-inference-sim" ./cmd/llm-d-inference-sim)
 (cd "$root" && go build -o "$work/condisagg" ./cmd/condisagg)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

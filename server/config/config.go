@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
@@ -75,6 +77,9 @@ type File struct {
 		// makes it live.
 		ShadowDisaggConfig yaml.Node `yaml:"shadow_disagg_config"`
 		QueueThreshold     *float64  `yaml:"queue_threshold"`
+		// CostModelFile is a model file of `condisagg calibrate`: the cost model of every slo
+		// policy object (live and shadow) that names no cost_model. Load reads and validates it.
+		CostModelFile string `yaml:"cost_model_file"`
 		// KVEventsMaxMessageBytes is each event socket's ZMQ_MAXMSGSIZE (plus room for the
 		// topic and sequence frames): libzmq drops a peer that sends more before allocating it.
 		KVEventsMaxMessageBytes int `yaml:"kv_events_max_message_bytes"`
@@ -100,6 +105,14 @@ type File struct {
 		HealthBackoffMax time.Duration `yaml:"health_backoff_max"`
 		UpstreamFailures int           `yaml:"upstream_failures"`
 	} `yaml:"pool"`
+	// Session is soft session affinity (route.SessionConfig) and the headers that name a
+	// session (extproc.Settings.SessionHeaders).
+	Session struct {
+		Affinity    bool          `yaml:"affinity"`
+		Headers     string        `yaml:"headers"` // comma-separated, in order of precedence
+		TTL         time.Duration `yaml:"ttl"`
+		MaxSessions int           `yaml:"max_sessions"`
+	} `yaml:"session"`
 	Workers []pool.WorkerConfig `yaml:"workers,omitempty"`
 	// Replicas is the bus that shares booked load between router replicas (replicas.go).
 	Replicas ReplicasFile `yaml:"replicas"`
@@ -195,6 +208,9 @@ func (f *Flags) Load() (*Config, error) {
 		for i := range fc.Models {
 			fc.Models[i].relativeTo(f.ConfigPath)
 		}
+		if p := fc.Router.CostModelFile; p != "" && !filepath.IsAbs(p) {
+			fc.Router.CostModelFile = filepath.Join(filepath.Dir(f.ConfigPath), p)
+		}
 	}
 	applyFlags(f.FS, &f.given, &fc)
 	var flagErrs []error
@@ -210,7 +226,12 @@ func (f *Flags) Load() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := validate(fc, disaggJSON)
+	costFile, err := readCostModelFile(fc.Router.CostModelFile)
+	c, verr := validate(fc, disaggJSON, costFile)
+	err = errors.Join(err, verr)
+	if err != nil {
+		c = nil
+	}
 	if len(flagErrs) > 0 {
 		return nil, errors.Join(append(flagErrs, err)...)
 	}
@@ -238,8 +259,44 @@ func disaggFromFile(n *yaml.Node) (*string, error) {
 	return &s, nil
 }
 
+// costModelFile is router.cost_model_file read and parsed (nil when unset or unreadable).
+type costModelFile struct {
+	path  string
+	model cost.Model
+}
+
+// readCostModelFile reads and validates router.cost_model_file: the policy package does no
+// I/O, so the shell reads the file and hands the parsed model in (policy.UseCostModelFile).
+// Its errors name the key and the file (and the line, from cost.ParseFile).
+func readCostModelFile(path string) (*costModelFile, error) {
+	if path == "" || !cost.IsFile(path) {
+		return nil, nil // an empty key is off; a bad suffix is the setting's check
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: router.cost_model_file: %w", err)
+	}
+	m, _, err := cost.ParseFile(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("config: router.cost_model_file: %w", err)
+	}
+	return &costModelFile{path: path, model: m}, nil
+}
+
+// useCostModelFile gives d the model file's cost model; a policy object that names cost_model
+// as well is refused (source names the object in the error).
+func useCostModelFile(d *policy.Disagg, f *costModelFile, source string) error {
+	if f == nil {
+		return nil
+	}
+	if err := d.UseCostModelFile(f.path, f.model); err != nil {
+		return fmt.Errorf("config: router.cost_model_file: %s: %s %w", f.path, source, err)
+	}
+	return nil
+}
+
 // validate checks every field and builds the package configs.
-func validate(fc File, disaggJSON *string) (*Config, error) {
+func validate(fc File, disaggJSON *string, costFile *costModelFile) (*Config, error) {
 	var errs []error
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("config: %s: %v %s", field, value, rule))
@@ -262,9 +319,9 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	prefixes := modelPrefixes(&fc)
 	disc, kc := discoveryOf(fc, mfs, !fc.single, &errs)
 	c.Kubernetes = kc
-	pc, err := policyConfig(fc, mfs, disc, disaggJSON)
+	pc, err := policyConfig(fc, mfs, disc, disaggJSON, costFile)
 	errs = append(errs, err)
-	shadow, err := shadowConfig(fc, pc)
+	shadow, err := shadowConfig(fc, pc, costFile)
 	errs = append(errs, err)
 	for _, c := range []*policy.Config{&pc, shadow} {
 		if c != nil && c.Disagg.DecodeBusySource == policy.BusySourceReported && fc.Pool.ScrapeInterval <= 0 {
@@ -275,7 +332,8 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 	c.Settings = &extproc.Settings{Policy: &pc, Shadow: shadow, MaxBodyBytes: fc.MaxBodyBytes,
 		FailureMode: extproc.FailureMode(fc.FailureMode), DebugHeaders: fc.DebugHeaders, LLMDCompat: fc.LLMDCompat,
 		StreamIdleTimeout: fc.StreamIdleTimeout, DecisionQueueTimeout: fc.DecisionQueueTimeout,
-		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes}
+		StreamRequestTimeout: fc.StreamRequestTimeout, UnansweredBookingTimeout: fc.UnansweredBookingTimeout, MaxBufferedBytes: fc.MaxBufferedBytes,
+		SessionHeaders: SessionHeaders(fc.Session.Headers)}
 	errs = append(errs, c.Settings.Validate())
 	c.Models = buildModels(fc, mfs, prefixes, disc, &errs)
 	c.BoundEvents = boundEvents(&fc, mfs, bad)
@@ -283,6 +341,17 @@ func validate(fc File, disaggJSON *string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// SessionHeaders splits session.headers ("a, b,c") into lower-case names ("" : none).
+func SessionHeaders(list string) []string {
+	var out []string
+	for h := range strings.SplitSeq(list, ",") {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // poolConfig is the pool section with one model's workers and block size.
@@ -296,7 +365,7 @@ func poolConfig(fc *File, workers []pool.WorkerConfig, blockSize int) pool.Confi
 
 // policyConfig builds and validates the policy configuration; its block size is the first
 // model's (route gives each model a copy with its own).
-func policyConfig(fc File, models []ModelFile, disc [][]kube.Entry, disaggJSON *string) (policy.Config, error) {
+func policyConfig(fc File, models []ModelFile, disc [][]kube.Entry, disaggJSON *string, costFile *costModelFile) (policy.Config, error) {
 	pc := policy.DefaultConfig()
 	pc.Enabled, pc.RouterMode, pc.KVEvents = fc.Router.ConditionalDisagg, fc.Router.Mode, fc.Router.KVEvents
 	pc.Selection, pc.Silence = fc.Router.Selection, fc.Router.Silence
@@ -323,6 +392,11 @@ func policyConfig(fc File, models []ModelFile, disc [][]kube.Entry, disaggJSON *
 		}
 	}
 	if len(errs) == 0 {
+		if err := useCostModelFile(&pc.Disagg, costFile, "router.conditional_disagg_config:"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
 		errs = append(errs, pc.Validate())
 	}
 	return pc, errors.Join(errs...)
@@ -330,7 +404,7 @@ func policyConfig(fc File, models []ModelFile, disc [][]kube.Entry, disaggJSON *
 
 // shadowConfig is the live policy config with router.shadow_disagg_config's policy object in
 // place of the live one (nil when absent).
-func shadowConfig(fc File, live policy.Config) (*policy.Config, error) {
+func shadowConfig(fc File, live policy.Config, costFile *costModelFile) (*policy.Config, error) {
 	n := fc.Router.ShadowDisaggConfig
 	if n.Kind == 0 {
 		return nil, nil
@@ -342,6 +416,13 @@ func shadowConfig(fc File, live policy.Config) (*policy.Config, error) {
 	d, err := policy.ParseDisagg([]byte(*js))
 	if err != nil {
 		return nil, fmt.Errorf("config: router.shadow_disagg_config: %w", err)
+	}
+	// A candidate that names its own cost_model keeps it: comparing a named model with the
+	// calibrated file is what a shadow is for.
+	if d.CostModel == "" {
+		if err := useCostModelFile(&d, costFile, "router.shadow_disagg_config:"); err != nil {
+			return nil, err
+		}
 	}
 	c := live
 	c.Enabled, c.DisaggGiven, c.Disagg = true, true, d

@@ -13,11 +13,15 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
 )
+
+// MaxSessions bounds session.max_sessions (a binding is about 200 bytes with its id).
+const MaxSessions = 1 << 24
 
 // A setting is one scalar setting of serve. Its entry in settings is the one statement of
 // its YAML key, its flag, its default, its help text, its rule and where it lands (a field of
@@ -159,6 +163,9 @@ var settings = []setting{
 	{key: "router.queue_threshold", flag: "router-queue-threshold",
 		help: "prefill queue threshold (θp when prefill_busy_threshold is unset)",
 		at:   func(f *File) any { return &f.Router.QueueThreshold }},
+	{key: "router.cost_model_file", flag: "router-cost-model-file", check: modelFile,
+		help: "model file written by condisagg calibrate (.yaml): the slo policy's cost model when its policy object names no cost_model; read and validated at start and on reload, watched like the config file",
+		at:   func(f *File) any { return &f.Router.CostModelFile }},
 	{key: "router.kv_events_max_message_bytes", restart: "router.kv_events_max_message_bytes",
 		check: zeroOrWithin(MinKVEventsMessageBytes, MaxKVEventsMessageBytes, fmt.Sprintf(" (0 = %d)", kvevents.DefaultMaxPayloadBytes)),
 		help:  fmt.Sprintf("[64 KiB, 256 MiB]: bound of one KV event batch (each event socket's ZMQ_MAXMSGSIZE); 0 = %d", kvevents.DefaultMaxPayloadBytes),
@@ -166,6 +173,18 @@ var settings = []setting{
 	{key: "router.kv_events_bind", flag: "router-kv-events-bind", restart: "router.kv_events", check: checkBindEndpoint,
 		help: "bind one SUB socket here for publishers that dial out (topics mapped by router.kv_events_topics); no authentication: whoever reaches it can feed the index",
 		at:   func(f *File) any { return &f.Router.KVEventsBind }},
+	{key: "session.affinity", flag: "session-affinity", restart: "session",
+		help: "soft session affinity: a request naming a session prefers the worker of the session's last turn while the decode-busy guard admits it and (slo) its forecast meets the objective",
+		at:   func(f *File) any { return &f.Session.Affinity }},
+	{key: "session.headers", flag: "session-headers", def: strings.Join(extproc.DefaultSessionHeaders, ","),
+		help: "request headers that name a session, comma-separated, first present wins; a value over 256 bytes or not visible ASCII is ignored and counted",
+		at:   func(f *File) any { return &f.Session.Headers }},
+	{key: "session.ttl", def: extproc.DefaultSessionTTL, restart: "session", check: positive,
+		help: "a session binding unused this long expires",
+		at:   func(f *File) any { return &f.Session.TTL }},
+	{key: "session.max_sessions", def: extproc.DefaultMaxSessions, restart: "session", check: within(1, MaxSessions, ""),
+		help: "[1, 16777216]: session bindings kept (least recently used out first)",
+		at:   func(f *File) any { return &f.Session.MaxSessions }},
 	{key: "pool.booking_ttl", def: pool.DefaultBookingTTL, restart: restartPool, help: "a booking no response released expires after this long",
 		at: func(f *File) any { return &f.Pool.BookingTTL }},
 	{key: "pool.sweep_interval", def: pool.DefaultSweepInterval, restart: restartPool, help: "how often expired bookings are swept",
@@ -428,6 +447,15 @@ func zeroOrWithin(lo, hi int, note string) func(any) string {
 		}
 		return in(v)
 	}
+}
+
+// modelFile: "" (none) or a path ending in .yaml or .yml (cost.IsFile), so that a
+// calibration name given here gets a pointer to cost_model instead of "no such file".
+func modelFile(v any) string {
+	if p := v.(string); p != "" && !cost.IsFile(p) {
+		return strconv.Quote(p) + " must be a model file ending in .yaml or .yml (a named calibration goes in the policy object's cost_model)"
+	}
+	return ""
 }
 
 func logLevel(v any) string {

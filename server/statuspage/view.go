@@ -16,17 +16,36 @@ import (
 
 // State is /ui/api/state.
 type State struct {
-	Now       time.Time     `json:"now"`
-	Ready     bool          `json:"ready"`
-	Policy    string        `json:"policy"`
-	Models    []modelJSON   `json:"models"`
-	Decisions decisionsJSON `json:"decisions"`
-	Mix       mixJSON       `json:"mix"`
+	Now    time.Time `json:"now"`
+	Ready  bool      `json:"ready"`
+	Policy string    `json:"policy"`
+	// CostModel is the slo policy's cost model and where it came from (null for the other
+	// policies).
+	CostModel *costModelJSON `json:"cost_model"`
+	Models    []modelJSON    `json:"models"`
+	Decisions decisionsJSON  `json:"decisions"`
+	Mix       mixJSON        `json:"mix"`
 	// Shadow is the candidate config's agreement with the live one (null without a candidate).
 	Shadow *shadowJSON `json:"shadow"`
 	// Transfers are the latest remote-prefill requests whose decode answer was classified
 	// (docs/disagg-truth.md), newest first.
 	Transfers []transferJSON `json:"transfers"`
+}
+
+// costModelJSON names the slo policy's cost model: Name is the model's (a calibration's name,
+// or the name inside the model file), File the model file it was read from ("" for a named
+// calibration).
+type costModelJSON struct {
+	Name string `json:"name"`
+	File string `json:"file,omitempty"`
+}
+
+// costModelView is d's cost model for the page (nil unless the policy is slo).
+func costModelView(d policy.Disagg) *costModelJSON {
+	if d.Policy != policy.SLOKind {
+		return nil
+	}
+	return &costModelJSON{Name: d.Cost.Name, File: d.CostModelFile}
 }
 
 // transferJSON is one classified remote-prefill request (extproc.TransferRecord).
@@ -198,7 +217,8 @@ func shadowView(st route.ShadowStats) *shadowJSON {
 // stateView gathers the state for /ui/api/state at now, with up to limit decisions.
 func (s *page) stateView(now time.Time, limit int) State {
 	ready := s.Ready()
-	st := State{Now: now, Ready: ready, Policy: string(s.Router.Policy().Disagg.Policy), Shadow: shadowView(s.Router.ShadowStats())}
+	live := s.Router.Policy().Disagg
+	st := State{Now: now, Ready: ready, Policy: string(live.Policy), CostModel: costModelView(live), Shadow: shadowView(s.Router.ShadowStats())}
 	streams := s.Streams()
 	for _, m := range s.Router.Models() {
 		mj := modelJSON{Name: m.Name, BlockSize: m.BlockSize, LoRAAdapters: m.LoRAAdapters, Workers: []Worker{}}

@@ -16,14 +16,44 @@ type serverMetrics struct {
 	ttft, itl, e2e []prometheus.Observer // by rank
 }
 
-func newServerMetrics(reg prometheus.Registerer, model string, ws []*Worker) (*serverMetrics, error) {
+func newServerMetrics(reg prometheus.Registerer, model string, ws []*Worker, nixl bool) (*serverMetrics, error) {
 	m := &serverMetrics{}
 	for rank, w := range ws {
 		if err := m.addEngine(reg, model, rank, w); err != nil {
 			return nil, err
 		}
+		if nixl {
+			if err := reg.Register(newNIXLCollector(model, rank, w)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return m, nil
+}
+
+// nixlCollector exposes the KV transfers an engine received under the names of vLLM's
+// NixlConnector stats: vllm:nixl_xfer_time_seconds and vllm:nixl_bytes_transferred, one
+// observation per completed transfer (sim.Stats.KVTransfers). Only _sum and _count are kept
+// (the +Inf bucket): what a client reads per transfer is the change of both across it. The
+// time is the transfer's simulated duration, CostModel.TransferTime of the tokens it filled.
+type nixlCollector struct {
+	w           *Worker
+	time, bytes *prometheus.Desc
+}
+
+func newNIXLCollector(model string, rank int, w *Worker) *nixlCollector {
+	labels := prometheus.Labels{"model_name": model, "engine": strconv.Itoa(rank)}
+	return &nixlCollector{w: w,
+		time:  prometheus.NewDesc("vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", nil, labels),
+		bytes: prometheus.NewDesc("vllm:nixl_bytes_transferred", "Histogram of bytes transferred per NIXL KV Cache transfers.", nil, labels)}
+}
+
+func (c *nixlCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.time; ch <- c.bytes }
+
+func (c *nixlCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.w.Stats()
+	ch <- prometheus.MustNewConstHistogram(c.time, s.KVTransfers, s.KVTransferTime.Seconds(), nil)
+	ch <- prometheus.MustNewConstHistogram(c.bytes, s.KVTransfers, s.KVTransferBytes, nil)
 }
 
 // addEngine registers the series of one engine (data-parallel rank).

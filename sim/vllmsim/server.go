@@ -128,7 +128,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 		s.lora[l.Name] = sim.Adapter{ID: int64(i + 1), Name: l.Name, Path: l.Path}
 	}
-	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Workers)
+	m, err := newServerMetrics(cfg.Registry, cfg.ModelNames[0], cfg.Workers, cfg.KVTransfer != nil)
 	if err != nil {
 		return nil, err
 	}

@@ -148,7 +148,10 @@ type ExplainRequest struct {
 	// OpenAI path: /v1/chat/completions or /v1/completions.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// The request body (JSON).
-	Body          []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	Body []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// A session id, as a session header would name it ("" : none): the response says what the
+	// session's binding makes of the request. Nothing is bound.
+	Session       string `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +198,13 @@ func (x *ExplainRequest) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *ExplainRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
 }
 
 type WorkerOverlap struct {
@@ -283,6 +293,7 @@ type ExplainResponse struct {
 	Model           string                 `protobuf:"bytes,14,opt,name=model,proto3" json:"model,omitempty"`                                    // the served model that routed it ("" : the one unnamed model)
 	LoraAdapter     string                 `protobuf:"bytes,15,opt,name=lora_adapter,json=loraAdapter,proto3" json:"lora_adapter,omitempty"`     // the LoRA adapter the request named ("" : the base model)
 	UnknownModel    bool                   `protobuf:"varint,16,opt,name=unknown_model,json=unknownModel,proto3" json:"unknown_model,omitempty"` // the request's model is not served; passed through by load
+	Session         *SessionAffinity       `protobuf:"bytes,17,opt,name=session,proto3" json:"session,omitempty"`                                // unset without a session id or with session affinity off
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -427,6 +438,13 @@ func (x *ExplainResponse) GetUnknownModel() bool {
 		return x.UnknownModel
 	}
 	return false
+}
+
+func (x *ExplainResponse) GetSession() *SessionAffinity {
+	if x != nil {
+		return x.Session
+	}
+	return nil
 }
 
 // PolicyInputs are every value the decision used.
@@ -802,6 +820,62 @@ func (x *PlacementEstimate) GetTpotFactor() float64 {
 	return 0
 }
 
+// SessionAffinity is what became of a request's session binding.
+type SessionAffinity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "miss" (no binding: a first turn, or it expired), "hit" (placed on the bound worker),
+	// "overridden_guard" (the decode-busy guard or the worker's KV room barred it),
+	// "overridden_forecast" (the slo forecast there breaks the objective) or "worker_gone".
+	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	BoundWorker   string `protobuf:"bytes,2,opt,name=bound_worker,json=boundWorker,proto3" json:"bound_worker,omitempty"` // the worker of the session's last turn ("" on a miss)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionAffinity) Reset() {
+	*x = SessionAffinity{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionAffinity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionAffinity) ProtoMessage() {}
+
+func (x *SessionAffinity) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionAffinity.ProtoReflect.Descriptor instead.
+func (*SessionAffinity) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionAffinity) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *SessionAffinity) GetBoundWorker() string {
+	if x != nil {
+		return x.BoundWorker
+	}
+	return ""
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -810,7 +884,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +896,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +909,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 type EventStream struct {
@@ -853,7 +927,7 @@ type EventStream struct {
 
 func (x *EventStream) Reset() {
 	*x = EventStream{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +939,7 @@ func (x *EventStream) String() string {
 func (*EventStream) ProtoMessage() {}
 
 func (x *EventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +952,7 @@ func (x *EventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventStream.ProtoReflect.Descriptor instead.
 func (*EventStream) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EventStream) GetConnected() bool {
@@ -953,7 +1027,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1039,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1052,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Worker) GetId() string {
@@ -1095,7 +1169,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1181,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1194,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1141,7 +1215,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1227,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1240,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReloadConfigRequest) GetPromoteShadow() bool {
@@ -1186,7 +1260,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1272,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1285,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReloadConfigResponse) GetApplied() bool {
@@ -1236,7 +1310,7 @@ type ShadowRequest struct {
 
 func (x *ShadowRequest) Reset() {
 	*x = ShadowRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1322,7 @@ func (x *ShadowRequest) String() string {
 func (*ShadowRequest) ProtoMessage() {}
 
 func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1335,7 @@ func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
 func (*ShadowRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type ShadowResponse struct {
@@ -1285,7 +1359,7 @@ type ShadowResponse struct {
 
 func (x *ShadowResponse) Reset() {
 	*x = ShadowResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1371,7 @@ func (x *ShadowResponse) String() string {
 func (*ShadowResponse) ProtoMessage() {}
 
 func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1384,7 @@ func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
 func (*ShadowResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShadowResponse) GetLiveConfig() string {
@@ -1408,7 +1482,7 @@ type RoutePair struct {
 
 func (x *RoutePair) Reset() {
 	*x = RoutePair{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1494,7 @@ func (x *RoutePair) String() string {
 func (*RoutePair) ProtoMessage() {}
 
 func (x *RoutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1507,7 @@ func (x *RoutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
 func (*RoutePair) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RoutePair) GetLiveRoute() string {
@@ -1468,7 +1542,7 @@ type RecentRequest struct {
 
 func (x *RecentRequest) Reset() {
 	*x = RecentRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1554,7 @@ func (x *RecentRequest) String() string {
 func (*RecentRequest) ProtoMessage() {}
 
 func (x *RecentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1567,7 @@ func (x *RecentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
 func (*RecentRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecentRequest) GetLimit() uint32 {
@@ -1514,7 +1588,7 @@ type RecentResponse struct {
 
 func (x *RecentResponse) Reset() {
 	*x = RecentResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1600,7 @@ func (x *RecentResponse) String() string {
 func (*RecentResponse) ProtoMessage() {}
 
 func (x *RecentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1613,7 @@ func (x *RecentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentResponse.ProtoReflect.Descriptor instead.
 func (*RecentResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecentResponse) GetTotal() uint64 {
@@ -1589,17 +1663,18 @@ type RecentDecision struct {
 	// prefill still in flight; "unclassified" for one that ended by an error answer, a stream
 	// error or a cancel, which say nothing about the transfer; "not_remote" for every other
 	// placement.
-	Transfer             string `protobuf:"bytes,18,opt,name=transfer,proto3" json:"transfer,omitempty"`
-	TransferPromptTokens int64  `protobuf:"varint,19,opt,name=transfer_prompt_tokens,json=transferPromptTokens,proto3" json:"transfer_prompt_tokens,omitempty"` // L of the decode answer (classified only)
-	TransferCachedTokens int64  `protobuf:"varint,20,opt,name=transfer_cached_tokens,json=transferCachedTokens,proto3" json:"transfer_cached_tokens,omitempty"` // C of the decode answer; -1: not reported (classified only)
-	TransferAt           string `protobuf:"bytes,21,opt,name=transfer_at,json=transferAt,proto3" json:"transfer_at,omitempty"`                                  // when it was classified (RFC 3339, UTC; classified only)
+	Transfer             string           `protobuf:"bytes,18,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	TransferPromptTokens int64            `protobuf:"varint,19,opt,name=transfer_prompt_tokens,json=transferPromptTokens,proto3" json:"transfer_prompt_tokens,omitempty"` // L of the decode answer (classified only)
+	TransferCachedTokens int64            `protobuf:"varint,20,opt,name=transfer_cached_tokens,json=transferCachedTokens,proto3" json:"transfer_cached_tokens,omitempty"` // C of the decode answer; -1: not reported (classified only)
+	TransferAt           string           `protobuf:"bytes,21,opt,name=transfer_at,json=transferAt,proto3" json:"transfer_at,omitempty"`                                  // when it was classified (RFC 3339, UTC; classified only)
+	Session              *SessionAffinity `protobuf:"bytes,22,opt,name=session,proto3" json:"session,omitempty"`                                                          // unset without a session id or with session affinity off
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RecentDecision) Reset() {
 	*x = RecentDecision{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1686,7 @@ func (x *RecentDecision) String() string {
 func (*RecentDecision) ProtoMessage() {}
 
 func (x *RecentDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1699,7 @@ func (x *RecentDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentDecision.ProtoReflect.Descriptor instead.
 func (*RecentDecision) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecentDecision) GetSeq() uint64 {
@@ -1774,6 +1849,13 @@ func (x *RecentDecision) GetTransferAt() string {
 	return ""
 }
 
+func (x *RecentDecision) GetSession() *SessionAffinity {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 type IndexSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The largest snapshot of one model the caller accepts, in bytes; a larger one is refused
@@ -1785,7 +1867,7 @@ type IndexSnapshotRequest struct {
 
 func (x *IndexSnapshotRequest) Reset() {
 	*x = IndexSnapshotRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1879,7 @@ func (x *IndexSnapshotRequest) String() string {
 func (*IndexSnapshotRequest) ProtoMessage() {}
 
 func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1892,7 @@ func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
@@ -1838,7 +1920,7 @@ type IndexSnapshotChunk struct {
 
 func (x *IndexSnapshotChunk) Reset() {
 	*x = IndexSnapshotChunk{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1932,7 @@ func (x *IndexSnapshotChunk) String() string {
 func (*IndexSnapshotChunk) ProtoMessage() {}
 
 func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1945,7 @@ func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IndexSnapshotChunk) GetModel() string {
@@ -1919,10 +2001,11 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x18\n" +
 	"\acleared\x18\x03 \x03(\tR\acleared\x12\x10\n" +
-	"\x03url\x18\x04 \x01(\tR\x03url\"8\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"R\n" +
 	"\x0eExplainRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04body\x18\x02 \x01(\fR\x04body\"\x86\x01\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\x12\x18\n" +
+	"\asession\x18\x03 \x01(\tR\asession\"\x86\x01\n" +
 	"\rWorkerOverlap\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1d\n" +
 	"\n" +
@@ -1930,7 +2013,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"cpu_blocks\x18\x03 \x01(\x03R\tcpuBlocks\x12\x1f\n" +
 	"\vdisk_blocks\x18\x04 \x01(\x03R\n" +
-	"diskBlocks\"\xaf\x04\n" +
+	"diskBlocks\"\xe8\x04\n" +
 	"\x0fExplainResponse\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -1949,7 +2032,8 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x06inputs\x18\r \x01(\v2\x1a.condisagg.v1.PolicyInputsR\x06inputs\x12\x14\n" +
 	"\x05model\x18\x0e \x01(\tR\x05model\x12!\n" +
 	"\flora_adapter\x18\x0f \x01(\tR\vloraAdapter\x12#\n" +
-	"\runknown_model\x18\x10 \x01(\bR\funknownModel\"\xf4\a\n" +
+	"\runknown_model\x18\x10 \x01(\bR\funknownModel\x127\n" +
+	"\asession\x18\x11 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"\xf4\a\n" +
 	"\fPolicyInputs\x12)\n" +
 	"\x10snapshot_version\x18\x01 \x01(\x04R\x0fsnapshotVersion\x12%\n" +
 	"\x0epreview_decode\x18\x02 \x01(\tR\rpreviewDecode\x12%\n" +
@@ -1994,7 +2078,10 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\vttft_factor\x18\v \x01(\x01R\n" +
 	"ttftFactor\x12\x1f\n" +
 	"\vtpot_factor\x18\f \x01(\x01R\n" +
-	"tpotFactor\"\x14\n" +
+	"tpotFactor\"N\n" +
+	"\x0fSessionAffinity\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12!\n" +
+	"\fbound_worker\x18\x02 \x01(\tR\vboundWorker\"\x14\n" +
 	"\x12ListWorkersRequest\"\xee\x01\n" +
 	"\vEventStream\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x19\n" +
@@ -2059,7 +2146,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x0eRecentResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x04R\x05total\x12\x12\n" +
 	"\x04kept\x18\x02 \x01(\rR\x04kept\x12:\n" +
-	"\tdecisions\x18\x03 \x03(\v2\x1c.condisagg.v1.RecentDecisionR\tdecisions\"\xc5\x05\n" +
+	"\tdecisions\x18\x03 \x03(\v2\x1c.condisagg.v1.RecentDecisionR\tdecisions\"\xfe\x05\n" +
 	"\x0eRecentDecision\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\tR\x02at\x12\x1d\n" +
@@ -2086,7 +2173,8 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x16transfer_prompt_tokens\x18\x13 \x01(\x03R\x14transferPromptTokens\x124\n" +
 	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
 	"\vtransfer_at\x18\x15 \x01(\tR\n" +
-	"transferAt\"3\n" +
+	"transferAt\x127\n" +
+	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"3\n" +
 	"\x14IndexSnapshotRequest\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\xb0\x01\n" +
 	"\x12IndexSnapshotChunk\x12\x14\n" +
@@ -2118,7 +2206,7 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
 	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
@@ -2127,51 +2215,54 @@ var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ExplainResponse)(nil),          // 4: condisagg.v1.ExplainResponse
 	(*PolicyInputs)(nil),             // 5: condisagg.v1.PolicyInputs
 	(*PlacementEstimate)(nil),        // 6: condisagg.v1.PlacementEstimate
-	(*ListWorkersRequest)(nil),       // 7: condisagg.v1.ListWorkersRequest
-	(*EventStream)(nil),              // 8: condisagg.v1.EventStream
-	(*Worker)(nil),                   // 9: condisagg.v1.Worker
-	(*ListWorkersResponse)(nil),      // 10: condisagg.v1.ListWorkersResponse
-	(*ReloadConfigRequest)(nil),      // 11: condisagg.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),     // 12: condisagg.v1.ReloadConfigResponse
-	(*ShadowRequest)(nil),            // 13: condisagg.v1.ShadowRequest
-	(*ShadowResponse)(nil),           // 14: condisagg.v1.ShadowResponse
-	(*RoutePair)(nil),                // 15: condisagg.v1.RoutePair
-	(*RecentRequest)(nil),            // 16: condisagg.v1.RecentRequest
-	(*RecentResponse)(nil),           // 17: condisagg.v1.RecentResponse
-	(*RecentDecision)(nil),           // 18: condisagg.v1.RecentDecision
-	(*IndexSnapshotRequest)(nil),     // 19: condisagg.v1.IndexSnapshotRequest
-	(*IndexSnapshotChunk)(nil),       // 20: condisagg.v1.IndexSnapshotChunk
-	nil,                              // 21: condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	(*SessionAffinity)(nil),          // 7: condisagg.v1.SessionAffinity
+	(*ListWorkersRequest)(nil),       // 8: condisagg.v1.ListWorkersRequest
+	(*EventStream)(nil),              // 9: condisagg.v1.EventStream
+	(*Worker)(nil),                   // 10: condisagg.v1.Worker
+	(*ListWorkersResponse)(nil),      // 11: condisagg.v1.ListWorkersResponse
+	(*ReloadConfigRequest)(nil),      // 12: condisagg.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),     // 13: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),            // 14: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),           // 15: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),                // 16: condisagg.v1.RoutePair
+	(*RecentRequest)(nil),            // 17: condisagg.v1.RecentRequest
+	(*RecentResponse)(nil),           // 18: condisagg.v1.RecentResponse
+	(*RecentDecision)(nil),           // 19: condisagg.v1.RecentDecision
+	(*IndexSnapshotRequest)(nil),     // 20: condisagg.v1.IndexSnapshotRequest
+	(*IndexSnapshotChunk)(nil),       // 21: condisagg.v1.IndexSnapshotChunk
+	nil,                              // 22: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
 	5,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
-	6,  // 2: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
-	8,  // 3: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
-	9,  // 4: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	15, // 5: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
-	21, // 6: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
-	18, // 7: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
-	6,  // 8: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
-	2,  // 9: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	7,  // 10: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	11, // 11: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	13, // 12: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	0,  // 13: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
-	16, // 14: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
-	19, // 15: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
-	4,  // 16: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	10, // 17: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	12, // 18: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	14, // 19: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	1,  // 20: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	17, // 21: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
-	20, // 22: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 2: condisagg.v1.ExplainResponse.session:type_name -> condisagg.v1.SessionAffinity
+	6,  // 3: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
+	9,  // 4: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
+	10, // 5: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
+	16, // 6: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	22, // 7: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	19, // 8: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
+	6,  // 9: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
+	7,  // 10: condisagg.v1.RecentDecision.session:type_name -> condisagg.v1.SessionAffinity
+	2,  // 11: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	8,  // 12: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	12, // 13: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	14, // 14: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 15: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	17, // 16: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
+	20, // 17: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
+	4,  // 18: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	11, // 19: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	13, // 20: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	15, // 21: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 22: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	18, // 23: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	21, // 24: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
@@ -2185,7 +2276,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -203,6 +203,12 @@ function renderConfig(c) {
   document.getElementById("config").textContent = JSON.stringify(c.file, null, 2);
 }
 
+// costModelText names the slo policy's cost model and its model file ("" for other policies).
+function costModelText(cm) {
+  if (!cm) return "";
+  return " · cost model " + cm.name + (cm.file ? " (file " + cm.file + ")" : " (named)");
+}
+
 async function poll() {
   try {
     const st = await api("api/state");
@@ -212,8 +218,8 @@ async function poll() {
     document.getElementById("forget").hidden = !token();
     document.getElementById("error").hidden = true;
     const status = document.getElementById("status");
-    status.textContent = (st.ready ? "ready" : "NOT READY") + " · policy " + st.policy + " · updated " +
-      new Date(st.now).toLocaleTimeString();
+    status.textContent = (st.ready ? "ready" : "NOT READY") + " · policy " + st.policy + costModelText(st.cost_model) +
+      " · updated " + new Date(st.now).toLocaleTimeString();
     status.className = "status " + (st.ready ? "ready" : "unready");
     renderFleet(st);
     renderMix(st.mix);
