@@ -2,12 +2,6 @@ package config
 
 import "time"
 
-// ReplicasFile is the file's replicas section: here, how this replica starts from a running
-// peer (the warm start of package server).
-type ReplicasFile struct {
-	WarmFile `yaml:",inline"`
-}
-
 // WarmFile holds the replicas.warm_* settings: the peer's Admin gRPC address, how to
 // authenticate to it, and the bounds of the copy.
 type WarmFile struct {
