@@ -37,6 +37,12 @@ func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 				return nil, err
 			}
 			return h(ctx, req)
+		}), grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			// Streaming calls (IndexSnapshot) need the token as much as unary ones.
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
 		}))
 	}
 	g := grpc.NewServer(gopts...)

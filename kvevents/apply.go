@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/condisagg/condisagg/kvindex"
+	"github.com/zeebo/xxh3"
 )
 
 // ErrRankMismatch is returned by Applier.ApplyPayload for a batch whose non-nil
@@ -33,6 +34,10 @@ type Applier struct {
 	// applyEvents is built once so that ix.Update costs no allocation per batch.
 	tx          kvindex.Tx
 	applyEvents func(kvindex.Tx)
+
+	// pos is the stream position the batch being applied moves the index to (ApplyAt); it is
+	// recorded in the same index transaction. Invalid for ApplyPayload.
+	pos kvindex.Position
 
 	// storedInBatch counts the BlockStored events of the last batch that the index accepted.
 	storedInBatch int
@@ -70,6 +75,9 @@ func NewApplier(ix *kvindex.Index, worker kvindex.WorkerID, rank int64, m *Metri
 		for i := range a.batch.Events {
 			a.apply(&a.batch.Events[i])
 		}
+		if a.pos.Valid {
+			tx.SetPosition(a.worker, a.pos)
+		}
 		a.tx = kvindex.Tx{}
 	}
 	return a
@@ -85,6 +93,23 @@ func NewApplier(ix *kvindex.Index, worker kvindex.WorkerID, rank int64, m *Metri
 // applied ones, and events_skipped_total{reason} for every event or block it skips. Callers
 // must not count these again.
 func (a *Applier) ApplyPayload(payload []byte) error {
+	a.pos = kvindex.Position{}
+	return a.applyPayload(payload)
+}
+
+// ApplyAt is ApplyPayload for the batch with sequence number seq: with its events, the index
+// records the stream's Position (seq and the payload's XXH3-64 digest, the digest the
+// sequence machine keeps of its last batch), so a snapshot of the index says exactly which
+// batch a replica resuming from it must continue after (kvindex.Position, Stream.Resume).
+func (a *Applier) ApplyAt(seq uint64, payload []byte) error {
+	a.pos = kvindex.Position{Seq: seq, Digest: xxh3.Hash(payload), Valid: true}
+	return a.applyPayload(payload)
+}
+
+// Position is the stream position the index holds for this stream (invalid after a clear).
+func (a *Applier) Position() kvindex.Position { return a.ix.Position(a.worker) }
+
+func (a *Applier) applyPayload(payload []byte) error {
 	if err := a.lim.DecodeBatch(payload, &a.batch); err != nil {
 		a.c.decodeErrors.Inc()
 		return fmt.Errorf("kvevents: apply batch worker=%s: %w", a.worker, err)

@@ -41,6 +41,7 @@ const (
 	ClearReconnectNoReplay ClearReason = "reconnect_no_replay" // reconnect with no replay endpoint
 	ClearMalformedBatch    ClearReason = "malformed_batch"     // batch-level decode failure (§2.4 rule 6); set by the shell
 	ClearRemoved           ClearReason = "removed"             // the stream left discovery; set by the shell
+	ClearResumeMismatch    ClearReason = "resume_mismatch"     // resume check: the batch a snapshot ends at differs or is gone
 )
 
 // ReplayOutcome is the result of one replay; it is the `outcome` label of the replays counter.
@@ -194,9 +195,12 @@ type Stream struct {
 	hasLast   bool
 	lastLive  uint64 // seq of the last live message received
 	liveSeen  bool
-	rp        replayState
-	counters  StreamCounters
-	acts      []Action
+	// resumeLive: resumed without a replay endpoint; the first live message must not be
+	// behind the snapshot's position, else the publisher restarted since (Resume).
+	resumeLive bool
+	rp         replayState
+	counters   StreamCounters
+	acts       []Action
 }
 
 // NewStream returns a machine in the UNSET state.
@@ -228,6 +232,10 @@ func (st *Stream) State() StreamState {
 func (st *Stream) Live(seq uint64, payload []byte) []Action {
 	st.acts = st.acts[:0]
 	back := st.liveSeen && seq <= st.lastLive
+	if st.resumeLive {
+		st.resumeLive = false
+		back = st.expectSet && seq < st.expect
+	}
 	st.lastLive, st.liveSeen = seq, true
 	if st.rp.active {
 		st.bufferLive(seq, payload, back)
@@ -289,6 +297,32 @@ func (st *Stream) Warm() []Action {
 	if st.opts.HasReplay && !st.expectSet && !st.hasLast && !st.rp.active {
 		st.startReplay(0)
 		st.rp.warm = true
+	}
+	return st.acts
+}
+
+// Resume continues a stream whose index entries were copied from a peer's snapshot that ends
+// at batch seq, whose payload has XXH3-64 digest (kvindex.Position), instead of warming up
+// from seq 0. With a replay endpoint it asks for a replay from seq and checks that the first
+// reply is that very batch: then the batches after it are applied from the replay and the live
+// stream, each exactly once (a live message the replay already covered is skipped, as after
+// any gap). If the batch differs or the engine no longer retains it (it restarted, or the
+// snapshot is older than its buffer_steps), the stream is cleared (ClearResumeMismatch) and
+// warms up from seq 0 like a new one. Without a replay endpoint nothing can be checked: the
+// first live message continues the stream if it is the next one, a later one is a gap (history
+// lost: clear), an earlier one a restart (clear). Resume does nothing on a stream that has
+// already seen something.
+func (st *Stream) Resume(seq, digest uint64) []Action {
+	st.acts = st.acts[:0]
+	if st.expectSet || st.hasLast || st.rp.active || st.liveSeen {
+		return st.acts
+	}
+	st.expect, st.expectSet = seq+1, true
+	st.lastSeq, st.lastHash, st.hasLast = seq, digest, true
+	if st.opts.HasReplay {
+		st.startCheckedReplay(ClearResumeMismatch)
+	} else {
+		st.resumeLive = true
 	}
 	return st.acts
 }
@@ -450,6 +484,8 @@ func (st *Stream) replayHole(seq uint64) {
 func (st *Stream) finish(cause LostCause) {
 	rp := &st.rp
 	rp.active = false
+	// A resume whose check failed falls back to a new stream's warm-up (after the refeed).
+	defer st.rewarmIf(rp.checkFail == ClearResumeMismatch)
 	if rp.verify {
 		if rp.checkFail == ClearGapMismatch && cause != "" {
 			// A gap replay that failed before the checked batch arrived (timeout, malformed
@@ -471,6 +507,15 @@ func (st *Stream) finish(cause LostCause) {
 		st.lostOutcome(cause)
 	}
 	st.refeed()
+}
+
+// rewarmIf starts a warm-up replay when cond holds and the stream is back to UNSET with no
+// replay in progress.
+func (st *Stream) rewarmIf(cond bool) {
+	if cond && !st.expectSet && !st.hasLast && !st.rp.active {
+		st.startReplay(0)
+		st.rp.warm = true
+	}
 }
 
 // lostOutcome clears the stream (once per replay), then applies the longest contiguous run of

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // FuzzStream feeds the stream machine arbitrary input sequences and checks its invariants:
@@ -17,7 +19,9 @@ import (
 //
 // Input encoding: one op per 3 bytes [op, seq, payload tag]: op%6 = live, replay batch,
 // end marker, timeout, reconnect, malformed end; seq is small so gaps, overlaps and restarts
-// are frequent; the payload is "p<seq>/<tag%2>" so restarts can change payloads.
+// are frequent; the payload is "p<seq>/<tag%2>" so restarts can change payloads. A first byte
+// with bit 3 set starts the stream with Resume from seq first-byte>>4 (digest of "p<seq>/0"),
+// as after a warm start: then applies continue after that seq until a clear.
 func FuzzStream(f *testing.F) {
 	files, _ := filepath.Glob("testdata/stream/*.txt")
 	for _, name := range files {
@@ -32,6 +36,11 @@ func FuzzStream(f *testing.F) {
 		replay := len(data) == 0 || data[0]%4 != 0
 		st := NewStream(StreamOptions{HasReplay: replay, PendingMessages: limit})
 		next, anyApplied := uint64(0), false
+		if len(data) > 0 && data[0]&8 != 0 {
+			from := uint64(data[0] >> 4)
+			next, anyApplied = from+1, true
+			st.Resume(from, xxh3.Hash([]byte("p"+strconv.FormatUint(from, 10)+"/0")))
+		}
 		check := func(acts []Action) {
 			for _, a := range acts {
 				switch a.Kind {

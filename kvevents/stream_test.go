@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 var update = flag.Bool("update", false, "rewrite golden test files with the actual output")
@@ -23,6 +25,7 @@ var update = flag.Bool("update", false, "rewrite golden test files with the actu
 //	replay SEQ[:PAYLOAD] ... [END]         replayed batches, then optionally how the replay ended:
 //	                                       end | timeout | malformed | failed
 //	reconnect                              transport reconnect
+//	resume SEQ[:PAYLOAD]                   Resume from a snapshot ending at SEQ (digest of PAYLOAD)
 //	state                                  print the machine state
 //
 // Run with -update to rewrite the expected actions.
@@ -151,6 +154,12 @@ func execScript(stp **Stream, input string) ([]string, error) {
 		}
 	case "reconnect":
 		record(st.Reconnect())
+	case "resume":
+		msgs, err := parseMsgs(fields[1:])
+		if err != nil || len(msgs) != 1 {
+			return nil, fmt.Errorf("resume wants one SEQ[:PAYLOAD]: %v", err)
+		}
+		record(st.Resume(msgs[0].seq, xxh3.Hash(msgs[0].payload)))
 	case "state":
 		out = append(out, formatState(st.State()))
 	default:

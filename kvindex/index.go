@@ -45,7 +45,8 @@ type worker struct {
 	entries      int // entries over all media, for MaxBlocksPerWorker
 	clears       int
 	capClears    int
-	fence        FenceID // non-zero: stores are refused until the next ClearWorker (fence.go)
+	fence        FenceID  // non-zero: stores are refused until the next ClearWorker (fence.go)
+	pos          Position // the stream position the entries follow (position.go); reset by ClearWorker
 }
 
 // New returns an empty Index for cfg, or the field/value/rule errors of cfg.
@@ -132,6 +133,7 @@ func (ix *Index) clearWorker(w WorkerID) {
 	if wk := ix.lookup(w); wk != nil {
 		ix.clear(wk)
 		wk.fence = 0
+		wk.pos = Position{}
 	}
 }
 

@@ -82,6 +82,20 @@ func (t *ehTable) addRef(i int) {
 	}
 }
 
+// setRefs sets the reference count (>= 1) of the new entry at slot i, which holds one.
+func (t *ehTable) setRefs(i int, refs uint32) {
+	meta := t.tab.Value(i)
+	if refs <= metaRCMap {
+		*meta = *meta&metaRowMask | (refs-1)<<metaRCShift
+		return
+	}
+	*meta |= metaRCMap << metaRCShift
+	if t.rc == nil {
+		t.rc = make(map[uint64]uint32)
+	}
+	t.rc[t.tab.Key(i)] = refs
+}
+
 // dropRef removes one reference from the entry at slot i and reports whether it was the last;
 // the caller then deletes the entry.
 func (t *ehTable) dropRef(i int) bool {
@@ -180,6 +194,14 @@ func (t *keyTable) slot(key uint64, rows []uint64) (int, uint32, bool) {
 func (t *keyTable) put(i int, key uint64, ref uint32) {
 	t.slots[i] = keyHash(key)<<32 | uint64(ref+1)
 	t.n++
+}
+
+// reserve grows t so that n more keys fit without another growth (Import: rows arrive
+// partly in hash order, which a table doubling on the way would pile up at its start).
+func (t *keyTable) reserve(n int) {
+	for (t.n+n)*4 > len(t.slots)*3 {
+		t.grow()
+	}
 }
 
 func (t *keyTable) grow() {

@@ -193,16 +193,11 @@ func (p *Pool) checkBooking(b Booking) error {
 }
 
 func (p *Pool) eligibleLocked(id string, role Role) (*worker, error) {
-	w, ok := p.byID[id]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("worker=%s: %w", id, ErrUnknownWorker)
-	case w.role != role:
-		return nil, fmt.Errorf("worker=%s is %s, not %s: %w", id, w.role, role, ErrUnknownWorker)
-	case !p.healthyLocked(w):
+	w, err := p.knownLocked(id, role)
+	if err == nil && !p.healthyLocked(w) {
 		return nil, fmt.Errorf("worker=%s unhealthy: %w", id, ErrUnknownWorker)
 	}
-	return w, nil
+	return w, err
 }
 
 // ReleasePrefill releases the request's prefill entry (first token seen). It reports whether

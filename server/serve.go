@@ -70,6 +70,10 @@ type servedModel struct {
 	group   *kvzmq.Group
 	events  *kvzmq.Metrics // the model's event-stream metrics (nil without --router-kv-events)
 	watcher *kube.Watcher  // nil without discovery.kubernetes entries for the model
+	// warmBlocks are the index entries copied from a peer at start; warm says the copy was
+	// imported (warm.go).
+	warmBlocks int
+	warm       bool
 }
 
 // service is one running `condisagg serve`.
@@ -98,6 +102,8 @@ type service struct {
 	// its entries that name none; nil without Kubernetes discovery (set by run before build).
 	kube   kubernetes.Interface
 	kubeNS string
+	// warm is the peer's index fetched before build (replicas.warm_from); nil without it.
+	warm *warmStart
 }
 
 // Run is `condisagg serve`: it parses the flags, validates the configuration and serves until
@@ -158,6 +164,9 @@ func (s *service) run(ctx context.Context, hooks Hooks) error {
 			}
 		}
 	}()
+	// The peer's index is fetched before any model's event stream starts (build starts them),
+	// so each stream resumes from the batch the copied index ends at.
+	s.warm = fetchWarm(ctx, cfg)
 	if err := s.build(ctx, cfg, toks); err != nil {
 		return err
 	}
@@ -214,6 +223,13 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 		}
 		s.models = append(s.models, m)
 	}
+	warmModels, warmBlocks := 0, 0
+	for _, m := range s.models {
+		if m.warm {
+			warmModels, warmBlocks = warmModels+1, warmBlocks+m.warmBlocks
+		}
+	}
+	s.reportWarm(warmModels, warmBlocks)
 	if err := s.buildBound(cfg); err != nil {
 		return err
 	}
@@ -260,6 +276,7 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 	if m.index, err = kvindex.New(kvindex.Config{BlockSize: mc.Pool.BlockSize}); err != nil {
 		return nil, err
 	}
+	m.warmBlocks, m.warm = s.importWarm(m)
 	var onChange func(added, removed []pool.WorkerInfo)
 	if cfg.Router.KVEvents {
 		m.events = kvzmq.NewMetrics(reg)

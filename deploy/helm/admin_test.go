@@ -101,7 +101,15 @@ func TestChartRefusesBadValues(t *testing.T) {
 		want string
 	}{
 		// values.schema.json
-		"replicas":             {[]string{"replicaCount=2"}, "at '/replicaCount': value must be 1"},
+		"replicas":             {[]string{"replicaCount=0"}, "/replicaCount"},
+		"anti_affinity_preset": {[]string{"podAntiAffinityPreset=hard"}, "/podAntiAffinityPreset"},
+		"bus_url_scheme":       {[]string{"bus.enabled=true", "bus.url=http://nats:4222"}, "/bus/url"},
+		"router_pdb_both":      {[]string{"podDisruptionBudget.maxUnavailable=1"}, "podDisruptionBudget: minAvailable 1 and maxUnavailable 1 both set"},
+		"router_pdb_blocks":    {[]string{"replicaCount=1"}, "podDisruptionBudget.minAvailable: 1 with 1 replicas blocks every node drain"},
+		"envoy_pdb_blocks":     {[]string{"gateway.type=envoy", "gateway.envoy.replicaCount=1"}, "gateway.envoy.podDisruptionBudget.minAvailable: 1 with 1 replicas blocks every node drain"},
+		"bus_no_url":           {[]string{"bus.enabled=true", "bus.nats.deploy=false"}, "bus.url: give your NATS server's URL"},
+		"warm_not_exposed":     {[]string{"warmStart.enabled=true"}, "warmStart.enabled: a starting router copies the index over the Admin gRPC port of the Service; set admin.grpc.expose=true"},
+		"config_replicas":      {[]string{"config.replicas.nats_url=nats://x:4222"}, "config.replicas: the chart sets it from bus.* and warmStart.*"},
 		"misspelt_key":         {[]string{"gateway.istio.hostt=x"}, "additional properties 'hostt' not allowed"},
 		"unknown_envoy_mode":   {[]string{"gateway.type=envoy", "gateway.envoy.mode=streamed"}, "/gateway/envoy/mode"},
 		"unknown_gateway":      {[]string{"gateway.type=kgateway"}, "/gateway/type"},
@@ -118,7 +126,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"priority_class":       {[]string{"priorityClassName=High_Priority"}, "/priorityClassName"},
 		"envoy_priority_class": {[]string{"gateway.envoy.priorityClassName=High_Priority"}, "/gateway/envoy/priorityClassName"},
 		"envoy_pdb_budget":     {[]string{"gateway.type=envoy", "gateway.envoy.podDisruptionBudget.maxUnavailable=half"}, "/gateway/envoy/podDisruptionBudget/maxUnavailable"},
-		"router_pdb_budget":    {[]string{"podDisruptionBudget.maxUnavailable=-1"}, "/podDisruptionBudget/maxUnavailable"},
+		"router_pdb_budget":    {[]string{"podDisruptionBudget.minAvailable=null", "podDisruptionBudget.maxUnavailable=-1"}, "/podDisruptionBudget/maxUnavailable"},
 		"roll_not_bool":        {[]string{"rollOnConfigChange=yes please"}, "/rollOnConfigChange"},
 		"peerauth_no_ports":    {[]string{"gateway.istio.peerAuthentication.ports={}"}, "/gateway/istio/peerAuthentication/ports"},
 		// the templates' own checks

@@ -176,7 +176,7 @@ func TestChartServeConfigLoads(t *testing.T) {
 
 // TestChartProbes: startup and liveness on /healthz, readiness on /readyz, all on the admin port.
 func TestChartProbes(t *testing.T) {
-	objs := render(t, variants()[0])
+	objs := render(t, variantNamed(t, "no_gateway"))
 	_, c := routerPod(t, objs)
 	for name, want := range map[string]struct {
 		probe *corev1.Probe

@@ -146,7 +146,7 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 // TestStrictDecodingRefusesMisspeltFields: the decoder used above does fail on a misspelt or
 // unknown field, in a core type, in a CRD type and in an Istio spec.
 func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
-	objs := render(t, variants()[3]) // istio
+	objs := render(t, variantNamed(t, "istio"))
 	cases := map[string]struct {
 		kind, name string
 		edit       func(map[string]any)
@@ -168,7 +168,7 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 			d["spec"].(map[string]any)["endpointPickerRef"].(map[string]any)["failuremode"] = "FailOpen"
 		}},
 	}
-	poolObjs := render(t, variants()[8]) // inference_pool
+	poolObjs := render(t, variantNamed(t, "inference_pool"))
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			from := objs

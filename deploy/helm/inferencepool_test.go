@@ -16,7 +16,7 @@ import (
 // the fleet's pods and has every worker endpoint port of the serve config among its target ports
 // (the endpoints condisagg names are pool endpoints); the HTTPRoute sends everything to the pool.
 func TestChartInferencePool(t *testing.T) {
-	objs := render(t, variants()[8])
+	objs := render(t, variantNamed(t, "inference_pool"))
 	v, err := decodeStrict(find(t, objs, "InferencePool", "vllm"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/condisagg/condisagg/deploy/internal/tools"
 )
@@ -125,12 +126,12 @@ func TestChartEnvoyPodKnobs(t *testing.T) {
 
 	podsOf := func(d *appsv1.Deployment) labels.Set { return labels.Set(d.Spec.Template.Labels) }
 	for _, c := range []struct {
-		pdb         string
-		own, other  *appsv1.Deployment
-		unavailable string
+		pdb        string
+		own, other *appsv1.Deployment
+		max, min   string // the budget set ("" = unset)
 	}{
-		{release + "-envoy", envoy, router, "50%"},
-		{release, router, envoy, "1"},
+		{release + "-envoy", envoy, router, "50%", ""},
+		{release, router, envoy, "", "1"},
 	} {
 		pdb := decodeAs[*policyv1.PodDisruptionBudget](t, find(t, objs, "PodDisruptionBudget", c.pdb))
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
@@ -140,11 +141,17 @@ func TestChartEnvoyPodKnobs(t *testing.T) {
 		if !sel.Matches(podsOf(c.own)) || sel.Matches(podsOf(c.other)) {
 			t.Errorf("PDB %s selects %s: own pods %v, other pods %v", c.pdb, sel, sel.Matches(podsOf(c.own)), sel.Matches(podsOf(c.other)))
 		}
-		if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.String() != c.unavailable || pdb.Spec.MinAvailable != nil {
-			t.Errorf("PDB %s maxUnavailable %v minAvailable %v; want maxUnavailable %s", c.pdb, pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable, c.unavailable)
+		str := func(v *intstr.IntOrString) string {
+			if v == nil {
+				return ""
+			}
+			return v.String()
+		}
+		if str(pdb.Spec.MaxUnavailable) != c.max || str(pdb.Spec.MinAvailable) != c.min {
+			t.Errorf("PDB %s maxUnavailable %q minAvailable %q; want %q %q", c.pdb, str(pdb.Spec.MaxUnavailable), str(pdb.Spec.MinAvailable), c.max, c.min)
 		}
 	}
-	// Disabled, there is none; the default budget is maxUnavailable 1.
+	// Disabled, there is none; the default budget keeps one pod (minAvailable 1).
 	off := render(t, variant{values: []string{"common.yaml", "plain-envoy.yaml"}, set: []string{"gateway.envoy.podDisruptionBudget.enabled=false"}})
 	for _, o := range off {
 		if o.Kind == "PodDisruptionBudget" && o.Name == release+"-envoy" {
@@ -152,8 +159,8 @@ func TestChartEnvoyPodKnobs(t *testing.T) {
 		}
 	}
 	def := decodeAs[*policyv1.PodDisruptionBudget](t, find(t, render(t, variantNamed(t, "plain_envoy")), "PodDisruptionBudget", release+"-envoy"))
-	if def.Spec.MaxUnavailable == nil || def.Spec.MaxUnavailable.IntValue() != 1 {
-		t.Errorf("default Envoy PDB maxUnavailable = %v; want 1", def.Spec.MaxUnavailable)
+	if def.Spec.MinAvailable == nil || def.Spec.MinAvailable.IntValue() != 1 || def.Spec.MaxUnavailable != nil {
+		t.Errorf("default Envoy PDB minAvailable = %v, maxUnavailable %v; want 1 and none", def.Spec.MinAvailable, def.Spec.MaxUnavailable)
 	}
 }
 

@@ -58,6 +58,7 @@ func variants() []variant {
 		{name: "inference_pool", values: []string{"common.yaml", "inference-pool.yaml"}},
 		{name: "token_value", values: []string{"common.yaml"}, set: []string{"admin.token.existingSecret=", "admin.token.value=" + testToken}},
 		{name: "pod_knobs", values: []string{"common.yaml", "plain-envoy.yaml", "testdata/knobs.yaml"}},
+		{name: "warm_start", values: []string{"common.yaml"}, set: []string{"admin.grpc.expose=true", "warmStart.enabled=true", "networkPolicy.enabled=true"}},
 		{name: "hub_tokenizer", values: []string{"common.yaml"}, set: []string{"model.volume=null", "model.hub=" + hubModel, "model.hubToken.existingSecret=hf-token"}},
 	}
 }

@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"internal/svgplot":     {},
 	"internal/adminclient": {"proto/condisagg/v1"},
 	"server": {"extproc", "admin", "decisionlog", "route", "feedback", "policy", "pool", "pool/kube", "pool/probe", "kvindex", "kvevents", "kvevents/zmq", "tokenizer",
-		"server/config", "server/statuspage", "server/eventstreams", "bookbus"},
+		"server/config", "server/statuspage", "server/eventstreams", "bookbus", "internal/adminclient", "proto/condisagg/v1"},
 	"server/config":        {"bookbus", "cost", "extproc", "kvevents", "policy", "pool", "pool/kube", "tokenizer"},
 	"bookbus":              {"pool"},
 	"internal/natstest":    {},

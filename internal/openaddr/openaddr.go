@@ -196,9 +196,25 @@ func (t *Table[V]) Clear() {
 	t.n = 0
 }
 
-func (t *Table[V]) grow() {
+// Reserve grows t, if needed, so that n entries fit without another growth. Inserting many
+// keys in the slot order of another table (which is their hash order) into a table that
+// doubles on the way would pile them up at its start, every insert probing the whole pile;
+// at its final size they spread out.
+func (t *Table[V]) Reserve(n int) {
+	size := max(minSize, len(t.vals))
+	for n*4 > size*3 {
+		size *= 2
+	}
+	if size > len(t.vals) {
+		t.resize(size)
+	}
+}
+
+func (t *Table[V]) grow() { t.resize(max(minSize, 2*len(t.vals))) }
+
+// resize moves every entry into a table of size slots, a power of two.
+func (t *Table[V]) resize(size int) {
 	keys, vals := t.keys, t.vals
-	size := max(minSize, 2*len(vals))
 	t.keys, t.vals = make([]uint64, size), make([]V, size)
 	t.shift = uint8(64 - bits.TrailingZeros(uint(size))) // size is a power of two
 	mask := uint64(size - 1)

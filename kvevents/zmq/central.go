@@ -123,6 +123,9 @@ func (c *Central) Run(ctx context.Context) error {
 		return err
 	}
 	defer l.close()
+	for _, sh := range l.shells {
+		sh.resume()
+	}
 	return l.run(ctx)
 }
 

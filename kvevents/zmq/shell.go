@@ -164,7 +164,7 @@ func (sh *streamShell) do(acts []kvevents.Action) {
 }
 
 func (sh *streamShell) apply(seq uint64, payload []byte) {
-	err := sh.s.applier.ApplyPayload(payload)
+	err := sh.s.applier.ApplyAt(seq, payload)
 	switch {
 	case err == nil:
 		now := time.Now()

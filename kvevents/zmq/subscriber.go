@@ -10,15 +10,20 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/kvevents"
+	"github.com/condisagg/condisagg/kvindex"
 )
 
 // batchApplier is what a Subscriber needs from the index side: the stream's Applier.
 type batchApplier interface {
 	// ApplyPayload applies one batch; errors.Is(err, ErrMalformedBatch) means the stream's state
 	// is unknown and must be cleared (§2.4 rule 6); ErrRankMismatch means drop only.
-	ApplyPayload(payload []byte) error
+	// The index records seq with the batch's events (kvindex.Position).
+	ApplyAt(seq uint64, payload []byte) error
 	// Clear drops every index entry of the stream.
 	Clear()
+	// Position is where the index's entries of the stream end: valid when they were imported
+	// from a peer's snapshot (or a previous subscriber of the stream left them).
+	Position() kvindex.Position
 }
 
 // Config is the subscriber configuration shared by every stream. Zero fields take the defaults.
@@ -252,9 +257,24 @@ func (s *Subscriber) run(ctx context.Context, ready chan<- error) error {
 		return err
 	}
 	defer l.close()
-	// Start warm: ask the publisher for the batches it still retains before any arrives live.
+	// Start warm: continue right after the batch the index already holds (a peer's snapshot),
+	// else ask the publisher for the batches it still retains before any arrives live.
 	for _, sh := range l.shells {
-		sh.do(sh.st.Warm())
+		if !sh.resume() {
+			sh.do(sh.st.Warm())
+		}
 	}
 	return l.run(ctx)
+}
+
+// resume continues the stream after the batch the index's entries end at, if the index holds
+// a position for it (Stream.Resume), and reports whether it did.
+func (sh *streamShell) resume() bool {
+	p := sh.s.applier.Position()
+	if !p.Valid {
+		return false
+	}
+	sh.s.log.Info("stream resumes from the index", "seq", p.Seq)
+	sh.do(sh.st.Resume(p.Seq, p.Digest))
+	return true
 }

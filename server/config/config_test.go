@@ -341,3 +341,31 @@ workers:
 		t.Fatalf("non-integer data_parallel_size: %v", err)
 	}
 }
+
+// TestWarmSettings: replicas.warm_* take a peer's host:port, a bounded timeout and byte limit,
+// each refused with its field, value and rule; --warm-from overrides the file.
+func TestWarmSettings(t *testing.T) {
+	dir := t.TempDir()
+	model := requireModel(t)
+	_, err := loadArgs(t, "--tokenizer", model, "--config", writeFile(t, dir, "bad.yaml", workersYAML+`
+replicas: {warm_from: condisagg-admin, warm_timeout: 1h, warm_max_bytes: 10}
+`))
+	for _, want := range []string{
+		`replicas.warm_from: "condisagg-admin" must be host:port`,
+		"replicas.warm_timeout: 1h0m0s is outside [1s, 10m0s]",
+		"replicas.warm_max_bytes: 10 is outside [1048576, 17179869184]",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	cfg, err := loadArgs(t, "--tokenizer", model, "--warm-from", "10.0.0.5:9003", "--config", writeFile(t, dir, "ok.yaml", workersYAML+`
+replicas: {warm_from: "other:9003"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Replicas; r.WarmFrom != "10.0.0.5:9003" || r.WarmTimeout != DefaultWarmTimeout || r.WarmMaxBytes != DefaultWarmMaxBytes {
+		t.Fatalf("replicas = %+v", r)
+	}
+}

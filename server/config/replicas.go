@@ -24,8 +24,10 @@ const (
 )
 
 // ReplicasFile is the replicas section: the bus that shares booked load between router
-// replicas (bookbus). Without nats_url each replica books only what it routes.
+// replicas (bookbus; without nats_url each replica books only what it routes), and how this
+// replica starts from a running peer's index (WarmFile, the warm start of package server).
 type ReplicasFile struct {
+	WarmFile     `yaml:",inline"`
 	NATSURL      string        `yaml:"nats_url"`
 	ID           string        `yaml:"id"`
 	Lease        time.Duration `yaml:"lease"`

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -238,6 +239,58 @@ var settings = []setting{
 		at:   func(f *File) any { return &f.Replicas.TLSKey }},
 	{key: "pool.upstream_failures", def: pool.DefaultUpstreamFailures, restart: restartPool, help: "upstream failures in a row that make a worker unhealthy",
 		at: func(f *File) any { return &f.Pool.UpstreamFailures }},
+	// Warm start: read once at startup, so a reload has nothing to apply.
+	{key: "replicas.warm_from", flag: "warm-from", check: hostPortOrEmpty,
+		help: "a running peer's Admin gRPC address (host:port): copy its prefix index at start and resume the KV event streams after it; unreachable: cold start",
+		at:   func(f *File) any { return &f.Replicas.WarmFrom }},
+	{key: "replicas.warm_token_file", help: "file holding the peer's admin bearer token (default: admin_token_file)",
+		at: func(f *File) any { return &f.Replicas.WarmTokenFile }},
+	{key: "replicas.warm_tls", help: "talk TLS to the peer (implied by warm_ca_file)",
+		at: func(f *File) any { return &f.Replicas.WarmTLS }},
+	{key: "replicas.warm_ca_file", help: "CA bundle of the peer's admin certificate (default: the system roots)",
+		at: func(f *File) any { return &f.Replicas.WarmCAFile }},
+	{key: "replicas.warm_timeout", def: DefaultWarmTimeout, check: durationIn(time.Second, 10*time.Minute),
+		help: "[1s, 10m]: the whole copy's bound; past it the replica starts cold",
+		at:   func(f *File) any { return &f.Replicas.WarmTimeout }},
+	{key: "replicas.warm_max_bytes", def: int64(DefaultWarmMaxBytes), check: int64Within(1<<20, 1<<34),
+		help: "[1 MiB, 16 GiB]: the largest snapshot of one model accepted from the peer",
+		at:   func(f *File) any { return &f.Replicas.WarmMaxBytes }},
+}
+
+// Warm start defaults: a 100k-block index copies in well under a second on loopback; the
+// byte limit is the peer's own (admin.DefaultSnapshotMaxBytes).
+const (
+	DefaultWarmTimeout  = 30 * time.Second
+	DefaultWarmMaxBytes = 1 << 30
+)
+
+func hostPortOrEmpty(v any) string {
+	s := v.(string)
+	if s == "" {
+		return ""
+	}
+	if h, p, err := net.SplitHostPort(s); err != nil || h == "" || p == "" {
+		return strconv.Quote(s) + " must be host:port (a peer's admin_grpc_listen address, e.g. condisagg-admin:9003)"
+	}
+	return ""
+}
+
+func durationIn(lo, hi time.Duration) func(any) string {
+	return func(v any) string {
+		if d := v.(time.Duration); d < lo || d > hi {
+			return fmt.Sprintf("%s is outside [%s, %s]", d, lo, hi)
+		}
+		return ""
+	}
+}
+
+func int64Within(lo, hi int64) func(any) string {
+	return func(v any) string {
+		if n := v.(int64); n < lo || n > hi {
+			return fmt.Sprintf("%d is outside [%d, %d]", n, lo, hi)
+		}
+		return ""
+	}
 }
 
 // value is the setting's field in f.

@@ -1856,6 +1856,140 @@ func (x *RecentDecision) GetSession() *SessionAffinity {
 	return nil
 }
 
+type IndexSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The largest snapshot of one model the caller accepts, in bytes; a larger one is refused
+	// with RESOURCE_EXHAUSTED before anything is sent. 0: the router's own limit (1 GiB).
+	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshotRequest) Reset() {
+	*x = IndexSnapshotRequest{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshotRequest) ProtoMessage() {}
+
+func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*IndexSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type IndexSnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served model the chunk belongs to ("" for a one-model router's catch-all model).
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Set on a model's first chunk: the size of its whole snapshot, and the index entries and
+	// workers it holds.
+	TotalBytes uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Entries    int64  `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	Workers    int64  `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
+	Data       []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// The model's last chunk.
+	ModelEnd      bool `protobuf:"varint,6,opt,name=model_end,json=modelEnd,proto3" json:"model_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshotChunk) Reset() {
+	*x = IndexSnapshotChunk{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshotChunk) ProtoMessage() {}
+
+func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshotChunk.ProtoReflect.Descriptor instead.
+func (*IndexSnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *IndexSnapshotChunk) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *IndexSnapshotChunk) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetWorkers() int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *IndexSnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *IndexSnapshotChunk) GetModelEnd() bool {
+	if x != nil {
+		return x.ModelEnd
+	}
+	return false
+}
+
 var File_condisagg_v1_admin_proto protoreflect.FileDescriptor
 
 const file_condisagg_v1_admin_proto_rawDesc = "" +
@@ -2040,14 +2174,25 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
 	"\vtransfer_at\x18\x15 \x01(\tR\n" +
 	"transferAt\x127\n" +
-	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession2\xe7\x03\n" +
+	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"3\n" +
+	"\x14IndexSnapshotRequest\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\xb0\x01\n" +
+	"\x12IndexSnapshotChunk\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\x03R\aentries\x12\x18\n" +
+	"\aworkers\x18\x04 \x01(\x03R\aworkers\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1b\n" +
+	"\tmodel_end\x18\x06 \x01(\bR\bmodelEnd2\xc0\x04\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +
 	"\fReloadConfig\x12!.condisagg.v1.ReloadConfigRequest\x1a\".condisagg.v1.ReloadConfigResponse\x12C\n" +
 	"\x06Shadow\x12\x1b.condisagg.v1.ShadowRequest\x1a\x1c.condisagg.v1.ShadowResponse\x12a\n" +
 	"\x10ResetPrefixCache\x12%.condisagg.v1.ResetPrefixCacheRequest\x1a&.condisagg.v1.ResetPrefixCacheResponse\x12C\n" +
-	"\x06Recent\x12\x1b.condisagg.v1.RecentRequest\x1a\x1c.condisagg.v1.RecentResponseB?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
+	"\x06Recent\x12\x1b.condisagg.v1.RecentRequest\x1a\x1c.condisagg.v1.RecentResponse\x12W\n" +
+	"\rIndexSnapshot\x12\".condisagg.v1.IndexSnapshotRequest\x1a .condisagg.v1.IndexSnapshotChunk0\x01B?Z=github.com/condisagg/condisagg/proto/condisagg/v1;condisaggv1b\x06proto3"
 
 var (
 	file_condisagg_v1_admin_proto_rawDescOnce sync.Once
@@ -2061,7 +2206,7 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
 	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
@@ -2083,7 +2228,9 @@ var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*RecentRequest)(nil),            // 17: condisagg.v1.RecentRequest
 	(*RecentResponse)(nil),           // 18: condisagg.v1.RecentResponse
 	(*RecentDecision)(nil),           // 19: condisagg.v1.RecentDecision
-	nil,                              // 20: condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	(*IndexSnapshotRequest)(nil),     // 20: condisagg.v1.IndexSnapshotRequest
+	(*IndexSnapshotChunk)(nil),       // 21: condisagg.v1.IndexSnapshotChunk
+	nil,                              // 22: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
@@ -2093,7 +2240,7 @@ var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	9,  // 4: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
 	10, // 5: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
 	16, // 6: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
-	20, // 7: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	22, // 7: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
 	19, // 8: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
 	6,  // 9: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
 	7,  // 10: condisagg.v1.RecentDecision.session:type_name -> condisagg.v1.SessionAffinity
@@ -2103,14 +2250,16 @@ var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	14, // 14: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
 	0,  // 15: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
 	17, // 16: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
-	4,  // 17: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	11, // 18: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	13, // 19: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	15, // 20: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	1,  // 21: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	18, // 22: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
+	20, // 17: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
+	4,  // 18: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	11, // 19: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	13, // 20: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	15, // 21: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 22: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	18, // 23: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	21, // 24: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2127,7 +2276,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Admin_Shadow_FullMethodName           = "/condisagg.v1.Admin/Shadow"
 	Admin_ResetPrefixCache_FullMethodName = "/condisagg.v1.Admin/ResetPrefixCache"
 	Admin_Recent_FullMethodName           = "/condisagg.v1.Admin/Recent"
+	Admin_IndexSnapshot_FullMethodName    = "/condisagg.v1.Admin/IndexSnapshot"
 )
 
 // AdminClient is the client API for Admin service.
@@ -52,6 +53,13 @@ type AdminClient interface {
 	// Recent returns the last routed decisions, newest first, each with its disaggregation
 	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
 	Recent(ctx context.Context, in *RecentRequest, opts ...grpc.CallOption) (*RecentResponse, error)
+	// IndexSnapshot streams this router's prefix index, every served model's, in kvindex's
+	// versioned snapshot encoding: each worker's entries with the event batch they end at (its
+	// seq and payload digest), taken in one read lock per model. A starting replica imports it
+	// and resumes each worker's event stream right after that batch (serve config
+	// replicas.warm_from). It reveals what the engines cache, so it is served only with the
+	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each.
+	IndexSnapshot(ctx context.Context, in *IndexSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[IndexSnapshotChunk], error)
 }
 
 type adminClient struct {
@@ -122,6 +130,25 @@ func (c *adminClient) Recent(ctx context.Context, in *RecentRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) IndexSnapshot(ctx context.Context, in *IndexSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[IndexSnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_IndexSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[IndexSnapshotRequest, IndexSnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_IndexSnapshotClient = grpc.ServerStreamingClient[IndexSnapshotChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -144,6 +171,13 @@ type AdminServer interface {
 	// Recent returns the last routed decisions, newest first, each with its disaggregation
 	// truth: whether a remote prefill's decode leg used the transferred KV (docs/disagg-truth.md).
 	Recent(context.Context, *RecentRequest) (*RecentResponse, error)
+	// IndexSnapshot streams this router's prefix index, every served model's, in kvindex's
+	// versioned snapshot encoding: each worker's entries with the event batch they end at (its
+	// seq and payload digest), taken in one read lock per model. A starting replica imports it
+	// and resumes each worker's event stream right after that batch (serve config
+	// replicas.warm_from). It reveals what the engines cache, so it is served only with the
+	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each.
+	IndexSnapshot(*IndexSnapshotRequest, grpc.ServerStreamingServer[IndexSnapshotChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -171,6 +205,9 @@ func (UnimplementedAdminServer) ResetPrefixCache(context.Context, *ResetPrefixCa
 }
 func (UnimplementedAdminServer) Recent(context.Context, *RecentRequest) (*RecentResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Recent not implemented")
+}
+func (UnimplementedAdminServer) IndexSnapshot(*IndexSnapshotRequest, grpc.ServerStreamingServer[IndexSnapshotChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method IndexSnapshot not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -301,6 +338,17 @@ func _Admin_Recent_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_IndexSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(IndexSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).IndexSnapshot(m, &grpc.GenericServerStream[IndexSnapshotRequest, IndexSnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_IndexSnapshotServer = grpc.ServerStreamingServer[IndexSnapshotChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -333,6 +381,12 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_Recent_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "IndexSnapshot",
+			Handler:       _Admin_IndexSnapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "condisagg/v1/admin.proto",
 }

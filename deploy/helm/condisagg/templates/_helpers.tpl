@@ -88,6 +88,33 @@ gateway: the chart's NetworkPolicy makes it, or the operator does (extProc.allow
 {{- end -}}
 {{- $_ := set $model "tokenizer" (.Values.model.hub | default .Values.model.tokenizerPath) -}}
 {{- $_ := set $c "model" $model -}}
+{{- if hasKey $c "replicas" -}}
+{{- fail "config.replicas: the chart sets it from bus.* and warmStart.*; remove it from config" -}}
+{{- end -}}
+{{- $r := dict -}}
+{{- if .Values.bus.enabled -}}
+{{- $url := .Values.bus.url -}}
+{{- if and (not $url) .Values.bus.nats.deploy -}}
+{{- $url = printf "nats://%s-nats:%d" (include "condisagg.fullname" .) (int .Values.bus.nats.port) -}}
+{{- end -}}
+{{- if not $url -}}
+{{- fail "bus.url: give your NATS server's URL (nats://host:4222), or set bus.nats.deploy=true for the chart's own" -}}
+{{- end -}}
+{{- $_ := set $r "nats_url" $url -}}
+{{- with .Values.bus.lease -}}
+{{- $_ := set $r "lease" . -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.warmStart.enabled -}}
+{{- if not .Values.admin.grpc.expose -}}
+{{- fail "warmStart.enabled: a starting router copies the index over the Admin gRPC port of the Service; set admin.grpc.expose=true" -}}
+{{- end -}}
+{{- $_ := set $r "warm_from" (printf "%s.%s.svc:%d" (include "condisagg.fullname" .) .Release.Namespace (int .Values.ports.adminGRPC)) -}}
+{{- $_ := set $r "warm_timeout" .Values.warmStart.timeout -}}
+{{- end -}}
+{{- if $r -}}
+{{- $_ := set $c "replicas" $r -}}
+{{- end -}}
 {{- if and (not $c.workers) (not (include "condisagg.kubeDiscovery" .)) -}}
 {{- fail "config.workers: list at least one decode worker, or discover them with config.discovery.kubernetes" -}}
 {{- end -}}
@@ -181,5 +208,41 @@ volume. */}}
 {{- if eq $c.name "condisagg" -}}
 {{- fail (printf "initContainers[%d].name: condisagg is the router container's name; pick another" $i) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod's affinity: the given affinity, plus with preset "soft" a preferred pod anti-affinity
+on the node (kubernetes.io/hostname) for pods with the given labels, unless the affinity has a
+podAntiAffinity of its own. Empty when there is nothing to say. */}}
+{{- define "condisagg.affinity" -}}
+{{- $a := deepCopy (default dict .affinity) -}}
+{{- if and (eq .preset "soft") (not (hasKey $a "podAntiAffinity")) -}}
+{{- $term := dict "weight" 100 "podAffinityTerm" (dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" .labels)) -}}
+{{- $_ := set $a "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- end -}}
+{{- if $a -}}
+{{- toYaml $a -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A PodDisruptionBudget's minAvailable or maxUnavailable, from {minAvailable, maxUnavailable}
+(one of them) for a workload of .replicas pods named .what (the values path, for errors). */}}
+{{- define "condisagg.pdbBound" -}}
+{{- $p := .pdb -}}
+{{- $min := $p.minAvailable -}}
+{{- $max := $p.maxUnavailable -}}
+{{- if and (not (kindIs "invalid" $min)) (not (kindIs "invalid" $max)) -}}
+{{- fail (printf "%s: minAvailable %v and maxUnavailable %v both set; give one (set the other to null)" .what $min $max) -}}
+{{- end -}}
+{{- if and (kindIs "invalid" $min) (kindIs "invalid" $max) -}}
+{{- fail (printf "%s: give minAvailable (e.g. 1) or maxUnavailable" .what) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $min) -}}
+{{- if and (not (kindIs "string" $min)) (ge (int $min) (int .replicas)) -}}
+{{- fail (printf "%s.minAvailable: %v with %v replicas blocks every node drain; run more replicas, or set minAvailable: null and maxUnavailable: 1" .what $min .replicas) -}}
+{{- end -}}
+minAvailable: {{ $min }}
+{{- else -}}
+maxUnavailable: {{ $max }}
 {{- end -}}
 {{- end -}}
