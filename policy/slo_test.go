@@ -28,7 +28,7 @@ func TestSLOConfig(t *testing.T) {
 	if c.Disagg.SLO != (SLO{TTFT: 500 * time.Millisecond, TPOT: 30500 * time.Microsecond}) || c.Disagg.Cost.A1 == 0 {
 		t.Fatalf("parsed %+v", c.Disagg)
 	}
-	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":false,"slo_feedback_max":8,"slo_margin":0.2`) {
+	if got := c.Disagg.String(); !strings.Contains(got, `"slo_ttft_ms":500,"slo_tpot_ms":30.5,"cost_model":"llama3.1-8b-h100","slo_feedback":false,"slo_feedback_max":8,"slo_margin":0.15`) {
 		t.Fatalf("String() = %s", got)
 	}
 	if d := sloConfig(t, ``).Disagg.SLO; d.TTFT != DefaultSLOTTFT || d.TPOT != DefaultSLOTPOT {
@@ -209,10 +209,10 @@ func TestSLOSatisfice(t *testing.T) {
 			t.Fatalf("slo_margin %g (bypass headroom %g): route %v, want %v", c.margin, h, dec.Route, c.want)
 		}
 	}
-	// A 25 ms TPOT objective: a local prefill on d1 would slow its 40 decodes past the margin
-	// (and the prefill workers have no KV room), so the remote prefill with the most headroom
-	// wins.
-	cfg = sloConfig(t, `,"slo_tpot_ms":25`)
+	// A 25 ms TPOT objective with a 0.2 margin: a local prefill on d1 would slow its 40 decodes
+	// past the margin (its headroom is 0.10) and the prefill workers have no KV room, so the
+	// remote prefill with the most headroom wins.
+	cfg = sloConfig(t, `,"slo_tpot_ms":25,"slo_margin":0.2`)
 	s = sloFleet(load)
 	in = sloInput(s, 8000, 0, 480)
 	dec = Decide(&cfg, in, s, newRand(1))
