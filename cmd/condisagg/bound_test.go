@@ -14,9 +14,6 @@ import (
 
 	"github.com/condisagg/condisagg/internal/testport"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
-	"github.com/condisagg/condisagg/sim"
-	"github.com/condisagg/condisagg/sim/vllmsim"
-	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // startDialingSim runs an in-process vllm-sim on listen whose publisher dials endpoint (vLLM
@@ -24,35 +21,7 @@ import (
 // returns the HTTP address and a stop function (also run at cleanup; safe to call twice).
 func startDialingSim(t *testing.T, model, listen, endpoint, topic string) (string, func()) {
 	t.Helper()
-	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := vllmsim.NewVocab(tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100,
-		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: endpoint,
-			Topic: topic, BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
-		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := in.Start(ln)
-	stop := func() {
-		if err := run(); err != nil {
-			t.Errorf("vllm-sim: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
+	return runSim(t, simConfig(t, model, endpoint, topic), listen)
 }
 
 // chat posts a chat body straight to the vllm-sim at addr (as Envoy would after routing) and

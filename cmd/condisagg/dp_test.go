@@ -35,6 +35,18 @@ func startSim(t *testing.T, model string, ranks, pub, replay int) string {
 // startSimScaled is startSim with the simulator's time scale (1: real time).
 func startSimScaled(t *testing.T, model string, ranks, pub, replay int, timeScale float64) string {
 	t.Helper()
+	c := simConfig(t, model, fmt.Sprintf("tcp://*:%d", pub), "kv")
+	rep := fmt.Sprintf("tcp://*:%d", replay)
+	c.TimeScale, c.DataParallelSize, c.KVEvents.ReplayEndpoint = timeScale, ranks, &rep
+	addr, _ := runSim(t, c, "127.0.0.1:0")
+	return addr
+}
+
+// simConfig is the in-process vllm-sim of these tests: the test model's tokenizer, 1,000 KV
+// blocks, time scale 100, KV events published (bound or dialed, as vLLM reads endpoint) under
+// topic, a replay buffer of 1,000 batches and no replay endpoint.
+func simConfig(t *testing.T, model, endpoint, topic string) vllmsim.InstanceConfig {
+	t.Helper()
 	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -43,27 +55,34 @@ func startSimScaled(t *testing.T, model string, ranks, pub, replay int, timeScal
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := fmt.Sprintf("tcp://*:%d", replay)
-	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: timeScale, DataParallelSize: ranks,
-		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", pub),
-			ReplayEndpoint: &rep, Topic: "kv", BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
+	return vllmsim.InstanceConfig{
+		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100,
+		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: endpoint,
+			Topic: topic, BufferSteps: 1000, HWM: 100000, MaxQueueSize: 1000},
 		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},
-	})
+	}
+}
+
+// runSim runs a vllm-sim of config c on listen and returns its HTTP address and its stop
+// (also run at cleanup; safe to call twice).
+func runSim(t *testing.T, c vllmsim.InstanceConfig, listen string) (string, func()) {
+	t.Helper()
+	in, err := vllmsim.NewInstance(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := in.Start(ln)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
+	run := in.Start(ln)
+	stop := func() {
+		if err := run(); err != nil {
 			t.Errorf("vllm-sim: %v", err)
 		}
-	})
-	return ln.Addr().String()
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
 }
 
 // TestServeDataParallelRanks runs serve against a vllm-sim with two data-parallel ranks: each

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/condisagg/condisagg/internal/testport"
 	condisaggv1 "github.com/condisagg/condisagg/proto/condisagg/v1"
-	"github.com/condisagg/condisagg/sim"
-	"github.com/condisagg/condisagg/sim/vllmsim"
-	"github.com/condisagg/condisagg/tokenizer"
 )
 
 // warmBufferSteps is the vllm-sim's replay buffer in the warm-start test: far fewer batches
@@ -27,35 +23,11 @@ const warmBufferSteps = 40
 // warmBufferSteps batches on rep.
 func startWarmSim(t *testing.T, model string, pub, rep int) string {
 	t.Helper()
-	tok, err := tokenizer.Load(model, tokenizer.Options{CacheSegments: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := vllmsim.NewVocab(tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := simConfig(t, model, fmt.Sprintf("tcp://*:%d", pub), "kv")
 	repEP := fmt.Sprintf("tcp://*:%d", rep)
-	in, err := vllmsim.NewInstance(vllmsim.InstanceConfig{
-		Engine: sim.Config{NumGPUBlocks: 1000, Seed: 7}, TimeScale: 100,
-		KVEvents: vllmsim.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", pub),
-			ReplayEndpoint: &repEP, Topic: "kv", BufferSteps: warmBufferSteps, HWM: 100000, MaxQueueSize: 1000},
-		Server: vllmsim.ServerConfig{ModelNames: []string{"qwen3"}, Tokenizer: tok, Vocab: vocab, MaxModelLen: 40960},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := in.Start(ln)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("vllm-sim: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	c.KVEvents.ReplayEndpoint, c.KVEvents.BufferSteps = &repEP, warmBufferSteps
+	addr, _ := runSim(t, c, "127.0.0.1:0")
+	return addr
 }
 
 // warmServeConfig is serve's test config with KV events on and the one decode worker at
