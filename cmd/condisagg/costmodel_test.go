@@ -38,16 +38,7 @@ func TestServeCostModelFile(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := make(chan listenAddrs, 1)
-	reloads := make(chan reloadEvent, 8)
-	exit := make(chan int, 1)
-	logs := &syncBuffer{}
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{
-			listening: func(a listenAddrs) { addrs <- a },
-			reloaded:  func(trigger string, err error) { reloads <- reloadEvent{trigger, err} },
-		})
-	}()
+	addrs, reloads, exit, logs := serveReloading(ctx, cfgPath)
 	var a listenAddrs
 	select {
 	case a = <-addrs:

@@ -17,6 +17,22 @@ type reloadEvent struct {
 	err     error
 }
 
+// serveReloading runs serve with the config at cfgPath in the background until ctx ends: its
+// listening addresses, each reload, its exit code and its log.
+func serveReloading(ctx context.Context, cfgPath string) (<-chan listenAddrs, <-chan reloadEvent, <-chan int, *syncBuffer) {
+	addrs := make(chan listenAddrs, 1)
+	reloads := make(chan reloadEvent, 8)
+	exit := make(chan int, 1)
+	logs := &syncBuffer{}
+	go func() {
+		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{
+			listening: func(a listenAddrs) { addrs <- a },
+			reloaded:  func(trigger string, err error) { reloads <- reloadEvent{trigger, err} },
+		})
+	}()
+	return addrs, reloads, exit, logs
+}
+
 // TestReloadOnSignalAndFileChange: SIGHUP and a changed file both re-read the configuration;
 // a bad file is rejected (old configuration kept), a good one applied.
 func TestReloadOnSignalAndFileChange(t *testing.T) {
@@ -30,16 +46,7 @@ func TestReloadOnSignalAndFileChange(t *testing.T) {
 	cfgPath := writeFile(t, t.TempDir(), "condisagg.yaml", good)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := make(chan listenAddrs, 1)
-	reloads := make(chan reloadEvent, 8)
-	exit := make(chan int, 1)
-	logs := &syncBuffer{}
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath}, logs, serveHooks{
-			listening: func(a listenAddrs) { addrs <- a },
-			reloaded:  func(trigger string, err error) { reloads <- reloadEvent{trigger, err} },
-		})
-	}()
+	addrs, reloads, exit, logs := serveReloading(ctx, cfgPath)
 	var grpcAddr, httpAddr string
 	select {
 	case a := <-addrs:
