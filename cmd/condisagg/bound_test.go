@@ -70,15 +70,7 @@ func TestServeBoundKVEvents(t *testing.T) {
 		// Its own deadline: the failure messages call it after ctx has ended.
 		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer wcancel()
-		lw, err := admin.ListWorkers(wctx, &condisaggv1.ListWorkersRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]*condisaggv1.Worker{}
-		for _, w := range lw.Workers {
-			m[w.Id] = w
-		}
-		return m
+		return workersByID(t, wctx, admin)
 	}
 	// Polling the Admin state with a deadline: the engines' PUBs dial on their own schedule.
 	poll := func(what string, cond func() bool) {

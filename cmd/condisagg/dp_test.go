@@ -103,15 +103,7 @@ func TestServeDataParallelRanks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	workers := func() map[string]*condisaggv1.Worker {
-		lw, err := admin.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]*condisaggv1.Worker{}
-		for _, w := range lw.Workers {
-			m[w.Id] = w
-		}
-		return m
+		return workersByID(t, ctx, admin)
 	}
 	// Polling the Admin state with a deadline: the streams connect on their own goroutines.
 	waitFor := func(what string, cond func(map[string]*condisaggv1.Worker) bool) map[string]*condisaggv1.Worker {

@@ -108,6 +108,20 @@ func adminClient(t *testing.T, a listenAddrs) condisaggv1.AdminClient {
 	return condisaggv1.NewAdminClient(conn)
 }
 
+// workersByID lists the router's workers (Admin ListWorkers) by id.
+func workersByID(t *testing.T, ctx context.Context, admin condisaggv1.AdminClient) map[string]*condisaggv1.Worker {
+	t.Helper()
+	lw, err := admin.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*condisaggv1.Worker{}
+	for _, w := range lw.Workers {
+		m[w.Id] = w
+	}
+	return m
+}
+
 // chatToRank posts a chat body straight to the vllm-sim at simAddr, pinned to a data-parallel
 // rank with x-data-parallel-rank, and fails unless it answers 200.
 func chatToRank(t *testing.T, ctx context.Context, simAddr, body, rank string) {
