@@ -94,7 +94,7 @@ func TestTuneFlagErrors(t *testing.T) {
 		{"no_workload", nil, "exactly one of --trace and --synthetic is required"},
 		{"bad_shape", []string{"--trace", trace, "--cluster", "4X4"}, `--cluster: cluster: shape "4X4" must look like 4P4D`},
 		{"bad_output", []string{"--trace", trace, "-o", "yaml"}, `-o: "yaml" must be table or json`},
-		{"bad_quantile", []string{"--trace", trace, "--quantile", "1"}, "--quantile: 1 must be in (0, 1)"},
+		{"retired_quantile", []string{"--trace", trace, "--quantile", "0.25"}, "-quantile: the p-quantile rule was retired"},
 		{"sweep_eff_not_integer", []string{"--trace", trace, "--sweep-eff", "12,x"}, `--sweep-eff: "x" is not an integer`},
 		{"sweep_ratio_not_number", []string{"--trace", trace, "--sweep-ratio", "0.5,high"}, `--sweep-ratio: "high" is not a number`},
 		{"sweep_ratio_range", []string{"--trace", trace, "--sweep-ratio", "1.5"}, `--sweep-ratio: 1.5 must be in [0, 1]`},

@@ -37,17 +37,21 @@ type Config struct {
 
 	PrefillBusyThreshold float64 // --prefill-busy-threshold: θp, a multiple of mnbt
 	DecodeBusyThreshold  float64 // --decode-busy-threshold: θd, a fraction of KV capacity; < 0 = off
-	Quantile             float64 // --quantile: p of the p-quantile rule
 
 	SweepPolicy      policy.Kind // --sweep-policy: isl_bounding or isl_or_load
-	SweepEff         []int64     // --sweep-eff: eff_isl_threshold values; nil = the p-quantile value and 512…4096
+	SweepEff         []int64     // --sweep-eff: eff_isl_threshold values; nil = 512…4096 and the quartiles of eff
 	SweepRatio       []float64   // --sweep-ratio: eff_isl_ratio_threshold values tried at the best T
 	SweepMargin      []float64   // --sweep-margin: slo_margin values, each an slo row beside the default
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
-	// RoleAdvice is --role-advice: also run the slo policy on every prefill:decode split of the
-	// fleet's GPUs (and aggregated on all of them) and recommend the split with the most goodput.
+	// RoleAdvice is --role-advice: also run always-disaggregated, isl_or_load and the slo policy
+	// on every prefill:decode split of the fleet's GPUs (and aggregated on all of them), search
+	// the fewest GPUs on which the slo policy serves the best goodput found, and check the live
+	// analytic advice against the splits (roles.go).
 	RoleAdvice bool
+	// RoleTolerance is --role-tolerance: how far below the best goodput a smaller fleet, or the
+	// analytic advice's split, may serve and still count as serving it.
+	RoleTolerance float64
 	// Shadow is --shadow: a candidate policy object (JSON, as --router-conditional-disagg-config)
 	// replayed beside every conditional mode without routing; the report counts its agreement.
 	Shadow string
@@ -68,7 +72,7 @@ func DefaultConfig() Config {
 		RateScale: 1, Cluster: "4P4D", Model: sim.DefaultPerfModel,
 		MaxNumBatchedTokens: sim.DefaultMaxNumBatchedTokens, MaxNumSeqs: sim.DefaultMaxNumSeqs,
 		SLO: "ttft=2s,tpot=100ms", PrefillBusyThreshold: cluster.DefaultPrefillBusyThreshold,
-		DecodeBusyThreshold: -1, Quantile: 0.25, SweepPolicy: policy.ISLBounding,
+		DecodeBusyThreshold: -1, RoleTolerance: 0.02, SweepPolicy: policy.ISLBounding,
 		SweepRatio: []float64{0.5, 0.9, 1.0}, SweepPrefillBusy: []float64{1, 2, 4, 8},
 		Seed: 1, Parallel: 1,
 	}
@@ -111,8 +115,8 @@ func (c *Config) resolve() (*plan, error) {
 	if p.slo, err = workload.ParseSLO(c.SLO); err != nil {
 		bad("--slo: %v", err)
 	}
-	if !(c.Quantile > 0 && c.Quantile < 1) {
-		bad("--quantile: %v must be in (0, 1)", c.Quantile)
+	if !(c.RoleTolerance >= 0 && c.RoleTolerance < 1) {
+		bad("--role-tolerance: %v must be in [0, 1)", c.RoleTolerance)
 	}
 	if c.Parallel < 1 || c.Parallel > maxParallel {
 		bad("--parallel: %d must be in [1, %d]", c.Parallel, maxParallel)

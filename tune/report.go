@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -29,15 +28,10 @@ type Thresholds struct {
 	Goodput              float64 `json:"goodput,omitempty"`
 }
 
-// Recommendation holds the thresholds of the p-quantile rule and, after a sweep, its best point.
+// Recommendation holds the sweep's best thresholds and --role-advice's answer.
 type Recommendation struct {
-	Quantile Thresholds  `json:"p_quantile"`
-	Sweep    *Thresholds `json:"sweep,omitempty"`
-	// Split is --role-advice's recommendation: the fleet shape (e.g. "3P5D", or "0P8D" for
-	// aggregated) whose run had the most goodput.
-	Split string `json:"split,omitempty"`
-	// Analytic is what the live service's metric advises for the slo row's mix (route.RoleAdvice).
-	Analytic string `json:"analytic_split,omitempty"`
+	Sweep *Thresholds `json:"sweep,omitempty"`
+	Roles *RoleAdvice `json:"roles,omitempty"` // --role-advice
 }
 
 // Row is one routing mode's or sweep point's measured outcome.
@@ -84,7 +78,8 @@ type Report struct {
 	Recommend    Recommendation         `json:"recommend"`
 	Modes        []Row                  `json:"modes"`
 	Sweep        []Row                  `json:"sweep,omitempty"`
-	Splits       []Row                  `json:"splits,omitempty"` // --role-advice: one row per split
+	Splits       []Row                  `json:"splits,omitempty"`  // --role-advice: each policy on each split of all GPUs
+	Smaller      []Row                  `json:"smaller,omitempty"` // --role-advice: the slo policy on smaller fleets
 	Plots        []string               `json:"plots,omitempty"`
 	Buckets      map[string][]Bucket    `json:"isl_buckets,omitempty"`
 }
@@ -114,9 +109,6 @@ func newReport(r *run, probe *job, modes []*job) *Report {
 	slices.Sort(effs)
 	slices.Sort(ratios)
 	rep.EffISL, rep.Ratio = workload.NewDist(effs), workload.NewDist(ratios)
-	rep.Recommend.Quantile = Thresholds{Rule: "p-quantile", P: r.c.Quantile,
-		EffISLThreshold:      int64(math.Round(workload.QuantileSorted(effs, r.c.Quantile))),
-		EffISLRatioThreshold: policy.DefaultEffISLRatioThreshold}
 	for _, j := range modes {
 		rep.Modes = append(rep.Modes, newRow(j))
 		for _, b := range workload.SummarizeByISL(j.name, j.rep.Results, r.p.slo, r.p.ss, workload.ISLBuckets()) {
@@ -138,16 +130,6 @@ func (rep *Report) addSweep(jobs []*job) {
 	rep.Modes = append(rep.Modes, br)
 	rep.Recommend.Sweep = &Thresholds{Rule: "sweep", Policy: string(b.cfg.Disagg.Policy),
 		EffISLThreshold: b.cfg.Disagg.EffISLThreshold, EffISLRatioThreshold: b.cfg.Disagg.EffISLRatioThreshold, Goodput: b.sum.Goodput}
-	// The p-quantile rule's own point is one of the sweep's: its goodput shows how far the rule
-	// is from the best threshold on this workload.
-	q := &rep.Recommend.Quantile
-	for _, j := range jobs {
-		d := j.cfg.Disagg
-		if d.EffISLThreshold == q.EffISLThreshold && d.EffISLRatioThreshold == q.EffISLRatioThreshold && d.Policy == b.cfg.Disagg.Policy {
-			q.Goodput, q.Policy = j.sum.Goodput, string(d.Policy)
-			break
-		}
-	}
 }
 
 func newRow(j *job) Row {
@@ -214,16 +196,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if err := dt.Write(&b); err != nil {
 		return err
 	}
-	rq := rep.Recommend.Quantile
-	fmt.Fprintf(&b, "\nrecommended thresholds:\n  p-quantile rule (p=%.2f): eff_isl_threshold=%d eff_isl_ratio_threshold=%s\n",
-		rq.P, rq.EffISLThreshold, strconv.FormatFloat(rq.EffISLRatioThreshold, 'f', -1, 64))
 	if s := rep.Recommend.Sweep; s != nil {
-		fmt.Fprintf(&b, "  sweep (%s, best goodput %.3f/s): eff_isl_threshold=%d eff_isl_ratio_threshold=%s  <- recommended\n",
-			s.Policy, s.Goodput, s.EffISLThreshold, strconv.FormatFloat(s.EffISLRatioThreshold, 'f', -1, 64))
-		if rq.Goodput > 0 && s.Goodput > 0 {
-			fmt.Fprintf(&b, "  the p-quantile rule's threshold measured %.3f/s (%.0f%% of the sweep's best): a starting point only; "+
-				"the slo policy needs no threshold\n", rq.Goodput, 100*rq.Goodput/s.Goodput)
-		}
+		fmt.Fprintf(&b, "\nrecommended thresholds (the sweep's best goodput, %.3f/s, under %s): eff_isl_threshold=%d eff_isl_ratio_threshold=%s; "+
+			"the slo policy needs none\n", s.Goodput, s.Policy, s.EffISLThreshold, strconv.FormatFloat(s.EffISLRatioThreshold, 'f', -1, 64))
 	}
 	b.WriteString("\nrouting modes:\n")
 	if err := rowsTable(rep.Modes).Write(&b); err != nil {
@@ -231,14 +206,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	writeShadow(&b, rep.Modes)
 	writeSessions(&b, rep.Modes)
-	if len(rep.Splits) > 0 {
-		fmt.Fprintf(&b, "\nrole balance (slo policy on every split of the same GPUs; recommended %s):\n", rep.Recommend.Split)
-		if err := rowsTable(rep.Splits).Write(&b); err != nil {
-			return err
-		}
-		if a := rep.Recommend.Analytic; a != "" {
-			fmt.Fprintf(&b, "the live service's analytic advice on this mix (condisagg_role_advice_prefill_workers): %s\n", a)
-		}
+	if err := writeRoles(&b, rep); err != nil {
+		return err
 	}
 	if len(rep.Sweep) > 0 {
 		b.WriteString("\nthreshold sweep:\n")

@@ -3,6 +3,7 @@ package tune
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -70,23 +71,34 @@ type noProgress struct{}
 func (noProgress) Plan(int)            {}
 func (noProgress) Advance(string, int) {}
 
-// defaultEffs are the eff_isl_threshold values swept besides the p-quantile value.
+// defaultEffs are the fixed eff_isl_threshold values of the auto sweep; effQuantiles are the
+// quantiles of the workload's effective ISL (always-remote probe) swept beside them, so that the
+// sweep reaches the trace's scale (long-context traces have effective ISLs of 10k tokens and
+// more, far above the fixed values).
 var defaultEffs = [...]int64{512, 1024, 2048, 4096}
+
+// effQuartiles are the quartiles of an effective ISL distribution, none when it is empty.
+func effQuartiles(eff *workload.Dist[float64]) []float64 {
+	if eff == nil || eff.N == 0 {
+		return nil
+	}
+	return []float64{eff.P25, eff.P50, eff.P75}
+}
 
 // plannedJobs is the most simulations the run does: the probe and seven modes, then the sweep,
 // whose stages 2 and 3 have as many points whatever the best point of the stage before.
 func (r *run) plannedJobs() int {
-	n := 8
+	n := 8 + len(r.c.SweepMargin)
 	if r.c.RoleAdvice {
-		n += r.p.base.Prefill + r.p.base.Decode
+		n += r.plannedRoleJobs()
 	}
 	if r.c.NoSweep {
 		return n
 	}
 	if len(r.c.SweepEff) > 0 {
-		n += len(r.effs(0))
+		n += len(r.effs(nil))
 	} else {
-		n += len(defaultEffs) + 1
+		n += len(defaultEffs) + 3 // and the quartiles of eff
 	}
 	return n + len(r.stage2(0)) + len(r.stage3(policy.Disagg{}))
 }
@@ -163,35 +175,6 @@ func (r *run) slo() cluster.Config {
 	return c
 }
 
-// roleAdvice runs the slo policy on every prefill:decode split of the fleet's GPUs, and
-// aggregated on all of them, and recommends the split with the most goodput (ties: lower
-// TTFT p90, as best does).
-func (r *run) roleAdvice(ctx context.Context, rep *Report) error {
-	n := r.p.base.Prefill + r.p.base.Decode
-	agg := r.p.base
-	agg.Mode, agg.Prefill, agg.Decode = cluster.Aggregated, 0, n
-	jobs := []*job{{name: fmt.Sprintf("0P%dD aggregated", n), cfg: agg}}
-	for p := 1; p < n; p++ {
-		c := r.slo()
-		c.Prefill, c.Decode = p, n-p
-		jobs = append(jobs, &job{name: fmt.Sprintf("%dP%dD slo", p, n-p), cfg: c})
-	}
-	if err := r.runJobs(ctx, jobs); err != nil {
-		return err
-	}
-	for _, j := range jobs {
-		rep.Splits = append(rep.Splits, newRow(j))
-	}
-	b := best(jobs)
-	rep.Recommend.Split = fmt.Sprintf("%dP%dD", b.cfg.Prefill, b.cfg.Decode)
-	for _, j := range jobs {
-		if a := j.rep.RoleAdvice; a.Valid && j.cfg.Prefill == r.p.base.Prefill {
-			rep.Recommend.Analytic = fmt.Sprintf("%dP%dD (prefill share %.2f)", a.PrefillWorkers, a.Workers-a.PrefillWorkers, a.PrefillShare)
-		}
-	}
-	return nil
-}
-
 // tune runs the probe, the fixed modes and the sweep.
 func (r *run) tune(ctx context.Context) (*Report, error) {
 	agg := r.p.base
@@ -233,11 +216,14 @@ func (r *run) tune(ctx context.Context) (*Report, error) {
 	// Stage 1: eff_isl_threshold at the default ratio; stage 2: the ratio at the best T;
 	// stage 3: isl_or_load with each θp at the best (T, R).
 	var stage1 []*job
-	for _, e := range r.effs(rep.Recommend.Quantile.EffISLThreshold) {
+	for _, e := range r.effs(&rep.EffISL) {
 		stage1 = append(stage1, r.sweepJob(r.c.SweepPolicy, e, R, r.c.PrefillBusyThreshold))
 	}
 	if err := r.runJobs(ctx, stage1); err != nil {
 		return nil, err
+	}
+	if len(r.c.SweepEff) == 0 { // quartiles equal to a fixed value or to each other merge
+		r.prog.Advance("sweep (merged thresholds)", (len(defaultEffs)+3-len(stage1))*len(r.w.Requests))
 	}
 	stage2 := r.stage2(best(stage1).cfg.Disagg.EffISLThreshold)
 	if err := r.runJobs(ctx, stage2); err != nil {
@@ -252,12 +238,15 @@ func (r *run) tune(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
-// effs are the eff_isl_threshold values of stage 1, ascending and distinct; quantile is the
-// p-quantile rule's value, swept when --sweep-eff is auto.
-func (r *run) effs(quantile int64) []int64 {
+// effs are the eff_isl_threshold values of stage 1, ascending and distinct: --sweep-eff, or
+// (auto) the fixed values and the quantiles of eff, the probe's effective ISL distribution.
+func (r *run) effs(eff *workload.Dist[float64]) []int64 {
 	effs := slices.Clone(r.c.SweepEff)
 	if len(effs) == 0 {
-		effs = append([]int64{quantile}, defaultEffs[:]...)
+		effs = append(effs, defaultEffs[:]...)
+		for _, q := range effQuartiles(eff) {
+			effs = append(effs, int64(math.Round(q)))
+		}
 	}
 	slices.Sort(effs)
 	return slices.Compact(effs)

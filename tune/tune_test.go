@@ -8,17 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/condisagg/condisagg/cluster"
 	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/internal/importcheck"
 	"github.com/condisagg/condisagg/internal/leakcheck"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/sim"
+	"github.com/condisagg/condisagg/workload"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, "condisagg/tune.") }
@@ -95,7 +99,6 @@ func TestRunTextReport(t *testing.T) {
 		"cluster 1P1D; model llama3.1-8b-h100 (named calibration); SLO ttft=1s,tpot=50ms",
 		"effective ISL on the previewed decode worker (always-remote probe, 60 requests):",
 		"eff ISL (tokens)", "eff / ISL ratio",
-		"p-quantile rule (p=0.25): eff_isl_threshold=",
 		"routing modes:",
 		"goodput/gpu  p util  d util",
 	} {
@@ -164,10 +167,6 @@ func TestRunSweepJSONAndPlots(t *testing.T) {
 		Cluster   string
 		EffISL    struct{ N int } `json:"eff_isl"`
 		Recommend struct {
-			Quantile struct {
-				P   float64
-				Eff int64 `json:"eff_isl_threshold"`
-			} `json:"p_quantile"`
 			Sweep *struct {
 				Policy string
 				Eff    int64 `json:"eff_isl_threshold"`
@@ -191,7 +190,7 @@ func TestRunSweepJSONAndPlots(t *testing.T) {
 	if got.Workload != "trace.jsonl" || got.Requests != 48 || got.Cluster != "1P2D" || got.EffISL.N != 48 {
 		t.Fatalf("header %+v", got)
 	}
-	if got.Recommend.Quantile.P != 0.25 || got.Recommend.Sweep == nil {
+	if got.Recommend.Sweep == nil {
 		t.Fatalf("recommendation %+v", got.Recommend)
 	}
 	if len(got.Sweep) != 4 || !strings.Contains(got.Sweep[3].Name, "isl_or_load") || !strings.Contains(got.Sweep[3].Name, "θp=4") {
@@ -269,7 +268,7 @@ func TestValidate(t *testing.T) {
 		{"shape_needs_prefill", func(c *Config) { c.Cluster = "0P4D" }, "needs at least one prefill worker"},
 		{"model_must_exist", func(c *Config) { c.Model = "gpt-5" }, "--model:"},
 		{"slo_must_parse", func(c *Config) { c.SLO = "ttft=fast" }, "--slo:"},
-		{"quantile_open_interval", func(c *Config) { c.Quantile = 1 }, "--quantile: 1 must be in (0, 1)"},
+		{"role_tolerance_unit_interval", func(c *Config) { c.RoleTolerance = 1 }, "--role-tolerance: 1 must be in [0, 1)"},
 		{"parallel_bounded", func(c *Config) { c.Parallel = 65 }, "--parallel: 65 must be in [1, 64]"},
 		{"rate_scale_positive", func(c *Config) { c.RateScale = 0 }, "--rate-scale: 0 must be > 0"},
 		{"sweep_eff_non_negative", func(c *Config) { c.SweepEff = []int64{12, -1} }, "--sweep-eff: -1 must be >= 0"},
@@ -347,58 +346,167 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-// TestRoleAdvice: --role-advice runs aggregated and the slo policy on every split of the
-// fleet's GPUs (1P2D: 0P3D, 1P2D, 2P1D), recommends the row with the most goodput, and
-// prints the rows.
+// TestRoleAdvice: --role-advice runs aggregated on all GPUs and each policy on every split
+// (1P2D: 0P3D, then 1P2D and 2P1D under disaggregated, isl_or_load and slo), names each
+// policy's best split and the best of all, searches smaller fleets under slo, checks the
+// analytic advice, and prints it all; the progress bar ends full even when the search stops
+// early.
 func TestRoleAdvice(t *testing.T) {
 	c := DefaultConfig()
 	c.Synthetic, c.Requests, c.Cluster, c.NoSweep, c.RoleAdvice = "llm-d-b2b", 120, "1P2D", true, true
 	prog := &countProgress{}
 	rep := runConfig(t, c, prog)
-	if len(rep.Splits) != 3 || rep.Splits[0].Name != "0P3D aggregated" || rep.Splits[2].Name != "2P1D slo" {
-		t.Fatalf("splits %+v", rep.Splits)
+	var names []string
+	for _, r := range rep.Splits {
+		names = append(names, r.Name)
 	}
-	if prog.planned != (8+3)*120 || prog.done != prog.planned {
+	want := "0P3D aggregated,1P2D disaggregated,1P2D isl_or_load,1P2D slo,2P1D disaggregated,2P1D isl_or_load,2P1D slo"
+	if strings.Join(names, ",") != want {
+		t.Fatalf("splits %v, want %s", names, want)
+	}
+	if prog.planned != (8+7+1)*120 || prog.done != prog.planned {
 		t.Fatalf("progress %d of %d", prog.done, prog.planned)
 	}
-	bestRow := rep.Splits[0]
-	for _, r := range rep.Splits {
-		if r.Summary.Goodput > bestRow.Summary.Goodput {
-			bestRow = r
+	ra := rep.Recommend.Roles
+	if ra == nil || ra.GPUs != 3 || len(ra.Best) != 4 {
+		t.Fatalf("roles %+v", ra)
+	}
+	top := rep.Splits[0]
+	for i, pol := range []string{"aggregated", "disaggregated", "isl_or_load", "slo"} {
+		var b *Row
+		for k := range rep.Splits {
+			r := &rep.Splits[k]
+			if strings.HasSuffix(r.Name, " "+pol) && (b == nil || r.Summary.Goodput > b.Summary.Goodput) {
+				b = r
+			}
+			if r.Summary.Goodput > top.Summary.Goodput {
+				top = *r
+			}
+		}
+		if got := ra.Best[i]; got.Policy != pol || got.Goodput != b.Summary.Goodput || !strings.HasPrefix(b.Name, got.Split+" ") && b.Summary.Goodput != got.Goodput {
+			t.Errorf("best %s = %+v, most goodput in %s (%v)", pol, got, b.Name, b.Summary.Goodput)
 		}
 	}
-	if !strings.HasPrefix(bestRow.Name, rep.Recommend.Split+" ") {
-		t.Fatalf("recommended %s, most goodput in %s (%v)", rep.Recommend.Split, bestRow.Name, bestRow.Summary.Goodput)
+	if ra.Target != top.Summary.Goodput || top.Name != ra.Split+" "+ra.Policy && top.Summary.Goodput != ra.Target {
+		t.Errorf("recommended %s %s (%v), most goodput in %s (%v)", ra.Split, ra.Policy, ra.Target, top.Name, top.Summary.Goodput)
+	}
+	// The search: the fewest GPUs is all 3 or, when a 2-GPU slo run was tried and served
+	// enough, 2; either way within the tolerance of the target.
+	enough := (1 - ra.Tolerance) * ra.Target
+	if ra.Fewest != nil {
+		if ra.Fewest.Goodput < enough || ra.Fewest.Policy != "slo" {
+			t.Errorf("fewest %+v below %v", ra.Fewest, enough)
+		}
+		small := len(rep.Smaller) == 1 && rep.Smaller[0].Summary.Goodput >= enough
+		if small != (ra.Fewest.GPUs == 2) {
+			t.Errorf("fewest %+v, smaller rows %+v", ra.Fewest, rep.Smaller)
+		}
+	} else if len(rep.Smaller) != 0 || ra.SLOAtAll >= 1-ra.Tolerance {
+		t.Errorf("no fewest, yet slo serves %v of the target and smaller rows %d", ra.SLOAtAll, len(rep.Smaller))
+	}
+	if a := ra.Analytic; a.OnDisagg == "" || a.BestDisagg == "" || !(a.AtAdvice > 0 && a.AtAdvice <= 1) || a.Agrees == (a.Why != "") {
+		t.Errorf("analytic %+v", a)
 	}
 	var out bytes.Buffer
-	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "role balance") || !strings.Contains(out.String(), "recommended "+rep.Recommend.Split) {
-		t.Fatalf("text %v:\n%s", err, out.String())
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"role balance on 3 GPUs", "best split per policy:", "most goodput: " + ra.Split + " " + ra.Policy, "fewest GPUs for it:", "analytic advice (condisagg_role_advice_prefill_workers)"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("text lacks %q:\n%s", w, out.String())
+		}
 	}
 }
 
-// TestQuantileRuleScored: with the default sweep the p-quantile rule's threshold is one of the
-// swept points; the report carries its goodput beside the sweep's best and says so.
-func TestQuantileRuleScored(t *testing.T) {
+// TestRoleSearchTolerance: the fewest-GPU search follows the tolerance. With a tolerance that
+// lets any fleet serve (0.99), it walks down to two GPUs; with none, a smaller fleet counts
+// only if it serves as much as the best run on all GPUs.
+func TestRoleSearchTolerance(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Requests, c.Cluster, c.NoSweep, c.RoleAdvice = "llm-d-b2b", 120, "2P2D", true, true
+	c.RoleTolerance = 0.99
+	ra := runConfig(t, c, nil).Recommend.Roles
+	if ra == nil || ra.Fewest == nil || ra.Fewest.GPUs != 2 {
+		t.Fatalf("tolerance 0.99: fewest %+v", ra)
+	}
+	c.RoleTolerance = 0
+	rep := runConfig(t, c, nil)
+	ra = rep.Recommend.Roles
+	for _, r := range rep.Smaller {
+		if ra.Fewest != nil && r.GPUs >= ra.Fewest.GPUs && r.Name == ra.Fewest.Split+" slo" && r.Summary.Goodput < ra.Target {
+			t.Errorf("tolerance 0: fewest %+v serves less than the target %v", ra.Fewest, ra.Target)
+		}
+	}
+}
+
+// TestAnalyticCheck: the analytic advice is checked against the always-disaggregated splits;
+// when its split serves well below the best one, the check says which pool limited it.
+func TestAnalyticCheck(t *testing.T) {
+	c := DefaultConfig()
+	c.Synthetic, c.Cluster = "llm-d-b2b", "1P3D"
+	p, err := c.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{c: &c, p: p}
+	// One request shape: 8k prompt tokens, none cached, 64 output tokens. Under the default
+	// model prefill work is most of the GPU time, so the advice says 3P1D.
+	results := make([]workload.Result, 50)
+	for i := range results {
+		results[i] = workload.Result{InputTokens: 8192, OutputTokens: 64, TTFT: time.Second, E2E: 2 * time.Second}
+	}
+	dis := func(prefill int, goodput, putil float64) *job {
+		cfg := p.base
+		cfg.Mode, cfg.Prefill, cfg.Decode = cluster.Disaggregated, prefill, 4-prefill
+		return &job{name: fmt.Sprintf("%dP%dD disaggregated", prefill, 4-prefill), cfg: cfg,
+			rep: &cluster.Report{Results: results, PrefillUtil: putil}, sum: workload.Summary{Goodput: goodput}}
+	}
+	adv := adviceOn(results, &policy.Config{Disagg: r.slo().Disagg}, 4)
+	if !adv.Valid || adv.PrefillWorkers != 3 {
+		t.Fatalf("advice %+v, want 3 prefill workers", adv)
+	}
+	// The best split is the advised one: agrees.
+	a := r.analyticCheck([]*job{dis(1, 1, 0.9), dis(2, 2, 0.8), dis(3, 3, 0.7)}, nil)
+	if !a.Agrees || a.BestDisagg != "3P1D" || a.AtAdvice != 1 || a.Why != "" {
+		t.Errorf("agreeing: %+v", a)
+	}
+	// The best split is 1P3D and the advised 3P1D serves a third of it: differs, decode-bound.
+	a = r.analyticCheck([]*job{dis(1, 3, 0.9), dis(2, 2, 0.8), dis(3, 1, 0.7)}, nil)
+	if a.Agrees || a.BestDisagg != "1P3D" || math.Abs(a.AtAdvice-1.0/3) > 1e-9 || !strings.Contains(a.Why, "the decode pool") {
+		t.Errorf("differing: %+v", a)
+	}
+	// Within one worker counts as agreeing whatever the goodput.
+	a = r.analyticCheck([]*job{dis(1, 1, 0.9), dis(2, 3, 0.8), dis(3, 1, 0.7)}, nil)
+	if !a.Agrees {
+		t.Errorf("one worker apart: %+v", a)
+	}
+}
+
+// TestSweepAutoGrid: with --sweep-eff auto, stage 1 tries the fixed thresholds and the
+// quartiles of eff (the probe's effective ISL), each once, and the progress bar ends full.
+func TestSweepAutoGrid(t *testing.T) {
 	c := DefaultConfig()
 	c.Synthetic, c.Requests, c.Cluster = "llm-d-b2b", 120, "1P2D"
 	c.SweepRatio, c.SweepPrefillBusy = []float64{0.7}, nil
-	rep := runConfig(t, c, nil)
-	q, s := rep.Recommend.Quantile, rep.Recommend.Sweep
-	if s == nil || q.Goodput <= 0 || q.Goodput > s.Goodput {
-		t.Fatalf("quantile %+v, sweep %+v", q, s)
-	}
-	found := false
+	prog := &countProgress{}
+	rep := runConfig(t, c, prog)
+	tried := map[int64]bool{}
 	for _, r := range rep.Sweep {
-		if strings.Contains(r.Config, fmt.Sprintf(`"eff_isl_threshold":%d,`, q.EffISLThreshold)) && r.Summary.Goodput == q.Goodput {
-			found = true
+		var d struct {
+			T int64 `json:"eff_isl_threshold"`
+		}
+		if err := json.Unmarshal([]byte(r.Config), &d); err != nil {
+			t.Fatal(err)
+		}
+		tried[d.T] = true
+	}
+	for _, want := range []float64{512, 1024, 2048, 4096, rep.EffISL.P25, rep.EffISL.P50, rep.EffISL.P75} {
+		if !tried[int64(math.Round(want))] {
+			t.Errorf("the sweep did not try %v (tried %v)", want, tried)
 		}
 	}
-	if !found {
-		t.Fatalf("no sweep row at the rule's threshold %d with goodput %v", q.EffISLThreshold, q.Goodput)
-	}
-	var out bytes.Buffer
-	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "the p-quantile rule's threshold measured") {
-		t.Fatalf("text %v:\n%s", err, out.String())
+	if prog.done != prog.planned {
+		t.Errorf("progress %d of %d", prog.done, prog.planned)
 	}
 }
 
