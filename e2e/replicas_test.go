@@ -54,6 +54,9 @@ type replicaRun struct {
 	// simultaneous ListWorkers on replica A (the sampler's own skew), beside viewGap (A against B).
 	selfDiffer int
 	selfGap    float64
+	// viewEqual and selfEqual count the sampled (instant, decode worker) pairs whose A/B views,
+	// and whose two A views, were equal: a lag leaves most equal, an offset none.
+	viewEqual, selfEqual int
 	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
 	// really used (vllm:kv_cache_usage_perc × kvcap) and of the decode blocks booked on it,
 	// summed over the replicas; both as a multiple of the threshold.
@@ -190,7 +193,8 @@ func (r *replicaRun) String() string {
 		fmt.Fprintf(&b, "; replica A with itself at the same moment %d/%d (%.1f%%)", r.selfDiffer, r.samples, 100*float64(r.selfDiffer)/float64(max(r.samples, 1)))
 	}
 	if r.shared {
-		fmt.Fprintf(&b, "; booked view gap A/B %.3f, A/A %.3f of the threshold", r.viewGap, r.selfGap)
+		fmt.Fprintf(&b, "; booked view gap A/B %.3f, A/A %.3f of the threshold; views equal A/B %d, A/A %d of %d", r.viewGap, r.selfGap,
+			r.viewEqual, r.selfEqual, r.viewGapN)
 	}
 	fmt.Fprintf(&b, "; turn 2 local on decode %d/%d", r.turn2Local, r.turn2)
 	fmt.Fprintf(&b, "; peak decode KV / threshold %.0f blocks: actual", decodeBusyBlocks)
@@ -323,6 +327,12 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 					run.viewGap += math.Abs(v-views[1][w]) / decodeBusyBlocks
 					run.selfGap += math.Abs(v-self[w]) / decodeBusyBlocks
 					run.viewGapN++
+					if v == views[1][w] {
+						run.viewEqual++
+					}
+					if v == self[w] {
+						run.selfEqual++
+					}
 				}
 			}
 			run.scrapes++
@@ -435,9 +445,16 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 		run.received = counter("condisagg_bus_deltas_received_total")
 		run.qdrops = counter("condisagg_bus_deltas_dropped_total", `reason="queue_full"`)
 		sent, disc := counter("condisagg_bus_deltas_sent_total"), counter("condisagg_bus_deltas_dropped_total", `reason="disconnected"`)
+		// Peer bookings refused or expired would make the two views differ for longer than a
+		// delta's flight.
+		rejected := map[string][]float64{}
+		for _, r := range []string{"invalid", "unknown_worker", "full"} {
+			rejected[r] = counter("condisagg_peer_bookings_rejected_total", `reason="`+r+`"`)
+		}
+		expired := counter("condisagg_peer_bookings_expired_total")
 		for i := range s.Replicas {
-			run.busStats = append(run.busStats, fmt.Sprintf("sent %g, received %g, dropped: queue full %g, disconnected %g",
-				sent[i], run.received[i], run.qdrops[i], disc[i]))
+			run.busStats = append(run.busStats, fmt.Sprintf("sent %g, received %g, dropped: queue full %g, disconnected %g; peer bookings refused: invalid %g, unknown worker %g, full %g; expired %g",
+				sent[i], run.received[i], run.qdrops[i], disc[i], rejected["invalid"][i], rejected["unknown_worker"][i], rejected["full"][i], expired[i]))
 		}
 	}
 	for i := range s.Replicas {
