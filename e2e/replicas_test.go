@@ -97,6 +97,9 @@ type replicaRun struct {
 //     one replica both explains go to it: the baseline for state moving between two calls. A
 //     differing pair is explained again 250 ms later to tell a race from a lasting difference;
 //     each replica's KV event counters are logged to show whether their indexes could differ;
+//     with two replicas the body is also explained a second time on A at the same moment (A
+//     against A′: the within-process floor under the same load), and the sampler reads A's
+//     booked view twice beside B's (the two processes' offset against the sampler's own skew);
 //   - KV reuse: the share of turn-2 requests decided route=decode (prefilled locally on the
 //     decode worker that holds turn 1);
 //   - guard overshoot: every 20 ms, each decode worker's real KV usage (vllm-sim's
