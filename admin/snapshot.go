@@ -19,8 +19,16 @@ const (
 	DefaultSnapshotMaxBytes = 1 << 30
 )
 
+// SessionSource is what IndexSnapshot asks of a Router that keeps session bindings
+// (*route.Router): a Router without it sends none.
+type SessionSource interface {
+	SessionAffinity() bool
+	ExportSessions(maxBytes int) ([]byte, int)
+}
+
 // IndexSnapshot streams every served model's index snapshot (kvindex.Index.Export), one model
-// after the other, in chunks of at most SnapshotChunkBytes.
+// after the other, in chunks of at most SnapshotChunkBytes; asked for, the session bindings
+// follow (route's session snapshot, the most recently used within max_bytes).
 func (a *Service) IndexSnapshot(req *condisaggv1.IndexSnapshotRequest, stream condisaggv1.Admin_IndexSnapshotServer) error {
 	limit := DefaultSnapshotMaxBytes
 	if m := req.GetMaxBytes(); m > 0 && m < uint64(limit) {
@@ -38,20 +46,35 @@ func (a *Service) IndexSnapshot(req *condisaggv1.IndexSnapshotRequest, stream co
 		}
 		first := &condisaggv1.IndexSnapshotChunk{Model: m.Name, TotalBytes: uint64(len(data)),
 			Entries: int64(st.Entries), Workers: int64(st.Workers)}
-		for off := 0; ; off += SnapshotChunkBytes {
-			c := first
-			if off > 0 {
-				c = &condisaggv1.IndexSnapshotChunk{Model: m.Name}
-			}
-			end := min(off+SnapshotChunkBytes, len(data))
-			c.Data, c.ModelEnd = data[off:end], end == len(data)
-			if err := stream.Send(c); err != nil {
-				return fmt.Errorf("admin: send index snapshot of model %q: %w", m.Name, err)
-			}
-			if c.ModelEnd {
-				break
-			}
+		if err := sendChunks(stream, first, data); err != nil {
+			return fmt.Errorf("admin: send index snapshot of model %q: %w", m.Name, err)
+		}
+	}
+	if src, ok := a.opts.Router.(SessionSource); ok && req.GetSessions() && src.SessionAffinity() {
+		data, n := src.ExportSessions(limit)
+		first := &condisaggv1.IndexSnapshotChunk{Sessions: true, TotalBytes: uint64(len(data)), Entries: int64(n)}
+		if err := sendChunks(stream, first, data); err != nil {
+			return fmt.Errorf("admin: send session bindings: %w", err)
 		}
 	}
 	return nil
+}
+
+// sendChunks sends data in chunks of at most SnapshotChunkBytes, first (the header) carrying
+// the first, the last one marked model_end; later chunks copy first's model and sessions.
+func sendChunks(stream condisaggv1.Admin_IndexSnapshotServer, first *condisaggv1.IndexSnapshotChunk, data []byte) error {
+	for off := 0; ; off += SnapshotChunkBytes {
+		c := first
+		if off > 0 {
+			c = &condisaggv1.IndexSnapshotChunk{Model: first.Model, Sessions: first.Sessions}
+		}
+		end := min(off+SnapshotChunkBytes, len(data))
+		c.Data, c.ModelEnd = data[off:end], end == len(data)
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+		if c.ModelEnd {
+			return nil
+		}
+	}
 }

@@ -26,12 +26,25 @@ const (
 	DefaultLease         = 10 * time.Second
 	DefaultQueueSize     = 4096
 	DefaultReconnectWait = 250 * time.Millisecond
+	// DefaultResyncInterval is the least time between two re-sends of this replica's open
+	// bookings (README "Resync"): a fleet-wide reconnect, or a burst of joins, costs one resync
+	// now and at most one more an interval later.
+	DefaultResyncInterval = 500 * time.Millisecond
 )
 
 // maxHeartbeatBytes bounds the request ids of one heartbeat (well under NATS's default 1 MiB
 // max_payload); a replica with more open bookings sends a partial heartbeat, which renews but
 // drops nothing.
 const maxHeartbeatBytes = 256 << 10
+
+// Bounds of one resync: per model at most maxResyncBookings bookings, and at most
+// maxResyncBytes over all models (an 8k-token bypass is about 4 KiB, so 32 MiB is about 8,000
+// of them). What is left out is counted (dropped{reason="resync_limit"}); a peer then
+// undercounts those requests until they end, as before resyncs existed.
+const (
+	maxResyncBookings = 16384
+	maxResyncBytes    = 32 << 20
+)
 
 // Config is one bus connection. URL and Replica are required; zero values take the defaults.
 type Config struct {
@@ -47,6 +60,7 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	QueueSize                 int           // outgoing deltas waiting to be published; more are dropped
 	ReconnectWait             time.Duration // between reconnect attempts
+	ResyncInterval            time.Duration // least time between two re-sends of the open bookings
 	Metrics                   *Metrics      // required
 	Logger                    *slog.Logger  // default discards
 }
@@ -56,6 +70,7 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.QueueSize = cmp.Or(c.QueueSize, DefaultQueueSize)
 	c.ReconnectWait = cmp.Or(c.ReconnectWait, DefaultReconnectWait)
+	c.ResyncInterval = cmp.Or(c.ResyncInterval, DefaultResyncInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -78,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if c.Lease != 0 && (c.Lease < pool.MinPeerLease || c.Lease > pool.MaxPeerLease) {
 		errs = append(errs, fmt.Errorf("bookbus: lease: %s is outside [%s, %s]", c.Lease, pool.MinPeerLease, pool.MaxPeerLease))
+	}
+	if c.ResyncInterval < 0 || c.ResyncInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("bookbus: resync_interval: %s is outside [0, 1m] (0 = %s)", c.ResyncInterval, DefaultResyncInterval))
 	}
 	if c.QueueSize < 0 {
 		errs = append(errs, fmt.Errorf("bookbus: queue_size: %d must be >= 0", c.QueueSize))
@@ -111,6 +129,7 @@ type Pool interface {
 	ApplyPeer(pool.PeerDelta) (pool.PeerStats, error)
 	ExpirePeers() int
 	OpenBookings() []string
+	LocalBookings(max int) ([]pool.Booking, int)
 }
 
 // Bus shares this replica's bookings with its peers over NATS and applies theirs (doc.go).
@@ -121,6 +140,7 @@ type Bus struct {
 	incarnation uint64
 	out         chan []byte   // encoded deltas for the sender (bounded: Config.QueueSize)
 	up          chan struct{} // capacity 1: NATS (re)connected; Run confirms the subscription, then shares
+	join        chan struct{} // capacity 1: a peer said hello; Run re-sends the open bookings
 	connected   atomic.Bool
 	dupWarned   atomic.Bool
 
@@ -137,7 +157,7 @@ func New(cfg Config) (*Bus, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	b := &Bus{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, incarnation: binary.LittleEndian.Uint64(seed[:]),
-		out: make(chan []byte, cfg.QueueSize), up: make(chan struct{}, 1), models: map[string]Pool{}}
+		out: make(chan []byte, cfg.QueueSize), up: make(chan struct{}, 1), join: make(chan struct{}, 1), models: map[string]Pool{}}
 	b.m.Connected.Set(0)
 	return b, nil
 }
@@ -264,18 +284,22 @@ func (b *Bus) wake() {
 }
 
 // confirm marks the bus up once the server has processed this connection's subscription (a
-// flush is a round trip behind it), so that nothing a peer publishes after it is missed, and
-// sends a heartbeat at once.
-func (b *Bus) confirm(nc *nats.Conn) {
+// flush is a round trip behind it), so that nothing a peer publishes after it is missed, says
+// hello (the peers re-send their open bookings, which this replica may have missed) and sends
+// a heartbeat at once. It reports whether the bus just came up; the loop then re-sends this
+// replica's own open bookings, which the peers may have missed.
+func (b *Bus) confirm(nc *nats.Conn) bool {
 	if b.connected.Load() || !nc.IsConnected() {
-		return
+		return false
 	}
 	if err := nc.FlushTimeout(2 * time.Second); err != nil {
 		b.wake() // try again on the loop's next turn
-		return
+		return false
 	}
 	b.setConnected(true, "connected")
+	b.publish(nc, encode(nil, &message{replica: b.cfg.Replica, incarnation: b.incarnation, d: pool.PeerDelta{Kind: kindHello, Lease: b.cfg.Lease}}))
 	b.heartbeat(nc)
+	return true
 }
 
 func (b *Bus) setConnected(up bool, msg string, attrs ...any) {
@@ -291,10 +315,14 @@ func (b *Bus) setConnected(up bool, msg string, attrs ...any) {
 	b.log.Warn("booking bus "+msg+"; booking locally", append(attrs, "endpoint", Redact(b.cfg.URL))...)
 }
 
-// loop publishes queued deltas, heartbeats and expires leases until ctx ends.
+// loop publishes queued deltas, heartbeats, re-sends the open bookings when asked (at most
+// once per ResyncInterval) and expires leases until ctx ends.
 func (b *Bus) loop(ctx context.Context, nc *nats.Conn) {
 	t := time.NewTicker(b.cfg.Lease / 3)
 	defer t.Stop()
+	rs := resyncer{interval: b.cfg.ResyncInterval, timer: time.NewTimer(time.Hour)}
+	rs.timer.Stop()
+	defer rs.timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -302,7 +330,15 @@ func (b *Bus) loop(ctx context.Context, nc *nats.Conn) {
 		case buf := <-b.out:
 			b.publish(nc, buf)
 		case <-b.up:
-			b.confirm(nc)
+			if b.confirm(nc) && rs.ask("connect", time.Now()) {
+				b.resync(nc, "connect")
+			}
+		case <-b.join:
+			if rs.ask("peer_join", time.Now()) {
+				b.resync(nc, "peer_join")
+			}
+		case now := <-rs.timer.C:
+			b.resync(nc, rs.fire(now))
 		case <-t.C:
 			b.heartbeat(nc)
 			for _, p := range b.pools() {
@@ -312,12 +348,13 @@ func (b *Bus) loop(ctx context.Context, nc *nats.Conn) {
 	}
 }
 
-func (b *Bus) publish(nc *nats.Conn, buf []byte) {
+func (b *Bus) publish(nc *nats.Conn, buf []byte) bool {
 	if err := nc.Publish(b.cfg.Subject, buf); err != nil {
 		b.m.Dropped.WithLabelValues("publish_error").Inc()
-		return
+		return false
 	}
 	b.m.Sent.Inc()
+	return true
 }
 
 // heartbeat renews every open booking of each model at the peers, and lets them drop what
@@ -339,6 +376,69 @@ func (b *Bus) heartbeat(nc *nats.Conn) {
 			d: pool.PeerDelta{Kind: pool.PeerRenew, Lease: b.cfg.Lease, Open: open, Complete: len(open) == len(ids)}}
 		b.publish(nc, encode(nil, &m))
 	}
+}
+
+// resyncer rate-limits resyncs: one at once when the last is an interval old, otherwise one
+// when the interval ends, whatever number of asks came meanwhile (they coalesce). Owned by
+// the loop's goroutine.
+type resyncer struct {
+	interval time.Duration
+	timer    *time.Timer
+	last     time.Time
+	armed    string // the trigger of the resync the timer will run ("" : none)
+}
+
+// ask reports whether to resync now; otherwise it arms the timer (once).
+func (r *resyncer) ask(trigger string, now time.Time) bool {
+	if r.armed != "" {
+		return false
+	}
+	if wait := r.interval - now.Sub(r.last); !r.last.IsZero() && wait > 0 {
+		r.armed = trigger
+		r.timer.Reset(wait)
+		return false
+	}
+	r.last = now
+	return true
+}
+
+// fire is the armed resync's trigger, when its timer ran out.
+func (r *resyncer) fire(now time.Time) string {
+	t := r.armed
+	r.armed, r.last = "", now
+	return t
+}
+
+// resync re-sends this replica's open bookings to the peers as PeerBook deltas, as they stand
+// now (README "Resync"). It runs on the loop's goroutine, so it is ordered with the queued
+// deltas: a booking it sends was open when it was read, and the release that ends it is
+// queued after. A peer that holds a booking already renews it; the bounds (maxResyncBookings,
+// maxResyncBytes) leave the rest out and count them.
+func (b *Bus) resync(nc *nats.Conn, trigger string) {
+	if !b.connected.Load() {
+		return // the reconnect resyncs
+	}
+	budget, sent := maxResyncBytes, 0
+	for model, p := range b.pools() {
+		bs, open := p.LocalBookings(maxResyncBookings)
+		n := 0
+		for i := range bs {
+			m := message{replica: b.cfg.Replica, incarnation: b.incarnation, model: model,
+				d: pool.PeerDelta{Kind: pool.PeerBook, RequestID: bs[i].RequestID, Booking: bs[i], Lease: b.cfg.Lease}}
+			buf := encode(make([]byte, 0, 64+8*len(bs[i].Keys)), &m)
+			if budget -= len(buf); budget < 0 || !b.publish(nc, buf) {
+				break
+			}
+			n++
+		}
+		sent += n
+		if left := open - n; left > 0 {
+			b.m.Dropped.WithLabelValues("resync_limit").Add(float64(left))
+		}
+	}
+	b.m.Resyncs.WithLabelValues(trigger).Inc()
+	b.m.ResyncBookings.Add(float64(sent))
+	b.log.Debug("booking bus resync", "trigger", trigger, "bookings", sent)
 }
 
 // goodbye tells the peers this replica is gone, so they drop its bookings at once.
@@ -378,6 +478,14 @@ func (b *Bus) receive(msg *nats.Msg) {
 		}
 		if m.incarnation != b.incarnation {
 			b.m.Dropped.WithLabelValues("duplicate_replica").Inc()
+		}
+		return
+	}
+	if m.d.Kind == kindHello {
+		b.m.Joins.Inc()
+		select { // the loop re-sends the open bookings (rate-limited)
+		case b.join <- struct{}{}:
+		default:
 		}
 		return
 	}

@@ -13,7 +13,9 @@
 //     and counts it (condisagg_bus_deltas_dropped_total{reason}); leases and heartbeats heal
 //     what a peer missed, on the receiver's clock.
 //   - Losing the bus degrades to local booking (condisagg_bus_connected 0); NATS reconnects
-//     forever and a heartbeat goes out at once on reconnect.
+//     forever, and on every (re)connect a replica says hello, heartbeats and re-sends its open
+//     bookings; every peer that hears the hello re-sends its own (a resync, at most one per
+//     ResyncInterval, bounded), so a joiner or a reconnected replica counts what it missed.
 //   - Credentials (a token, a user and password, client certificates) never appear in a URL
 //     or a log line.
 //

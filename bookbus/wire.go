@@ -21,10 +21,18 @@ import (
 //	release(_prefill): str request
 //	renew:           u8 complete | uvarint n | n × str request
 //	gone:            (empty)
+//	hello (16):      (empty; model is "")
+//
+// Hello is the bus's own kind, not a pool delta: a replica that (re)connected asks its peers to
+// re-send their open bookings (README "Resync"). A replica older than it refuses it as a
+// decode error and answers nothing; the other kinds are unchanged, so version stays 1.
 //
 // Keys are the chained block keys of the prompt (8 bytes each, incompressible hashes): they
 // make a peer's bypass share prefixes with local ones exactly as a local booking does.
 const wireVersion = 1
+
+// kindHello is the hello message's kind byte, outside pool.PeerKind's 1-5.
+const kindHello pool.PeerKind = 16
 
 // Bounds of a decoded message; each is far above what a sane peer sends and keeps a hostile or
 // corrupt one from making the decoder allocate more than its input's size.
@@ -130,10 +138,10 @@ func decode(b []byte) (message, error) {
 				m.d.Open = append(m.d.Open, r.str("open"))
 			}
 		}
-	case pool.PeerGone:
+	case pool.PeerGone, kindHello:
 	default:
 		if r.err == nil {
-			return m, fmt.Errorf("bookbus: decode: kind %d is not a delta kind (1-5)", m.d.Kind)
+			return m, fmt.Errorf("bookbus: decode: kind %d is not a delta kind (1-5) or hello (16)", m.d.Kind)
 		}
 	}
 	if r.err == nil && len(r.b) != 0 {

@@ -21,6 +21,7 @@ func wireSamples() []message {
 		{replica: "r", d: pool.PeerDelta{Kind: pool.PeerRenew, Lease: 3 * time.Second, Open: []string{"a", "b", ""}, Complete: true}},
 		{replica: "r", d: pool.PeerDelta{Kind: pool.PeerRenew, Lease: 3 * time.Second}},
 		{replica: "r", d: pool.PeerDelta{Kind: pool.PeerGone, Lease: time.Second}},
+		{replica: "r", incarnation: 5, d: pool.PeerDelta{Kind: kindHello, Lease: time.Second}},
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -46,6 +47,16 @@ type replicaRun struct {
 	// overlaps: their KV indexes differed at that moment, whatever the bookings.
 	differIndex int
 	diffs       []string
+	// With two replicas, the same body is also explained a second time on replica A at the
+	// same moment (A against A'): the within-process floor under this very load, to tell a
+	// difference between the replicas' states from the noise of two calls on a loaded machine.
+	// selfDiffer counts the A/A' pairs that differ. selfGap is the booked-view gap of two
+	// simultaneous ListWorkers on replica A (the sampler's own skew), beside viewGap (A against B).
+	selfDiffer int
+	selfGap    float64
+	// viewEqual and selfEqual count the sampled (instant, decode worker) pairs whose A/B views,
+	// and whose two A views, were equal: a lag leaves most equal, an offset none.
+	viewEqual, selfEqual int
 	// Decode-busy guard: peaks over the run, per decode worker, of the KV blocks the worker
 	// really used (vllm:kv_cache_usage_perc × kvcap) and of the decode blocks booked on it,
 	// summed over the replicas; both as a multiple of the threshold.
@@ -86,6 +97,9 @@ type replicaRun struct {
 //     one replica both explains go to it: the baseline for state moving between two calls. A
 //     differing pair is explained again 250 ms later to tell a race from a lasting difference;
 //     each replica's KV event counters are logged to show whether their indexes could differ;
+//     with two replicas the body is also explained a second time on A at the same moment (A
+//     against A′: the within-process floor under the same load), and the sampler reads A's
+//     booked view twice beside B's (the two processes' offset against the sampler's own skew);
 //   - KV reuse: the share of turn-2 requests decided route=decode (prefilled locally on the
 //     decode worker that holds turn 1);
 //   - guard overshoot: every 20 ms, each decode worker's real KV usage (vllm-sim's
@@ -178,6 +192,13 @@ func (r *replicaRun) String() string {
 	}
 	fmt.Fprintf(&b, "; disagreement %d/%d (%.1f%%; %d with different overlaps), still after %v: %d", r.differ, r.samples,
 		100*float64(r.differ)/float64(max(r.samples, 1)), r.differIndex, settleDelay, r.persist)
+	if r.replicas > 1 {
+		fmt.Fprintf(&b, "; replica A with itself at the same moment %d/%d (%.1f%%)", r.selfDiffer, r.samples, 100*float64(r.selfDiffer)/float64(max(r.samples, 1)))
+	}
+	if r.shared {
+		fmt.Fprintf(&b, "; booked view gap A/B %.3f, A/A %.3f of the threshold; views equal A/B %d, A/A %d of %d", r.viewGap, r.selfGap,
+			r.viewEqual, r.selfEqual, r.viewGapN)
+	}
 	fmt.Fprintf(&b, "; turn 2 local on decode %d/%d", r.turn2Local, r.turn2)
 	fmt.Fprintf(&b, "; peak decode KV / threshold %.0f blocks: actual", decodeBusyBlocks)
 	for _, w := range []string{"decode-0", "decode-1"} {
@@ -255,6 +276,23 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 			booked := map[string]float64{}
 			views := make([]map[string]float64, len(admins))
 			var wg sync.WaitGroup
+			var self map[string]float64 // replica A again, at the same moment
+			if shared {
+				wg.Go(func() {
+					ws, err := a.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					self = map[string]float64{}
+					for _, w := range ws.Workers {
+						if w.Role == string(Decode) {
+							self[w.Name] = float64(w.ActiveDecodeBlocks)
+						}
+					}
+				})
+			}
 			for i, ac := range admins {
 				wg.Go(func() {
 					ws, err := ac.ListWorkers(ctx, &condisaggv1.ListWorkersRequest{})
@@ -287,10 +325,17 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 			}
 			wg.Wait()
 			mu.Lock()
-			if shared && len(views) == 2 && views[0] != nil && views[1] != nil {
+			if shared && len(views) == 2 && views[0] != nil && views[1] != nil && self != nil {
 				for w, v := range views[0] {
 					run.viewGap += math.Abs(v-views[1][w]) / decodeBusyBlocks
+					run.selfGap += math.Abs(v-self[w]) / decodeBusyBlocks
 					run.viewGapN++
+					if v == views[1][w] {
+						run.viewEqual++
+					}
+					if v == self[w] {
+						run.selfEqual++
+					}
 				}
 			}
 			run.scrapes++
@@ -336,12 +381,12 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 				}
 				body := ChatBody(nextTurn(msgs, r1.text, c.nextSeed(), 30), replicaMaxTokens)
 				if n%replicaSampleEvery == 0 {
-					ea, eb, err := explainPair(a, b, explain, body)
+					ea, eb, eself, err := explainPair(a, b, replicas > 1, explain, body)
 					if err == nil {
 						d := differs(ea, eb)
 						if d {
 							time.Sleep(settleDelay)
-							if xa, xb, err := explainPair(a, b, explain, body); err == nil && differs(xa, xb) {
+							if xa, xb, _, err := explainPair(a, b, false, explain, body); err == nil && differs(xa, xb) {
 								mu.Lock()
 								run.persist++
 								mu.Unlock()
@@ -349,6 +394,9 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 						}
 						mu.Lock()
 						run.samples++
+						if eself != nil && differs(ea, eself) {
+							run.selfDiffer++
+						}
 						if d {
 							run.differ++
 							if overlapsText(ea) != overlapsText(eb) {
@@ -392,6 +440,7 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 	if shared {
 		if run.viewGapN > 0 {
 			run.viewGap /= float64(run.viewGapN)
+			run.selfGap /= float64(run.viewGapN)
 		}
 		end := time.Now()
 		run.settledErr = Poll(ctx, func() error { return bookingsZero(ctx, s, admins) })
@@ -399,9 +448,16 @@ func runReplicaLoad(t *testing.T, replicas int, shared bool) *replicaRun {
 		run.received = counter("condisagg_bus_deltas_received_total")
 		run.qdrops = counter("condisagg_bus_deltas_dropped_total", `reason="queue_full"`)
 		sent, disc := counter("condisagg_bus_deltas_sent_total"), counter("condisagg_bus_deltas_dropped_total", `reason="disconnected"`)
+		// Peer bookings refused or expired would make the two views differ for longer than a
+		// delta's flight.
+		rejected := map[string][]float64{}
+		for _, r := range []string{"invalid", "unknown_worker", "full"} {
+			rejected[r] = counter("condisagg_peer_bookings_rejected_total", `reason="`+r+`"`)
+		}
+		expired := counter("condisagg_peer_bookings_expired_total")
 		for i := range s.Replicas {
-			run.busStats = append(run.busStats, fmt.Sprintf("sent %g, received %g, dropped: queue full %g, disconnected %g",
-				sent[i], run.received[i], run.qdrops[i], disc[i]))
+			run.busStats = append(run.busStats, fmt.Sprintf("sent %g, received %g, dropped: queue full %g, disconnected %g; peer bookings refused: invalid %g, unknown worker %g, full %g; expired %g",
+				sent[i], run.received[i], run.qdrops[i], disc[i], rejected["invalid"][i], rejected["unknown_worker"][i], rejected["full"][i], expired[i]))
 		}
 	}
 	for i := range s.Replicas {
@@ -434,18 +490,22 @@ func bookingsZero(ctx context.Context, s *Stack, admins []condisaggv1.AdminClien
 	return nil
 }
 
-// explainPair explains body on a and b at the same moment.
-func explainPair(a, b condisaggv1.AdminClient, explain func(condisaggv1.AdminClient, []byte) (*condisaggv1.ExplainResponse, error),
-	body []byte) (ea, eb *condisaggv1.ExplainResponse, err error) {
-	var erra, errb error
+// explainPair explains body on a and b at the same moment, and with self on a a second time
+// (eself) at that moment too.
+func explainPair(a, b condisaggv1.AdminClient, self bool, explain func(condisaggv1.AdminClient, []byte) (*condisaggv1.ExplainResponse, error),
+	body []byte) (ea, eb, eself *condisaggv1.ExplainResponse, err error) {
+	var erra, errb, errs error
 	var wg sync.WaitGroup
 	wg.Go(func() { ea, erra = explain(a, body) })
 	wg.Go(func() { eb, errb = explain(b, body) })
-	wg.Wait()
-	if erra != nil {
-		return nil, nil, erra
+	if self {
+		wg.Go(func() { eself, errs = explain(a, body) })
 	}
-	return ea, eb, errb
+	wg.Wait()
+	if err := errors.Join(erra, errb, errs); err != nil {
+		return nil, nil, nil, err
+	}
+	return ea, eb, eself, nil
 }
 
 // overlapsText is the per-worker GPU prefix overlap an explain saw, e.g. "decode-0:34 ".

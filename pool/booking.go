@@ -43,6 +43,8 @@ type Booking struct {
 // record is an open booking; guarded by Pool.mu.
 type record struct {
 	at            time.Time
+	mode          Mode // with isl, lets LocalBookings give the booking back (a bus resync)
+	isl           int
 	d, p          *worker  // p nil for bypass
 	keys          []uint64 // referenced on d
 	unique        int64    // unique blocks on d
@@ -94,7 +96,7 @@ func (p *Pool) recordLocked(b Booking, now time.Time, lookup lookupFunc, guard b
 	if err != nil {
 		return nil, err
 	}
-	r := &record{at: now, d: d, prefillTokens: b.PrefillTokens}
+	r := &record{at: now, mode: b.Mode, isl: b.ISL, d: d, prefillTokens: b.PrefillTokens}
 	bs := int64(p.cfg.BlockSize)
 	switch b.Mode {
 	case ModeBypass, ModePrefillLocal:

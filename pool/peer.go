@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -126,8 +127,11 @@ func (p *Pool) peerBookLocked(d PeerDelta, expires time.Time) (PeerStats, error)
 		p.m.PeerRejected.WithLabelValues("invalid").Inc()
 		return PeerStats{}, fmt.Errorf("pool: peer book replica=%s: %w", d.Replica, err)
 	}
-	if r, ok := p.peers[k]; ok { // a duplicate: renew only
+	if r, ok := p.peers[k]; ok { // a duplicate (a resync): renew, and follow a prefill release it missed
 		r.expires = expires
+		if b.PrefillTokens == 0 && r.prefillOn != nil {
+			p.releasePrefillLocked(&r.record)
+		}
 		return PeerStats{Renewed: 1}, nil
 	}
 	if _, ok := p.released[k]; ok { // its release came first
@@ -246,6 +250,36 @@ func (p *Pool) OpenBookings() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// LocalBookings returns up to max of this replica's own open bookings as they stand now (a
+// released prefill entry has PrefillTokens 0; Keys are copies; Guard is empty), and how many
+// are open. The bus re-sends them to its peers after a (re)connect or a peer's join, as
+// PeerBook deltas: a peer that holds one already only renews it (and drops a prefill entry
+// it missed the release of).
+func (p *Pool) LocalBookings(max int) ([]Booking, int) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]Booking, 0, min(max, len(p.bookings)))
+	for id, r := range p.bookings {
+		if len(out) >= max {
+			break
+		}
+		b := Booking{RequestID: id, Mode: r.mode, ISL: r.isl, Keys: slices.Clone(r.keys)}
+		switch r.mode {
+		case ModePrefillLocal:
+			b.Prefill = r.d.id
+		case ModeRemote:
+			b.Decode, b.Prefill = r.d.id, r.p.id
+		default:
+			b.Decode = r.d.id
+		}
+		if r.prefillOn != nil {
+			b.PrefillTokens = r.prefillTokens
+		}
+		out = append(out, b)
+	}
+	return out, len(p.bookings)
 }
 
 // knownLocked resolves a peer booking's worker: any discovered worker of the role, healthy or

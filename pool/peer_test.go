@@ -67,6 +67,11 @@ func TestPeerBookings(t *testing.T) {
 			{d: peerRel("b", "r1", PeerRelease), want: map[string]load{"d0": {0, 2, 1}, "p0": {32, 0, 1}}, peers: 1},
 			{d: peerRel("b", "r1", PeerReleasePrefill), want: map[string]load{"d0": {0, 2, 1}, "p0": {32, 0, 1}}, peers: 1},
 		}},
+		{"P3", "resync_without_prefill_drops_the_entry_whose_release_was_lost", []step{
+			{d: peerBook("b", remote("r1", 32, 32), lease)},
+			// The bus's resync re-sends the booking as it stands: its prefill entry released.
+			{d: peerBook("b", remote("r1", 32, 0), lease), want: map[string]load{"d0": {0, 2, 1}, "p0": {0, 0, 1}}, peers: 1},
+		}},
 		{"P4", "release_before_book_holds_nothing", []step{
 			{d: peerRel("b", "r1", PeerRelease)},
 			{d: peerBook("b", remote("r1", 32, 32), lease), want: map[string]load{"d0": {}, "p0": {}}, peers: 0},
@@ -143,6 +148,41 @@ func TestPeerBookings(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestLocalBookingsRebuildTheLoad: a peer that applies LocalBookings as PeerBook deltas (the
+// bus's resync) holds exactly the load the bookings put on their own pool, prefill releases
+// included, and the list is bounded by max.
+func TestLocalBookingsRebuildTheLoad(t *testing.T) {
+	src, dst := newFixture(t, basic()), newFixture(t, basic())
+	for _, b := range []Booking{
+		{RequestID: "by", Mode: ModeBypass, Decode: "d0", Keys: keys(1, 10), ISL: 170, PrefillTokens: 90},
+		{RequestID: "by2", Mode: ModeBypass, Decode: "d0", Keys: keys(1, 6), ISL: 96, PrefillTokens: 16},
+		{RequestID: "re", Mode: ModeRemote, Decode: "d0", Prefill: "p0", ISL: 170, PrefillTokens: 120},
+		{RequestID: "re2", Mode: ModeRemote, Decode: "d0", Prefill: "p0", ISL: 40, PrefillTokens: 40},
+		{RequestID: "pl", Mode: ModePrefillLocal, Prefill: "p0", Keys: keys(7, 3), ISL: 50, PrefillTokens: 50},
+	} {
+		must(t, src.p.Book(b))
+	}
+	src.p.ReleasePrefill("re2")
+	src.p.ReleasePrefill("by2")
+	bs, open := src.p.LocalBookings(100)
+	if open != 5 || len(bs) != 5 {
+		t.Fatalf("LocalBookings: %d of %d, want 5 of 5", len(bs), open)
+	}
+	for _, b := range bs {
+		if _, err := dst.p.ApplyPeer(peerBook("a", b, time.Minute)); err != nil {
+			t.Fatalf("ApplyPeer %+v: %v", b, err)
+		}
+	}
+	for _, id := range []string{"d0", "p0"} {
+		if got, want := dst.load(t, id), src.load(t, id); got != want {
+			t.Errorf("%s: the peer holds %+v, the booking pool %+v", id, got, want)
+		}
+	}
+	if bs, open := src.p.LocalBookings(2); len(bs) != 2 || open != 5 {
+		t.Errorf("LocalBookings(2): %d of %d, want 2 of 5", len(bs), open)
+	}
+}
 
 // TestPeerLoadTripsTheGuard: the decode-busy guard's commit-time re-check sees peer bookings
 // (the reason they exist: two replicas that each book half the load must not both admit).

@@ -103,7 +103,8 @@ type service struct {
 	kube   kubernetes.Interface
 	kubeNS string
 	// warm is the peer's index fetched before build (replicas.warm_from); nil without it.
-	warm *warmStart
+	warm        *warmStart
+	warmMetrics *warmMetrics // registered by reportWarm
 }
 
 // Run is `condisagg serve`: it parses the flags, validates the configuration and serves until
@@ -249,6 +250,7 @@ func (s *service) build(ctx context.Context, cfg *config.Config, toks []*tokeniz
 	if s.router, err = route.New(ropts); err != nil {
 		return err
 	}
+	s.importWarmSessions(cfg.Session.Affinity)
 	if s.recent, err = decisionlog.NewRecent(decisionlog.RecentOptions{}); err != nil {
 		return err
 	}

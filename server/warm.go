@@ -21,14 +21,28 @@ import (
 // engine stream, the batch it ends at (kvindex.Position), and each stream then resumes right
 // after that batch (kvevents Stream.Resume) instead of warming up from seq 0. Any failure (the
 // peer down or refusing, a snapshot too large or damaged, another block size) leaves that
-// model's index empty: the replica starts cold, as without warm_from, and says why.
+// model's index empty: the replica starts cold, as without warm_from, and says why. With
+// session.affinity the peer's session bindings come along (after the indexes) and are imported
+// into the new router before it decides anything; a peer that sends none (affinity off there,
+// or a router older than them) or a damaged copy leaves the table empty, and the log says so.
 
 // warmStart is the outcome of fetching the peer's snapshots.
 type warmStart struct {
 	peer    string
 	started time.Time
 	snaps   map[string][]byte // by model name
-	err     error             // the fetch failed: every model starts cold
+	// sessions is the peer's session snapshot (route.Router.ExportSessions); hasSessions says
+	// the peer sent one.
+	sessions    []byte
+	hasSessions bool
+	err         error // the fetch failed: every model starts cold
+}
+
+// snapshots is what the peer's IndexSnapshot stream held.
+type snapshots struct {
+	models      map[string][]byte // by model name
+	sessions    []byte
+	hasSessions bool
 }
 
 // fetchWarm asks the peer of cfg.Replicas for every model's snapshot, bounded by warm_timeout
@@ -41,22 +55,25 @@ func fetchWarm(ctx context.Context, cfg *config.Config) *warmStart {
 	w := &warmStart{peer: r.WarmFrom, started: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, r.WarmTimeout)
 	defer cancel()
-	w.snaps, w.err = fetchSnapshots(ctx, r.WarmFrom, adminclient.Options{
-		TokenFile: cmp.Or(r.WarmTokenFile, cfg.AdminTokenFile), TLS: r.WarmTLS, CAFile: r.WarmCAFile}, r.WarmMaxBytes)
+	snaps, err := fetchSnapshots(ctx, r.WarmFrom, adminclient.Options{
+		TokenFile: cmp.Or(r.WarmTokenFile, cfg.AdminTokenFile), TLS: r.WarmTLS, CAFile: r.WarmCAFile}, r.WarmMaxBytes, cfg.Session.Affinity)
+	w.snaps, w.sessions, w.hasSessions, w.err = snaps.models, snaps.sessions, snaps.hasSessions, err
 	return w
 }
 
-// fetchSnapshots reads the IndexSnapshot stream of the peer at addr into one buffer per model,
-// refusing a model's snapshot past maxBytes before buffering it.
-func fetchSnapshots(ctx context.Context, addr string, o adminclient.Options, maxBytes int64) (map[string][]byte, error) {
+// fetchSnapshots reads the IndexSnapshot stream of the peer at addr into one buffer per model
+// (and one for the session bindings, asked for with sessions), refusing any of them past
+// maxBytes before buffering it.
+func fetchSnapshots(ctx context.Context, addr string, o adminclient.Options, maxBytes int64, sessions bool) (snapshots, error) {
+	var out snapshots
 	client, conn, err := adminclient.Dial(addr, o)
 	if err != nil {
-		return nil, fmt.Errorf("replicas.warm_from %s: %w", addr, err)
+		return out, fmt.Errorf("replicas.warm_from %s: %w", addr, err)
 	}
 	defer conn.Close()
-	stream, err := client.IndexSnapshot(ctx, &condisaggv1.IndexSnapshotRequest{MaxBytes: uint64(maxBytes)})
+	stream, err := client.IndexSnapshot(ctx, &condisaggv1.IndexSnapshotRequest{MaxBytes: uint64(maxBytes), Sessions: sessions})
 	if err != nil {
-		return nil, fmt.Errorf("replicas.warm_from %s: index snapshot: %w", addr, err)
+		return out, fmt.Errorf("replicas.warm_from %s: index snapshot: %w", addr, err)
 	}
 	snaps := map[string][]byte{}
 	var cur []byte
@@ -67,36 +84,47 @@ func fetchSnapshots(ctx context.Context, addr string, o adminclient.Options, max
 		if errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("replicas.warm_from %s: index snapshot: %w", addr, err)
+			return out, fmt.Errorf("replicas.warm_from %s: index snapshot: %w", addr, err)
+		}
+		what := fmt.Sprintf("model %q snapshot", c.GetModel())
+		if c.GetSessions() {
+			what = "session bindings"
 		}
 		if !open {
 			if want = c.GetTotalBytes(); want > uint64(maxBytes) {
-				return nil, fmt.Errorf("replicas.warm_from %s: model %q snapshot of %d bytes exceeds replicas.warm_max_bytes %d", addr, c.GetModel(), want, maxBytes)
+				return out, fmt.Errorf("replicas.warm_from %s: %s of %d bytes exceeds replicas.warm_max_bytes %d", addr, what, want, maxBytes)
 			}
 			cur, open = make([]byte, 0, want), true
 		}
 		if uint64(len(cur)+len(c.GetData())) > want {
-			return nil, fmt.Errorf("replicas.warm_from %s: model %q snapshot longer than its announced %d bytes", addr, c.GetModel(), want)
+			return out, fmt.Errorf("replicas.warm_from %s: %s longer than its announced %d bytes", addr, what, want)
 		}
 		cur = append(cur, c.GetData()...)
 		if c.GetModelEnd() {
 			if uint64(len(cur)) != want {
-				return nil, fmt.Errorf("replicas.warm_from %s: model %q snapshot ended at %d of %d bytes", addr, c.GetModel(), len(cur), want)
+				return out, fmt.Errorf("replicas.warm_from %s: %s ended at %d of %d bytes", addr, what, len(cur), want)
 			}
-			snaps[c.GetModel()], open = cur, false
+			if c.GetSessions() {
+				out.sessions, out.hasSessions = cur, true
+			} else {
+				snaps[c.GetModel()] = cur
+			}
+			open = false
 		}
 	}
 	if open {
-		return nil, fmt.Errorf("replicas.warm_from %s: the snapshot stream ended inside a model", addr)
+		return out, fmt.Errorf("replicas.warm_from %s: the snapshot stream ended inside a model", addr)
 	}
-	return snaps, nil
+	out.models = snaps
+	return out, nil
 }
 
 // warmMetrics report the warm start: whether it was warm, what it copied and how long it took.
 type warmMetrics struct {
-	warm    prometheus.Gauge
-	blocks  prometheus.Gauge
-	seconds prometheus.Gauge
+	warm     prometheus.Gauge
+	blocks   prometheus.Gauge
+	seconds  prometheus.Gauge
+	sessions prometheus.Gauge
 }
 
 func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
@@ -107,8 +135,10 @@ func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
 			Help: "Index entries (engine blocks over all workers and media) copied from the peer at start."}),
 		seconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_warm_start_seconds",
 			Help: "Time to warm: from asking the peer to the copied index being in place (0 when cold)."}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "condisagg_warm_start_sessions",
+			Help: "Session bindings copied from the peer at start (session.affinity)."}),
 	}
-	reg.MustRegister(m.warm, m.blocks, m.seconds)
+	reg.MustRegister(m.warm, m.blocks, m.seconds, m.sessions)
 	return m
 }
 
@@ -135,6 +165,7 @@ func (s *service) importWarm(m *servedModel) (int, bool) {
 // reportWarm logs and exports the warm start's outcome once every model was built.
 func (s *service) reportWarm(warmModels, blocks int) {
 	wm := newWarmMetrics(s.reg)
+	s.warmMetrics = wm
 	w := s.warm
 	switch {
 	case w == nil:
@@ -151,4 +182,24 @@ func (s *service) reportWarm(warmModels, blocks int) {
 	}
 	s.log.Info("warm start from peer", "endpoint", w.peer, "models", warmModels, "blocks", blocks,
 		"seconds", took.Seconds(), slog.Bool("complete", warmModels == len(s.models)))
+}
+
+// importWarmSessions loads the peer's session bindings into the new router, before it decides
+// anything (session.affinity only).
+func (s *service) importWarmSessions(affinity bool) {
+	w := s.warm
+	if w == nil || w.err != nil || !affinity {
+		return
+	}
+	if !w.hasSessions {
+		s.log.Warn("warm start: the peer sent no session bindings (its session.affinity is off, or it predates them); sessions start empty", "endpoint", w.peer)
+		return
+	}
+	n, err := s.router.ImportSessions(w.sessions)
+	if err != nil {
+		s.log.Warn("warm start: the peer's session bindings cannot be imported; sessions start empty", "endpoint", w.peer, "err", err)
+		return
+	}
+	s.warmMetrics.sessions.Set(float64(n))
+	s.log.Info("warm start: session bindings copied from peer", "endpoint", w.peer, "sessions", n)
 }

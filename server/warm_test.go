@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/condisagg/condisagg/internal/repo"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
 	"github.com/condisagg/condisagg/route"
 )
 
@@ -107,13 +110,16 @@ func TestWarmStartFetch(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	snaps, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: tokenFile}, 1<<30)
+	snaps, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: tokenFile}, 1<<30, true)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if snaps.hasSessions {
+		t.Error("a peer that keeps no sessions sent session bindings")
+	}
 	fetched := time.Since(start)
 	ix, _ := kvindex.New(kvindex.Config{BlockSize: 16})
-	st, err := ix.Import(snaps[""])
+	st, err := ix.Import(snaps.models[""])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,17 +146,102 @@ func TestWarmStartFetch(t *testing.T) {
 	}
 
 	bad := repo.WriteFile(t, dir, "bad", "another-token-0123456789")
-	if _, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: bad}, 1<<30); status.Code(unwrapStatus(err)) != codes.Unauthenticated {
+	if _, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: bad}, 1<<30, false); status.Code(unwrapStatus(err)) != codes.Unauthenticated {
 		t.Errorf("wrong token: %v", err)
 	}
-	if _, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: tokenFile}, 1<<20); err == nil || !strings.Contains(err.Error(), "larger than max_bytes") {
+	if _, err := fetchSnapshots(ctx, addr, adminclient.Options{TokenFile: tokenFile}, 1<<20, false); err == nil || !strings.Contains(err.Error(), "larger than max_bytes") {
 		t.Errorf("warm_max_bytes 1 MiB: %v", err)
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	down := ln.Addr().String()
 	ln.Close()
-	if _, err := fetchSnapshots(ctx, down, adminclient.Options{}, 1<<30); err == nil || !strings.Contains(err.Error(), "replicas.warm_from "+down) {
+	if _, err := fetchSnapshots(ctx, down, adminclient.Options{}, 1<<30, false); err == nil || !strings.Contains(err.Error(), "replicas.warm_from "+down) {
 		t.Errorf("peer down: %v", err)
+	}
+}
+
+// sessionRouter is a real router with session affinity over three decode workers, a prefill
+// worker and an empty index, on the clock now.
+func sessionRouter(t *testing.T, now func() time.Time) *route.Router {
+	t.Helper()
+	ws := []pool.WorkerConfig{{Name: "p0", Role: pool.RolePrefill, Endpoint: "10.0.1.1:8000", MaxNumBatchedTokens: 8192}}
+	for i := range 3 {
+		ws = append(ws, pool.WorkerConfig{Name: fmt.Sprintf("d%d", i), Role: pool.RoleDecode, Endpoint: fmt.Sprintf("10.0.2.%d:8000", i+1), NumGPUBlocks: 10000})
+	}
+	p, err := pool.New(pool.Config{Workers: ws, BlockSize: 16}, pool.Options{Metrics: pool.NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := kvindex.New(kvindex.Config{BlockSize: 16})
+	cfg := policy.DefaultConfig()
+	cfg.Enabled, cfg.DisaggGiven, cfg.KVEvents, cfg.DistinctPools = true, true, true, true
+	r, err := route.New(route.Options{Index: ix, Pool: p, Policy: &cfg, Now: now, Seed: 3, Sessions: route.SessionConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestWarmStartCopiesSessions: over the real Admin gRPC, a warm start asked for sessions gets
+// the peer router's bindings after its index, and the router that imports them sends each
+// session's follow-up to the worker the peer would; one that was not asked gets none.
+func TestWarmStartCopiesSessions(t *testing.T) {
+	ctx := context.Background()
+	peerNow := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	peer := sessionRouter(t, func() time.Time { return peerNow })
+	tokens := func(i, n int) []uint32 {
+		out := make([]uint32, n)
+		for j := range out {
+			out[j] = uint32(1000*i + j)
+		}
+		return out
+	}
+	const sessions = 12
+	for i := range sessions {
+		out, err := peer.Decide(ctx, &route.Request{Tokens: tokens(i, 300+16*i), Session: fmt.Sprintf("s%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Ticket.Cancel()
+	}
+	svc, err := admin.New(admin.Options{Router: peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := admin.NewServer(svc, admin.ServerOptions{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(ln) }()
+	t.Cleanup(func() { g.Stop(); <-done })
+
+	snaps, err := fetchSnapshots(ctx, ln.Addr().String(), adminclient.Options{}, 1<<30, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snaps.hasSessions || len(snaps.models[""]) == 0 {
+		t.Fatalf("asked for sessions: got sessions %v, index %d bytes", snaps.hasSessions, len(snaps.models[""]))
+	}
+	warmNow := peerNow.Add(-3 * time.Hour) // another clock
+	warm := sessionRouter(t, func() time.Time { return warmNow })
+	if n, err := warm.ImportSessions(snaps.sessions); err != nil || n != sessions {
+		t.Fatalf("ImportSessions: %d, %v", n, err)
+	}
+	for i := range sessions {
+		req := route.Request{Tokens: tokens(i, 364+16*i), Session: fmt.Sprintf("s%d", i), DryRun: true}
+		p, err1 := peer.Decide(ctx, &req)
+		w, err2 := warm.Decide(ctx, &req)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if w.Decode.ID != p.Decode.ID || w.Session.Outcome != policy.AffinityHit {
+			t.Errorf("session s%d: warm router %s (%v), peer %s", i, w.Decode.ID, w.Session.Outcome, p.Decode.ID)
+		}
+	}
+	if snaps, err := fetchSnapshots(ctx, ln.Addr().String(), adminclient.Options{}, 1<<30, false); err != nil || snaps.hasSessions {
+		t.Errorf("not asked for sessions: sent %v, %v", snaps.hasSessions, err)
 	}
 }
 
@@ -177,12 +268,12 @@ func BenchmarkWarmStart(b *testing.B) {
 			peer, _ := warmIndex(b, blocks, 8)
 			addr := servePeer(b, peer, "")
 			for b.Loop() {
-				snaps, err := fetchSnapshots(context.Background(), addr, adminclient.Options{}, 1<<30)
+				snaps, err := fetchSnapshots(context.Background(), addr, adminclient.Options{}, 1<<30, false)
 				if err != nil {
 					b.Fatal(err)
 				}
 				ix, _ := kvindex.New(kvindex.Config{BlockSize: 16})
-				if _, err := ix.Import(snaps[""]); err != nil {
+				if _, err := ix.Import(snaps.models[""]); err != nil {
 					b.Fatal(err)
 				}
 			}

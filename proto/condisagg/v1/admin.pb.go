@@ -1860,7 +1860,11 @@ type IndexSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The largest snapshot of one model the caller accepts, in bytes; a larger one is refused
 	// with RESOURCE_EXHAUSTED before anything is sent. 0: the router's own limit (1 GiB).
-	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Also send the session bindings (after every model's index), as chunks with sessions set,
+	// when this router keeps them (session.affinity). A router older than this field ignores it
+	// and sends none; the caller then starts with no bindings.
+	Sessions      bool `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1902,6 +1906,13 @@ func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
 	return 0
 }
 
+func (x *IndexSnapshotRequest) GetSessions() bool {
+	if x != nil {
+		return x.Sessions
+	}
+	return false
+}
+
 type IndexSnapshotChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The served model the chunk belongs to ("" for a one-model router's catch-all model).
@@ -1912,8 +1923,13 @@ type IndexSnapshotChunk struct {
 	Entries    int64  `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
 	Workers    int64  `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
 	Data       []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	// The model's last chunk.
-	ModelEnd      bool `protobuf:"varint,6,opt,name=model_end,json=modelEnd,proto3" json:"model_end,omitempty"`
+	// The model's last chunk (with sessions: the bindings' last chunk).
+	ModelEnd bool `protobuf:"varint,6,opt,name=model_end,json=modelEnd,proto3" json:"model_end,omitempty"`
+	// The chunk carries the session bindings, not a model's index (model is empty): route's
+	// session snapshot encoding ("cdsess", versioned), each binding with the time it has left,
+	// never a clock time. total_bytes and entries (the bindings) are set on its first chunk.
+	// Sent last, and only when asked (IndexSnapshotRequest.sessions).
+	Sessions      bool `protobuf:"varint,7,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1986,6 +2002,13 @@ func (x *IndexSnapshotChunk) GetData() []byte {
 func (x *IndexSnapshotChunk) GetModelEnd() bool {
 	if x != nil {
 		return x.ModelEnd
+	}
+	return false
+}
+
+func (x *IndexSnapshotChunk) GetSessions() bool {
+	if x != nil {
+		return x.Sessions
 	}
 	return false
 }
@@ -2174,9 +2197,10 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
 	"\vtransfer_at\x18\x15 \x01(\tR\n" +
 	"transferAt\x127\n" +
-	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"3\n" +
+	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"O\n" +
 	"\x14IndexSnapshotRequest\x12\x1b\n" +
-	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\xb0\x01\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\x12\x1a\n" +
+	"\bsessions\x18\x02 \x01(\bR\bsessions\"\xcc\x01\n" +
 	"\x12IndexSnapshotChunk\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
@@ -2184,7 +2208,8 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\aentries\x18\x03 \x01(\x03R\aentries\x12\x18\n" +
 	"\aworkers\x18\x04 \x01(\x03R\aworkers\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1b\n" +
-	"\tmodel_end\x18\x06 \x01(\bR\bmodelEnd2\xc0\x04\n" +
+	"\tmodel_end\x18\x06 \x01(\bR\bmodelEnd\x12\x1a\n" +
+	"\bsessions\x18\a \x01(\bR\bsessions2\xc0\x04\n" +
 	"\x05Admin\x12F\n" +
 	"\aExplain\x12\x1c.condisagg.v1.ExplainRequest\x1a\x1d.condisagg.v1.ExplainResponse\x12R\n" +
 	"\vListWorkers\x12 .condisagg.v1.ListWorkersRequest\x1a!.condisagg.v1.ListWorkersResponse\x12U\n" +

@@ -58,7 +58,8 @@ type AdminClient interface {
 	// seq and payload digest), taken in one read lock per model. A starting replica imports it
 	// and resumes each worker's event stream right after that batch (serve config
 	// replicas.warm_from). It reveals what the engines cache, so it is served only with the
-	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each.
+	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each. Asked
+	// for, the session bindings follow the indexes (IndexSnapshotRequest.sessions).
 	IndexSnapshot(ctx context.Context, in *IndexSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[IndexSnapshotChunk], error)
 }
 
@@ -176,7 +177,8 @@ type AdminServer interface {
 	// seq and payload digest), taken in one read lock per model. A starting replica imports it
 	// and resumes each worker's event stream right after that batch (serve config
 	// replicas.warm_from). It reveals what the engines cache, so it is served only with the
-	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each.
+	// admin token (or mTLS), like every call. Chunks carry at most 1 MiB of data each. Asked
+	// for, the session bindings follow the indexes (IndexSnapshotRequest.sessions).
 	IndexSnapshot(*IndexSnapshotRequest, grpc.ServerStreamingServer[IndexSnapshotChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
