@@ -243,6 +243,11 @@ func startChartEnvoy(t *testing.T, ctx context.Context, s *Stack, failOpen bool,
 	loopback := map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": 0}}
 	setPath(t, doc, loopback, "admin", "address")
 	setPath(t, doc, loopback, "static_resources", "listeners", 0, "address")
+	// The access log goes to a file, as a container runtime takes the pod's stdout: on
+	// /dev/stdout, the pipe to this test process paced every request.
+	dir := t.TempDir()
+	hcm := getPath(t, doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config")
+	setPath(t, hcm, filepath.Join(dir, "access.log"), "access_log", 0, "typed_config", "path")
 	for _, c := range getPath(t, doc, "static_resources", "clusters").([]any) {
 		cl := c.(map[string]any)
 		switch cl["name"] {
@@ -279,7 +284,6 @@ func startChartEnvoy(t *testing.T, ctx context.Context, s *Stack, failOpen bool,
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	path := filepath.Join(dir, "bootstrap.yaml")
 	if err := os.WriteFile(path, rendered, 0o644); err != nil {
 		t.Fatal(err)
