@@ -75,8 +75,8 @@ bench-curves: deps
 	bash scripts/bench-curves.sh
 
 # The chaos suite at full size through the real Envoy (1,000 concurrent streams; kill -9 of
-# workers and of condisagg, hostile clients and KV event publishers) and rewrites the measured
-# table of docs/reliability.md. `make test` runs its short size (about a minute).
+# workers and of condisagg, hostile clients and KV event publishers), then kill -9 of one of two
+# replicas behind the Helm chart's Envoy, and rewrites the measured tables of docs/reliability.md. `make test` runs its short size (about a minute).
 chaos: deps
 	bash scripts/chaos.sh
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -67,22 +68,7 @@ func replicaKill(t *testing.T, failOpen bool) {
 
 	c := newChaosClient(s, 30*time.Second)
 	defer c.close()
-	stop := make(chan struct{})
-	var clients sync.WaitGroup
-	for range killClients {
-		clients.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				seed := c.nextSeed()
-				body := ChatBody([]Message{{Role: "user", Content: Words(seed, 100+int(seed%400))}}, 48)
-				c.do(chaosReq{kind: "stream", via: env, body: body, expect: expectOK})
-			}
-		})
-	}
+	stopLoad := killLoad(c, env, killClients, 48)
 	time.Sleep(killBefore)
 	peerBefore, _ := s.metric(ctx, "http://"+s.Replicas[0].AdminAddr+"/metrics", "condisagg_peer_bookings")
 	killed := time.Now()
@@ -103,52 +89,19 @@ func replicaKill(t *testing.T, failOpen bool) {
 	})
 	time.Sleep(killAfter)
 	watch.Wait()
-	close(stop)
-	clients.Wait()
+	stopLoad()
 	loadEnd := time.Now()
 	settleErr := Poll(ctx, func() error { return survivorIdle(ctx, s, survivor) })
 	settled := time.Since(killed)
 
-	var total, failed, failedAfter, undecided, inflight, afterDeath int
-	var lastAffected time.Time
-	var firsts []string
-	for _, r := range c.take() {
-		total++
-		bad := r.problem != ""
-		atKill := r.start.Before(killed) && r.end.After(killed)
-		if bad && r.start.After(killed) {
-			failedAfter++
-		}
-		if (bad || r.decision == "") && !r.start.Before(dead) {
-			afterDeath++
-		}
-		if bad {
-			failed++
-			if len(firsts) < 3 {
-				firsts = append(firsts, r.String())
-			}
-		}
-		if r.ok() && r.decision == "" {
-			undecided++
-		}
-		if atKill {
-			inflight++
-		}
-		if (bad || r.decision == "") && r.start.After(lastAffected) {
-			lastAffected = r.start
-		}
-	}
-	sinceKill := time.Duration(0)
-	if lastAffected.After(killed) {
-		sinceKill = lastAffected.Sub(killed)
-	}
+	k := tallyKill(c.take(), killed, dead)
 	mode := map[bool]string{true: "fail-open", false: "fail-closed"}[failOpen]
-	t.Logf("%s, kill -9 of replica 1 of 2 (shared bookings, lease %v): %d requests, %d failed (%d of them started after the kill), %d answered without a decision "+
+	t.Logf("%s, kill -9 of replica 1 of 2 (shared bookings, lease %v): %d requests (median %v), %d failed (%d of them started after the kill), %d answered without a decision "+
 		"(Envoy's fail-open fallback), %d in flight at the kill (reaped %v after it), %d affected that started after; last request the dead replica cost started %v after the kill; "+
 		"survivor held %g peer bookings before the kill and none %v after it; no booking of either kind %v after the kill (%v after the load ended)",
-		mode, killLease, total, failed, failedAfter, undecided, inflight, dead.Sub(killed).Round(time.Millisecond), afterDeath, sinceKill.Round(time.Millisecond), peerBefore, peersGone.Round(time.Millisecond),
+		mode, killLease, k.total, k.p50.Round(time.Millisecond), k.failed, k.failedAfter, k.undecided, k.inflight, dead.Sub(killed).Round(time.Millisecond), k.afterDeath, k.sinceKill.Round(time.Millisecond), peerBefore, peersGone.Round(time.Millisecond),
 		settled.Round(time.Millisecond), time.Since(loadEnd).Round(time.Millisecond))
-	for _, f := range firsts {
+	for _, f := range k.firsts {
 		t.Logf("  failed: %s", f)
 	}
 	// Envoy's own account: outlier ejections of the dead replica, and ext_proc streams it
@@ -163,18 +116,18 @@ func replicaKill(t *testing.T, failOpen bool) {
 		stats[n] = v
 	}
 	t.Logf("%s: Envoy cluster.condisagg: %v", mode, stats)
-	if failOpen && failed > 0 {
-		t.Errorf("fail-open: %d of %d requests failed across the kill of one replica", failed, total)
+	if failOpen && k.failed > 0 {
+		t.Errorf("fail-open: %d of %d requests failed across the kill of one replica", k.failed, k.total)
 	}
 	// Envoy ejects the dead replica at its first reset or refused connection and replays the
 	// streams it had not answered on the survivor, so only requests whose ext_proc stream the
 	// dead replica had already answered may fail (fail-closed) or lose their decision
 	// (fail-open); no request started after it died may.
-	if afterDeath > 0 {
-		t.Errorf("%s: %d requests started after the replica died failed or went undecided (the last %v after the kill)", mode, afterDeath, sinceKill)
+	if k.afterDeath > 0 {
+		t.Errorf("%s: %d requests started after the replica died failed or went undecided (the last %v after the kill)", mode, k.afterDeath, k.sinceKill)
 	}
-	if failed > inflight {
-		t.Errorf("%s: %d requests failed, more than the %d in flight at the kill", mode, failed, inflight)
+	if k.failed > k.inflight {
+		t.Errorf("%s: %d requests failed, more than the %d in flight at the kill", mode, k.failed, k.inflight)
 	}
 	if stats["outlier_detection.ejections_enforced_consecutive_local_origin_failure"] < 1 {
 		t.Errorf("%s: Envoy never ejected the dead replica: %v", mode, stats)
@@ -210,4 +163,81 @@ func survivorIdle(ctx context.Context, s *Stack, ac condisaggv1.AdminClient) err
 		return fmt.Errorf("%v", held)
 	}
 	return nil
+}
+
+// killLoad runs clients streaming chat clients (prompts of 100 to 500 words, maxTokens tokens)
+// through env, each sending its next request when the last ended, until the returned stop is
+// called; stop returns once every client's last request has ended.
+func killLoad(c *chaosClient, env *envoy.Process, clients, maxTokens int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				seed := c.nextSeed()
+				body := ChatBody([]Message{{Role: "user", Content: Words(seed, 100+int(seed%400))}}, maxTokens)
+				c.do(chaosReq{kind: "stream", via: env, body: body, expect: expectOK})
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// killTally is what a load cost around the kill of one replica at killed (reaped at dead).
+type killTally struct {
+	total, failed int
+	failedAfter   int           // failed requests that started after the kill
+	undecided     int           // answered without a router decision (Envoy's fail-open fallback)
+	inflight      int           // requests in flight at the kill
+	afterDeath    int           // failed or undecided requests that started once the replica was reaped
+	sinceKill     time.Duration // from the kill to the start of the last request it cost (0: none after)
+	p50           time.Duration // median duration of the requests answered in full
+	firsts        []string      // the first three failures
+}
+
+func tallyKill(results []*chaosResult, killed, dead time.Time) killTally {
+	var k killTally
+	var lastAffected time.Time
+	var durs []time.Duration
+	for _, r := range results {
+		k.total++
+		if r.ok() {
+			durs = append(durs, r.end.Sub(r.start))
+		}
+		bad := r.problem != ""
+		if bad && r.start.After(killed) {
+			k.failedAfter++
+		}
+		if (bad || r.decision == "") && !r.start.Before(dead) {
+			k.afterDeath++
+		}
+		if bad {
+			k.failed++
+			if len(k.firsts) < 3 {
+				k.firsts = append(k.firsts, r.String())
+			}
+		}
+		if r.ok() && r.decision == "" {
+			k.undecided++
+		}
+		if r.start.Before(killed) && r.end.After(killed) {
+			k.inflight++
+		}
+		if (bad || r.decision == "") && r.start.After(lastAffected) {
+			lastAffected = r.start
+		}
+	}
+	if lastAffected.After(killed) {
+		k.sinceKill = lastAffected.Sub(killed)
+	}
+	if len(durs) > 0 {
+		slices.Sort(durs)
+		k.p50 = durs[len(durs)/2]
+	}
+	return k
 }

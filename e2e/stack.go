@@ -123,6 +123,13 @@ type Config struct {
 	MaxModelLen int
 	// RouterYAML is appended to the router's configuration file (top-level keys).
 	RouterYAML string
+	// ReplicaHosts puts the ext_proc listener of replica i on ReplicaHosts[i] (loopback
+	// addresses such as 127.0.0.1 and 127.0.0.2), every replica on the same port, as pods
+	// behind one headless Service are: a DNS name answered with these addresses reaches them
+	// all at one port. Empty: each replica on 127.0.0.1 at a port of its own.
+	ReplicaHosts []string
+	// NoEnvoy starts no Envoy: the test runs one of its own (Stack.Envoy is nil).
+	NoEnvoy bool
 	// AccessLog writes each Envoy's access log to a file of its own, which AccessLog reads
 	// back: which worker every request was sent to, and when (it replaces the access log in
 	// EnvoyLog).
@@ -160,6 +167,7 @@ type Stack struct {
 	// Bus is the NATS server the replicas share bookings through (Config.BookingBus), else nil.
 	Bus          *natstest.Server
 	busTokenFile string
+	extProcPort  int // the port every replica's ext_proc listens on, with Config.ReplicaHosts
 }
 
 // Replica is one condisagg process of the stack and its addresses.
@@ -209,7 +217,10 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.ConfigPath, err = s.writeRouterConfig("condisagg.yaml"); err != nil {
+	if len(cfg.ReplicaHosts) > 0 && len(cfg.ReplicaHosts) != max(cfg.Replicas, 1) {
+		return nil, fmt.Errorf("e2e: %d replica hosts for %d replicas", len(cfg.ReplicaHosts), max(cfg.Replicas, 1))
+	}
+	if s.ConfigPath, err = s.writeRouterConfig("condisagg.yaml", 0); err != nil {
 		return nil, err
 	}
 	for _, w := range s.Workers {
@@ -234,6 +245,9 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		if err := s.waitBus(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.NoEnvoy {
+		return s, nil
 	}
 	if err := s.startEnvoys(ctx); err != nil {
 		return nil, err
@@ -498,7 +512,8 @@ func fixedZMQ(ep string) string {
 	return ep[:i+1] + "*[" + ep[i+1:] + "-" + ep[i+1:] + "]"
 }
 
-func (s *Stack) writeRouterConfig(file string) (string, error) {
+// writeRouterConfig writes the config of replica i (0: the first) into file.
+func (s *Stack) writeRouterConfig(file string, replica int) (string, error) {
 	// Stable ports, not :0, so that RestartRouter's new process listens where Envoy's ext_proc
 	// cluster and the admin clients already point.
 	var ports [3]int
@@ -509,9 +524,16 @@ func (s *Stack) writeRouterConfig(file string) (string, error) {
 		}
 		ports[i] = p
 	}
+	host := "127.0.0.1"
+	if len(s.cfg.ReplicaHosts) > 0 {
+		if s.extProcPort == 0 {
+			s.extProcPort = ports[0]
+		}
+		host, ports[0] = s.cfg.ReplicaHosts[replica], s.extProcPort
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nadmin_grpc_listen: 127.0.0.1:%d\nfailure_mode: open\ndebug_headers: true\n",
-		ports[0], ports[1], ports[2])
+	fmt.Fprintf(&b, "listen: %s\nadmin_listen: 127.0.0.1:%d\nadmin_grpc_listen: 127.0.0.1:%d\nfailure_mode: open\ndebug_headers: true\n",
+		net.JoinHostPort(host, strconv.Itoa(ports[0])), ports[1], ports[2])
 	fmt.Fprintf(&b, "drain_timeout: 5s\nunready_delay: 0s\nlog_level: info\n")
 	if s.cfg.MaxBodyBytes > 0 {
 		fmt.Fprintf(&b, "max_body_bytes: %d\n", s.cfg.MaxBodyBytes)
@@ -602,7 +624,7 @@ func (s *Stack) startRouter(ctx context.Context) error {
 // startReplica starts condisagg replica i (>= 1): the first replica's config on listeners of
 // its own, ready like the first.
 func (s *Stack) startReplica(ctx context.Context, i int) (*Replica, error) {
-	path, err := s.writeRouterConfig(fmt.Sprintf("condisagg-%d.yaml", i))
+	path, err := s.writeRouterConfig(fmt.Sprintf("condisagg-%d.yaml", i), i)
 	if err != nil {
 		return nil, err
 	}

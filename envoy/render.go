@@ -88,6 +88,16 @@ type Params struct {
 	// condisagg cluster besides ExtProc, which Envoy balances ext_proc streams across
 	// (round robin, each host gated by its own gRPC health check). Default none: one replica.
 	ExtProcReplicas []Endpoint
+	// ExtProcResolvesToReplicas says ExtProc.Host is a DNS name that resolves to every condisagg
+	// replica, one address per ready replica (a Kubernetes headless Service), and
+	// ExtProcReplicas is empty. The cluster then resolves the name as strict DNS (each address a
+	// host, re-resolved at the record's TTL, IPv4 preferred) and carries the settings of several
+	// replicas (ejection at the first local-origin failure, the replay of an unanswered stream on
+	// another host, max_retries) whatever the number of addresses at the moment: the replica
+	// count changes without a new bootstrap, and with one address the settings cost nothing
+	// (an ejected last host is still used, Envoy's panic threshold; the replay goes to the same
+	// host). Default false.
+	ExtProcResolvesToReplicas bool
 	// DecodeFallback lists every decode worker for fail-open traffic; required when FailOpen.
 	DecodeFallback []Endpoint
 	// RequestBodyBufferLimitBytes is the largest body Envoy buffers; set it to condisagg's
@@ -165,6 +175,14 @@ func (p Params) Validate() error {
 	for i, e := range p.ExtProcReplicas {
 		checkEndpoint(bad, fmt.Sprintf("ext_proc_replicas[%d]", i), e, false)
 	}
+	if p.ExtProcResolvesToReplicas {
+		if _, err := netip.ParseAddr(p.ExtProc.Host); err == nil {
+			bad("ext_proc.host", strconv.Quote(p.ExtProc.Host), "is an IP address; ext_proc_resolves_to_replicas needs a DNS name that resolves to every replica")
+		}
+		if len(p.ExtProcReplicas) > 0 {
+			bad("ext_proc_replicas", fmt.Sprintf("%d endpoints", len(p.ExtProcReplicas)), "must be empty with ext_proc_resolves_to_replicas (the name resolves to every replica)")
+		}
+	}
 	if p.FailOpen && len(p.DecodeFallback) == 0 {
 		bad("decode_fallback", "[]", "must list at least one decode worker when fail_open is set")
 	}
@@ -222,7 +240,10 @@ func Render(p Params) ([]byte, error) {
 		Params
 		StrippedHeaders []string
 		ExtProcHosts    []Endpoint // ExtProc, then ExtProcReplicas
-	}{p, StrippedHeaders(), append([]Endpoint{p.ExtProc}, p.ExtProcReplicas...)}
+		// SeveralReplicas renders the ejection and replay settings: several listed hosts, or
+		// a name that resolves to every replica.
+		SeveralReplicas bool
+	}{p, StrippedHeaders(), append([]Endpoint{p.ExtProc}, p.ExtProcReplicas...), len(p.ExtProcReplicas) > 0 || p.ExtProcResolvesToReplicas}
 	if err := tmpl.Execute(&buf, data); err != nil {
 		return nil, fmt.Errorf("envoy: render bootstrap mode=%s: %w", p.Mode, err)
 	}

@@ -115,3 +115,68 @@ func extProcGRPCService(t *testing.T, doc map[string]any) map[string]any {
 	t.Fatal("no ext_proc filter")
 	return nil
 }
+
+// TestExtProcResolvesToReplicas: a name that resolves to every replica (a headless Service)
+// becomes one strict DNS entry of the DNS cluster extension (TTL respected, at most once a
+// second, IPv4 first), with the ejection and replay settings of several replicas although one
+// endpoint is listed; envoy --mode validate accepts it; an IP address or listed replicas are
+// refused, naming the field.
+func TestExtProcResolvesToReplicas(t *testing.T) {
+	bin := envoyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, mode := range []struct {
+		m    BodyMode
+		open bool
+	}{{Buffered, FailOpen}, {FullDuplex, FailClosed}} {
+		p := testParams(mode.m, mode.open)
+		p.ExtProc = Endpoint{Host: "condisagg-pods.llm.svc.cluster.local", Port: 9002}
+		p.ExtProcResolvesToReplicas = true
+		out, err := Render(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(out, &doc); err != nil {
+			t.Fatal(err)
+		}
+		var ext any
+		for _, c := range dig(t, doc, "static_resources", "clusters").([]any) {
+			if dig(t, c, "name") == "condisagg" {
+				ext = c
+			}
+		}
+		if _, ok := ext.(map[string]any)["type"]; ok || dig(t, ext, "cluster_type", "name") != "envoy.clusters.dns" {
+			t.Errorf("%s: condisagg cluster type %v, cluster_type %v; want only the envoy.clusters.dns extension", mode.m,
+				ext.(map[string]any)["type"], dig(t, ext, "cluster_type", "name"))
+		}
+		dns := dig(t, ext, "cluster_type", "typed_config")
+		for k, v := range map[string]any{"respect_dns_ttl": true, "dns_min_refresh_rate": "1s", "dns_lookup_family": "V4_PREFERRED"} {
+			if dig(t, dns, k) != v {
+				t.Errorf("%s: DnsCluster.%s %v; want %v", mode.m, k, dig(t, dns, k), v)
+			}
+		}
+		if dig(t, ext, "outlier_detection", "consecutive_local_origin_failure") != 1 ||
+			dig(t, ext, "circuit_breakers", "thresholds", 0, "max_retries") != p.WithDefaults().MaxRequests {
+			t.Errorf("%s: outlier_detection %v, circuit_breakers %v; want the several-replica settings", mode.m,
+				dig(t, ext, "outlier_detection"), dig(t, ext, "circuit_breakers"))
+		}
+		if rp := extProcGRPCService(t, doc)["retry_policy"]; rp == nil || dig(t, rp, "num_retries") != 1 {
+			t.Errorf("%s: ext_proc retry_policy %v; want one retry", mode.m, rp)
+		}
+		path, err := WriteBootstrap(t.TempDir(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Validate(ctx, bin, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := testParams(Buffered, FailOpen)
+	p.ExtProcResolvesToReplicas = true
+	p.ExtProc = Endpoint{Host: "10.0.0.7", Port: 9002}
+	p.ExtProcReplicas = []Endpoint{{Host: "10.0.0.8", Port: 9002}}
+	if _, err := Render(p); err == nil || !strings.Contains(err.Error(), "ext_proc.host") || !strings.Contains(err.Error(), "ext_proc_replicas") {
+		t.Errorf("Render with an IP address and listed replicas: %v; want ext_proc.host and ext_proc_replicas named", err)
+	}
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the chaos suite at full size (CHAOS=full: 1,000 concurrent streams, longer load around
-# every fault) through the real Envoy and rewrites the generated section of docs/reliability.md
+# every fault) through the real Envoy, then the replica kill through the Helm chart's Envoy
+# (TestChartEnvoyReplicaKill: two replicas behind the headless Service's DNS name, the suite's
+# 200 background clients), and rewrites the generated section of docs/reliability.md
 # (between the BEGIN/END GENERATED markers) with the measured table, the machine, the date and
 # the command. The hand-written guarantees around it are kept. The suite's own verdict is the
 # exit status: a failing scenario still gets its row, so the table shows what failed.
@@ -9,9 +11,10 @@ cd "$(dirname "$0")/.."
 doc=docs/reliability.md
 out=chaos.out
 report="$(mktemp)"
+replicas="$(mktemp)"
 gen="$(mktemp)"
-trap 'rm -f "$report" "$gen"' EXIT
-cmd="CHAOS=full go test -count=1 -timeout 60m -run '^TestChaos\$' -v ./e2e/"
+trap 'rm -f "$report" "$replicas" "$gen"' EXIT
+cmd="CHAOS=full go test -count=1 -timeout 60m -run '^(TestChaos|TestChartEnvoyReplicaKill)\$' -v ./e2e/"
 head=$(
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -sr)"
   echo "go: $(go version)"
@@ -20,10 +23,11 @@ head=$(
   echo "command: make chaos ($cmd)"
 )
 status=0
-CHAOS=full CHAOS_REPORT="$report" go test -count=1 -timeout 60m -run '^TestChaos$' -v ./e2e/ > "$out" 2>&1 || status=$?
-grep -E '^(\s*--- (PASS|FAIL)|ok|FAIL)|unexpected outcome|fail-open:' "$out" || true
-if [ ! -s "$report" ]; then
-  echo "chaos: the suite wrote no report (status $status); see $out" >&2
+CHAOS=full CHAOS_REPORT="$report" CHAOS_REPLICA_REPORT="$replicas" \
+  go test -count=1 -timeout 60m -run '^(TestChaos|TestChartEnvoyReplicaKill)$' -v ./e2e/ > "$out" 2>&1 || status=$?
+grep -E '^(\s*--- (PASS|FAIL)|ok|FAIL)|unexpected outcome|fail-open:|fail-closed:' "$out" || true
+if [ ! -s "$report" ] || [ ! -s "$replicas" ]; then
+  echo "chaos: the suite or the replica kill wrote no report (status $status); see $out" >&2
   exit 1
 fi
 {
@@ -32,6 +36,8 @@ fi
   sed 's/^/    /' <<< "$head"
   echo
   cat "$report"
+  echo
+  cat "$replicas"
   echo
   echo "<!-- END GENERATED -->"
 } > "$gen"

@@ -34,7 +34,9 @@ func bootstrapParams(mode string, extProc, decode envoy.Endpoint, listenPort int
 			Admin:         envoy.Endpoint{Host: "127.0.0.1", Port: 9901},
 			AccessLogPath: "/dev/stdout",
 		},
-		ExtProc: extProc,
+		// The chart's headless Service: one address per ready router pod.
+		ExtProc:                   extProc,
+		ExtProcResolvesToReplicas: true,
 	}
 	if mode == "full-duplex" {
 		p.Mode, p.FailOpen = envoy.FullDuplex, envoy.FailClosed
@@ -108,11 +110,11 @@ func TestChartBootstrapIsRender(t *testing.T) {
 	cases := map[string]tc{}
 	for _, mode := range bootstrapModes {
 		cases[mode+"/example"] = tc{mode: mode, ns: namespace, rel: release, fullname: release,
-			extProc: envoy.Endpoint{Host: "condisagg.llm.svc.cluster.local", Port: 9002},
+			extProc: envoy.Endpoint{Host: "condisagg-pods.llm.svc.cluster.local", Port: 9002},
 			decode:  envoy.Endpoint{Host: "vllm-decode.llm.svc.cluster.local", Port: 8000}, listen: 8080}
 		cases[mode+"/other_names_and_ports"] = tc{mode: mode, ns: "serving", rel: "edge", fullname: "edge-condisagg",
 			set:     []string{"ports.extProc=7002", "gateway.decodeService.name=dec", "gateway.decodeService.port=9000", "gateway.envoy.listenPort=10000"},
-			extProc: envoy.Endpoint{Host: "edge-condisagg.serving.svc.cluster.local", Port: 7002},
+			extProc: envoy.Endpoint{Host: "edge-condisagg-pods.serving.svc.cluster.local", Port: 7002},
 			decode:  envoy.Endpoint{Host: "dec.serving.svc.cluster.local", Port: 9000}, listen: 10000}
 	}
 	for name, c := range cases {

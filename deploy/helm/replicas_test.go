@@ -153,3 +153,117 @@ func TestChartWarmStart(t *testing.T) {
 		t.Errorf("NetworkPolicy does not admit the router pods to Admin gRPC port %d: %+v", adminPort, np.Spec.Ingress)
 	}
 }
+
+// TestChartEnvoySeesEveryReplica: with the chart's Envoy, a headless Service lists every ready
+// router pod at the ext_proc port, and Envoy's ext_proc cluster resolves it as strict DNS (the
+// DNS cluster extension: the record's TTL, at most once a second, IPv4 first) with the settings
+// of several replicas: ejection at the first local-origin failure (never half the hosts), the
+// replay of an unanswered stream once on another host, max_retries at the request limit. The
+// same with one replica and two: the count can change without a new bootstrap (kubectl scale,
+// a rolling update's surge pod). The ClusterIP Service stays for the other consumers; without
+// the chart's Envoy there is no headless Service.
+func TestChartEnvoySeesEveryReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+	}{
+		{"two_replicas_buffered", nil},
+		{"two_replicas_full_duplex", []string{"gateway.envoy.mode=full-duplex"}},
+		{"one_replica", []string{"replicaCount=1", "podDisruptionBudget.minAvailable=null", "podDisruptionBudget.maxUnavailable=1"}},
+		{"other_port", []string{"ports.extProc=7002"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs := render(t, variant{values: []string{"common.yaml", "plain-envoy.yaml"}, set: tc.set})
+			router := decodeAs[*appsv1.Deployment](t, find(t, objs, "Deployment", release))
+			var extProcPort int32
+			for _, p := range router.Spec.Template.Spec.Containers[0].Ports {
+				if p.Name == "grpc-extproc" {
+					extProcPort = p.ContainerPort
+				}
+			}
+			if extProcPort == 0 {
+				t.Fatalf("router container has no grpc-extproc port: %+v", router.Spec.Template.Spec.Containers[0].Ports)
+			}
+
+			pods := decodeAs[*corev1.Service](t, find(t, objs, "Service", release+"-pods"))
+			if pods.Spec.ClusterIP != corev1.ClusterIPNone || pods.Spec.PublishNotReadyAddresses ||
+				!reflect.DeepEqual(pods.Spec.Selector, router.Spec.Selector.MatchLabels) {
+				t.Errorf("%s-pods: clusterIP %q publishNotReadyAddresses %v selector %v; want None, false, the router's %v",
+					release, pods.Spec.ClusterIP, pods.Spec.PublishNotReadyAddresses, pods.Spec.Selector, router.Spec.Selector.MatchLabels)
+			}
+			if len(pods.Spec.Ports) != 1 || pods.Spec.Ports[0].Port != extProcPort || pods.Spec.Ports[0].TargetPort.IntValue() != int(extProcPort) {
+				t.Errorf("%s-pods ports %+v; want the ext_proc port %d only", release, pods.Spec.Ports, extProcPort)
+			}
+			svc := decodeAs[*corev1.Service](t, find(t, objs, "Service", release))
+			if svc.Spec.ClusterIP == corev1.ClusterIPNone || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+				t.Errorf("the router's Service is %s %q; want the ClusterIP Service kept", svc.Spec.Type, svc.Spec.ClusterIP)
+			}
+
+			var doc map[string]any
+			if err := yaml.Unmarshal([]byte(bootstrapOf(t, objs, release)), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var ext any
+			for _, c := range dig(t, doc, "static_resources", "clusters").([]any) {
+				if dig(t, c, "name") == "condisagg" {
+					ext = c
+				}
+			}
+			if ext == nil {
+				t.Fatal("bootstrap has no condisagg cluster")
+			}
+			if typ, ok := ext.(map[string]any)["type"]; ok {
+				t.Errorf("condisagg cluster has type %v beside cluster_type", typ)
+			}
+			if n := dig(t, ext, "cluster_type", "name"); n != "envoy.clusters.dns" {
+				t.Errorf("condisagg cluster_type %v; want envoy.clusters.dns", n)
+			}
+			dns := dig(t, ext, "cluster_type", "typed_config")
+			for k, v := range map[string]any{"@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster",
+				"respect_dns_ttl": true, "dns_min_refresh_rate": "1s", "dns_lookup_family": "V4_PREFERRED"} {
+				if got := dig(t, dns, k); got != v {
+					t.Errorf("DnsCluster.%s = %v; want %v", k, got, v)
+				}
+			}
+			if all, ok := dns.(map[string]any)["all_addresses_in_single_endpoint"]; ok && all != false {
+				t.Errorf("all_addresses_in_single_endpoint %v: every address must be a host", all)
+			}
+			eps := dig(t, ext, "load_assignment", "endpoints", 0, "lb_endpoints").([]any)
+			wantHost := fmt.Sprintf("%s-pods.%s.svc.cluster.local", release, namespace)
+			if len(eps) != 1 || dig(t, eps[0], "endpoint", "address", "socket_address", "address") != wantHost ||
+				dig(t, eps[0], "endpoint", "address", "socket_address", "port_value") != float64(extProcPort) {
+				t.Errorf("condisagg endpoints %v; want %s:%d", eps, wantHost, extProcPort)
+			}
+			od := dig(t, ext, "outlier_detection")
+			for k, v := range map[string]any{"split_external_local_origin_errors": true, "consecutive_local_origin_failure": float64(1), "max_ejection_percent": float64(50)} {
+				if got := dig(t, od, k); got != v {
+					t.Errorf("outlier_detection.%s = %v; want %v", k, got, v)
+				}
+			}
+			th := dig(t, ext, "circuit_breakers", "thresholds", 0)
+			if mr, mq := dig(t, th, "max_retries"), dig(t, th, "max_requests"); mr == nil || mr != mq {
+				t.Errorf("condisagg max_retries %v; want max_requests %v", mr, mq)
+			}
+			var rp any
+			hcm := dig(t, doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config")
+			for _, f := range dig(t, hcm, "http_filters").([]any) {
+				if dig(t, f, "name") == "envoy.filters.http.ext_proc" {
+					rp = dig(t, f, "typed_config", "grpc_service", "retry_policy")
+				}
+			}
+			if rp == nil || dig(t, rp, "retry_on") != "reset,connect-failure,refused-stream" || dig(t, rp, "num_retries") != float64(1) ||
+				dig(t, rp, "retry_host_predicate", 0, "name") != "envoy.retry_host_predicates.previous_hosts" {
+				t.Errorf("ext_proc grpc_service.retry_policy %v; want one retry on reset/connect-failure/refused-stream on another host", rp)
+			}
+		})
+	}
+	t.Run("no_chart_envoy", func(t *testing.T) {
+		t.Parallel()
+		for _, o := range render(t, variantNamed(t, "no_gateway")) {
+			if o.Kind == "Service" && o.Name == release+"-pods" {
+				t.Errorf("headless Service %s rendered without the chart's Envoy", o.Name)
+			}
+		}
+	})
+}

@@ -51,6 +51,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s.%s.svc.cluster.local" (include "condisagg.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* The headless Service of the router pods, and its in-cluster DNS name: one A record per ready
+router pod (the chart's Envoy resolves it, each replica a host of its own). */}}
+{{- define "condisagg.podsService" -}}
+{{- printf "%s-pods" (include "condisagg.fullname" .) -}}
+{{- end -}}
+{{- define "condisagg.podsHost" -}}
+{{- printf "%s.%s.svc.cluster.local" (include "condisagg.podsService" .) .Release.Namespace -}}
+{{- end -}}
+
 {{/* The in-cluster DNS name of the decode Service (fail-open traffic). */}}
 {{- define "condisagg.decodeHost" -}}
 {{- printf "%s.%s.svc.cluster.local" .Values.gateway.decodeService.name .Release.Namespace -}}
