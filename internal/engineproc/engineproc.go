@@ -144,6 +144,10 @@ type Engine struct {
 	Env                      []string // added to the engine's environment
 	Extra                    []string // vLLM flags after --
 	StartTimeout             time.Duration
+	// CPUs, when set (taskset's list syntax, "0" or "2-3"), pins the engine's whole process
+	// tree to those cores (taskset) and binds its OpenMP threads to them
+	// (VLLM_CPU_OMP_THREADS_BIND), so that two engines on one host do not share a core.
+	CPUs string
 }
 
 // StartEngine starts e and waits until it answers /health.
@@ -155,7 +159,12 @@ func StartEngine(ctx context.Context, e Engine) (*Child, error) {
 		args = append(append(args, "--"), e.Extra...)
 	}
 	env := append([]string{"VLLM_SERVER_DEV_MODE=1"}, e.Env...)
-	c, err := Start(e.Name, filepath.Join(e.LogDir, e.Name+".log"), env, "bash", args...)
+	path := "bash"
+	if e.CPUs != "" {
+		path, args = "taskset", append([]string{"-c", e.CPUs, "bash"}, args...)
+		env = append(env, "VLLM_CPU_OMP_THREADS_BIND="+e.CPUs)
+	}
+	c, err := Start(e.Name, filepath.Join(e.LogDir, e.Name+".log"), env, path, args...)
 	if err != nil {
 		return nil, err
 	}
