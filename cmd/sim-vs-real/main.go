@@ -46,7 +46,7 @@ type config struct {
 	slo                                               workload.SLO
 	blocks, maxLen, mnbt, maxSeqs                     int
 	calMinutes                                        float64
-	calRepeats                                        int
+	calRepeats, calMaxISL, calMaxBatch                int
 	nice                                              int // of every process the run starts
 	layouts                                           []string
 	ports                                             ports
@@ -73,9 +73,9 @@ func main() {
 	flag.IntVar(&c.requests, "requests", 200, "leading requests of the trace replayed")
 	flag.IntVar(&c.repeats, "repeats", 3, "real runs per layout")
 	flag.IntVar(&c.concurrency, "concurrency", 256, "loadgen's most requests in flight")
-	flag.Float64Var(&c.inScale, "input-scale", 1.0/16, "prompt length factor (1/16: a 512-token trace block is one 32-token engine block)")
-	flag.Float64Var(&c.outScale, "output-scale", 1.0/8, "output length factor")
-	flag.Float64Var(&c.timeScale, "time-scale", 1, "arrival time factor (0.5: twice the trace's rate)")
+	flag.Float64Var(&c.inScale, "input-scale", 1.0/64, "prompt length factor (1/64: a 512-token trace block is 8 tokens, a quarter of an engine block)")
+	flag.Float64Var(&c.outScale, "output-scale", 1.0/16, "output length factor")
+	flag.Float64Var(&c.timeScale, "time-scale", 2, "arrival time factor (2: half the trace's rate)")
 	flag.StringVar(&c.sloText, "slo", "ttft=500ms,tpot=50ms", "SLO of goodput, and of the slo policy")
 	flag.IntVar(&c.blocks, "blocks", 1024, "KV cache blocks of 32 tokens per engine")
 	flag.IntVar(&c.maxLen, "max-model-len", 8192, "engine max model length")
@@ -83,6 +83,8 @@ func main() {
 	flag.IntVar(&c.maxSeqs, "max-num-seqs", 64, "engine most running requests")
 	flag.Float64Var(&c.calMinutes, "calibrate-minutes", 12, "condisagg calibrate --max-minutes")
 	flag.IntVar(&c.calRepeats, "calibrate-repeats", 2, "condisagg calibrate --repeats")
+	flag.IntVar(&c.calMaxISL, "calibrate-max-isl", 2048, "condisagg calibrate --max-isl (the slice's prompts are shorter; the longest probes cost minutes on a CPU engine)")
+	flag.IntVar(&c.calMaxBatch, "calibrate-max-batch", 16, "condisagg calibrate --max-batch")
 	flag.IntVar(&c.nice, "nice", -10, "nice value of the engines and the whole stack (negative needs root; on a shared host the engines' step times must not wait for other work)")
 	flag.StringVar(&layoutList, "layouts", strings.Join(layouts, ","), "layouts to run")
 	flag.DurationVar(&c.startTimeout, "engine-start-timeout", 8*time.Minute, "how long an engine may take to answer /health")
@@ -176,6 +178,9 @@ func run(ctx context.Context, c *config) int {
 			fmt.Printf("sim  %-14s %s\n", l, r.short())
 		}
 		return 0
+	}
+	if err := boostSession(c.nice); err != nil {
+		fmt.Fprintf(os.Stderr, "sim-vs-real: session nice %d: %v (timings then share the host with other work)\n", c.nice, err)
 	}
 	s := &stack{c: c}
 	defer s.teardown()

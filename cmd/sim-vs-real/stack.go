@@ -106,7 +106,8 @@ func (s *stack) calibrate(ctx context.Context, out string) (string, error) {
 	cmd := exec.CommandContext(ctx, "nice", "-n", strconv.Itoa(c.nice), c.condisagg, "calibrate", "--endpoint", "http://"+s.engineAddr(1),
 		"--prefill-endpoint", "http://"+s.sidecarAddr(), "--model", modelName, "--block-size", strconv.Itoa(blockSize),
 		"--max-num-batched-tokens", strconv.Itoa(c.mnbt), "--max-minutes", strconv.FormatFloat(c.calMinutes, 'g', -1, 64),
-		"--repeats", strconv.Itoa(c.calRepeats), "--quiet", "-o", out)
+		"--repeats", strconv.Itoa(c.calRepeats), "--max-isl", strconv.Itoa(c.calMaxISL), "--max-batch", strconv.Itoa(c.calMaxBatch),
+		"--quiet", "-o", out)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(b), fmt.Errorf("condisagg calibrate: %w", err)
@@ -294,6 +295,19 @@ func startEnvoy(ctx context.Context, dir string, extProcPort int) (*envoy.Proces
 			return nil, nil, fmt.Errorf("envoy does not see condisagg healthy after 30s (log %s)", out.Name())
 		}
 	}
+}
+
+// boostSession sets the nice value of the run's autogroup. With the kernel's autogroup
+// scheduling (/proc/sys/kernel/sched_autogroup_enabled = 1) CPU time is shared fairly between
+// sessions first and nice only orders the threads of one session: the engines at nice 0 got a
+// third of their core beside other sessions' builds at nice 15. The children stay in the
+// driver's session, so this weighs them all.
+func boostSession(nice int) error {
+	const path = "/proc/self/autogroup"
+	if _, err := os.Stat(path); err != nil {
+		return nil // no autogroup scheduling: the process nice values below decide
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(nice)), 0)
 }
 
 // boost sets the nice value of every thread of a child's process group (each child leads its
