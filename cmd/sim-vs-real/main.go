@@ -47,6 +47,7 @@ type config struct {
 	blocks, maxLen, mnbt, maxSeqs                     int
 	calMinutes                                        float64
 	calRepeats, calMaxISL, calMaxBatch                int
+	calMinR2                                          float64
 	nice                                              int // of every process the run starts
 	layouts                                           []string
 	ports                                             ports
@@ -85,6 +86,7 @@ func main() {
 	flag.IntVar(&c.calRepeats, "calibrate-repeats", 2, "condisagg calibrate --repeats")
 	flag.IntVar(&c.calMaxISL, "calibrate-max-isl", 2048, "condisagg calibrate --max-isl (the slice's prompts are shorter; the longest probes cost minutes on a CPU engine)")
 	flag.IntVar(&c.calMaxBatch, "calibrate-max-batch", 16, "condisagg calibrate --max-batch")
+	flag.Float64Var(&c.calMinR2, "calibrate-min-r2", 0.8, "condisagg calibrate --min-r2 (a CPU engine on a shared 2-core host is noisier than calibrate's 0.95 allows)")
 	flag.IntVar(&c.nice, "nice", -10, "nice value of the engines and the whole stack (negative needs root; on a shared host the engines' step times must not wait for other work)")
 	flag.StringVar(&layoutList, "layouts", strings.Join(layouts, ","), "layouts to run")
 	flag.DurationVar(&c.startTimeout, "engine-start-timeout", 8*time.Minute, "how long an engine may take to answer /health")

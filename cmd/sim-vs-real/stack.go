@@ -107,6 +107,7 @@ func (s *stack) calibrate(ctx context.Context, out string) (string, error) {
 		"--prefill-endpoint", "http://"+s.sidecarAddr(), "--model", modelName, "--block-size", strconv.Itoa(blockSize),
 		"--max-num-batched-tokens", strconv.Itoa(c.mnbt), "--max-minutes", strconv.FormatFloat(c.calMinutes, 'g', -1, 64),
 		"--repeats", strconv.Itoa(c.calRepeats), "--max-isl", strconv.Itoa(c.calMaxISL), "--max-batch", strconv.Itoa(c.calMaxBatch),
+		"--min-r2", ftoa(c.calMinR2),
 		"--quiet", "-o", out)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
