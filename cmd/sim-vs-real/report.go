@@ -95,8 +95,9 @@ func report(w io.Writer, c *config, res *results) bool {
 	ok := true
 	fmt.Fprintf(w, "\n## sim vs real (%d requests, input ×%g, output ×%g, time ×%g, SLO %s, %d repeats)\n\n",
 		c.requests, c.inScale, c.outScale, c.timeScale, c.sloText, c.repeats)
-	fmt.Fprintln(w, "| layout | metric | real mean (min–max) | sim | sim/real | target |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "sim: the step model with each engine's request handling (%.1f ms per leg, the calibration's request_overhead_ms); bare: the step model alone\n\n", res.RequestOverheadMS)
+	fmt.Fprintln(w, "| layout | metric | real mean (min–max) | sim | sim/real | target | bare | bare/real |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	realGood, simGood := map[string]float64{}, map[string]float64{}
 	for _, l := range c.layouts {
 		runs, s := res.Real[l], res.Sim[l]
@@ -120,7 +121,8 @@ func report(w io.Writer, c *config, res *results) bool {
 					ok = false
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %.*f | %.2f | %s |\n", l, m.name, sp.String(m.prec), m.prec, sv, ratio, verdict)
+			bv := m.get(res.SimBare[l])
+			fmt.Fprintf(w, "| %s | %s | %s | %.*f | %.2f | %s | %.*f | %.2f |\n", l, m.name, sp.String(m.prec), m.prec, sv, ratio, verdict, m.prec, bv, bv/sp.Mean)
 		}
 		realGood[l], simGood[l] = spreadOf(collect(runs, func(r row) float64 { return r.Goodput })).Mean, s.Goodput
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/condisagg/condisagg/cluster"
+	"github.com/condisagg/condisagg/cost"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/sim"
 	"github.com/condisagg/condisagg/workload"
@@ -47,14 +49,28 @@ func describe(reqs []workload.Request) string {
 		len(reqs), span.Round(100*time.Millisecond), float64(len(reqs)-1)/span.Seconds(), di.P50, di.P90, di.Max, do.P50, do.P90, do.Max)
 }
 
-func loadModel(path string) (sim.CostModel, error) {
-	return sim.ResolvePerfModel(path, os.ReadFile)
+// loadModel reads the cost model and, from a calibrated file, the engine's own request
+// handling (calibration.request_overhead_ms; 0 for a named model or a file without it).
+func loadModel(path string) (sim.CostModel, time.Duration, error) {
+	m, err := sim.ResolvePerfModel(path, os.ReadFile)
+	if err != nil || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
+		return m, 0, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return m, 0, err
+	}
+	_, cal, err := cost.ParseFile(path, b)
+	if err != nil || cal == nil {
+		return m, 0, err
+	}
+	return m, time.Duration(cal.OverheadMS * float64(time.Millisecond)), nil
 }
 
 // simulate runs one layout in package cluster on the engines' own limits and the calibrated
 // model, with the same router policy as the real run.
-func simulate(ctx context.Context, c *config, m sim.CostModel, layout string, reqs []workload.Request) (row, error) {
-	cfg := cluster.Config{Prefill: 1, Decode: 1, Seed: 1,
+func simulate(ctx context.Context, c *config, m sim.CostModel, overhead time.Duration, layout string, reqs []workload.Request) (row, error) {
+	cfg := cluster.Config{Prefill: 1, Decode: 1, Seed: 1, RequestOverhead: overhead,
 		Engine: sim.Config{BlockSize: blockSize, NumGPUBlocks: c.blocks, MaxNumBatchedTokens: c.mnbt, MaxNumSeqs: c.maxSeqs, Model: m}}
 	switch layout {
 	case "aggregated":
