@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd image image-test fleet-vllm-args conformance-llmd-sim conformance-engines clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd sim-vs-real image image-test fleet-vllm-args conformance-llmd-sim conformance-engines clean
 
 all: build
 
@@ -147,6 +147,22 @@ conformance-pd: deps
 		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/conformance-pd
 	bin/conformance-pd $(CONFORMANCE_PD_FLAGS)
+
+# Opt-in, not part of `make test` (two real engines, a calibration and 3 repeats of 4 layouts
+# take about an hour and ~6 GiB): the simulator against real vLLM 0.32 CPU engines, each pinned
+# to its own core, calibrated with `condisagg calibrate` (the pair through pd-sidecar over
+# NixlConnector); one Mooncake slice (SIM_VS_REAL_TRACE) replayed through Envoy and condisagg
+# aggregated, 1P1D and conditional, and simulated with the calibrated model. Report:
+# docs/sim-fidelity.md.
+SIM_VS_REAL_TRACE := ../shared/traces/mooncake/conversation_trace.jsonl
+sim-vs-real: deps
+	@test -x $(VLLM_VENV_DIR)/bin/python || bash scripts/vllm-venv.sh
+	@$(VLLM_VENV_DIR)/bin/python -c 'import nixl' 2>/dev/null || \
+		$(VLLM_VENV_DIR)/bin/python -m pip install -q --disable-pip-version-check --no-deps $(NIXL)
+	@test -f $(TINY_QWEN3)/model.safetensors -a -f $(TINY_QWEN3_LORA)/adapter_model.safetensors || \
+		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
+	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/loadgen ./cmd/sim-vs-real
+	bin/sim-vs-real -trace $(SIM_VS_REAL_TRACE) $(SIM_VS_REAL_FLAGS)
 
 # The condisagg-fleet chart's vLLM command lines through vLLM 0.32's own `vllm serve` parser
 # (deploy/helm TestFleetVLLMParsesArgs, which make test skips without the venv).

@@ -26,7 +26,7 @@ type TransferResult struct {
 	BytesPerToken float64 // cost.Model.BytesPerToken: Σbytes / ΣISL
 	Quality       cost.Quality
 	RelStdErr     map[string]float64 // xfer_alpha_ms, xfer_gbps
-	Dropped       []string           // xfer_alpha_ms when fitted negative but not distinguishable from 0
+	Dropped       []string           // xfer_alpha_ms when fitted negative but not distinguishable from 0; xfer_gbps when the time does not resolve a per-byte term
 	Fitted        []float64          // per sample, the model's time (ms)
 }
 
@@ -52,7 +52,12 @@ func PlanTransfer(c PlanConfig) ([]Probe, error) {
 // a fraction of a millisecond to seconds); BW = 1/β. Refusals: ErrTooFewSamples (fewer than 3
 // distinct prompt lengths, or no bytes reported), ErrPoorFit (the time does not grow with the
 // bytes, α more than 2 standard errors below 0, or R² under minR2). α fitted negative within 2
-// standard errors is fixed at 0 (β refitted alone) and listed in Dropped.
+// standard errors is fixed at 0 (β refitted alone) and listed in Dropped. A per-byte term
+// within 2 standard errors of 0 (a transfer bound by its fixed latency: a CPU engine's NIXL over
+// UCX on loopback, whose time barely moves from 64 to 2,000 tokens) is dropped too: GBps 0 (no
+// bandwidth term in cost.Model.TransferTime), α the weighted mean time. R² means nothing for
+// a constant (it is 0 by definition), so that fit is refused only when α itself is not
+// resolved (relative standard error over MaxLatencyRelStdErr, 50 %: a latency this uncertain still bounds a term that is small beside the steps).
 func FitTransfer(samples []TransferSample, minR2 float64) (*TransferResult, error) {
 	if minR2 == 0 {
 		minR2 = FitOptions{}.withDefaults().MinR2
@@ -82,6 +87,9 @@ func FitTransfer(samples []TransferSample, minR2 float64) (*TransferResult, erro
 		r.Dropped = append(r.Dropped, "xfer_alpha_ms")
 		alpha, beta, seAlpha, seBeta = lineFit(samples, false)
 	}
+	if !(beta > 2*seBeta) && len(r.Dropped) == 0 && !(beta < -2*seBeta) {
+		return latencyOnly(samples, r)
+	}
 	if !(beta > 0) {
 		return nil, fmt.Errorf("%w: the transfer time does not grow with the bytes moved (%.3g ms per GB)", ErrPoorFit, beta*1e9)
 	}
@@ -103,6 +111,42 @@ func FitTransfer(samples []TransferSample, minR2 float64) (*TransferResult, erro
 		return nil, fmt.Errorf("%w: R² of the transfer samples is %.3f (< %.2f), worst relative error %.0f%%: the transfer time is not α + bytes/BW, or the measurements were disturbed",
 			ErrPoorFit, r.Quality.R2, minR2, 100*worst)
 	}
+	return r, nil
+}
+
+// MaxLatencyRelStdErr bounds the relative standard error of α in a latency-only transfer fit.
+const MaxLatencyRelStdErr = 0.5
+
+// latencyOnly is the fit t = α of a transfer whose per-byte term is not resolved: α the mean
+// time (what a simulated transfer must take on average; the 1/t²-weighted mean of the line fit
+// is biased low by noise), GBps 0, xfer_gbps in Dropped.
+func latencyOnly(samples []TransferSample, r *TransferResult) (*TransferResult, error) {
+	n := float64(len(samples))
+	var sum float64
+	for _, s := range samples {
+		sum += s.MS
+	}
+	alpha := sum / n
+	var ss float64
+	for _, s := range samples {
+		ss += (s.MS - alpha) * (s.MS - alpha)
+	}
+	rse := math.Sqrt(ss/(n-1)/n) / alpha // standard error of the mean, relative
+	if !(rse <= MaxLatencyRelStdErr) {
+		return nil, fmt.Errorf("%w: the transfer time neither grows with the bytes moved nor stays put: latency %.3g ms ±%.0f%% (> %.0f%%)",
+			ErrPoorFit, alpha, 100*rse, 100*MaxLatencyRelStdErr)
+	}
+	r.AlphaMS, r.GBps = alpha, 0
+	r.Dropped = append(r.Dropped, "xfer_gbps")
+	r.RelStdErr["xfer_alpha_ms"] = rse
+	y := make([]float64, len(samples))
+	worst := 0.0
+	for i, s := range samples {
+		y[i] = s.MS
+		r.Fitted = append(r.Fitted, alpha)
+		worst = max(worst, math.Abs(s.MS-alpha)/s.MS)
+	}
+	r.Quality = cost.Quality{Samples: len(samples), R2: rSquared(y, r.Fitted), WorstRelErr: worst}
 	return r, nil
 }
 

@@ -90,3 +90,28 @@ func TestFitTransferRefusals(t *testing.T) {
 		t.Fatalf("scattered: %v", err)
 	}
 }
+
+// TestFitTransferLatencyOnly: a transfer whose time does not move with its size (a CPU engine's
+// NIXL over UCX on loopback: ~0.4 s whether 64 or 2,000 tokens) is fitted as its latency alone,
+// the bandwidth term dropped (0: none); a time that neither grows nor stays put is refused.
+func TestFitTransferLatencyOnly(t *testing.T) {
+	m := cost.Model{BytesPerToken: 1024, XferAlphaMS: 400, XferGBps: 1000}
+	for seed := range uint64(5) {
+		r, err := FitTransfer(transferSamples(t, m, 0.1, seed), 0)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if math.Abs(r.AlphaMS/400-1) > 0.05 || r.GBps != 0 || !slices.Contains(r.Dropped, "xfer_gbps") || r.RelStdErr["xfer_alpha_ms"] > 0.05 {
+			t.Fatalf("seed %d: α %v ±%v, %v GB/s, dropped %v", seed, r.AlphaMS, r.RelStdErr["xfer_alpha_ms"], r.GBps, r.Dropped)
+		}
+		fm := cost.Model{BytesPerToken: r.BytesPerToken, XferAlphaMS: r.AlphaMS, XferGBps: r.GBps}
+		if err := fm.Validate(); err != nil || fm.TransferTime(64) != fm.TransferTime(4096) {
+			t.Fatalf("seed %d: the fitted model %+v: %v", seed, fm, err)
+		}
+	}
+	wild := []TransferSample{{ISL: 100, Bytes: 1e5, MS: 1000}, {ISL: 1000, Bytes: 1e6, MS: 1}, {ISL: 2000, Bytes: 2e6, MS: 1},
+		{ISL: 100, Bytes: 1e5, MS: 1}, {ISL: 1000, Bytes: 1e6, MS: 1}, {ISL: 2000, Bytes: 2e6, MS: 1}}
+	if _, err := FitTransfer(wild, 0); !errors.Is(err, ErrPoorFit) {
+		t.Fatalf("wild: %v", err)
+	}
+}

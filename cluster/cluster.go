@@ -97,6 +97,7 @@ type Cluster struct {
 	seq     uint64
 	eq      engineQueue
 	dq      deliveryQueue
+	hq      handoffQueue
 	reqs    []workload.Request
 	state   []reqState
 	rep     *Report
@@ -248,7 +249,10 @@ func (c *Cluster) loop(ctx context.Context) error {
 		if c.err != nil {
 			return c.err
 		}
-		tA, tE, tD := never, never, never
+		tA, tE, tD, tH := never, never, never, never
+		if !c.hq.empty() {
+			tH = c.hq.peek().at
+		}
 		if next < len(c.reqs) {
 			tA = c.reqs[next].Arrival
 		}
@@ -258,13 +262,16 @@ func (c *Cluster) loop(ctx context.Context) error {
 		if !c.dq.empty() {
 			tD = c.dq.peek().at
 		}
-		switch t := min(tA, tE, tD); {
+		switch t := min(tA, tE, tD, tH); {
 		case t == never:
 			return c.checkDone()
 		case t == tD:
 			c.now = t
 			d := c.dq.pop()
 			c.apply(c.engines[d.eng], &d.ev)
+		case t == tH:
+			c.now = t
+			c.handOver(c.hq.pop())
 		case t == tE:
 			c.now = t
 			ev := c.eq.pop()

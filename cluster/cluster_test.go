@@ -113,6 +113,11 @@ func TestRunTTFTMatchesCostFormula(t *testing.T) {
 		{"aggregated", Config{Decode: 1, Mode: Aggregated}, prefill, "no_prefill_workers", false},
 		// remote: prefill on P, then α + bytes/BW to D, then D computes the last prompt token
 		{"disaggregated", Config{Prefill: 1, Decode: 1, Mode: Disaggregated}, prefill + m.TransferTime(isl) + last, "remote_disabled", true},
+		// each engine's own handling comes first: once for a whole request, once per leg of a
+		// remote one
+		{"aggregated_overhead", Config{Decode: 1, Mode: Aggregated, RequestOverhead: 65 * time.Millisecond}, 65*time.Millisecond + prefill, "no_prefill_workers", false},
+		{"disaggregated_overhead", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, RequestOverhead: 65 * time.Millisecond},
+			65*time.Millisecond + prefill + 65*time.Millisecond + m.TransferTime(isl) + last, "remote_disabled", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := Run(context.Background(), tc.cfg, reqs, Options{})
@@ -217,6 +222,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no_decode", Config{Prefill: 1, Mode: Disaggregated}, []string{"decode: 0 must be >= 1"}},
 		{"unknown_mode", Config{Prefill: 1, Decode: 1, Mode: "fast"}, []string{`mode: "fast" must be one of`}},
 		{"negative_delay", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, EventDelay: -time.Second}, []string{"event_delay: -1s must be >= 0"}},
+		{"negative_overhead", Config{Decode: 1, Mode: Aggregated, RequestOverhead: -time.Millisecond}, []string{"request_overhead: -1ms must be >= 0"}},
 		{"bad_ratio", Config{Prefill: 1, Decode: 1, Mode: Conditional, Disagg: bad}, []string{"eff_isl_ratio_threshold: 1.5 is outside [0.0, 1.0]"}},
 		{"all_at_once", Config{Prefill: -1, Mode: Disaggregated, EventDelay: -1}, []string{"prefill: -1", "decode: 0", "event_delay"}},
 		{"model_twice", Config{Prefill: 1, Decode: 1, Mode: Disaggregated, Models: []string{"a", "b", "a"}}, []string{`models[2]: "a" is named twice`}},

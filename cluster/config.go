@@ -50,6 +50,12 @@ type Config struct {
 	// Sessions is the router's soft session affinity (off in the zero value): requests of one
 	// workload session (workload.Request.Session >= 0) name it as extproc's session headers do.
 	Sessions route.SessionConfig
+	// RequestOverhead is each engine's own handling of a request before its scheduler sees it
+	// (vLLM's API server: HTTP, JSON, the prompt's token array, the output processor's set-up):
+	// every leg (a whole request; the prefill leg and then the decode leg of a remote prefill)
+	// reaches its engine this long after it is routed. `condisagg calibrate` measures it
+	// (cost.Calibration.OverheadMS) but keeps it out of the step model. 0: none.
+	RequestOverhead time.Duration
 	// EventDelay delays each engine's KV events before the index sees them (0 = at the end of the
 	// step that produced them).
 	EventDelay time.Duration
@@ -143,6 +149,9 @@ func (c Config) Validate() error {
 			bad("models["+strconv.Itoa(i)+"]", strconv.Quote(m), "is named twice (models and lora_adapters share one namespace)")
 		}
 		seen[m] = true
+	}
+	if c.RequestOverhead < 0 {
+		bad("request_overhead", c.RequestOverhead.String(), "must be >= 0")
 	}
 	if c.EventDelay < 0 {
 		bad("event_delay", c.EventDelay.String(), "must be >= 0")

@@ -75,3 +75,33 @@ func (q *deliveryQueue) pop() (d delivery) {
 	}
 	return d
 }
+
+// handoff is a request leg on its way to an engine's scheduler: it reaches it after the
+// engine's own request handling (Config.RequestOverhead).
+type handoff struct {
+	at     time.Duration
+	i      int32 // request index
+	eng    int32
+	remote bool // the decode leg of a remote prefill
+	// prefill: the prefill leg of a remote prefill (neither: a whole request)
+	prefill bool
+}
+
+// handoffQueue is a FIFO of handoffs; with one fixed overhead their times never decrease.
+type handoffQueue struct {
+	items []handoff
+	head  int
+}
+
+func (q *handoffQueue) empty() bool    { return q.head == len(q.items) }
+func (q *handoffQueue) peek() *handoff { return &q.items[q.head] }
+func (q *handoffQueue) push(h handoff) { q.items = append(q.items, h) }
+func (q *handoffQueue) pop() (h handoff) {
+	h = q.items[q.head]
+	q.head++
+	if q.head > 1024 && q.head*2 > len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		q.items, q.head = q.items[:n], 0
+	}
+	return h
+}

@@ -47,15 +47,36 @@ func (c *Cluster) arrive(i int) {
 	c.record(i, &out)
 	switch out.Route {
 	case policy.RouteDecode:
-		c.addDecode(i, c.byID[out.Decode.ID], false)
+		c.toEngine(handoff{i: int32(i), eng: c.byID[out.Decode.ID]})
 		return
 	case policy.RoutePrefillLocal:
-		c.addDecode(i, c.byID[out.Prefill.ID], false) // the prefill engine decodes too
+		c.toEngine(handoff{i: int32(i), eng: c.byID[out.Prefill.ID]}) // the prefill engine decodes too
 		return
 	}
 	st.decode = c.byID[out.Decode.ID]
 	c.rep.TransferTokens += int64(len(st.prompt))
-	p := c.byID[out.Prefill.ID]
+	c.toEngine(handoff{i: int32(i), eng: c.byID[out.Prefill.ID], prefill: true})
+}
+
+// toEngine hands a request leg to its engine after Config.RequestOverhead (at once without).
+func (c *Cluster) toEngine(h handoff) {
+	if c.cfg.RequestOverhead <= 0 {
+		c.handOver(h)
+		return
+	}
+	h.at = c.now + c.cfg.RequestOverhead
+	c.hq.push(h)
+}
+
+// handOver adds a request leg to its engine's scheduler: a whole request, the prefill leg of a
+// remote prefill, or its decode leg.
+func (c *Cluster) handOver(h handoff) {
+	i, st := int(h.i), &c.state[h.i]
+	if !h.prefill {
+		c.addDecode(i, h.eng, h.remote)
+		return
+	}
+	p := h.eng
 	id, err := c.engines[p].e.Add(sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: 1, PrefillOnly: true,
 		LoRA: st.lora})
 	if err != nil {
@@ -167,7 +188,7 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		if !en.decode && !st.whole {
 			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
 			c.prefillDone(idx)
-			c.addDecode(int(idx), st.decode, true)
+			c.toEngine(handoff{i: idx, eng: st.decode, remote: true})
 			continue
 		}
 		if st.whole {

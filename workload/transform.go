@@ -53,3 +53,44 @@ func scaleDuration(d time.Duration, factor float64) time.Duration {
 	}
 	return time.Duration(v)
 }
+
+// ScaleLengths returns a copy of reqs whose prompts are in and whose outputs are out times as
+// long (0.0625 makes a Mooncake 512-token hash block 32 tokens), for replaying a trace on an
+// engine far smaller than the one it was recorded on. Each segment covers stream positions
+// [floor(Start·f), ceil((Start+Len)·f)), so a segment that two requests share stays shared (the
+// prefix structure is kept block for block), adjoining segments of one stream still adjoin, and
+// no segment becomes empty. Arrivals are unchanged; segments are new, never shared with reqs.
+func ScaleLengths(reqs []Request, in, out float64) ([]Request, error) {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"input", in}, {"output", out}} {
+		if !(f.v > 0) || f.v > 1 {
+			return nil, fmt.Errorf("workload: %s length factor %v must be in (0, 1]", f.name, f.v)
+		}
+	}
+	res := make([]Request, len(reqs))
+	for i, r := range reqs {
+		r.Prompt = scaleSegments(r.Prompt, in)
+		r.Output = scaleSegments(r.Output, out)
+		r.InputTokens, r.OutputTokens = segmentsLen(r.Prompt), segmentsLen(r.Output)
+		res[i] = r
+	}
+	return res, nil
+}
+
+func scaleSegments(segs []Segment, f float64) []Segment {
+	if segs == nil {
+		return nil
+	}
+	res := make([]Segment, len(segs))
+	for i, s := range segs {
+		lo := uint32(math.Floor(float64(s.Start) * f))
+		hi := uint32(math.Ceil(float64(s.Start+s.Len) * f))
+		if hi <= lo {
+			hi = lo + 1
+		}
+		res[i] = Segment{ID: s.ID, Start: lo, Len: hi - lo}
+	}
+	return res
+}

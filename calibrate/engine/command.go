@@ -57,6 +57,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxBatch, "max-batch", DefaultMaxBatch, "most concurrent streams of a decode probe")
 	fs.IntVar(&cfg.Repeats, "repeats", DefaultRepeats, "rounds of isolated and mixed prefill probes")
 	fs.Float64Var(&minutes, "max-minutes", DefaultMaxDuration.Minutes(), "stop the sweep after this long and fit what was measured")
+	fs.Float64Var(&cfg.MinR2, "min-r2", 0, "least R² each kind of sample must reach (0 = 0.95); lower it only for a noisy host, and say so")
 	fs.Float64Var(&cfg.MaxRPS, "max-rps", DefaultMaxRPS, "average request rate cap, in bursts of at most --max-batch (0 = no cap)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the prompt tokens")
 	fs.Float64Var(&xfer.BytesPerToken, "bytes-per-token", 0, "KV bytes per token for the transfer term without --prefill-endpoint (2·layers·kv_heads·head_dim·dtype bytes)")

@@ -255,11 +255,11 @@ func TestCalibrateBadEngines(t *testing.T) {
 // TestCalibrateFlagErrors: every bad flag is named at once, exit 2, before any request.
 func TestCalibrateFlagErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := Command(context.Background(), []string{"--endpoint", "localhost:8000", "--max-rps", "-1", "--max-minutes", "0", "-o", "m.json"}, &stdout, &stderr)
+	code := Command(context.Background(), []string{"--endpoint", "localhost:8000", "--max-rps", "-1", "--max-minutes", "0", "--min-r2", "1.5", "-o", "m.json"}, &stdout, &stderr)
 	if code != 2 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"--endpoint", "--model", "--max-rps -1", "-o \"m.json\"", "--max-minutes 0"} {
+	for _, w := range []string{"--endpoint", "--model", "--max-rps -1", "-o \"m.json\"", "--max-minutes 0", "--min-r2 1.5"} {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr %q lacks %q", stderr.String(), w)
 		}

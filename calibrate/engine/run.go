@@ -38,6 +38,7 @@ type Config struct {
 	MaxDuration         time.Duration // --max-minutes: the sweep stops here and fits what it has
 	MaxRPS              float64       // --max-rps: average request rate cap (bursts of MaxBatch)
 	Seed                uint64        // --seed: prompt tokens
+	MinR2               float64       // --min-r2: each kind of sample's R² must reach it (0 = calibrate's 0.95)
 	Timeout             time.Duration // per request
 }
 
@@ -109,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch > 1024 {
 		bad("max-batch", c.MaxBatch, "must be <= 1024")
+	}
+	if !(c.MinR2 >= 0 && c.MinR2 < 1) {
+		bad("min-r2", c.MinR2, "must be in [0, 1) (0 = the default 0.95)")
 	}
 	if !(c.MaxRPS >= 0) || math.IsInf(c.MaxRPS, 0) {
 		bad("max-rps", c.MaxRPS, "must be a number >= 0 (0 = no cap)")
@@ -210,9 +214,9 @@ func Run(ctx context.Context, cfg Config, progress Progress) (*Outcome, error) {
 	}
 	out.Elapsed = time.Since(start)
 	total := len(out.Probes) + len(out.TransferProbes)
-	out.Fit, err = calibrate.Fit(out.Samples, calibrate.FitOptions{})
+	out.Fit, err = calibrate.Fit(out.Samples, calibrate.FitOptions{MinR2: cfg.MinR2})
 	if err == nil && cfg.PrefillEndpoint != "" {
-		out.Transfer, err = calibrate.FitTransfer(out.Transfers, 0)
+		out.Transfer, err = calibrate.FitTransfer(out.Transfers, cfg.MinR2)
 		if err != nil {
 			err = fmt.Errorf("calibrate: KV transfer through %s: %w", cfg.PrefillEndpoint, err)
 		}

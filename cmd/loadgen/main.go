@@ -40,6 +40,8 @@ type flags struct {
 	seed                uint64
 	window              workload.Window
 	timeScale           float64
+	inputScale          float64 // workload.ScaleLengths factors
+	outputScale         float64
 	slo                 workload.SLO
 	steady              workload.SteadyState
 	output, name        string
@@ -66,6 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.IntVar(&f.window.MaxRequests, "max-requests", 0, "replay only the first N requests (0: all)")
 	fs.DurationVar(&f.window.Duration, "duration", 0, "replay only requests arriving in the first D of the trace (trace time; 0: all)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply arrival and think times by this (0.5 replays twice as fast)")
+	fs.Float64Var(&f.inputScale, "input-scale", 1, "multiply prompt lengths by this, in (0, 1] (shared prefixes stay shared; 0.0625 makes a 512-token trace block 32)")
+	fs.Float64Var(&f.outputScale, "output-scale", 1, "multiply output lengths by this, in (0, 1]")
 	fs.IntVar(&f.run.concurrency, "concurrency", 64, "most requests in flight")
 	fs.Float64Var(&f.run.rate, "rate", 0, "most requests started per second (0: no limit)")
 	fs.BoolVar(&f.run.closedLoop, "closed-loop", false, "send a session's next turn its think time after the previous turn completes")
@@ -106,6 +110,12 @@ func (f *flags) check(extra []string, vocabSeed uint64, vocab, slo string) error
 	}
 	if !(f.timeScale > 0) {
 		errs = append(errs, fmt.Errorf("--time-scale: %v must be > 0", f.timeScale))
+	}
+	if !(f.inputScale > 0 && f.inputScale <= 1) {
+		errs = append(errs, fmt.Errorf("--input-scale: %v must be in (0, 1]", f.inputScale))
+	}
+	if !(f.outputScale > 0 && f.outputScale <= 1) {
+		errs = append(errs, fmt.Errorf("--output-scale: %v must be in (0, 1]", f.outputScale))
 	}
 	if f.run.requestTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--request-timeout: %v must be > 0", f.run.requestTimeout))
@@ -159,6 +169,11 @@ func load(f *flags) ([]workload.Request, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if f.inputScale != 1 || f.outputScale != 1 {
+		if reqs, err = workload.ScaleLengths(reqs, f.inputScale, f.outputScale); err != nil {
+			return nil, err
+		}
 	}
 	return workload.ScaleRate(reqs, 1/f.timeScale)
 }

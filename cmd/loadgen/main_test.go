@@ -73,6 +73,8 @@ func TestFlagErrors(t *testing.T) {
 		{"bad_vocab", []string{"--trace", "a", "--vocab", "9,3"}, "--vocab"},
 		{"bad_output", []string{"--trace", "a", "-o", "yaml"}, `-o: "yaml"`},
 		{"bad_scale", []string{"--trace", "a", "--time-scale", "0"}, "--time-scale"},
+		{"bad_input_scale", []string{"--trace", "a", "--input-scale", "2"}, "--input-scale: 2 must be in (0, 1]"},
+		{"bad_output_scale", []string{"--trace", "a", "--output-scale", "0"}, "--output-scale: 0 must be in (0, 1]"},
 		{"unknown_synthetic", []string{"--synthetic", "nope"}, `"nope"`},
 		{"missing_file", []string{"--trace", "testdata/none.jsonl"}, "none.jsonl"},
 	}

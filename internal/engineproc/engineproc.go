@@ -7,6 +7,7 @@ package engineproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/condisagg/condisagg/internal/proc"
+	"golang.org/x/sys/unix"
 )
 
 // StopGrace is how long a child has to shut down after SIGTERM: the engine stops EngineCore
@@ -92,44 +94,17 @@ func (c *Child) sample() {
 
 // TreeRSS is the resident set of pid and all its descendants, from /proc.
 func TreeRSS(pid int) int64 {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 2 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], n)
-		}
-	}
 	var total int64
-	var walk func(int)
-	walk = func(p int) {
+	for _, p := range treePids(pid) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
-		if err == nil {
-			f := strings.Fields(string(b))
-			if len(f) > 1 {
-				pages, _ := strconv.ParseInt(f[1], 10, 64)
-				total += pages * int64(os.Getpagesize())
-			}
+		if err != nil {
+			continue
 		}
-		for _, c := range children[p] {
-			walk(c)
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			pages, _ := strconv.ParseInt(f[1], 10, 64)
+			total += pages * int64(os.Getpagesize())
 		}
 	}
-	walk(pid)
 	return total
 }
 
@@ -144,6 +119,11 @@ type Engine struct {
 	Env                      []string // added to the engine's environment
 	Extra                    []string // vLLM flags after --
 	StartTimeout             time.Duration
+	// CPUs, when set (taskset's list syntax, "0" or "2-3"), pins the engine's whole process
+	// tree to those cores (taskset at start, PinTree again once it is healthy) and binds its
+	// OpenMP threads to them (VLLM_CPU_OMP_THREADS_BIND), so that two engines on one host do
+	// not share a core.
+	CPUs string
 }
 
 // StartEngine starts e and waits until it answers /health.
@@ -155,11 +135,23 @@ func StartEngine(ctx context.Context, e Engine) (*Child, error) {
 		args = append(append(args, "--"), e.Extra...)
 	}
 	env := append([]string{"VLLM_SERVER_DEV_MODE=1"}, e.Env...)
-	c, err := Start(e.Name, filepath.Join(e.LogDir, e.Name+".log"), env, "bash", args...)
+	path := "bash"
+	if e.CPUs != "" {
+		path, args = "taskset", append([]string{"-c", e.CPUs, "bash"}, args...)
+		env = append(env, "VLLM_CPU_OMP_THREADS_BIND="+e.CPUs)
+	}
+	c, err := Start(e.Name, filepath.Join(e.LogDir, e.Name+".log"), env, path, args...)
 	if err != nil {
 		return nil, err
 	}
-	return c, WaitHealthy(ctx, c, fmt.Sprintf("http://127.0.0.1:%d/health", e.Port), e.StartTimeout)
+	if err := WaitHealthy(ctx, c, fmt.Sprintf("http://127.0.0.1:%d/health", e.Port), e.StartTimeout); err != nil || e.CPUs == "" {
+		return c, err
+	}
+	cpus, err := parseCPUList(e.CPUs)
+	if err != nil {
+		return c, err
+	}
+	return c, PinTree(c.Pid(), cpus)
 }
 
 // WaitHealthy polls url until it answers 200, the child exits or timeout passes.
@@ -186,4 +178,84 @@ func WaitHealthy(ctx context.Context, c *Child, url string, timeout time.Duratio
 func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// PinTree sets the CPU affinity of every thread of pid and of its descendants to cpus. vLLM
+// 0.32's NixlConnector on a CPU engine moves its worker's main thread to the last core of each
+// NUMA node at start (nixl/base_worker.py, "reserve different cores for start_load_kv()"),
+// whatever taskset gave the process: two pinned engines would then share that core. Threads
+// started later inherit the mask of the thread that starts them.
+func PinTree(pid int, cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	var errs []error
+	for _, p := range treePids(pid) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("pin thread %d of %d: %w", tid, p, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// treePids is pid and all its descendants, from /proc.
+func treePids(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(s[i+1:]); len(f) > 2 {
+			pp, _ := strconv.Atoi(f[1])
+			children[pp] = append(children[pp], n)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// parseCPUList parses taskset's list syntax: "0", "0,2", "1-3".
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a || b >= 1024 {
+			return nil, fmt.Errorf("engine CPUs %q: %q must be a core or a range like 2-3", s, part)
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
