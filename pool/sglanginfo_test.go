@@ -29,17 +29,18 @@ func TestCheckSGLang(t *testing.T) {
 		name, spec, file string
 		w                WorkerInfo
 		blockSize        int
+		speculative      string
 		want             []string
 	}{
-		{"all flags fit", "README Engines", "sglang_server_info.json", fit, 16, nil},
-		{"bound subscriber: the event endpoints are not checked", "README Engines", "sglang_server_info.json", bound, 16, nil},
-		{"page size, ranks and ports differ", "README Engines", "sglang_server_info.json", other, 32, []string{
+		{"all flags fit", "README Engines", "sglang_server_info.json", fit, 16, "", nil},
+		{"bound subscriber: the event endpoints are not checked", "README Engines", "sglang_server_info.json", bound, 16, "", nil},
+		{"page size, ranks and ports differ", "README Engines", "sglang_server_info.json", other, 32, "", []string{
 			"--page-size is 16; start SGLang with --page-size 32, condisagg's block_size (one KV event block per page: stores of another size are refused, no credit)",
 			"--dp-size is 2; the worker's data_parallel_size is 1: make them equal (each rank is its own worker, its own KV event stream and X-Data-Parallel-Rank)",
 			"--kv-events-config publishes on port 5557, the worker's kv_events is tcp://10.0.0.7:6000: make the ports equal",
 			"--kv-events-config replays on port 5567, the worker's kv_replay is tcp://10.0.0.7:6100: make the ports equal",
 		}},
-		{"SGLang's defaults", "README Engines", "sglang_server_info_defaults.json", fit, 16, []string{
+		{"SGLang's defaults", "README Engines", "sglang_server_info_defaults.json", fit, 16, "", []string{
 			"--page-size is not set (SGLang then takes its attention backend's default, 1 for most); start SGLang with --page-size 16, condisagg's block_size (one KV event block per page)",
 			"--enable-cache-report is off; start SGLang with --enable-cache-report (answers then carry usage.prompt_tokens_details.cached_tokens, which condisagg's feedback reads)",
 			"--dp-size is 1; the worker's data_parallel_size is 2: make them equal (each rank is its own worker, its own KV event stream and X-Data-Parallel-Rank)",
@@ -54,7 +55,7 @@ func TestCheckSGLang(t *testing.T) {
 			if info.Version != "0.5.23" {
 				t.Fatalf("version %q, want the fixture's 0.5.23", info.Version)
 			}
-			err = CheckSGLang(info, c.w, c.blockSize)
+			err = CheckSGLang(info, c.w, c.blockSize, c.speculative)
 			var got []string
 			if err != nil {
 				got = strings.Split(err.Error(), "\n")
@@ -89,6 +90,6 @@ func FuzzParseSGLangServerInfo(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = CheckSGLang(info, WorkerInfo{DataParallelSize: 2, KVEvents: "tcp://h:1", KVReplay: "tcp://h:2"}, 16)
+		_ = CheckSGLang(info, WorkerInfo{DataParallelSize: 2, KVEvents: "tcp://h:1", KVReplay: "tcp://h:2"}, 16, SpeculativeEagle)
 	})
 }
