@@ -87,13 +87,21 @@ class Router:
                 raise SystemExit(f"condisagg did not reach seqs {want} in {timeout} s (it has {got})")
             time.sleep(0.02)
 
-    def overlaps(self, tokens, salt=None, model="base"):
-        """Explain of a completions body of those token ids: {worker id: (gpu, cpu) blocks}."""
+    def explain(self, tokens, salt=None, model="base"):
+        """Explain of a completions body of those token ids: the whole answer."""
         body = {"model": model, "prompt": tokens, "max_tokens": 1}
         if salt is not None:
             body["cache_salt"] = salt
         req = urllib.request.Request(f"http://{self.admin_http}/debug/explain?path=/v1/completions",
                                      data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
-            doc = json.load(r)
+            return json.load(r)
+
+    @staticmethod
+    def overlaps_of(doc):
+        """{worker id: (gpu, cpu) blocks} of an Explain answer."""
         return {o["worker"]: (int(o.get("gpuBlocks", 0)), int(o.get("cpuBlocks", 0))) for o in doc.get("overlaps", [])}
+
+    def overlaps(self, tokens, salt=None, model="base"):
+        """Explain of a completions body of those token ids: {worker id: (gpu, cpu) blocks}."""
+        return self.overlaps_of(self.explain(tokens, salt, model))
