@@ -41,7 +41,7 @@ class Router:
         self.starts += 1
         log = open(os.path.join(self.workdir, f"serve.{self.starts}.log"), "w")
         self.proc = subprocess.Popen([self.bin, "serve", "--config", self.cfg], stdout=log, stderr=log)
-        deadline = time.time() + 30
+        deadline = time.time() + 180  # a loaded machine can take minutes to load the tokenizer
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"condisagg serve exited with {self.proc.returncode}; see {log.name}")
@@ -50,7 +50,7 @@ class Router:
                     return
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.1)
-        raise SystemExit("condisagg serve did not answer /healthz in 30 s")
+        raise SystemExit("condisagg serve did not answer /healthz in 180 s")
 
     def kill(self):
         """SIGKILL: nothing is flushed, the next start learns the index from the replay alone."""
