@@ -47,6 +47,11 @@ type Applier struct {
 	mismatchBlockSize int64
 	mismatchSeen      bool // the gauge shows a mismatch
 
+	// mismatchScheme is set when a store was refused because its tokens are EAGLE pairs and the
+	// index's keys plain, or the other way round; schemeBigram is what that store carried. The
+	// shell reports it (KeySchemeMismatch).
+	mismatchScheme, schemeBigram bool
+
 	// malformed is the first malformed event of the last batch (MalformedEvent), nil if none;
 	// it points into the batch and is read before the next ApplyPayload.
 	malformed *Event
@@ -162,6 +167,25 @@ func (a *Applier) BlockSizeMismatch() error {
 		a.worker, bs, want, bs)
 }
 
+// KeySchemeMismatch returns the error to report when stores of the last batches were refused
+// because their tokens are EAGLE pairs and the model's keys plain, or plain ids and the model's
+// keys bigrams (then nothing the worker caches can earn credit), and nil otherwise; it resets
+// the report.
+func (a *Applier) KeySchemeMismatch() error {
+	if !a.mismatchScheme {
+		return nil
+	}
+	a.mismatchScheme = false
+	if a.schemeBigram {
+		return fmt.Errorf("kvevents: worker %s: KV events carry EAGLE [token, token] pairs (SGLang with EAGLE speculative decoding "+
+			"keys its pages by token bigrams) but the model keys blocks by plain tokens: its stores are refused and it gets no "+
+			"cache credit; set speculative: eagle on the model (model.speculative or models[i].speculative)", a.worker)
+	}
+	return fmt.Errorf("kvevents: worker %s: KV events carry plain token ids but the model has speculative: eagle (bigram keys): "+
+		"its stores are refused and it gets no cache credit; remove speculative: eagle from the model, or serve it with "+
+		"SGLang's --speculative-algorithm EAGLE (or EAGLE3, NEXTN)", a.worker)
+}
+
 // Batch returns the batch last decoded by ApplyPayload (for its TS), valid until the next call.
 func (a *Applier) Batch() *Batch { return &a.batch }
 
@@ -207,15 +231,18 @@ func (a *Applier) applyStored(ev *Event) {
 		return
 	}
 	a.store = kvindex.Store{
-		Medium: m, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes, Tokens: ev.Tokens,
+		Medium: m, Parent: ev.Parent, HasParent: ev.HasParent, Hashes: ev.Hashes, Tokens: ev.Tokens, Bigram: ev.Bigram,
 		BlockSize: int(ev.BlockSize), LoRA: ev.LoRAName, Salt: ev.Salt, PlainBlocks: ev.PlainBlocks,
 	}
 	res := a.tx.Store(a.worker, &a.store)
 	a.store = kvindex.Store{} // drop references into the payload
 	if res.Skip != kvindex.SkipNone {
-		if res.Skip == kvindex.SkipBlockSizeMismatch {
+		switch res.Skip {
+		case kvindex.SkipBlockSizeMismatch:
 			a.mismatchBlockSize, a.mismatchSeen = ev.BlockSize, true
 			a.c.blockSize.Set(float64(ev.BlockSize))
+		case kvindex.SkipKeySchemeMismatch:
+			a.mismatchScheme, a.schemeBigram = true, ev.Bigram
 		}
 		a.c.skip(indexSkipReason(res.Skip), 1)
 		return
@@ -352,6 +379,7 @@ const (
 	skipUnresolved                          // kvindex.SkipUnresolved: placeholder store, EH unknown on GPU
 	skipCapacity                            // kvindex.SkipCapacity
 	skipFenced                              // kvindex.SkipFenced: a reset the router started awaits the engine's clear
+	skipKeySchemeMismatch                   // kvindex.SkipKeySchemeMismatch: EAGLE pairs against plain keys, or plain ids against bigram keys
 	skipIndexOther                          // a kvindex.SkipReason this package does not know yet
 	numSkipReasons
 )
@@ -359,7 +387,7 @@ const (
 var skipLabels = [numSkipReasons]string{
 	"malformed_event", "unknown_event", "unknown_medium", "hybrid_group", "lora_unresolved",
 	"remote_locality", "short_tokens", "block_not_found", "parent_not_found", "excluded_chain",
-	"block_size_mismatch", "token_mismatch", "duplicate_hash", "unresolved", "capacity", "fenced", "index_other",
+	"block_size_mismatch", "token_mismatch", "duplicate_hash", "unresolved", "capacity", "fenced", "key_scheme_mismatch", "index_other",
 }
 
 func (r skipReason) String() string { return skipLabels[r] }
@@ -383,6 +411,8 @@ func indexSkipReason(r kvindex.SkipReason) skipReason {
 		return skipCapacity
 	case kvindex.SkipFenced:
 		return skipFenced
+	case kvindex.SkipKeySchemeMismatch:
+		return skipKeySchemeMismatch
 	}
 	return skipIndexOther
 }

@@ -99,7 +99,12 @@ type applyEnv struct {
 
 func newApplyEnv(t testing.TB, blockSize int, rank int64) *applyEnv {
 	t.Helper()
-	ix, err := kvindex.New(kvindex.Config{BlockSize: blockSize})
+	return newApplyEnvKeys(t, blockSize, rank, kvindex.KeysPlain)
+}
+
+func newApplyEnvKeys(t testing.TB, blockSize int, rank int64, keys kvindex.KeyScheme) *applyEnv {
+	t.Helper()
+	ix, err := kvindex.New(kvindex.Config{BlockSize: blockSize, Keys: keys})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/tinylib/msgp/msgp"
 )
@@ -431,15 +432,21 @@ func (d *decoder) tokens(p []byte, ev *Event) ([]byte, status, error) {
 	if err != nil {
 		return p, valBad, err
 	}
+	if cap(arena)-len(arena) == int(n) { // n EAGLE pairs take n+1 tokens
+		grown := make([]uint32, len(arena), max(2*cap(arena), len(arena)+int(n)+1))
+		copy(grown, arena)
+		arena = grown
+	}
 	ev.tokenOff = len(arena)
 	raw := p
-	arena, p, st, err := appendTokens(arena, p, n)
+	arena, p, pairs, st, err := appendTokens(arena, p, n)
 	if err != nil {
 		return p, valBad, err
 	}
 	if st == valBad {
 		ev.badTokens, ev.badTokensN = raw, n // described only if reported: decoding stays allocation-free
 	}
+	ev.Bigram = pairs
 	d.b.tokens, ev.tokenEnd = arena, len(arena)
 	return p, st, nil
 }
@@ -482,27 +489,78 @@ func (d *decoder) finishEvent(ev *Event) {
 	}
 }
 
-// badTokenDetail names the first token id of raw (n entries) that is out of range, for the
-// error a malformed BlockStored is reported with. It runs only for malformed events.
+// badTokenDetail says what is wrong with the token_ids array raw (n entries) of a malformed
+// BlockStored: the first id out of range, or the first entry that breaks the EAGLE pair rules
+// of appendTokens. It runs only for malformed events.
 func badTokenDetail(raw []byte, n uint32) string {
 	p := raw
+	var prev [2]uint32 // the last pair read
+	ints, pairs := false, false
 	for i := range n {
-		if msgp.NextType(p) == msgp.IntType {
-			v, rest, err := msgp.ReadInt64Bytes(p)
+		if msgp.NextType(p) == msgp.ArrayType {
+			at := p
+			a, b, st, rest, err := readPair(p)
 			if err != nil {
 				break
+			}
+			p = rest
+			switch {
+			case st != valOK:
+				return fmt.Sprintf("token_ids[%d] = %s: an EAGLE pair is exactly two unsigned 32-bit token ids", i, shortValue(at))
+			case ints:
+				return fmt.Sprintf("token_ids[%d] = [%d, %d] is a pair after int entries: token_ids holds either ints or EAGLE [token, token] pairs, not both", i, a, b)
+			case pairs && a != prev[1]:
+				return fmt.Sprintf("token_ids[%d] = [%d, %d] does not continue token_ids[%d] = [%d, %d]: EAGLE pairs are (t_j, t_j+1) of one sequence, "+
+					"so each pair starts with the token the one before ends with", i, a, b, i-1, prev[0], prev[1])
+			}
+			prev, pairs = [2]uint32{a, b}, true
+			continue
+		}
+		if pairs {
+			return fmt.Sprintf("token_ids[%d] is an int after EAGLE pairs: token_ids holds either ints or [token, token] pairs, not both", i)
+		}
+		ints = true
+		switch msgp.NextType(p) {
+		case msgp.IntType:
+			v, rest, err := msgp.ReadInt64Bytes(p)
+			if err != nil {
+				return "token_ids: truncated"
 			}
 			if v < 0 || v > maxUint32 {
 				return fmt.Sprintf("token_ids[%d] = %d: token ids are unsigned 32-bit integers", i, v)
 			}
 			p = rest
 			continue
+		case msgp.UintType:
+			v, rest, err := msgp.ReadUint64Bytes(p)
+			if err != nil {
+				return "token_ids: truncated"
+			}
+			if v > maxUint32 {
+				return fmt.Sprintf("token_ids[%d] = %d: token ids are unsigned 32-bit integers", i, v)
+			}
+			p = rest
+			continue
 		}
-		rest, err := msgp.Skip(p)
-		if err != nil {
-			break
-		}
-		p = rest
+		return fmt.Sprintf("token_ids[%d] = %s: an entry is an unsigned 32-bit integer or a [token, token] pair", i, shortValue(p))
 	}
 	return "token_ids: an entry is neither an unsigned 32-bit integer nor a [token, token] pair"
+}
+
+// shortValue renders the msgpack value at the start of p as JSON for an error message, at
+// most 64 bytes.
+func shortValue(p []byte) string {
+	rest, err := msgp.Skip(p)
+	if err != nil {
+		return "(truncated)"
+	}
+	p = p[:len(p)-len(rest)]
+	var sb strings.Builder
+	if _, err := msgp.UnmarshalAsJSON(&sb, p); err != nil {
+		return "(undecodable)"
+	}
+	if s := sb.String(); len(s) <= 64 {
+		return s
+	}
+	return sb.String()[:61] + "..."
 }

@@ -74,6 +74,12 @@ func FuzzDecodeBatch(f *testing.F) {
 			if e.Kind == KindBlockStored && !e.Malformed && (e.PlainBlocks < 0 || e.PlainBlocks > len(e.Hashes)) {
 				t.Fatalf("event %d: PlainBlocks %d outside [0, %d]", i, e.PlainBlocks, len(e.Hashes))
 			}
+			if e.Bigram && !e.Malformed && len(e.Tokens) < 2 {
+				t.Fatalf("event %d: EAGLE pairs decoded into %d tokens; a pair is two", i, len(e.Tokens))
+			}
+			if e.Malformed && e.MalformedField == "token_ids" && e.MalformedDetail() == "" {
+				t.Fatalf("event %d: malformed token_ids without a detail", i)
+			}
 		}
 		if n := len(fresh.Events) + hashes + tokens; n > len(payload) {
 			t.Fatalf("%d events, %d hashes, %d tokens from %d bytes", len(fresh.Events), hashes, tokens, len(payload))
@@ -159,6 +165,91 @@ func FuzzNormaliseHash(f *testing.F) {
 		}
 		if st != wantSt || (st == valOK && h != wantH) {
 			t.Fatalf("readHash = %#x, %d; want %#x, %d (msgp value %T %v)", h, st, wantH, wantSt, want, want)
+		}
+	})
+}
+
+// FuzzAppendTokens checks appendTokens against a plain reading of the same entries: all valid
+// ints give the ints, all valid pairs that chain give the tokens they are made of, anything
+// else is valBad with a detail naming an entry; the input is consumed exactly as msgp.Skip
+// consumes n values, and at most n+1 tokens are appended.
+func FuzzAppendTokens(f *testing.F) {
+	f.Add([]byte{0x05, 0xcc, 0x80, 0xcd, 0x01, 0x00}, uint8(3))
+	f.Add([]byte{0x92, 0x01, 0x02, 0x92, 0x02, 0x03}, uint8(2))
+	f.Add([]byte{0x92, 0x01, 0x02, 0x92, 0x03, 0x04}, uint8(2))
+	f.Add([]byte{0x01, 0x92, 0x01, 0x02}, uint8(2))
+	f.Add([]byte{0x93, 0x01, 0x02, 0x03}, uint8(1))
+	f.Fuzz(func(t *testing.T, p []byte, n8 uint8) {
+		n := uint32(n8 % 40)
+		// The plain reading: each entry an int token or a [a, b] pair.
+		var ints, firsts []uint32
+		var seconds []uint32
+		nInts, nPairs, bad := 0, 0, false
+		q := p
+		for range n {
+			if len(q) == 0 {
+				return // truncated: appendTokens may read past what Skip checks; not this test's case
+			}
+			if msgp.NextType(q) == msgp.ArrayType {
+				a, b, st, rest, err := readPair(q)
+				if err != nil {
+					return
+				}
+				q, nPairs = rest, nPairs+1
+				if st != valOK {
+					bad = true
+					continue
+				}
+				firsts, seconds = append(firsts, a), append(seconds, b)
+				continue
+			}
+			v, st, rest, err := readTokenInt(q)
+			if err != nil {
+				return
+			}
+			q, nInts = rest, nInts+1
+			if st != valOK {
+				bad = true
+				continue
+			}
+			ints = append(ints, v)
+		}
+		var want []uint32
+		wantPairs := nPairs > 0
+		switch {
+		case bad || nInts > 0 && nPairs > 0:
+			bad = true
+		case wantPairs:
+			for j := 1; j < len(firsts); j++ {
+				if firsts[j] != seconds[j-1] {
+					bad = true
+				}
+			}
+			want = append(append(want, firsts...), seconds[len(seconds)-1])
+		default:
+			want = ints
+		}
+		got, rest, pairs, st, err := appendTokens(make([]uint32, 0, n+1), p, n)
+		if err != nil {
+			t.Fatalf("error %v on input the plain reading read whole", err)
+		}
+		if len(rest) != len(q) {
+			t.Fatalf("%d bytes left, the plain reading left %d", len(rest), len(q))
+		}
+		if len(got) > int(n)+1 {
+			t.Fatalf("%d tokens appended for %d entries", len(got), n)
+		}
+		if bad {
+			if st != valBad {
+				t.Fatalf("accepted %v (pairs %v) where the plain reading finds a defect", got, pairs)
+			}
+			if d := badTokenDetail(p, n); !strings.HasPrefix(d, "token_ids[") {
+				t.Fatalf("detail %q names no entry", d)
+			}
+			return
+		}
+		if st != valOK || pairs != wantPairs || !reflect.DeepEqual(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("got %v pairs=%v status %d, want %v pairs=%v", got, pairs, st, want, wantPairs)
 		}
 	})
 }

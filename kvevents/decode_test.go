@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,7 @@ type eventWant struct {
 	Hashes      []uint64 `json:"hashes"`
 	Parent      *uint64  `json:"parent"`
 	Tokens      []uint32 `json:"tokens"`
+	Bigram      bool     `json:"bigram,omitempty"`
 	BlockSize   int64    `json:"block_size"`
 	LoRAID      *int64   `json:"lora_id"`
 	Medium      *string  `json:"medium"`
@@ -108,7 +110,7 @@ func gotEvent(ev *Event) eventWant {
 			p := ev.Parent
 			w.Parent = &p
 		}
-		w.Tokens = ev.Tokens
+		w.Tokens, w.Bigram = ev.Tokens, ev.Bigram
 		if len(w.Tokens) == 0 {
 			w.Tokens = nil
 		}
@@ -427,50 +429,114 @@ func TestDecodeReuseDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// TestAppendTokensMatchesNaive checks the token fast path against readToken, value by value,
-// on random token lists mixing every int encoding (minimal or not), negative and oversized
-// values and EAGLE pairs.
+// TestAppendTokensMatchesNaive checks appendTokens (its fast path and the EAGLE pair rules)
+// against a plain model of token_ids, on random lists mixing every int encoding (minimal or
+// not), negative and oversized values, chained EAGLE pairs, broken chains, pairs of the wrong
+// length and lists mixing ints with pairs.
 func TestAppendTokensMatchesNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	for round := range 200 {
+	for round := range 2000 {
 		n := rng.IntN(40)
+		asPairs := rng.IntN(2) == 0
+		bad := rng.IntN(3) == 0 // plant one defect
 		var m mp
-		for range n {
+		var want []uint32
+		wantBad := false
+		prev := uint64(rng.IntN(200000))
+		for i := range n {
 			v := uint64(rng.IntN(200000))
-			switch rng.IntN(10) {
-			case 0:
+			defect := bad && rng.IntN(n) == 0
+			if asPairs {
+				a, b := prev, v
+				switch {
+				case defect && rng.IntN(4) == 0:
+					m = m.arr(3).u64(a).u64(b).u64(b) // not a pair
+					wantBad = true
+				case defect && rng.IntN(3) == 0 && i > 0:
+					m = m.u64(a) // an int among pairs
+					wantBad = true
+				case defect && rng.IntN(2) == 0 && i > 0:
+					m = m.arr(2).u64(a + 1).u64(b) // does not continue the pair before
+					wantBad = true
+				case defect:
+					m = m.arr(2).u64(a).u64(1<<32 + b) // out of range
+					wantBad = true
+				case rng.IntN(5) == 0:
+					m = m.arr(2).raw(0xcf).raw(binary.BigEndian.AppendUint64(nil, a)...).u64(b) // non-minimal
+				default:
+					m = m.arr(2).u64(a).u64(b)
+				}
+				want = append(want, uint32(a))
+				prev = b
+				continue
+			}
+			switch {
+			case defect && rng.IntN(3) == 0:
+				m = m.i64(-int64(rng.IntN(1000)) - 1) // negative
+				wantBad = true
+			case defect && rng.IntN(2) == 0:
+				m = m.u64(1<<32 + v) // above 2^32-1
+				wantBad = true
+			case defect && i > 0:
+				m = m.arr(2).u64(v).u64(v + 1) // a pair among ints
+				wantBad = true
+			case rng.IntN(10) == 0:
 				m = m.raw(0xcf).raw(binary.BigEndian.AppendUint64(nil, v)...) // non-minimal uint64
-			case 1:
-				m = m.i64(-int64(rng.IntN(1000)) - 1) // negative: malformed
-			case 2:
-				m = m.arr(2).u64(v).u64(v + 1) // EAGLE pair
-			case 3:
-				m = m.u64(1<<32 + v) // above 2^32-1: malformed
-			case 4:
+			case rng.IntN(10) == 0:
 				m = m.raw(0xd2).raw(binary.BigEndian.AppendUint32(nil, uint32(v))...) // int32
 			default:
 				m = m.u64(v)
 			}
+			want = append(want, uint32(v))
 		}
-		m = m.raw(0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0)[:len(m)+rng.IntN(9)] // vary the tail length
-		var want []uint32
-		wantSt := valOK
-		p := []byte(m)
-		for range n {
-			tok, st, rest, err := readToken(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p = rest
-			if st != valOK {
-				wantSt = valBad
-				continue
-			}
-			want = append(want, tok)
+		wantPairs := asPairs && n > 0
+		if wantPairs {
+			want = append(want, uint32(prev))
 		}
-		got, rest, st, err := appendTokens(make([]uint32, 0, n), m, uint32(n))
-		if err != nil || st != wantSt || len(rest) != len(p) || !reflect.DeepEqual(got, want) && len(got)+len(want) > 0 {
-			t.Fatalf("round %d: got %v %d rest %d %v; want %v %d rest %d", round, got, st, len(rest), err, want, wantSt, len(p))
+		tail := rng.IntN(9)
+		m = m.raw(0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0)[:len(m)+tail] // vary the tail length
+		got, rest, pairs, st, err := appendTokens(make([]uint32, 0, n+1), m, uint32(n))
+		switch {
+		case err != nil || len(rest) != tail:
+			t.Fatalf("round %d: err %v, %d bytes left, want %d", round, err, len(rest), tail)
+		case wantBad:
+			if st != valBad {
+				t.Fatalf("round %d: a list with a defect decoded as valid: %v", round, got)
+			}
+			if d := badTokenDetail(m, uint32(n)); !strings.HasPrefix(d, "token_ids[") {
+				t.Fatalf("round %d: detail %q does not name the entry", round, d)
+			}
+		case st != valOK || pairs != wantPairs || !slices.Equal(got, want):
+			t.Fatalf("round %d: got %v pairs=%v status %d; want %v pairs=%v", round, got, pairs, st, want, wantPairs)
+		}
+	}
+}
+
+// TestBadTokenDetail pins the message of each way token_ids can be wrong.
+func TestBadTokenDetail(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		list mp
+		n    uint32
+		want string
+	}{
+		{"negative id", mp(nil).u64(5).i64(-7), 2, "token_ids[1] = -7: token ids are unsigned 32-bit integers"},
+		{"broken chain", mp(nil).arr(2).u64(1).u64(2).arr(2).u64(3).u64(4), 2,
+			"token_ids[1] = [3, 4] does not continue token_ids[0] = [1, 2]: EAGLE pairs are (t_j, t_j+1) of one sequence, so each pair starts with the token the one before ends with"},
+		{"int after pairs", mp(nil).arr(2).u64(1).u64(2).u64(2), 2,
+			"token_ids[1] is an int after EAGLE pairs: token_ids holds either ints or [token, token] pairs, not both"},
+		{"pair after ints", mp(nil).u64(1).arr(2).u64(2).u64(3), 2,
+			"token_ids[1] = [2, 3] is a pair after int entries: token_ids holds either ints or EAGLE [token, token] pairs, not both"},
+		{"triple", mp(nil).arr(3).u64(1).u64(2).u64(3), 1,
+			"token_ids[0] = [1,2,3]: an EAGLE pair is exactly two unsigned 32-bit token ids"},
+		{"pair out of range", mp(nil).arr(2).u64(1).i64(-2), 1,
+			"token_ids[0] = [1,-2]: an EAGLE pair is exactly two unsigned 32-bit token ids"},
+	} {
+		if got := badTokenDetail(c.list, c.n); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+		if _, _, _, st, err := appendTokens(nil, c.list, c.n); err != nil || st != valBad {
+			t.Errorf("%s: appendTokens status %d err %v, want valBad", c.name, st, err)
 		}
 	}
 }

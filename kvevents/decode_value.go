@@ -133,11 +133,16 @@ func binHash(b []byte) uint64 {
 	return binary.BigEndian.Uint64(buf[:])
 }
 
-// appendTokens reads n token ids and appends them to arena (which has room for n). Entries are
-// ints in [0, 2^32-1] or EAGLE [token, token] pairs, reduced to element 0 (§2.4 rule 7).
-// Anything else is skipped and makes the status valBad.
-func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status, error) {
-	result := valOK
+// appendTokens reads the n entries of token_ids and appends them to arena, which has room
+// for n+1. The entries are either all ints in [0, 2^32-1] (pairs false: n tokens appended) or
+// all EAGLE [token, token] pairs (pairs true). SGLang with EAGLE speculative decoding keys its
+// radix tree by bigrams: a page of P entries holds the pairs (t_i, t_i+1) of P+1 consecutive
+// tokens of one sequence, so pair j's second token must be pair j+1's first. Pairs append
+// the n+1 tokens they are made of (each pair's first, then the last pair's second), the form
+// the index keys EAGLE blocks by. Anything else (a mixed list, a pair that does not continue
+// the one before, a pair of another length, an id out of range) makes the status valBad; the
+// event is then skipped and badTokenDetail says why.
+func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, bool, status, error) {
 	i := uint32(0)
 	// Fast path while 8 bytes can be loaded: msgspec writes token ids as positive fixint or
 	// uint8/16/32 (lead 0xcc..0xce, 1<<(lead-0xcc) value bytes). The length is computed, not
@@ -156,44 +161,65 @@ func appendTokens(arena []uint32, p []byte, n uint32) ([]uint32, []byte, status,
 		word := binary.BigEndian.Uint64(p) << 8
 		arena, p = append(arena, uint32(word>>(64-width))), p[1+width/8:]
 	}
+	result := valOK
+	ints, pairs := i > 0, false
+	var next uint32 // the second token of the last pair read
 	for ; i < n; i++ {
-		t, st, rest, err := readToken(p)
-		if err != nil {
-			return arena, rest, valBad, err
-		}
-		p = rest
-		if st != valOK {
-			result = valBad
+		if msgp.NextType(p) != msgp.ArrayType {
+			t, st, rest, err := readTokenInt(p)
+			if err != nil {
+				return arena, rest, false, valBad, err
+			}
+			p, ints = rest, true
+			if st != valOK || pairs {
+				result = valBad
+				continue
+			}
+			arena = append(arena, t)
 			continue
 		}
-		arena = append(arena, t)
+		a, b, st, rest, err := readPair(p)
+		if err != nil {
+			return arena, rest, false, valBad, err
+		}
+		p = rest
+		if st != valOK || ints || pairs && a != next {
+			result = valBad
+			pairs = true
+			continue
+		}
+		arena, next, pairs = append(arena, a), b, true
 	}
-	return arena, p, result, nil
+	if pairs && result == valOK {
+		arena = append(arena, next)
+	}
+	return arena, p, pairs, result, nil
 }
 
-// readToken reads one token id of any int width, or an EAGLE pair.
-func readToken(p []byte) (uint32, status, []byte, error) {
-	if msgp.NextType(p) != msgp.ArrayType {
-		return readTokenInt(p)
-	}
+// readPair reads one EAGLE [token, token] pair; an array of another length, or with an id out
+// of range, is consumed and valBad.
+func readPair(p []byte) (uint32, uint32, status, []byte, error) {
 	n, p, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
-		return 0, valBad, p, err
+		return 0, 0, valBad, p, err
 	}
 	if n != 2 {
 		for range n {
 			if p, err = msgp.Skip(p); err != nil {
-				return 0, valBad, p, err
+				return 0, 0, valBad, p, err
 			}
 		}
-		return 0, valBad, p, nil
+		return 0, 0, valBad, p, nil
 	}
-	t, st, p, err := readTokenInt(p)
+	a, st1, p, err := readTokenInt(p)
 	if err != nil {
-		return 0, valBad, p, err
+		return 0, 0, valBad, p, err
 	}
-	p, err = msgp.Skip(p)
-	return t, st, p, err
+	b, st2, p, err := readTokenInt(p)
+	if err != nil || st1 != valOK || st2 != valOK {
+		return 0, 0, valBad, p, err
+	}
+	return a, b, valOK, p, nil
 }
 
 // readTokenInt reads an int token id in [0, 2^32-1].

@@ -62,9 +62,13 @@ type Event struct {
 	Locality []byte // "LOCAL" / "REMOTE" or nil
 
 	// BlockStored only.
-	Parent      uint64 // engine hash of the parent block, valid when HasParent
-	HasParent   bool
-	Tokens      []uint32 // token ids of the stored blocks (EAGLE pairs reduced to element 0)
+	Parent    uint64 // engine hash of the parent block, valid when HasParent
+	HasParent bool
+	// Tokens are the token ids of the stored blocks. When Bigram is set, token_ids held n EAGLE
+	// [token, token] pairs (SGLang with EAGLE speculative decoding keys its pages by bigrams) and
+	// Tokens holds the n+1 tokens they are made of: pair j is (Tokens[j], Tokens[j+1]).
+	Tokens      []uint32
+	Bigram      bool
 	BlockSize   int64
 	LoRAID      int64
 	HasLoRAID   bool

@@ -2,8 +2,10 @@ package kvevents
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/condisagg/condisagg/kvindex"
@@ -17,6 +19,7 @@ type publisherStream struct {
 	Topic     string            `json:"topic"`
 	Versions  map[string]string `json:"versions"`
 	Stream    string            `json:"stream"`
+	Eagle     bool              `json:"eagle"` // SGLang with EAGLE: bigram pages (kvindex.KeysBigram)
 	BlockSize int               `json:"block_size"`
 	Steps     []struct {
 		Messages []string `json:"messages"`
@@ -49,9 +52,10 @@ func loadPublisherStreams(t *testing.T) []publisherStream {
 		}
 		out = append(out, s)
 	}
-	// Both producers, both SGLang formats: a lost file must not pass as fewer streams.
-	if len(out) != 3 {
-		t.Fatalf("found %d recorded publisher streams, want 3 (sglang_default, sglang_dynamo, dynamo_trtllm)", len(out))
+	// Both producers, both SGLang formats, SGLang with EAGLE: a lost file must not pass as fewer
+	// streams.
+	if len(out) != 4 {
+		t.Fatalf("found %d recorded publisher streams, want 4 (sglang_default, sglang_dynamo, sglang_eagle, dynamo_trtllm)", len(out))
 	}
 	return out
 }
@@ -75,7 +79,11 @@ func readFrames(t *testing.T, name string) [][]byte {
 func TestPublisherStreams(t *testing.T) {
 	for _, s := range loadPublisherStreams(t) {
 		t.Run(s.Stream, func(t *testing.T) {
-			e := newApplyEnv(t, s.BlockSize, 0)
+			keys := kvindex.KeysPlain
+			if s.Eagle {
+				keys = kvindex.KeysBigram
+			}
+			e := newApplyEnvKeys(t, s.BlockSize, 0, keys)
 			var seq uint64
 			probes := 0
 			for _, st := range s.Steps {
@@ -105,9 +113,8 @@ func TestPublisherStreams(t *testing.T) {
 					if p.LoRA != nil {
 						lora = []byte(*p.LoRA)
 					}
-					keys := kvindex.AppendRequestKeys(nil, p.Tokens, s.BlockSize, lora, salt)
 					var out kvindex.Overlaps
-					e.ix.Overlap(keys, &out)
+					e.ix.Overlap(keys.AppendRequestKeys(nil, p.Tokens, s.BlockSize, lora, salt), &out)
 					got := 0
 					for _, w := range out.Workers {
 						if w.Worker == "w0" {
@@ -128,7 +135,7 @@ func TestPublisherStreams(t *testing.T) {
 			if probes == 0 {
 				t.Fatal("no probes")
 			}
-			for _, reason := range []string{"malformed_event", "parent_not_found", "excluded_chain", "block_size_mismatch", "token_mismatch"} {
+			for _, reason := range []string{"malformed_event", "parent_not_found", "excluded_chain", "block_size_mismatch", "token_mismatch", "key_scheme_mismatch"} {
 				if n := e.skipped(reason); n != 0 {
 					t.Errorf("%v events skipped as %s", n, reason)
 				}
@@ -142,17 +149,64 @@ func TestPublisherStreams(t *testing.T) {
 func TestPublisherSaltDecoded(t *testing.T) {
 	for _, s := range loadPublisherStreams(t) {
 		var b Batch
-		if err := DecodeBatch(readFrames(t, s.Stream+".000")[2], &b); err != nil {
+		first := 0
+		if s.Eagle {
+			// The EAGLE stream starts with the two unsalted stores of its sequence-end probes:
+			// E (4 pages, 64 tokens) caches 3 pages, whose 48 pairs are 49 tokens.
+			if err := DecodeBatch(readFrames(t, s.Stream+".000")[2], &b); err != nil {
+				t.Fatal(err)
+			}
+			if ev := b.Events; len(ev) != 1 || !ev[0].Bigram || len(ev[0].Hashes) != 3 || len(ev[0].Tokens) != 49 {
+				t.Errorf("%s: first event %+v, want a BlockStored of 3 bigram pages (49 tokens)", s.Stream, ev)
+			}
+			first = 2
+		}
+		if err := DecodeBatch(readFrames(t, fmt.Sprintf("%s.%03d", s.Stream, first))[2], &b); err != nil {
 			t.Fatal(err)
 		}
 		if len(b.Events) != 1 || b.Events[0].Kind != KindBlockStored || string(b.Events[0].Salt) != "tenant-a" || b.Events[0].HasParent {
 			t.Errorf("%s: first event %+v, want a root BlockStored with salt tenant-a", s.Stream, b.Events)
 		}
-		if err := DecodeBatch(readFrames(t, s.Stream+".001")[2], &b); err != nil {
+		if err := DecodeBatch(readFrames(t, fmt.Sprintf("%s.%03d", s.Stream, first+1))[2], &b); err != nil {
 			t.Fatal(err)
 		}
 		if len(b.Events) != 1 || b.Events[0].Salt != nil {
 			t.Errorf("%s: second event %+v, want an unsalted BlockStored", s.Stream, b.Events)
+		}
+	}
+}
+
+// TestPublisherKeySchemeMismatch applies SGLang's EAGLE stream to a model with plain keys and
+// its plain stream to a model with bigram keys: every store is refused (key_scheme_mismatch),
+// nothing is credited, and the applier's report names the setting to change.
+func TestPublisherKeySchemeMismatch(t *testing.T) {
+	for _, c := range []struct {
+		stream string
+		keys   kvindex.KeyScheme
+		want   string
+	}{
+		{"sglang_eagle", kvindex.KeysPlain, "set speculative: eagle on the model"},
+		{"sglang_default", kvindex.KeysBigram, "remove speculative: eagle from the model"},
+	} {
+		e := newApplyEnvKeys(t, 16, 0, c.keys)
+		reported := ""
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("%s.%03d", c.stream, i)
+			if _, err := os.Stat(filepath.Join("testdata", "publishers", name+".payload.bin")); err != nil {
+				break
+			}
+			if err := e.app.ApplyPayload(readFrames(t, name)[2]); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err := e.app.KeySchemeMismatch(); err != nil && reported == "" {
+				reported = err.Error()
+			}
+		}
+		if n := e.skipped("key_scheme_mismatch"); n == 0 || e.blocks(kvindex.GPU) != 0 {
+			t.Errorf("%s into %s keys: %v stores refused, %d blocks indexed; want every store refused", c.stream, c.keys, n, e.blocks(kvindex.GPU))
+		}
+		if !strings.Contains(reported, c.want) {
+			t.Errorf("%s into %s keys: report %q lacks %q", c.stream, c.keys, reported, c.want)
 		}
 	}
 }

@@ -21,6 +21,9 @@ type Config struct {
 	// MaxBlocksPerWorker caps the entries one worker may hold over all media; a Store that could
 	// exceed it is refused whole (SkipCapacity). 0 means DefaultMaxBlocksPerWorker.
 	MaxBlocksPerWorker int
+	// Keys is what a block key covers (KeysPlain or KeysBigram); stores of the other kind are
+	// refused (SkipKeySchemeMismatch).
+	Keys KeyScheme
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -42,6 +45,9 @@ func (c Config) Validate() error {
 	if c.MaxBlocksPerWorker < 1 || c.MaxBlocksPerWorker > maxRefs {
 		errs = append(errs, fmt.Errorf("kvindex: config max_blocks_per_worker=%d: must be 0 (default %d) or in [1, %d]",
 			c.MaxBlocksPerWorker, DefaultMaxBlocksPerWorker, maxRefs))
+	}
+	if c.Keys > KeysBigram {
+		errs = append(errs, fmt.Errorf("kvindex: config keys=%d: must be KeysPlain (0) or KeysBigram (1)", c.Keys))
 	}
 	return errors.Join(errs...)
 }

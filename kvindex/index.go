@@ -244,3 +244,6 @@ func (ix *Index) NumKeys() int {
 
 // BlockSize is the block size the index keys blocks by (Config.BlockSize).
 func (ix *Index) BlockSize() int { return ix.cfg.BlockSize }
+
+// Keys returns the index's key scheme (Config.Keys).
+func (ix *Index) Keys() KeyScheme { return ix.cfg.Keys }

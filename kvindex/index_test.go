@@ -356,6 +356,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{BlockSize: MaxBlockSize + 1}, []string{"block_size=65537"}},
 		{Config{BlockSize: -1, MaxBlocksPerWorker: -5}, []string{"block_size=-1", "max_blocks_per_worker=-5"}},
 		{Config{BlockSize: 16, MaxBlocksPerWorker: maxRefs + 1}, []string{"max_blocks_per_worker=536870913"}},
+		{Config{BlockSize: 16, Keys: KeysBigram}, nil},
+		{Config{BlockSize: 16, Keys: KeysBigram + 1}, []string{"keys=2"}},
 	}
 	for _, c := range cases {
 		ix, err := New(c.cfg)
@@ -373,7 +375,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestSkipReasonLabels(t *testing.T) {
 	want := []string{"none", "parent_not_found", "excluded_chain", "block_size_mismatch", "token_mismatch",
-		"duplicate_hash", "unresolved", "capacity", "fenced"}
+		"duplicate_hash", "unresolved", "capacity", "fenced", "key_scheme_mismatch"}
 	for r, w := range want {
 		if got := SkipReason(r).String(); got != w {
 			t.Errorf("SkipReason(%d) = %q, want %q", r, got, w)

@@ -32,16 +32,64 @@ func SaltedSeed(lora, salt []byte) uint64 {
 	return seed + xxh3.HashSeed(salt, Seed)
 }
 
+// KeyScheme says what a block's router key covers.
+type KeyScheme uint8
+
+const (
+	// KeysPlain: block i's key hashes its B tokens, tokens[i·B : (i+1)·B] (vLLM, TRT-LLM,
+	// SGLang without EAGLE).
+	KeysPlain KeyScheme = iota
+	// KeysBigram: block i's key hashes tokens[i·B : (i+1)·B+1], its B tokens and the first token
+	// of the next block. SGLang with EAGLE speculative decoding (--speculative-algorithm EAGLE,
+	// EAGLE3 or NEXTN) keys its radix tree by bigrams: page i holds the pairs (t_j, t_j+1) for j
+	// in [i·B, (i+1)·B), so it is cached, published and matched only together with token
+	// (i+1)·B. A sequence of n tokens has n-1 pairs and so ⌊(n-1)/B⌋ full pages.
+	KeysBigram
+)
+
+// String returns the scheme's name in configuration and errors.
+func (s KeyScheme) String() string {
+	if s == KeysBigram {
+		return "bigram"
+	}
+	return "plain"
+}
+
+// span is the number of tokens one block key hashes: B, or B+1 for bigram keys.
+func (s KeyScheme) span(blockSize int) int {
+	if s == KeysBigram {
+		return blockSize + 1
+	}
+	return blockSize
+}
+
 // AppendRequestKeys appends the keys of a request's full blocks (from block 0) to dst: the
 // adapter lora seeds every block, the cache_salt salt block 0 only. It is AppendKeys with a
 // parent of 0 when salt is empty.
 func AppendRequestKeys(dst []uint64, tokens []uint32, blockSize int, lora, salt []byte) []uint64 {
-	if len(salt) == 0 || blockSize < 1 || len(tokens) < blockSize {
-		return AppendKeys(dst, 0, tokens, blockSize, lora)
+	return KeysPlain.AppendRequestKeys(dst, tokens, blockSize, lora, salt)
+}
+
+// AppendRequestKeys appends the keys, under scheme s, of the full blocks of a request's tokens
+// (from block 0) to dst: the adapter lora seeds every block, the cache_salt salt block 0 only.
+// With KeysBigram a block needs the token after it, so n tokens give ⌊(n-1)/B⌋ keys, the pages
+// SGLang's match_prefix can find for them.
+func (s KeyScheme) AppendRequestKeys(dst []uint64, tokens []uint32, blockSize int, lora, salt []byte) []uint64 {
+	if blockSize < 1 {
+		return dst
 	}
-	first := localHash(tokens[:blockSize], SaltedSeed(lora, salt))
-	dst = append(dst, first)
-	return AppendKeys(dst, first, tokens[blockSize:], blockSize, lora)
+	span := s.span(blockSize)
+	if len(tokens) < span {
+		return dst
+	}
+	seed := SaltedSeed(lora, salt)
+	parent := uint64(0)
+	for i := 0; i*blockSize+span <= len(tokens); i++ {
+		parent = chainKey(parent, localHash(tokens[i*blockSize:i*blockSize+span], seed))
+		dst = append(dst, parent)
+		seed = LoRASeed(lora)
+	}
+	return dst
 }
 
 // Keys returns the chained router keys of the full blocks of tokens; a partial tail block is

@@ -65,7 +65,7 @@ func (ix *Index) Export(maxBytes int) ([]byte, SnapshotStats, error) {
 	b := make([]byte, 0, min(maxBytes, 64+len(order)*10))
 	b = append(b, snapshotMagic...)
 	b = append(b, snapshotVersion)
-	b = binary.AppendUvarint(b, uint64(ix.cfg.BlockSize))
+	b = binary.AppendUvarint(b, blockSizeWord(ix.cfg))
 	b = binary.AppendUvarint(b, uint64(len(order)))
 	for _, r := range order {
 		b = binary.LittleEndian.AppendUint64(b, ix.keys.key(r))
@@ -359,9 +359,13 @@ func decodeSnapshot(data []byte, cfg Config) (*snapshot, error) {
 		return nil, fmt.Errorf("kvindex: import: snapshot version %d, this build reads version %d", v, snapshotVersion)
 	}
 	r := &snapReader{b: data, off: len(snapshotMagic) + 1}
-	if bs := r.uvarint("block size"); r.err == nil && bs != uint64(cfg.BlockSize) {
-		return nil, fmt.Errorf("kvindex: import: snapshot block size %d differs from this index's %d: "+
-			"every replica must use the same model.block_size", bs, cfg.BlockSize)
+	if w := r.uvarint("block size"); r.err == nil && w != blockSizeWord(cfg) {
+		if bs := w & (1<<keySchemeShift - 1); bs != uint64(cfg.BlockSize) {
+			return nil, fmt.Errorf("kvindex: import: snapshot block size %d differs from this index's %d: "+
+				"every replica must use the same model.block_size", bs, cfg.BlockSize)
+		}
+		return nil, fmt.Errorf("kvindex: import: snapshot keys are %s, this index's %s: "+
+			"every replica must use the same model.speculative", KeyScheme(w>>keySchemeShift), cfg.Keys)
 	}
 	s := &snapshot{}
 	s.rows = decodeRows(r)
@@ -492,4 +496,13 @@ func decodeEntries(r *snapReader, w WorkerID, m Medium, nRows int, seen *openadd
 		es = append(es, e)
 	}
 	return es
+}
+
+// keySchemeShift places the key scheme above the block size in the snapshot's block size word:
+// a plain index writes its block size alone (as before schemes existed), a bigram index
+// bs | 1<<40, which a reader of either kind or an older build refuses when it is not its own.
+const keySchemeShift = 40
+
+func blockSizeWord(cfg Config) uint64 {
+	return uint64(cfg.BlockSize) | uint64(cfg.Keys)<<keySchemeShift
 }

@@ -6,7 +6,11 @@ type Store struct {
 	Parent    uint64 // engine hash of the parent block, valid when HasParent
 	HasParent bool
 	Hashes    []uint64 // engine hashes (EH) of the stored blocks
+	// Tokens are the stored blocks' tokens. With Bigram (the event carried EAGLE pairs), Tokens
+	// holds the n+1 tokens of n pairs (pair j = (Tokens[j], Tokens[j+1])): block i covers pairs
+	// [i·B, (i+1)·B), and its key hashes Tokens[i·B : (i+1)·B+1] (KeysBigram).
 	Tokens    []uint32
+	Bigram    bool
 	BlockSize int
 	LoRA      []byte // lora_name, nil for the base model
 	// Salt is the store's cache_salt (block 0's extra keys for vLLM, its own event field for
@@ -32,6 +36,7 @@ const (
 	SkipUnresolved                          // placeholder non-GPU store with an EH unknown on GPU
 	SkipCapacity                            // the worker could exceed MaxBlocksPerWorker (or the index 2^29 keys, or 4,194,240 workers)
 	SkipFenced                              // the worker is fenced: its prefix cache was reset and the engine's clear has not arrived (fence.go)
+	SkipKeySchemeMismatch                   // tokens are EAGLE pairs and the index's keys plain, or the other way round
 )
 
 // String returns the metric label of r.
@@ -55,6 +60,8 @@ func (r SkipReason) String() string {
 		return "capacity"
 	case SkipFenced:
 		return "fenced"
+	case SkipKeySchemeMismatch:
+		return "key_scheme_mismatch"
 	}
 	return "unknown"
 }
@@ -116,6 +123,13 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	if len(s.Tokens) > 0 && s.BlockSize != B {
 		return StoreResult{Skip: SkipBlockSizeMismatch}
 	}
+	// units are the token positions the blocks cover: tokens, or pairs (one fewer).
+	units, span := len(s.Tokens), B
+	if len(s.Tokens) > 0 && s.Bigram != (ix.cfg.Keys == KeysBigram) {
+		return StoreResult{Skip: SkipKeySchemeMismatch}
+	} else if s.Bigram {
+		units, span = max(len(s.Tokens)-1, 0), B+1
+	}
 	var pk uint64
 	prow := uint32(rootRow) // the row of pk
 	if s.HasParent {
@@ -137,10 +151,10 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 	n := len(s.Hashes)
 	var res StoreResult
 	covered := n
-	if len(s.Tokens) > n*B {
+	if units > n*B {
 		return StoreResult{Skip: SkipTokenMismatch}
-	} else if len(s.Tokens) < n*B {
-		covered = len(s.Tokens) / B
+	} else if units < n*B {
+		covered = units / B
 		res.ShortTokens = true
 	}
 	if wk.entries+n > ix.cfg.MaxBlocksPerWorker || ix.keys.index.n+n > maxRefs {
@@ -161,7 +175,7 @@ func (ix *Index) storeTokens(wk *worker, m Medium, s *Store) StoreResult {
 		if j == 0 && !s.HasParent && len(s.Salt) > 0 {
 			sd = SaltedSeed(s.LoRA, s.Salt)
 		}
-		pk = chainKey(pk, localHash(s.Tokens[j*B:(j+1)*B], sd))
+		pk = chainKey(pk, localHash(s.Tokens[j*B:j*B+span], sd))
 		keys = append(keys, pk)
 	}
 	ix.keyBuf = keys

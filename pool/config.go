@@ -107,6 +107,11 @@ type Config struct {
 	Workers []WorkerConfig
 	// BlockSize is --block-size in tokens: the partial tail block of a prompt is one extra block.
 	BlockSize int
+	// Speculative is the model's speculative setting: SpeculativeEagle when its SGLang workers
+	// run EAGLE speculative decoding (their radix cache keys pages by token bigrams, and the
+	// model's KV index with them), "" otherwise. The shell checks it against each SGLang
+	// server's --speculative-algorithm (CheckSGLang).
+	Speculative string
 	// BookingTTL releases bookings whose response was never observed (§5.2).
 	BookingTTL time.Duration
 	// SweepInterval is how often the shell (pool/probe) expires stale bookings.

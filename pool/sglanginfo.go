@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // SGLangServerInfoPath is SGLang's startup configuration endpoint (GET; http_server.py
@@ -23,6 +25,8 @@ type SGLangServerInfo struct {
 	EnableCacheReport *bool   `json:"enable_cache_report"` // --enable-cache-report
 	KVEventsConfig    *string `json:"kv_events_config"`    // --kv-events-config (a JSON string)
 	DPSize            *int    `json:"dp_size"`             // --dp-size
+	// SpeculativeAlgorithm is --speculative-algorithm (null: none).
+	SpeculativeAlgorithm *string `json:"speculative_algorithm"`
 	// KVEvents is SGLang's own descriptor of its publisher (runtime_context.py
 	// describe_kv_events_publisher), null when KV events are off.
 	KVEvents *struct {
@@ -53,12 +57,32 @@ func ParseSGLangServerInfo(body []byte) (SGLangServerInfo, error) {
 	return info, nil
 }
 
+// SpeculativeEagle is the model setting `speculative: eagle`: its SGLang workers run EAGLE
+// speculative decoding, which keys their radix cache by token bigrams.
+const SpeculativeEagle = "eagle"
+
+// bigramAlgorithms are the --speculative-algorithm values for which SGLang 0.5.23 keys its
+// radix cache by bigrams: SpeculativeAlgorithm.is_eagle() (EAGLE, EAGLE3, FROZEN_KV_MTP; NEXTN
+// is an alias of EAGLE), which the cache builder passes on as CacheInitParams.is_eagle.
+var bigramAlgorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP"}
+
+// BigramKeys reports whether the server's --speculative-algorithm makes SGLang key its radix
+// cache by token bigrams, and the algorithm ("" when none is set).
+func (info SGLangServerInfo) BigramKeys() (bool, string) {
+	if info.SpeculativeAlgorithm == nil || *info.SpeculativeAlgorithm == "" {
+		return false, ""
+	}
+	algo := *info.SpeculativeAlgorithm
+	return slices.Contains(bigramAlgorithms, strings.ToUpper(algo)), algo
+}
+
 // CheckSGLang returns every flag of an SGLang server (info, read from w's rank 0) that does not
 // fit the router's configuration, each error naming the SGLang flag and the value to start it
-// with; nil when all fit. blockSize is the model's block_size. The KV event checks apply when
+// with; nil when all fit. blockSize is the model's block_size and speculative its speculative
+// setting ("" or SpeculativeEagle). The KV event checks apply when
 // w has a kv_events endpoint (the router subscribes to it); under a bound subscriber
 // (router.kv_events_bind) SGLang dials out and its endpoint is not the router's business.
-func CheckSGLang(info SGLangServerInfo, w WorkerInfo, blockSize int) error {
+func CheckSGLang(info SGLangServerInfo, w WorkerInfo, blockSize int, speculative string) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	page := -1
@@ -83,6 +107,18 @@ func CheckSGLang(info SGLangServerInfo, w WorkerInfo, blockSize int) error {
 	if n := info.dpSize(); n != max(w.DataParallelSize, 1) {
 		bad("--dp-size is %d; the worker's data_parallel_size is %d: make them equal "+
 			"(each rank is its own worker, its own KV event stream and X-Data-Parallel-Rank)", n, max(w.DataParallelSize, 1))
+	}
+	switch bigram, algo := info.BigramKeys(); {
+	case bigram && speculative != SpeculativeEagle:
+		bad("--speculative-algorithm is %s: SGLang then keys its radix cache by token bigrams, which a model without "+
+			"speculative: eagle does not (its KV event stores are refused, no credit); set speculative: eagle on the model "+
+			"(model.speculative or models[i].speculative)", algo)
+	case !bigram && speculative == SpeculativeEagle && algo == "":
+		bad("--speculative-algorithm is not set, but the model has speculative: eagle (bigram keys): start SGLang with " +
+			"--speculative-algorithm EAGLE (or EAGLE3, NEXTN), or remove speculative: eagle from the model")
+	case !bigram && speculative == SpeculativeEagle:
+		bad("--speculative-algorithm is %s, which keys SGLang's radix cache by plain tokens, but the model has "+
+			"speculative: eagle (bigram keys): remove speculative: eagle from the model", algo)
 	}
 	if w.KVEvents != "" {
 		checkSGLangEvents(info, w, bad)

@@ -321,7 +321,7 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		return out, err
 	}
 	out.Stages[StageTokenize] = clock.lap()
-	sc.keys = kvindex.AppendRequestKeys(sc.keys[:0], sc.tokens, cfg.BlockSize, t.lora, saltBytes(sc, out.Body.CacheSalt))
+	sc.keys = m.index.Keys().AppendRequestKeys(sc.keys[:0], sc.tokens, cfg.BlockSize, t.lora, saltBytes(sc, out.Body.CacheSalt))
 	m.index.Overlap(sc.keys, &sc.ov)
 	sc.indexOverlaps()
 	out.Stages[StageOverlap] = clock.lap()
@@ -471,6 +471,9 @@ func (m *model) signals(dst []policy.Signal, loads []policy.WorkerLoad, sc *scra
 		s := policy.Signal{Worker: loads[i].ID, Stream: policy.Stream{Connected: true, LastStored: now}}
 		if o, ok := sc.overlapOf(loads[i].ID); ok {
 			s.GPU, s.Host, s.Disk = o.GPU, o.CPU, o.Disk
+			if m.index.Keys() == kvindex.KeysBigram {
+				s.GPU, s.Host, s.Disk = bigramServable(s.GPU, s.Host, s.Disk, len(sc.tokens), m.policy.Load().BlockSize)
+			}
 		}
 		if m.streams != nil {
 			s.Stream = m.streams.Stream(loads[i].ID, now)
@@ -478,6 +481,22 @@ func (m *model) signals(dst []policy.Signal, loads []policy.WorkerLoad, sc *scra
 		dst = append(dst, s)
 	}
 	return dst
+}
+
+// bigramServable caps a worker's prefix (device blocks, then host and disk) at what SGLang with
+// EAGLE serves from cache for an isl-token prompt. The scheduler matches at most isl-1 tokens
+// (Req._compute_max_prefix_len), which under bigram keys are isl-2 pairs: ⌊(isl-2)/B⌋ pages,
+// one fewer than the ⌊(isl-1)/B⌋ the index can hold when isl-1 is a multiple of B. (The
+// policy's own cap, CacheableBlocks, is vLLM's ⌊(isl-1)/B⌋.)
+func bigramServable(gpu, host, disk, isl, bs int) (int, int, int) {
+	limit := 0
+	if isl > 1 && bs > 0 {
+		limit = (isl - 2) / bs
+	}
+	gpu = min(gpu, limit)
+	host = min(host, limit-gpu)
+	disk = min(disk, limit-gpu-host)
+	return gpu, host, disk
 }
 
 // commit books dec (conditional-disagg.md §3 step 9), demoting a denied bypass to the remote

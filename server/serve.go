@@ -275,7 +275,11 @@ func (s *service) buildModel(ctx context.Context, cfg *config.Config, mc config.
 	}
 	m := &servedModel{name: mc.Name}
 	var err error
-	if m.index, err = kvindex.New(kvindex.Config{BlockSize: mc.Pool.BlockSize}); err != nil {
+	keys := kvindex.KeysPlain
+	if mc.Pool.Speculative == pool.SpeculativeEagle {
+		keys = kvindex.KeysBigram // SGLang's EAGLE pages: a block with the token after it
+	}
+	if m.index, err = kvindex.New(kvindex.Config{BlockSize: mc.Pool.BlockSize, Keys: keys}); err != nil {
 		return nil, err
 	}
 	m.warmBlocks, m.warm = s.importWarm(m)

@@ -9,7 +9,7 @@ vllm-kv-events.md §2.3. Hand-shaped payloads (reordered keys, unknown keys, map
 TRT-LLM events) are msgspec-encoded dicts, which keep their insertion order.
 
 Writes <name>_msgspec.bin for each fixture and expectations.json with the decoded result each
-payload must give (hashes normalised per §2.5, EAGLE pairs reduced, plain block counts per
+payload must give (hashes normalised per §2.5, EAGLE pairs as the tokens they chain, plain block counts per
 §4.2 step 5). Run from this directory:  python3 gen_fixtures.py
 """
 
@@ -135,8 +135,12 @@ def plain_blocks(n, extra_keys, lora_name, mm_infos=None, root=False):
     return n
 
 
-def tok(t):
-    return t[0] if isinstance(t, (list, tuple)) else t
+def raw_tokens(tokens):
+    """The tokens a decoded store holds: the ids, or for n chained EAGLE pairs (t_j, t_j+1) the
+    n+1 tokens they are made of."""
+    if tokens and isinstance(tokens[0], (list, tuple)):
+        return [t[0] for t in tokens] + [tokens[-1][1]]
+    return list(tokens)
 
 
 def x_stored(hashes, parent, tokens, block_size, lora_id=None, medium=None, lora_name=None,
@@ -149,7 +153,8 @@ def x_stored(hashes, parent, tokens, block_size, lora_id=None, medium=None, lora
         "kind": "BlockStored",
         "hashes": [eh(h) for h in hashes],
         "parent": None if parent is None else eh(parent),
-        "tokens": [tok(t) for t in tokens],
+        "tokens": raw_tokens(tokens),
+        **({"bigram": True} if tokens and isinstance(tokens[0], (list, tuple)) else {}),
         "block_size": block_size,
         "lora_id": lora_id,
         "medium": medium,
@@ -346,11 +351,22 @@ def hashes():
 
 
 def tokens():
-    pairs = [[i, 1000 + i] for i in range(8)]
+    # EAGLE pairs as SGLang sends a bigram page: (t_j, t_j+1), each starting with the token the
+    # one before ends with; in every int width.
+    raw = [5, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1, 70000]
+    pairs = [[raw[i], raw[i + 1]] for i in range(8)]
     ev = [STORED_ARRAY[12]([41, 42], None, pairs, 4, None, "GPU", None, None, None, None, None),
-          StoredMap([43], 42, [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1], 8, None, None, None)]
+          StoredMap([43], 42, [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1], 8, None, None, None),
+          # Malformed pair lists: a broken chain, ints mixed with pairs, a triple.
+          StoredMap([44], None, [[1, 2], [3, 4]], 2, None, None, None),
+          StoredMap([45], None, [[1, 2], 2], 2, None, None, None),
+          StoredMap([46], None, [1, [1, 2]], 2, None, None, None),
+          StoredMap([47], None, [[1, 2, 3], [3, 4]], 2, None, None, None),
+          StoredMap([48], None, [[1, 2]], 1, None, None, None)]
     want = [x_stored([41, 42], None, pairs, 4, medium="GPU"),
-            x_stored([43], 42, [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1], 8)]
+            x_stored([43], 42, [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1], 8),
+            X_MALFORMED, X_MALFORMED, X_MALFORMED, X_MALFORMED,
+            x_stored([48], None, [[1, 2]], 1)]
     add("tokens_eagle_pairs_widths", enc(EventBatch(TS, ev, 0)), want, rank=0)
 
 

@@ -4,6 +4,7 @@
 Two producers, each in its own Python environment (see publishers/README.md):
 
     python3 gen_publishers.py sglang   # SGLang's RadixCache, KVCacheEventRecorder, ZmqEventPublisher
+                                       # (sglang_default, sglang_dynamo, sglang_eagle; or name some)
     python3 gen_publishers.py dynamo   # Dynamo's TRT-LLM Publisher and its ZmqKvEventPublisher
 
 Each run drives the producer through stores (salted and unsalted), evictions and a reset, lets
@@ -76,6 +77,22 @@ PROBES = [
 ]
 
 
+# EAGLE (bigram keys, page i cached only with the first token of page i+1): E is exactly 4
+# pages; E1 is E and one token more; E2 is E1 with a different 65th token (the 4th page's pair
+# (t63, t64) differs); E3 is E's first 3 pages and 1 token of the 4th.
+E = tokens("E", 4 * BLOCK)
+E1 = E + tokens("E1", 1)
+E2 = E + tokens("E2", 1)
+E3 = E[: 3 * BLOCK + 1]
+EAGLE_PROBES = [
+    ("E/none", E, None, None),
+    ("E1/none", E1, None, None),
+    ("E2/none", E2, None, None),
+    ("E3/none", E3, None, None),
+    ("E-3-pages/none", E[: 3 * BLOCK], None, None),
+]
+
+
 class Capture:
     """A SUB socket on the publisher's endpoint that keeps every message it receives."""
 
@@ -137,7 +154,8 @@ def free_port():
 # --- SGLang -------------------------------------------------------------------------------
 
 
-def run_sglang():
+def run_sglang(only=()):
+    """Records the SGLang streams (those named in only, or all)."""
     import msgspec
     import zmq
     from importlib.metadata import version
@@ -146,6 +164,7 @@ def run_sglang():
     from types import SimpleNamespace
 
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.events import KvEventLoraNames
     from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
@@ -166,8 +185,10 @@ def run_sglang():
             "pyzmq": zmq.__version__,
         },
     }
-    for fmt in ("default", "dynamo"):
-        stream = f"sglang_{fmt}"
+    for fmt, eagle in (("default", False), ("dynamo", False), ("default", True)):
+        stream = "sglang_eagle" if eagle else f"sglang_{fmt}"
+        if only and stream not in only:
+            continue
         port = free_port()
         endpoint = f"tcp://127.0.0.1:{port}"
         pub = ZmqEventPublisher(attn_dp_rank=0, endpoint=endpoint, topic=TOPIC, bind=True)
@@ -178,13 +199,17 @@ def run_sglang():
         names = KvEventLoraNames()
         names.register(lora_id=LORA_ID, lora_name=LORA)
         names.register(SimpleNamespace(extra_key=LORA_ID, lora_id=LORA_ID))
-        cache = RadixCache.create_simulated(
-            mock_allocator=Allocator(),
+        # What RadixCache.create_simulated builds, plus is_eagle (which it does not take).
+        cache = RadixCache(CacheInitParams(
+            disable=False,
+            req_to_token_pool=None,
+            token_to_kv_pool_allocator=Allocator(),
             page_size=BLOCK,
             enable_kv_cache_events=True,
             dynamo_kv_event_format=(fmt == "dynamo"),
             kv_event_lora_names=names,
-        )
+            is_eagle=eagle,
+        ))
         steps = []
 
         def publish(count_expected=1):
@@ -202,7 +227,7 @@ def run_sglang():
 
         def probe(label):
             rows = []
-            for name, toks, salt, lora in PROBES:
+            for name, toks, salt, lora in PROBES + (EAGLE_PROBES if eagle else []):
                 res = cache.match_prefix(MatchPrefixParams(key=key(toks, salt, lora)))
                 n = res.device_prefix_len
                 if n % BLOCK:
@@ -214,6 +239,16 @@ def run_sglang():
             steps.append({"probes": rows, "label": label})
 
         cache.kv_events.take()  # the AllBlocksCleared that reset() records at construction
+        if eagle:
+            # Bigram pages at the sequence end: E ends exactly on a page boundary, so its last
+            # page has no next token and is not cached (3 of its 4 pages are); E1 is E and one
+            # token more, which caches all 4.
+            insert(E, None)
+            publish()
+            probe("EAGLE: a sequence of exactly 4 pages caches 3")
+            insert(E1, None)
+            publish()
+            probe("EAGLE: one token more caches the 4th page")
         insert(A, "tenant-a")
         publish()
         probe("salted A stored")  # the issue's case: A/tenant-a 6, A/none 0
@@ -245,7 +280,7 @@ def run_sglang():
         probe("reset")
         pub.shutdown()
         cap.close()
-        write_stream(stream, dict(meta, format=fmt), steps)
+        write_stream(stream, dict(meta, format=fmt, eagle=eagle), steps)
         print(f"{stream}: {cap.n} messages")
 
 
@@ -406,12 +441,12 @@ def run_dynamo():
 def main():
     os.makedirs(OUT, exist_ok=True)
     which = sys.argv[1:] or []
-    if which == ["sglang"]:
-        run_sglang()
+    if which[:1] == ["sglang"]:
+        run_sglang(which[1:])
     elif which == ["dynamo"]:
         run_dynamo()
     else:
-        raise SystemExit("usage: gen_publishers.py sglang|dynamo")
+        raise SystemExit("usage: gen_publishers.py sglang [sglang_default|sglang_dynamo|sglang_eagle ...] | dynamo")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ type streamShell struct {
 	// (optional).
 	sizeOf interface {
 		BlockSizeMismatch() error
+		KeySchemeMismatch() error
 		MalformedEvent() error
 	}
 
@@ -57,6 +58,7 @@ func newStreamShell(s *Subscriber) *streamShell {
 	sh.storedOf, _ = s.applier.(interface{ StoredInLastBatch() int })
 	sh.sizeOf, _ = s.applier.(interface {
 		BlockSizeMismatch() error
+		KeySchemeMismatch() error
 		MalformedEvent() error
 	})
 	return sh
@@ -172,6 +174,9 @@ func (sh *streamShell) apply(seq uint64, payload []byte) {
 		if sh.sizeOf != nil {
 			if err := sh.sizeOf.BlockSizeMismatch(); err != nil {
 				sh.warn(now, "KV event block size differs from the router's", "err", err)
+			}
+			if err := sh.sizeOf.KeySchemeMismatch(); err != nil {
+				sh.warn(now, "KV event tokens do not fit the model's speculative setting", "err", err)
 			}
 			if err := sh.sizeOf.MalformedEvent(); err != nil {
 				sh.warn(now, "malformed KV event skipped", "err", err)

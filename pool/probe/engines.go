@@ -37,7 +37,7 @@ func (s *Shell) checkEnginesOnce(ctx context.Context, done map[string]bool) {
 			continue
 		}
 		done[key] = true
-		if err := pool.CheckSGLang(info, w, s.cfg.BlockSize); err != nil {
+		if err := pool.CheckSGLang(info, w, s.cfg.BlockSize, s.cfg.Speculative); err != nil {
 			s.log.Error("sglang worker's flags do not fit condisagg's configuration", "worker", w.ID, "endpoint", w.Endpoint, "err", err)
 			continue
 		}

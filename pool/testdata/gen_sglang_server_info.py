@@ -30,6 +30,21 @@ CASES = {
     ),
     # SGLang's defaults: page size 1, no cache report, no KV events, one rank.
     "sglang_server_info_defaults.json": dict(),
+    # The first case with EAGLE speculative decoding (bigram radix keys: the model needs
+    # speculative: eagle). The draft model path is only recorded, never loaded.
+    "sglang_server_info_eagle.json": dict(
+        page_size=16,
+        enable_cache_report=True,
+        dp_size=2,
+        kv_events_config=json.dumps(
+            {"publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5567", "topic": "kv"}
+        ),
+        speculative_algorithm="EAGLE",
+        speculative_draft_model_path="Tengyunw/qwen3_8b_eagle3",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    ),
 }
 
 for name, kw in CASES.items():
@@ -44,4 +59,4 @@ for name, kw in CASES.items():
     text = json.dumps(body, indent=1, sort_keys=True, default=str).replace(os.path.abspath(model), "Qwen/Qwen3-8B").replace(model, "Qwen/Qwen3-8B")
     with open(os.path.join(out, name), "w") as f:
         f.write(text + "\n")
-    print(name, {k: body.get(k) for k in ("page_size", "enable_cache_report", "dp_size", "kv_events")})
+    print(name, {k: body.get(k) for k in ("page_size", "enable_cache_report", "dp_size", "kv_events", "speculative_algorithm")})

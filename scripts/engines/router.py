@@ -41,7 +41,7 @@ class Router:
         self.starts += 1
         log = open(os.path.join(self.workdir, f"serve.{self.starts}.log"), "w")
         self.proc = subprocess.Popen([self.bin, "serve", "--config", self.cfg], stdout=log, stderr=log)
-        deadline = time.time() + 30
+        deadline = time.time() + 180  # a loaded machine can take minutes to load the tokenizer
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"condisagg serve exited with {self.proc.returncode}; see {log.name}")
@@ -50,7 +50,7 @@ class Router:
                     return
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.1)
-        raise SystemExit("condisagg serve did not answer /healthz in 30 s")
+        raise SystemExit("condisagg serve did not answer /healthz in 180 s")
 
     def kill(self):
         """SIGKILL: nothing is flushed, the next start learns the index from the replay alone."""
@@ -87,13 +87,21 @@ class Router:
                 raise SystemExit(f"condisagg did not reach seqs {want} in {timeout} s (it has {got})")
             time.sleep(0.02)
 
-    def overlaps(self, tokens, salt=None, model="base"):
-        """Explain of a completions body of those token ids: {worker id: (gpu, cpu) blocks}."""
+    def explain(self, tokens, salt=None, model="base"):
+        """Explain of a completions body of those token ids: the whole answer."""
         body = {"model": model, "prompt": tokens, "max_tokens": 1}
         if salt is not None:
             body["cache_salt"] = salt
         req = urllib.request.Request(f"http://{self.admin_http}/debug/explain?path=/v1/completions",
                                      data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
-            doc = json.load(r)
+            return json.load(r)
+
+    @staticmethod
+    def overlaps_of(doc):
+        """{worker id: (gpu, cpu) blocks} of an Explain answer."""
         return {o["worker"]: (int(o.get("gpuBlocks", 0)), int(o.get("cpuBlocks", 0))) for o in doc.get("overlaps", [])}
+
+    def overlaps(self, tokens, salt=None, model="base"):
+        """Explain of a completions body of those token ids: {worker id: (gpu, cpu) blocks}."""
+        return self.overlaps_of(self.explain(tokens, salt, model))

@@ -96,7 +96,7 @@ def run(sg, args, one, imported):
 admin_listen: 127.0.0.1:{admin_http}
 admin_grpc_listen: 127.0.0.1:{admin_grpc}
 pool: {{health_interval: -1s}}
-model: {{tokenizer: {args.tokenizer}, block_size: {page}, lora_adapters: [{LORA}]}}
+model: {{tokenizer: {args.tokenizer}, block_size: {page}, lora_adapters: [{LORA}]{", speculative: eagle" if args.eagle else ""}}}
 router: {{kv_events: true}}
 workers:
   - {{name: sg-0, role: decode, engine: sglang, endpoint: 127.0.0.1:{free_port()}, data_parallel_size: {args.dp},
@@ -130,8 +130,8 @@ workers:
     def sync():
         router.wait_seq({wid[r]: ranks[r]["seq"] for r in range(args.dp) if ranks[r]["seq"] >= 0})
 
-    def key(toks, salt, lora):
-        return sg.RadixKey(array("q", toks), LORA_ID if lora else None, cache_salt=salt)
+    def key(toks, salt, lora, limit=None):
+        return sg.RadixKey(array("q", toks), LORA_ID if lora else None, limit=limit, cache_salt=salt)
 
     # Sequences: (tokens, salt, lora, rank). New ones are fresh, continue an old one or branch off it.
     seqs = []
@@ -155,7 +155,7 @@ workers:
             toks = fresh(blocks * page + tail)
         return toks, salt, lora, r
 
-    stats = {"probes": 0, "agree": 0, "inserts": 0, "evictions": 0, "resets": 0, "batches": 0, "nonzero_truth": 0,
+    stats = {"probes": 0, "agree": 0, "credits": 0, "credits_agree": 0, "inserts": 0, "evictions": 0, "resets": 0, "batches": 0, "nonzero_truth": 0,
              "differences": {}}  # condisagg minus SGLang, in blocks -> probes
     fails = []
 
@@ -164,7 +164,21 @@ workers:
         for toks, salt, lora, r in picks:
             variants = [(toks, salt, lora), (toks, rnd.choice(SALTS), lora), (toks[: len(toks) // 2] + fresh(page), salt, lora)]
             for vt, vs, vl in variants:
-                got = router.overlaps(vt, vs, vl or "base")
+                doc = router.explain(vt, vs, vl or "base")
+                got = router.overlaps_of(doc)
+                # The credit: the scheduler matches at most len-1 tokens (Req._compute_max_prefix_len,
+                # its `limit`); under EAGLE that is len-2 pairs. Against the worker condisagg chose.
+                dw = doc.get("decodeWorker", "")
+                if dw in wid:
+                    rr = wid.index(dw)
+                    res = ranks[rr]["cache"].match_prefix(sg.MatchPrefixParams(key=key(vt, vs, vl, limit=len(vt) - 1)))
+                    credit = int((doc.get("inputs") or {}).get("cachedTokens", 0))
+                    stats["credits"] += 1
+                    if credit == res.device_prefix_len:
+                        stats["credits_agree"] += 1
+                    elif len(fails) < 20:
+                        fails.append({"step": label, "rank": rr, "tokens": len(vt), "salt": vs, "lora": vl,
+                                      "sglang_credit_tokens": res.device_prefix_len, "condisagg_credit_tokens": credit})
                 for rr in range(args.dp):
                     res = ranks[rr]["cache"].match_prefix(sg.MatchPrefixParams(key=key(vt, vs, vl)))
                     n = res.device_prefix_len
@@ -228,7 +242,8 @@ workers:
         "router_starts": router.starts, "seconds": round(time.time() - t0, 1), "mismatches": fails,
     })
     print(json.dumps(stats), flush=True)
-    return 0 if stats["agree"] == stats["probes"] and stats["probes"] > 0 else 1
+    ok = stats["agree"] == stats["probes"] > 0 and stats["credits_agree"] == stats["credits"] > 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

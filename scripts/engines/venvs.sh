@@ -11,8 +11,12 @@
 # A stamp per venv records its inputs; a changed list rebuilds it. Idempotent.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-dir="$root/.cache/engines"
-vllm="$root/.cache/vllm-venv"
+# The physical path of .cache: a git worktree may link it to the main checkout's, and the .pth
+# file below must name a path that outlives the worktree (else every worktree rebuilds the venv).
+mkdir -p "$root/.cache"
+cache="$(cd "$root/.cache" && pwd -P)"
+dir="$cache/engines"
+vllm="$cache/vllm-venv"
 log() { echo "engines-venvs: $*" >&2; }
 
 SGLANG_PKGS="sglang==0.5.23 torchvision==0.28.0 triton==3.7.1 dill==0.4.1 gguf==0.19.0 orjson==3.13.0
@@ -47,7 +51,7 @@ make_venv() {
 	log "$1 ready in $(($(date +%s) - start)) s, $(du -sh "$venv" | cut -f1)"
 }
 
-bash "$root/scripts/vllm-venv.sh"
+VLLM_VENV="$vllm" bash "$root/scripts/vllm-venv.sh"
 vllm_site="$("$vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
 make_venv sglang-venv "$vllm/bin/python" "$SGLANG_PKGS" \
 	'from sglang.srt.mem_cache.radix_cache import RadixCache; from sglang.srt.disaggregation.kv_events import ZmqEventPublisher' "$vllm_site"

@@ -11,6 +11,7 @@ import (
 	"github.com/condisagg/condisagg/extproc"
 	"github.com/condisagg/condisagg/kvevents"
 	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/pool"
 )
 
 // requireModel is the Qwen3 tokenizer directory of the test models.
@@ -367,5 +368,54 @@ replicas: {warm_from: "other:9003"}
 	}
 	if r := cfg.Replicas; r.WarmFrom != "10.0.0.5:9003" || r.WarmTimeout != DefaultWarmTimeout || r.WarmMaxBytes != DefaultWarmMaxBytes {
 		t.Fatalf("replicas = %+v", r)
+	}
+}
+
+// TestConfigSpeculative: speculative: eagle reaches the model's pool config (and from there the
+// index's bigram keys and the /server_info check); a bad value and a non-SGLang worker under it
+// are refused with the field and the fix.
+func TestConfigSpeculative(t *testing.T) {
+	dir := t.TempDir()
+	model := requireModel(t)
+	c, err := loadArgs(t, "--config", writeFile(t, dir, "ok.yaml", `
+model: {tokenizer: `+model+`, speculative: EAGLE}
+workers:
+  - {name: s0, role: decode, engine: sglang, endpoint: 127.0.0.1:30000}
+`))
+	if err != nil || c.Models[0].Pool.Speculative != pool.SpeculativeEagle {
+		t.Fatalf("speculative: EAGLE gave %+v, %v", c.Models[0].Pool, err)
+	}
+	c, err = loadArgs(t, "--config", writeFile(t, dir, "none.yaml", `
+model: {tokenizer: `+model+`, speculative: none}
+workers:
+  - {name: d0, role: decode, endpoint: 127.0.0.1:8000}
+`))
+	if err != nil || c.Models[0].Pool.Speculative != "" {
+		t.Fatalf("speculative: none gave %+v, %v", c.Models[0].Pool, err)
+	}
+	_, err = loadArgs(t, "--config", writeFile(t, dir, "bad.yaml", `
+models:
+  - name: a
+    tokenizer: `+model+`
+    speculative: medusa
+    workers:
+      - {name: s0, role: decode, engine: sglang, endpoint: 127.0.0.1:30000}
+  - name: b
+    tokenizer: `+model+`
+    speculative: eagle
+    workers:
+      - {name: s1, role: decode, engine: sglang, endpoint: 127.0.0.1:30001}
+      - {name: v0, role: decode, endpoint: 127.0.0.1:8000}
+`))
+	for _, want := range []string{
+		`models[0].speculative: "medusa" must be "eagle" (SGLang --speculative-algorithm EAGLE, EAGLE3 or NEXTN: bigram block keys) or "none"`,
+		`models[1].workers[1].engine: "" must be sglang under models[1].speculative: eagle`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "models[1].workers[0]") {
+		t.Errorf("the SGLang worker under speculative: eagle was refused:\n%v", err)
 	}
 }

@@ -37,8 +37,13 @@ type ModelFile struct {
 	// LoRAAdapters are the request model names that are LoRA adapters of this model (vLLM
 	// --lora-modules names): their prompts are keyed with the adapter, as the engine keys
 	// their blocks.
-	LoRAAdapters []string            `yaml:"lora_adapters"`
-	Workers      []pool.WorkerConfig `yaml:"workers"`
+	LoRAAdapters []string `yaml:"lora_adapters"`
+	// Speculative is "eagle" when the model's workers are SGLang servers with EAGLE speculative
+	// decoding (--speculative-algorithm EAGLE, EAGLE3 or NEXTN): SGLang then keys its radix
+	// cache by token bigrams, so a block is cached only with the token after it, and the
+	// model's KV index and request keys must do the same. "" or "none": plain keys.
+	Speculative string              `yaml:"speculative"`
+	Workers     []pool.WorkerConfig `yaml:"workers"`
 }
 
 // relativeTo makes the model's relative paths relative to the config file's directory.
@@ -188,7 +193,9 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 			}
 			endpoints[ep] = f
 		}
+		spec := checkSpeculative(f, wf, m, bad)
 		pc := poolConfig(&fc, m.Workers, m.BlockSize)
+		pc.Speculative = spec
 		if err := pc.Validate(); err != nil {
 			if named {
 				err = fmt.Errorf("config: %s: %w", f, err)
@@ -199,6 +206,29 @@ func buildModels(fc File, ms []ModelFile, prefixes []string, disc [][]kube.Entry
 			CacheSegments: *m.CacheSegments, MaxModelLen: m.MaxModelLen, LoRAAdapters: m.LoRAAdapters, Pool: pc, Discovery: disc[i]})
 	}
 	return out
+}
+
+// checkSpeculative checks the model's speculative setting and returns its pool form
+// (pool.SpeculativeEagle or ""). EAGLE's bigram keys are SGLang's: vLLM and TRT-LLM key plain
+// tokens whatever their speculative decoding, so every listed worker must be engine: sglang.
+func checkSpeculative(f, wf string, m ModelFile, bad func(string, any, string)) string {
+	switch strings.ToLower(strings.TrimSpace(m.Speculative)) {
+	case "", "none":
+		return ""
+	case pool.SpeculativeEagle:
+	default:
+		bad(f+".speculative", strconv.Quote(m.Speculative), `must be "eagle" (SGLang --speculative-algorithm EAGLE, EAGLE3 or NEXTN: `+
+			`bigram block keys) or "none"`)
+		return ""
+	}
+	for j, w := range m.Workers {
+		if w.Engine != pool.EngineSGLang {
+			bad(wf+"["+strconv.Itoa(j)+"].engine", strconv.Quote(string(w.Engine)), "must be sglang under "+f+".speculative: eagle "+
+				"(the bigram block keys of SGLang's EAGLE; vLLM and TRT-LLM key plain tokens with any speculative decoding: "+
+				"serve them as a model without speculative)")
+		}
+	}
+	return pool.SpeculativeEagle
 }
 
 // checkModelFiles checks the model's tokenizer directory (or Hub model id) and chat template
