@@ -253,7 +253,7 @@ var settings = []setting{
 		help: "[1s, 10m]: the whole copy's bound; past it the replica starts cold",
 		at:   func(f *File) any { return &f.Replicas.WarmTimeout }},
 	{key: "replicas.warm_max_bytes", def: int64(DefaultWarmMaxBytes), check: int64Within(1<<20, 1<<34),
-		help: "[1 MiB, 16 GiB]: the largest snapshot of one model accepted from the peer",
+		help: "[1 MiB, 16 GiB]: the largest snapshot of one model (or of the session bindings) accepted from the peer",
 		at:   func(f *File) any { return &f.Replicas.WarmMaxBytes }},
 }
 
