@@ -475,10 +475,16 @@ func TestAnalyticCheck(t *testing.T) {
 	if a.Agrees || a.BestDisagg != "1P3D" || math.Abs(a.AtAdvice-1.0/3) > 1e-9 || !strings.Contains(a.Why, "the decode pool") {
 		t.Errorf("differing: %+v", a)
 	}
-	// Within one worker counts as agreeing whatever the goodput.
+	// One worker apart is not enough: the advised 3P1D serves a third of 2P2D's goodput, and
+	// the best split has fewer prefill workers, so the decode pool is named. Within the
+	// tolerance of the best it agrees even two workers apart.
 	a = r.analyticCheck([]*job{dis(1, 1, 0.9), dis(2, 3, 0.8), dis(3, 1, 0.7)}, nil)
-	if !a.Agrees {
+	if a.Agrees || a.BestDisagg != "2P2D" || !strings.Contains(a.Why, "the decode pool") {
 		t.Errorf("one worker apart: %+v", a)
+	}
+	a = r.analyticCheck([]*job{dis(1, 1, 0.9), dis(2, 0.99, 0.8), dis(3, 0.985, 0.7)}, nil)
+	if !a.Agrees || a.BestDisagg != "1P3D" || a.Why != "" {
+		t.Errorf("within the tolerance: %+v", a)
 	}
 }
 
