@@ -53,8 +53,14 @@ func (c *Cluster) arrive(i int) {
 		c.addDecode(i, c.byID[out.Prefill.ID], false) // the prefill engine decodes too
 		return
 	}
-	st.decode = c.byID[out.Decode.ID]
+	// A remote prefill, or a handoff: the prefill leg runs on out.Prefill (a prefill engine, or
+	// the decode engine holding the prefix, whose own cache and steps it uses), then the
+	// decoder pulls the KV it lacks.
+	st.decode, st.leg = c.byID[out.Decode.ID], true
 	c.rep.TransferTokens += int64(len(st.prompt))
+	if out.Route == policy.RouteHandoff {
+		c.rep.Handoffs++
+	}
 	p := c.byID[out.Prefill.ID]
 	id, err := c.engines[p].e.Add(sim.Request{Prompt: st.prompt[:len(st.prompt):len(st.prompt)], MaxTokens: 1, PrefillOnly: true,
 		LoRA: st.lora})
@@ -152,8 +158,8 @@ func (c *Cluster) addDecode(i int, d int32, remote bool) {
 func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 	en := c.engines[i]
 	for _, tok := range res.Tokens {
-		// A prefill engine's own token of a remote prefill is not the client's.
-		if idx, ok := en.reqs[tok.ID]; ok && (en.decode || c.state[idx].whole) {
+		// The prefill leg's own token (remote or handoff) is not the client's.
+		if idx, ok := en.reqs[tok.ID]; ok && !c.state[idx].leg && (en.decode || c.state[idx].whole) {
 			c.token(idx, tok.Index)
 		}
 	}
@@ -164,8 +170,9 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		delete(en.reqs, f.ID)
 		st := &c.state[idx]
-		if !en.decode && !st.whole {
-			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
+		if st.leg {
+			st.leg = false
+			st.res.CachedTokens = f.CachedTokens // the prefill leg's hit
 			c.prefillDone(idx)
 			c.addDecode(int(idx), st.decode, true)
 			continue
