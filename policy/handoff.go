@@ -20,7 +20,8 @@ type handoffPlan struct {
 	est             Estimate
 }
 
-// planHandoff picks the holder — the decode worker with the most cached prompt tokens (ties:
+// planHandoff picks, among the decode workers whose engine speaks NIXL (vLLM), the holder —
+// the decode worker with the most cached prompt tokens (ties:
 // the shortest prefill forecast), which must hold more than any prefill worker, or the remote
 // placement reuses the same prefix without loading a decode worker — and the decoder with the
 // best remote-decode score among the others (a decode pin restricts the decoder, not the
@@ -38,7 +39,7 @@ func (e *estimator) planHandoff(cfg *Config, in *Input, snap *Snapshot, only int
 	bestPrefill := math.Inf(1)
 	for i := range snap.Decode {
 		c := cached(cfg, &in.Decode[i], in.Now, in.ISL)
-		if c < cfg.BlockSize || c <= maxPrefillCached || (plan.holder >= 0 && c < a.cached) {
+		if snap.Decode[i].NoNIXL || c < cfg.BlockSize || c <= maxPrefillCached || (plan.holder >= 0 && c < a.cached) {
 			continue
 		}
 		w := sloWorker{l: &snap.Decode[i], cached: c}
@@ -54,7 +55,7 @@ func (e *estimator) planHandoff(cfg *Config, in *Input, snap *Snapshot, only int
 	bestScore := math.Inf(-1)
 	var b sloWorker
 	for i := range snap.Decode {
-		if i == plan.holder || (only >= 0 && i != only) {
+		if i == plan.holder || (only >= 0 && i != only) || snap.Decode[i].NoNIXL {
 			continue
 		}
 		w := sloWorker{l: &snap.Decode[i], cached: cached(cfg, &in.Decode[i], in.Now, in.ISL)}

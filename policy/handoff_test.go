@@ -88,8 +88,8 @@ func near(got, want float64) bool { return math.Abs(got-want) <= 1e-6*max(1, mat
 // TestHandoffCosts: each cost the handoff carries can make it lose. A slow transfer breaks the
 // TTFT objective; a holder whose decodes the prefill chunk would push past the TPOT objective
 // breaks it there; a prefill worker holding the same prefix makes the remote prefill the
-// placement that reuses it (no handoff is priced); and a holder that is the only decode
-// worker has no one to hand off to.
+// placement that reuses it (no handoff is priced); an engine without NIXL can be neither side;
+// and a holder that is the only decode worker has no one to hand off to.
 func TestHandoffCosts(t *testing.T) {
 	t.Run("slow_transfer", func(t *testing.T) {
 		cfg := sloConfig(t, `,"slo_handoff":true`)
@@ -135,6 +135,16 @@ func TestHandoffCosts(t *testing.T) {
 		in.Pin.Decode = "d1"
 		if dec := Decide(&cfg, in, s, newRand(1)); dec.Route != RouteHandoff || dec.DecodeID != "d1" || dec.PrefillID != "d0" {
 			t.Fatalf("pinned to d1: route %v decode %q prefill %q, want the handoff d0 -> d1", dec.Route, dec.DecodeID, dec.PrefillID)
+		}
+	})
+	t.Run("engines_without_nixl", func(t *testing.T) {
+		for _, w := range []int{0, 1} { // the holder, then the only decoder, is an SGLang worker
+			cfg := sloConfig(t, `,"slo_handoff":true`)
+			s, in := handoffFleet(113000, 0)
+			s.Decode[w].NoNIXL = true
+			if dec := Decide(&cfg, in, s, newRand(1)); dec.Route == RouteHandoff || dec.Inputs.Estimates[RouteHandoff].Valid {
+				t.Fatalf("d%d without NIXL: route %v handoff %+v", w, dec.Route, dec.Inputs.Estimates[RouteHandoff])
+			}
 		}
 	})
 	t.Run("one_decode_worker", func(t *testing.T) {
