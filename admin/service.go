@@ -220,14 +220,17 @@ func (a *Service) Shadow(context.Context, *condisaggv1.ShadowRequest) (*condisag
 	return resp, nil
 }
 
-// sloForecasts are the slo policy's objective (ms) and forecast per placement; zero and nil for
-// the other policies.
+// sloForecasts are the slo policy's objective (ms) and forecast per placement (the handoff's
+// only when it was priced); zero and nil for the other policies.
 func sloForecasts(in *policy.Inputs) (ttftMs, tpotMs float64, est []*condisaggv1.PlacementEstimate) {
 	if in.Policy != policy.SLOKind {
 		return 0, 0, nil
 	}
 	for _, r := range policy.Routes() {
 		e := in.Estimates[r]
+		if r == policy.RouteHandoff && !e.Valid {
+			continue // priced only with slo_handoff on, and only where a holder and a decoder exist
+		}
 		est = append(est, &condisaggv1.PlacementEstimate{Placement: r.String(),
 			Valid: e.Valid, PrefillWorker: e.Prefill, DecodeWorker: e.Decode, TtftMs: e.TTFTms, TpotMs: e.TPOTms,
 			ExistingTpotMs: e.ExistingTPOTms, Headroom: e.Headroom, CachedTokens: int64(e.CachedTokens),

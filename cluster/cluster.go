@@ -66,9 +66,13 @@ type reqState struct {
 	lora   sim.Adapter   // the adapter the request runs with (zero: the base model)
 	decode int32         // engine index
 	whole  bool          // the request runs entirely on one engine (local prefill on a decode or a prefill worker)
-	last   time.Duration
-	n      int
-	res    *workload.Result
+	// leg: the request is in its prefill leg on another engine than its decoder (a remote
+	// prefill on a prefill engine, or a handoff's on the decode engine holding the prefix):
+	// that engine's token is not the client's, and its end hands the request to st.decode.
+	leg  bool
+	last time.Duration
+	n    int
+	res  *workload.Result
 }
 
 // router is the decision pipeline as the simulator uses it: decisions (with their tickets)
@@ -97,7 +101,7 @@ type Cluster struct {
 	seq     uint64
 	eq      engineQueue
 	dq      deliveryQueue
-	hq      handoffQueue
+	hq      legQueue
 	reqs    []workload.Request
 	state   []reqState
 	rep     *Report

@@ -76,9 +76,9 @@ func (q *deliveryQueue) pop() (d delivery) {
 	return d
 }
 
-// handoff is a request leg on its way to an engine's scheduler: it reaches it after the
+// pendingLeg is a request leg on its way to an engine's scheduler: it reaches it after the
 // engine's own request handling (Config.RequestOverhead).
-type handoff struct {
+type pendingLeg struct {
 	at     time.Duration
 	i      int32 // request index
 	eng    int32
@@ -87,16 +87,16 @@ type handoff struct {
 	prefill bool
 }
 
-// handoffQueue is a FIFO of handoffs; with one fixed overhead their times never decrease.
-type handoffQueue struct {
-	items []handoff
+// legQueue is a FIFO of pending legs; with one fixed overhead their times never decrease.
+type legQueue struct {
+	items []pendingLeg
 	head  int
 }
 
-func (q *handoffQueue) empty() bool    { return q.head == len(q.items) }
-func (q *handoffQueue) peek() *handoff { return &q.items[q.head] }
-func (q *handoffQueue) push(h handoff) { q.items = append(q.items, h) }
-func (q *handoffQueue) pop() (h handoff) {
+func (q *legQueue) empty() bool    { return q.head == len(q.items) }
+func (q *legQueue) peek() *pendingLeg { return &q.items[q.head] }
+func (q *legQueue) push(h pendingLeg) { q.items = append(q.items, h) }
+func (q *legQueue) pop() (h pendingLeg) {
 	h = q.items[q.head]
 	q.head++
 	if q.head > 1024 && q.head*2 > len(q.items) {

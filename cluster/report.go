@@ -23,7 +23,8 @@ type Report struct {
 	Preemptions             uint64
 	PrefixHitTokens         uint64 // engine prefix-cache hits over all engines (tokens)
 	PromptTokens            uint64 // engine prefix-cache queries over all engines (tokens)
-	TransferTokens          int64  // prompt tokens of remote requests (the KV moved at most)
+	TransferTokens          int64  // prompt tokens of remote and handoff requests (the KV moved at most)
+	Handoffs                int    // requests placed on the handoff route (slo_handoff)
 	IndexSkips              int    // KV events the index refused (kvindex.SkipReason != SkipNone)
 	// Models, Policy and RouterSeed are the fleets and policy the run routed over: enough to
 	// stand up the same router (route.New) outside the simulator and replay the run's Trace.

@@ -47,19 +47,25 @@ func (c *Cluster) arrive(i int) {
 	c.record(i, &out)
 	switch out.Route {
 	case policy.RouteDecode:
-		c.toEngine(handoff{i: int32(i), eng: c.byID[out.Decode.ID]})
+		c.toEngine(pendingLeg{i: int32(i), eng: c.byID[out.Decode.ID]})
 		return
 	case policy.RoutePrefillLocal:
-		c.toEngine(handoff{i: int32(i), eng: c.byID[out.Prefill.ID]}) // the prefill engine decodes too
+		c.toEngine(pendingLeg{i: int32(i), eng: c.byID[out.Prefill.ID]}) // the prefill engine decodes too
 		return
 	}
-	st.decode = c.byID[out.Decode.ID]
+	// A remote prefill, or a handoff: the prefill leg runs on out.Prefill (a prefill engine, or
+	// the decode engine holding the prefix, whose own cache and steps it uses), then the
+	// decoder pulls the KV it lacks.
+	st.decode, st.leg = c.byID[out.Decode.ID], true
 	c.rep.TransferTokens += int64(len(st.prompt))
-	c.toEngine(handoff{i: int32(i), eng: c.byID[out.Prefill.ID], prefill: true})
+	if out.Route == policy.RouteHandoff {
+		c.rep.Handoffs++
+	}
+	c.toEngine(pendingLeg{i: int32(i), eng: c.byID[out.Prefill.ID], prefill: true})
 }
 
 // toEngine hands a request leg to its engine after Config.RequestOverhead (at once without).
-func (c *Cluster) toEngine(h handoff) {
+func (c *Cluster) toEngine(h pendingLeg) {
 	if c.cfg.RequestOverhead <= 0 {
 		c.handOver(h)
 		return
@@ -70,7 +76,7 @@ func (c *Cluster) toEngine(h handoff) {
 
 // handOver adds a request leg to its engine's scheduler: a whole request, the prefill leg of a
 // remote prefill, or its decode leg.
-func (c *Cluster) handOver(h handoff) {
+func (c *Cluster) handOver(h pendingLeg) {
 	i, st := int(h.i), &c.state[h.i]
 	if !h.prefill {
 		c.addDecode(i, h.eng, h.remote)
@@ -173,8 +179,8 @@ func (c *Cluster) addDecode(i int, d int32, remote bool) {
 func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 	en := c.engines[i]
 	for _, tok := range res.Tokens {
-		// A prefill engine's own token of a remote prefill is not the client's.
-		if idx, ok := en.reqs[tok.ID]; ok && (en.decode || c.state[idx].whole) {
+		// The prefill leg's own token (remote or handoff) is not the client's.
+		if idx, ok := en.reqs[tok.ID]; ok && !c.state[idx].leg && (en.decode || c.state[idx].whole) {
 			c.token(idx, tok.Index)
 		}
 	}
@@ -185,10 +191,11 @@ func (c *Cluster) deliver(i int32, res *sim.StepResult) {
 		}
 		delete(en.reqs, f.ID)
 		st := &c.state[idx]
-		if !en.decode && !st.whole {
-			st.res.CachedTokens = f.CachedTokens // the remote prefill's hit
+		if st.leg {
+			st.leg = false
+			st.res.CachedTokens = f.CachedTokens // the prefill leg's hit
 			c.prefillDone(idx)
-			c.toEngine(handoff{i: idx, eng: st.decode, remote: true})
+			c.toEngine(pendingLeg{i: idx, eng: st.decode, remote: true})
 			continue
 		}
 		if st.whole {

@@ -12,7 +12,7 @@ import (
 	"github.com/condisagg/condisagg/route"
 )
 
-// Placement is where a routed request went, as the placement mix counts it. The three are
+// Placement is where a routed request went, as the placement mix counts it. The five are
 // disjoint: a decision is exactly one of them.
 type Placement uint8
 
@@ -21,12 +21,13 @@ const (
 	PlacementDecode                        // route decode by a policy decision (bypass, aggregated)
 	PlacementPrefillLocal                  // route prefill_local: the whole request on a prefill worker
 	PlacementFallback                      // route decode without a policy decision (passthrough, failure_open)
+	PlacementHandoff                       // route handoff: prefill on the prefix's decode worker, decode on another
 	NumPlacements
 )
 
-// PlacementNames label the placements (the JSON keys of the status page's mix); the first
-// three are the routes' names.
-var PlacementNames = [NumPlacements]string{"prefill", "decode", "prefill_local", "fallback"}
+// PlacementNames label the placements (the JSON keys of the status page's mix); all but
+// "fallback" are the routes' names.
+var PlacementNames = [NumPlacements]string{"prefill", "decode", "prefill_local", "fallback", "handoff"}
 
 // PlacementOf classifies an outcome.
 func PlacementOf(out *route.Outcome) Placement {
@@ -35,6 +36,8 @@ func PlacementOf(out *route.Outcome) Placement {
 		return PlacementPrefill
 	case out.Route == policy.RoutePrefillLocal:
 		return PlacementPrefillLocal
+	case out.Route == policy.RouteHandoff:
+		return PlacementHandoff
 	case out.IsFallback():
 		return PlacementFallback
 	}

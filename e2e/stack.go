@@ -75,6 +75,11 @@ type WorkerSpec struct {
 	// KVLoadFailurePolicy is the worker's kv_load_failure_policy: "" or "fail" (vLLM's
 	// default: the failed leg answers an error) or "recompute".
 	KVLoadFailurePolicy string
+	// Sidecar puts a pd-sidecar in front of a decode worker too (llm-d's "decode first"
+	// layout): the router advertises the worker at the sidecar's address, so a request Envoy
+	// sends there with a prefill host runs both legs from it (the handoff placement, whose
+	// prefill leg goes to another decode worker). Prefill workers always have one.
+	Sidecar bool
 	// Host is the loopback address the worker's HTTP servers (vllm-sim, the pd-sidecar) bind;
 	// default 127.0.0.1. Give workers addresses of their own (127.0.0.x) where a test tells
 	// them apart by IP, as a gateway's subset hint does.
@@ -141,7 +146,7 @@ type Config struct {
 type Worker struct {
 	Spec     WorkerSpec
 	Sim      *proc.Proc
-	Sidecar  *proc.Proc // prefill workers only
+	Sidecar  *proc.Proc // prefill workers, and decode workers with WorkerSpec.Sidecar
 	SimAddr  string
 	Endpoint string // the router's workers[].endpoint: the sidecar for prefill, else SimAddr
 	KVEvents string // tcp://127.0.0.1:port (an unused port for a silent worker)
@@ -224,7 +229,7 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		return nil, err
 	}
 	for _, w := range s.Workers {
-		if w.Spec.Role == Prefill {
+		if w.Spec.Role == Prefill || w.Spec.Sidecar {
 			if err := s.startSidecar(ctx, w); err != nil {
 				return nil, err
 			}
@@ -438,7 +443,7 @@ func (s *Stack) startWorker(ctx context.Context, spec WorkerSpec) (*Worker, erro
 		w.KVEvents, w.KVReplay = eps[0], eps[1]
 	}
 	w.Endpoint = w.SimAddr
-	if spec.Role == Prefill {
+	if spec.Role == Prefill || spec.Sidecar {
 		// A stable port too: one released from port 0 could go to any other process's bind of
 		// port 0 before the sidecar binds it.
 		port, err := StablePort()
@@ -589,14 +594,24 @@ func (s *Stack) writeRouterConfig(file string, replica int) (string, error) {
 	return path, nil
 }
 
-// startSidecar runs the pd-sidecar of prefill worker w on w.Endpoint: Envoy's prefill route
+// startSidecar runs the pd-sidecar of worker w (a prefill worker, or a decode worker with
+// WorkerSpec.Sidecar) on w.Endpoint: Envoy's prefill route
 // dials the endpoint the router advertises, and the sidecar dials the simulator behind it.
 func (s *Stack) startSidecar(ctx context.Context, w *Worker) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	// Every sidecar-fronted worker's advertised endpoint is dialled at its simulator: a leg
+	// for another such worker (a handoff's prefill leg on a decode worker) must reach its
+	// engine, not its sidecar, which would pass it on without the NIXL parameters.
+	var dial []string
+	for _, o := range s.Workers {
+		if o.Endpoint != o.SimAddr {
+			dial = append(dial, o.Endpoint+"="+o.SimAddr)
+		}
+	}
 	p, _, err := startLogging(ctx, "pd-sidecar "+w.Spec.Name, "pd-sidecar listening", s.cfg.Bin.PDSidecar,
 		"--listen", w.Endpoint, "--admin-listen", "127.0.0.1:0", "--config", s.ConfigPath,
-		"--dial", w.Endpoint+"="+w.SimAddr, "--default-decode-host", w.SimAddr,
+		"--dial", strings.Join(dial, ","), "--default-decode-host", w.SimAddr,
 		"--prefill-timeout", "60s", "--drain-timeout", "2s")
 	if err != nil {
 		return err

@@ -17,8 +17,10 @@ import (
 const (
 	// HeaderRoute is the Envoy cluster the request goes to ("prefill" or "decode"): the route
 	// table matches on it. HeaderPlacement says what runs where: "prefill" (remote prefill,
-	// then decode), "decode" (local prefill on the decode worker) or "prefill_local" (the
-	// whole request on the prefill worker, which HeaderDecodeHost then names).
+	// then decode), "decode" (local prefill on the decode worker), "prefill_local" (the
+	// whole request on the prefill worker, which HeaderDecodeHost then names) or "handoff"
+	// (route "decode": the decode worker of HeaderPrefillHost, which holds the prefix,
+	// prefills, and the one of HeaderDecodeHost pulls the KV and decodes).
 	HeaderRoute        = "x-condisagg-route"
 	HeaderPlacement    = "x-condisagg-placement"
 	HeaderDestination  = "x-gateway-destination-endpoint"
@@ -141,11 +143,13 @@ func decisionResponse(p phase, set *Settings, out *route.Outcome, strip []string
 	if decoder.Ranked() {
 		rank := strconv.Itoa(decoder.DPRank)
 		hs = append(hs, header(HeaderDecodeRank, rank))
-		if out.Route != policy.RoutePrefill {
+		if !twoLegs(out.Route) { // a sidecar gives each leg its rank
 			hs = append(hs, header(HeaderDPRank, rank))
 		}
 	}
-	if out.Route == policy.RoutePrefill {
+	// The prefill leg's host: the prefill worker, or on a handoff the decode worker holding
+	// the prefix (Envoy dials the decoder, whose sidecar runs both legs).
+	if twoLegs(out.Route) {
 		hs = append(hs, header(HeaderPrefillHost, out.Prefill.Endpoint))
 		if out.Prefill.Ranked() {
 			hs = append(hs, header(HeaderPrefillRank, strconv.Itoa(out.Prefill.DPRank)))

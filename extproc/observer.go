@@ -49,11 +49,15 @@ type respObserver struct {
 func (o *respObserver) start(out *route.Outcome) {
 	*o = respObserver{ticket: out.Ticket, dest: out.Destination().Endpoint, destID: out.Destination().ID, route: out.Route,
 		bypass: out.Route == policy.RouteDecode, cached: out.Decision.Inputs.Cached,
-		judged: out.Route != policy.RoutePrefill || out.Prefill.ID == "" || out.Decode.ID == "", prefillCached: -1}
+		judged: !twoLegs(out.Route) || out.Prefill.ID == "" || out.Decode.ID == "", prefillCached: -1}
 	if !o.judged {
 		o.prefillID, o.decodeID = out.Prefill.ID, out.Decode.ID
 	}
 }
+
+// twoLegs reports whether route r runs a prefill leg before the decode leg through the
+// sidecar: the remote prefill, and the handoff (whose prefill leg runs on a decode worker).
+func twoLegs(r policy.Route) bool { return r == policy.RoutePrefill || r == policy.RouteHandoff }
 
 // following reports whether the answer is still followed: a booked request whose ticket has
 // not ended.
@@ -102,11 +106,11 @@ type responseHead struct {
 func (o *respObserver) headers(x *exchange, rh responseHead, eos bool) {
 	code, contentType := rh.code, rh.contentType
 	o.health(x, code, contentType, eos)
-	if rh.prefillMs >= 0 && o.route == policy.RoutePrefill {
+	if rh.prefillMs >= 0 && twoLegs(o.route) {
 		x.srv.metrics.PrefillLegSecs.Observe(float64(rh.prefillMs) / 1000)
 		o.ticket.PrefillDone()
 	}
-	if o.route == policy.RoutePrefill && rh.kvTransfer != "" {
+	if twoLegs(o.route) && rh.kvTransfer != "" {
 		o.kvTransfer, o.prefillCached = rh.kvTransfer, rh.prefillCached
 	}
 	if !o.following() {

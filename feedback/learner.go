@@ -16,7 +16,7 @@ type Learner struct {
 func New() *Learner { return &Learner{} }
 
 // Corrections are the corrections in force, as policy.Input.Feedback takes them.
-func (l *Learner) Corrections() [3]policy.Correction { return l.loop.corrections() }
+func (l *Learner) Corrections() [policy.NumRoutes]policy.Correction { return l.loop.corrections() }
 
 // ObserveLatency feeds the controller one observed latency (ms) of metric m of a request
 // placed on rt, beside the cost model's uncorrected forecast for it (ms, Forecasts); bound is

@@ -63,7 +63,7 @@ type feedbackCell struct {
 // loop is the controller state.
 type loop struct {
 	mu    sync.Mutex // guards every cell's ewma, n and updates
-	cells [3][numMetrics]feedbackCell
+	cells [policy.NumRoutes][numMetrics]feedbackCell
 }
 
 // State is one loop's state, for metrics, the simulator's report and Explain.
@@ -81,7 +81,7 @@ type State struct {
 // model's uncorrected forecast for it (both in ms). Samples without a forecast, or non-finite ones,
 // are ignored. bound is the configured maximum correction (policy.Disagg.SLOFeedbackMax).
 func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound float64) {
-	if rt > policy.RoutePrefillLocal || m >= numMetrics || !(forecastMS > 0) || !(observedMS >= 0) ||
+	if int(rt) >= policy.NumRoutes || m >= numMetrics || !(forecastMS > 0) || !(observedMS >= 0) ||
 		math.IsInf(forecastMS, 0) || math.IsInf(observedMS, 0) {
 		return
 	}
@@ -131,7 +131,7 @@ func (f *loop) observe(rt policy.Route, m Metric, forecastMS, observedMS, bound 
 }
 
 // corrections are the corrections in force, as policy.Input.Feedback takes them.
-func (f *loop) corrections() (out [3]policy.Correction) {
+func (f *loop) corrections() (out [policy.NumRoutes]policy.Correction) {
 	for r := range out {
 		out[r].TTFT = math.Float64frombits(f.cells[r][MetricTTFT].factor.Load())
 		out[r].TPOT = math.Float64frombits(f.cells[r][MetricTPOT].factor.Load())

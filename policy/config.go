@@ -88,6 +88,11 @@ type Disagg struct {
 	// where aggregated selection would, among the workers that keep it; 1 always maximises
 	// headroom, 0 satisfices whenever the objective is met.
 	SLOMargin float64
+	// SLOHandoff (slo_handoff, default false) lets the slo policy price a fourth placement:
+	// the prefill on the decode worker that holds the prompt's prefix, the decode on another
+	// decode worker that pulls the whole KV (handoff.go). It needs engines whose KV role
+	// serves both legs (vLLM kv_both) and a pd-sidecar in front of every decode worker.
+	SLOHandoff bool
 }
 
 // ErrCostModelTwice is UseCostModelFile's refusal of a policy object that names cost_model.
@@ -378,5 +383,14 @@ func (d Disagg) sloString() string {
 	}
 	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
 		model + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
-		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin)
+		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin) + d.handoffString()
+}
+
+// handoffString is slo_handoff's member of String, present only when on (the strings of
+// configs without it stay as they were).
+func (d Disagg) handoffString() string {
+	if !d.SLOHandoff {
+		return ""
+	}
+	return `,"slo_handoff":true`
 }

@@ -365,8 +365,8 @@ func TestDecisionReporting(t *testing.T) {
 			t.Fatalf("reason %d has no name", r)
 		}
 	}
-	if len(Reasons()) != 26 {
-		t.Fatalf("%d reasons, want the spec's 17 plus passthrough, failure_open, the slo policy's five, request_chat_template and long_pretoken", len(Reasons()))
+	if len(Reasons()) != 27 {
+		t.Fatalf("%d reasons, want the spec's 17 plus passthrough, failure_open, the slo policy's six, request_chat_template and long_pretoken", len(Reasons()))
 	}
 }
 

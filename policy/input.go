@@ -121,7 +121,8 @@ type Decision struct {
 	Gate   Gate
 	// Decode and Prefill index the snapshot's Decode and Prefill slices; -1 = none. A decode
 	// route needs Decode >= 0, a prefill route both; otherwise no target exists and the caller
-	// applies --failure-mode.
+	// applies --failure-mode. On the handoff route (Route.PrefillOnDecode) Prefill and PrefillID
+	// name the holder, a worker of the Decode slice.
 	Decode, Prefill     int
 	DecodeID, PrefillID string
 	// PrefillTokens is the prefill entry to book: eff on d for a decode route,

@@ -51,6 +51,9 @@ type WorkerLoad struct {
 	// DecodeRequests is the booked requests that decode on the worker: every booking of a
 	// decode worker, the prefill_local bookings of a prefill worker (the slo policy's batch size).
 	DecodeRequests int64
+	// NoNIXL: the worker's engine serves no NixlConnector leg (SGLang, TensorRT-LLM behind
+	// Dynamo), so it can be neither side of a handoff (slo_handoff). The zero value is vLLM's.
+	NoNIXL bool
 }
 
 // ProjectedDecodeBlocks is pdb(w,r) of conditional-disagg.md §5.1.

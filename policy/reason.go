@@ -7,6 +7,9 @@ const (
 	RoutePrefill      Route = iota // remote prefill: prefill worker, then KV transfer to the decode worker
 	RouteDecode                    // one decode worker runs prefill and decode (bypass, aggregated)
 	RoutePrefillLocal              // one prefill worker runs prefill and decode (the whole request)
+	// RouteHandoff: the decode worker that holds the prompt's prefix prefills it (mostly a
+	// cache hit), and another decode worker pulls the KV and decodes (handoff.go).
+	RouteHandoff
 	numRoutes
 )
 
@@ -16,21 +19,31 @@ func (r Route) String() string {
 		return "decode"
 	case RoutePrefillLocal:
 		return "prefill_local"
+	case RouteHandoff:
+		return "handoff"
 	}
 	return "prefill"
 }
 
+// NumRoutes is the number of routes: the length of the arrays indexed by Route.
+const NumRoutes = int(numRoutes)
+
 // Routes lists every route, for pre-creating metric label sets.
-func Routes() []Route { return []Route{RoutePrefill, RouteDecode, RoutePrefillLocal} }
+func Routes() []Route { return []Route{RoutePrefill, RouteDecode, RoutePrefillLocal, RouteHandoff} }
 
 // Cluster is the Envoy cluster a route dials (the x-condisagg-route value): "prefill" for both
-// placements whose destination is a prefill worker, "decode" otherwise.
+// placements whose destination is a prefill worker, "decode" otherwise (a handoff's
+// destination is the decode worker, whose sidecar sends the prefill leg to the holder).
 func (r Route) Cluster() string {
-	if r == RouteDecode {
+	if r == RouteDecode || r == RouteHandoff {
 		return "decode"
 	}
 	return "prefill"
 }
+
+// PrefillOnDecode reports whether the route's prefill worker (Decision.Prefill, PrefillID) is a
+// decode worker: the handoff's holder.
+func (r Route) PrefillOnDecode() bool { return r == RouteHandoff }
 
 // Reason is the closed enum of decision reasons (conditional-disagg.md §8.1); its String is the
 // `reason` metric label and the x-condisagg-decision value.
@@ -79,6 +92,9 @@ const (
 	// would cost CPU out of proportion, so it went untokenized to a decode worker chosen by
 	// load (Fallback): the engine, which tokenizes anyway, answers for it.
 	ReasonLongPretoken
+	// ReasonSLOHandoff: the slo policy (slo_handoff on) forecast the most headroom for the
+	// prefill on the decode worker that holds the prefix and the decode on another one.
+	ReasonSLOHandoff
 	numReasons
 )
 
@@ -109,6 +125,7 @@ var reasonNames = [numReasons]string{
 	ReasonSLOOverloadPrefillLocal:   "slo_overload_prefill_local",
 	ReasonRequestTemplate:           "request_chat_template",
 	ReasonLongPretoken:              "long_pretoken",
+	ReasonSLOHandoff:                "slo_handoff",
 }
 
 func (r Reason) String() string {
@@ -135,6 +152,8 @@ func (r Reason) Route() Route {
 		return RouteDecode
 	case ReasonSLOPrefillLocal, ReasonSLOOverloadPrefillLocal:
 		return RoutePrefillLocal
+	case ReasonSLOHandoff:
+		return RouteHandoff
 	}
 	return RoutePrefill
 }

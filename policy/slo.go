@@ -133,14 +133,19 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		remoteEst.Prefill, remoteEst.Decode = p.l.ID, d.l.ID
 	}
 	x.Estimates = [numRoutes]Estimate{RoutePrefill: remoteEst, RouteDecode: bypass, RoutePrefillLocal: whole}
+	handoff := handoffPlan{holder: -1, decoder: -1}
+	if cfg.Disagg.SLOHandoff {
+		handoff = e.planHandoff(cfg, in, snap, only)
+		x.Estimates[RouteHandoff] = handoff.est
+	}
 	for r := range x.Estimates {
 		e.correct(cfg, in, Route(r), &x.Estimates[r])
 	}
 
-	// The most headroom wins; ties keep the order bypass, remote, prefill_local (the cheapest
-	// placement for the fleet first).
+	// The most headroom wins; ties keep the order bypass, remote, prefill_local, handoff (the
+	// cheapest placement for the fleet first; a handoff's estimate is invalid with it off).
 	choice, best := RoutePrefill, math.Inf(-1)
-	for _, r := range [...]Route{RouteDecode, RoutePrefill, RoutePrefillLocal} {
+	for _, r := range [...]Route{RouteDecode, RoutePrefill, RoutePrefillLocal, RouteHandoff} {
 		if est := &x.Estimates[r]; est.Valid && est.Headroom > best {
 			choice, best = r, est.Headroom
 		}
@@ -204,6 +209,8 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 		dec.Decode, dec.DecodeID = bestD, snap.Decode[bestD].ID
 		dec.PrefillTokens = int64(dec.Inputs.Eff)
 		dec.Guard = cfg.Guard()
+	case choice == RouteHandoff:
+		decideHandoff(in, snap, handoff, dec)
 	case choice == RoutePrefillLocal:
 		c := x.Estimates[RoutePrefillLocal].CachedTokens
 		dec.Route, dec.Reason = RoutePrefillLocal, localReason

@@ -23,6 +23,11 @@ const (
 	// it on a decode worker: the prompt's keys, a partial tail, and PrefillTokens as its prefill
 	// entry. No decode worker is involved (Decode is empty).
 	ModePrefillLocal
+	// ModeHandoff books as ModeRemote with a decode worker in the prefill role: PrefillTokens
+	// as a prefill entry on Prefill, the holder of the prefix (a decode worker), and
+	// ceil(ISL/bs) unique blocks on Decode, which pulls the KV. The holder's prefix is already
+	// referenced by whoever cached it, and its computed suffix leaves with the transfer.
+	ModeHandoff
 )
 
 // Booking is one decision's load.
@@ -30,7 +35,7 @@ type Booking struct {
 	RequestID string
 	Mode      Mode
 	Decode    string   // decode worker ID (ModeBypass, ModeRemote)
-	Prefill   string   // prefill worker ID (ModeRemote, ModePrefillLocal)
+	Prefill   string   // prefill worker ID (ModeRemote, ModePrefillLocal); the holder's decode worker ID (ModeHandoff)
 	Keys      []uint64 // ModeBypass, ModePrefillLocal: chained keys of the full prompt blocks from block 0 (copied)
 	ISL       int
 	// PrefillTokens is the prefill entry: eff on the decode worker (ModeBypass) or
@@ -112,8 +117,12 @@ func (p *Pool) recordLocked(b Booking, now time.Time, lookup lookupFunc, guard b
 		if r.prefillTokens > 0 {
 			r.prefillOn = d
 		}
-	case ModeRemote:
-		pw, err := lookup(b.Prefill, RolePrefill)
+	case ModeRemote, ModeHandoff:
+		role := RolePrefill
+		if b.Mode == ModeHandoff {
+			role = RoleDecode
+		}
+		pw, err := lookup(b.Prefill, role)
 		if err != nil {
 			return nil, err
 		}
@@ -184,8 +193,10 @@ func (p *Pool) checkBooking(b Booking) error {
 	switch {
 	case b.RequestID == "":
 		return fmt.Errorf("pool: book: empty request id: %w", ErrInvalidBooking)
-	case b.Mode != ModeBypass && b.Mode != ModeRemote && b.Mode != ModePrefillLocal:
+	case b.Mode < ModeBypass || b.Mode > ModeHandoff:
 		return fmt.Errorf("pool: book request=%s: mode %d: %w", b.RequestID, b.Mode, ErrInvalidBooking)
+	case b.Mode == ModeHandoff && b.Prefill == b.Decode:
+		return fmt.Errorf("pool: book request=%s: handoff from %s to itself: %w", b.RequestID, b.Decode, ErrInvalidBooking)
 	case b.ISL < 0 || b.PrefillTokens < 0 || b.PrefillTokens > int64(b.ISL):
 		return fmt.Errorf("pool: book request=%s: isl=%d prefill_tokens=%d: %w", b.RequestID, b.ISL, b.PrefillTokens, ErrInvalidBooking)
 	case len(b.Keys) > b.ISL/p.cfg.BlockSize:

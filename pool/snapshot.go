@@ -51,7 +51,7 @@ func (p *Pool) loadLocked(w *worker, freshAfter int64) policy.WorkerLoad {
 	}
 	return policy.WorkerLoad{ID: w.id, Endpoint: w.endpoint, DPRank: w.rank, DPSize: w.dpSize, MaxBatchedTokens: w.mnbt(), KVCapacityBlocks: w.kvCap(),
 		ActivePrefillTokens: w.apt, ActiveDecodeBlocks: w.decodeBlocks(), ActiveRequests: reqs, DecodeRequests: w.decoding,
-		ReportedKVUsage: reportedUsage(w, fresh)}
+		ReportedKVUsage: reportedUsage(w, fresh), NoNIXL: w.kind != EngineVLLM}
 }
 
 // reportedUsage is w's KV usage fraction from a fresh scrape, else -1 (unknown).

@@ -36,7 +36,7 @@ type Outcome struct {
 	// (route.UnknownPassthrough) to Model's decode workers without cache credit.
 	UnknownModel bool
 	Decode       Worker // every route but prefill_local
-	Prefill      Worker // remote and prefill_local routes
+	Prefill      Worker // remote and prefill_local routes; the holder (a decode worker) on handoff
 	Decision     policy.Decision
 	Tokens       int // ISL
 	Keys         int // full-block keys
@@ -60,9 +60,11 @@ func (o *Outcome) IsFallback() bool {
 		r == policy.ReasonLongPretoken
 }
 
-// Destination is the worker Envoy must dial for this outcome.
+// Destination is the worker Envoy must dial for this outcome: the decode worker on the
+// decode and handoff routes (a handoff's sidecar, in front of it, sends the prefill leg to the
+// holder), else the prefill worker.
 func (o *Outcome) Destination() Worker {
-	if o.Route != policy.RouteDecode {
+	if o.Route != policy.RouteDecode && o.Route != policy.RouteHandoff {
 		return o.Prefill
 	}
 	return o.Decode
@@ -73,13 +75,13 @@ func (o *Outcome) Destination() Worker {
 // give equal records, which is how the server and the simulator are proven to decide alike.
 type Record struct {
 	BookingID string `json:"booking_id,omitempty"`
-	Route     string `json:"route"` // "decode" (bypass, aggregated), "prefill" (remote) or "prefill_local"
+	Route     string `json:"route"` // "decode" (bypass, aggregated), "prefill" (remote), "prefill_local" or "handoff"
 	Reason    string `json:"reason"`
 	Gate      string `json:"gate,omitempty"`
 	ISL       int    `json:"isl"`
 	Keys      int    `json:"keys"`
 	Decode    string `json:"decode"`            // decode worker ("" for prefill_local)
-	Prefill   string `json:"prefill,omitempty"` // prefill worker (remote and prefill_local)
+	Prefill   string `json:"prefill,omitempty"` // prefill worker (remote and prefill_local), the holder (handoff)
 	// Previewed is false when the decision had no decode preview (aggregated, disaggregated);
 	// Overlap, Cached, Eff and Ratio are then 0.
 	Previewed bool    `json:"previewed"`

@@ -59,7 +59,7 @@ type EventStreams interface {
 // Learner is what decisions read and tickets teach: the slo policy's corrections and the
 // observed mix (package feedback; *feedback.Learner satisfies it).
 type Learner interface {
-	Corrections() [3]policy.Correction
+	Corrections() [policy.NumRoutes]policy.Correction
 	ObserveLatency(rt policy.Route, m feedback.Metric, forecastMS, observedMS, bound float64)
 	ObserveRouted(isl int, prefillTokens int64)
 	ObserveOutput(tokens int)
@@ -567,6 +567,8 @@ func Booking(dec *policy.Decision, requestID string, keys []uint64) pool.Booking
 		b.Mode, b.Keys, b.Guard = pool.ModeBypass, keys, dec.Guard
 	case policy.RoutePrefillLocal:
 		b.Mode, b.Keys, b.Prefill, b.Decode = pool.ModePrefillLocal, keys, dec.PrefillID, ""
+	case policy.RouteHandoff:
+		b.Mode, b.Prefill = pool.ModeHandoff, dec.PrefillID
 	default:
 		b.Mode, b.Prefill = pool.ModeRemote, dec.PrefillID
 	}
@@ -592,8 +594,12 @@ func fill(out *Outcome, dec *policy.Decision, snap *policy.Snapshot) {
 		d := &snap.Decode[dec.Decode]
 		out.Decode = Worker{ID: dec.DecodeID, Endpoint: d.Endpoint, DPRank: d.DPRank, DPSize: d.DPSize}
 	}
-	if dec.Route != policy.RouteDecode && dec.Prefill >= 0 && dec.Prefill < len(snap.Prefill) {
-		p := &snap.Prefill[dec.Prefill]
+	prefills := snap.Prefill
+	if dec.Route.PrefillOnDecode() { // the handoff's holder is a decode worker
+		prefills = snap.Decode
+	}
+	if dec.Route != policy.RouteDecode && dec.Prefill >= 0 && dec.Prefill < len(prefills) {
+		p := &prefills[dec.Prefill]
 		out.Prefill = Worker{ID: dec.PrefillID, Endpoint: p.Endpoint, DPRank: p.DPRank, DPSize: p.DPSize}
 	}
 }

@@ -35,7 +35,7 @@ type ShadowStats struct {
 	SameRoute   uint64
 	SameWorkers uint64
 	// ByRoute[live][shadow] counts every pair of routes; ByReason counts the candidate's reasons.
-	ByRoute  [3][3]uint64
+	ByRoute  [policy.NumRoutes][policy.NumRoutes]uint64
 	ByReason map[string]uint64
 	// Forecasts counts the decisions with a forecast of both choices; the sums are of the
 	// forecast TTFT (ms) and headroom of each choice over them.
@@ -133,7 +133,7 @@ func (r *Router) compareShadow(live, cand *policy.Decision) *ShadowChoice {
 	ch.SameRoute = live.Route == cand.Route
 	ch.SameWorkers = ch.SameRoute && liveDecode == ch.Decode && livePrefill == ch.Prefill
 	// The slo forecast of either side prices both choices (its best worker per placement).
-	var est *[3]policy.Estimate
+	var est *[policy.NumRoutes]policy.Estimate
 	switch {
 	case cand.Inputs.Policy == policy.SLOKind:
 		est = &cand.Inputs.Estimates
@@ -155,7 +155,7 @@ func (r *Router) compareShadow(live, cand *policy.Decision) *ShadowChoice {
 	if ch.SameWorkers {
 		st.SameWorkers++
 	}
-	if live.Route < 3 && cand.Route < 3 {
+	if int(live.Route) < policy.NumRoutes && int(cand.Route) < policy.NumRoutes {
 		st.ByRoute[live.Route][cand.Route]++
 	}
 	if st.ByReason == nil {

@@ -21,9 +21,11 @@ type sample struct {
 	forecast, observedMS float64
 }
 
-func (l *recordingLearner) Corrections() [3]policy.Correction { return [3]policy.Correction{} }
-func (l *recordingLearner) ObserveRouted(int, int64)          {}
-func (l *recordingLearner) ObserveOutput(n int)               { l.outputs = append(l.outputs, n) }
+func (l *recordingLearner) Corrections() [policy.NumRoutes]policy.Correction {
+	return [policy.NumRoutes]policy.Correction{}
+}
+func (l *recordingLearner) ObserveRouted(int, int64) {}
+func (l *recordingLearner) ObserveOutput(n int)      { l.outputs = append(l.outputs, n) }
 func (l *recordingLearner) ObserveLatency(rt policy.Route, m feedback.Metric, f, o, _ float64) {
 	l.latencies = append(l.latencies, sample{rt, m, f, o})
 }

@@ -195,6 +195,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	margin := fs.Float64("slo-margin", policy.DefaultSLOMargin, "slo_margin of the slo policy runs, in [0, 1]")
 	feedback := fs.Bool("slo-feedback", false, "slo_feedback of the slo policy runs (the closed-loop corrections)")
+	handoff := fs.Bool("slo-handoff", false, "slo_handoff of the slo policy runs (the handoff placement)")
 	baselines := fs.String("baselines", "", "a --json-out file of an earlier run of the same matrix: simulate only the slo policy and take every baseline from it")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -207,7 +208,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
 	run.Commit, run.CommitSource = Commit(ctx)
 	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets),
-		SLOMargin: margin, SLOFeedback: *feedback}
+		SLOMargin: margin, SLOFeedback: *feedback, SLOHandoff: *handoff}
 	var err error
 	if *baselines != "" {
 		f, err := os.Open(*baselines)

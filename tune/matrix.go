@@ -34,6 +34,8 @@ type MatrixConfig struct {
 	// SLOFeedback runs it with slo_feedback true (the default is false, as the policy's).
 	SLOMargin   *float64
 	SLOFeedback bool
+	// SLOHandoff runs the slo policy with slo_handoff true (the handoff placement).
+	SLOHandoff bool
 	// Baselines are the cells of an earlier run of the same matrix (ReadMatrixBaselines): only
 	// the slo policy is simulated, and every baseline column is taken from them. nil: simulate
 	// every baseline.
@@ -64,6 +66,8 @@ type Cell struct {
 	Ratio                float64 `json:"ratio"` // slo policy / best baseline (1 when both are 0)
 	BeatsDisagg          bool    `json:"beats_disaggregated"`
 	PrefillUtilDisagg    float64 `json:"prefill_util_disaggregated"` // > 0.9: prefill saturates
+	// SLOHandoffs counts the slo policy's requests on the handoff route (slo_handoff).
+	SLOHandoffs int `json:"slo_handoffs,omitempty"`
 }
 
 // staticGrid is the hindsight sweep of Dynamo's policies: the thresholds an operator could set
@@ -89,11 +93,12 @@ func staticGrid() []policy.Disagg {
 
 // matrixJob is one simulation of the matrix.
 type matrixJob struct {
-	name    string
-	cfg     cluster.Config
-	sloIdx  int // the slo policy's objective index; -1 for the shared runs
-	results []workload.Result
-	putil   float64
+	name     string
+	cfg      cluster.Config
+	sloIdx   int // the slo policy's objective index; -1 for the shared runs
+	results  []workload.Result
+	putil    float64
+	handoffs int // requests the run placed on the handoff route
 }
 
 // RunMatrix simulates every workload on every fleet and scores every SLO. progress, if set,
@@ -158,6 +163,7 @@ func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 			c.Disagg.SLOMargin = *mc.SLOMargin
 		}
 		c.Disagg.SLOFeedback = mc.SLOFeedback
+		c.Disagg.SLOHandoff = mc.SLOHandoff
 		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
 		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
 		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
@@ -219,7 +225,7 @@ func runMatrixJobs(ctx context.Context, parallel int, reqs []workload.Request, j
 		if err != nil {
 			return fmt.Errorf("matrix: simulate %s: %w", j.name, err)
 		}
-		j.results, j.putil = rep.Results, rep.PrefillUtil
+		j.results, j.putil, j.handoffs = rep.Results, rep.PrefillUtil, rep.Handoffs
 		mu.Lock()
 		finished(j.name)
 		mu.Unlock()
@@ -238,7 +244,7 @@ func scoreCells(wl, fleet string, slos []workload.SLO, jobs []*matrixJob) []Cell
 		for _, j := range jobs {
 			switch {
 			case j.sloIdx == i:
-				c.SLOPolicy = gp(j)
+				c.SLOPolicy, c.SLOHandoffs = gp(j), j.handoffs
 			case j.sloIdx >= 0:
 			case j.name == "aggregated":
 				c.Aggregated = gp(j)

@@ -139,7 +139,7 @@ func TestStatusPageAPI(t *testing.T) {
 	}
 	last := st.Mix.Buckets[len(st.Mix.Buckets)-1]
 	if st.Mix.BucketSeconds != 10 || len(st.Mix.Buckets) != 60 || last.Counts[d.Placement] != 1 ||
-		strings.Join(st.Mix.Placements, ",") != "prefill,decode,prefill_local,fallback" {
+		strings.Join(st.Mix.Placements, ",") != "prefill,decode,prefill_local,fallback,handoff" {
 		t.Fatalf("mix %+v, last bucket %+v", st.Mix, last)
 	}
 	if _, b := uiGet(t, a.http, "/ui/api/state?decisions=0", uiToken); !strings.Contains(string(b), `"latest":[]`) {

@@ -356,11 +356,17 @@ func (s *server) replay(t *testing.T, rec recorded, epoch time.Time, chats [][]b
 			r := s.records[n]
 			out[op.Index] = r
 			want := endpoints[r.Decode]
-			if r.Route != policy.RouteDecode.String() { // remote and prefill_local dial the prefill worker
+			handoff := r.Route == policy.RouteHandoff.String()
+			if r.Route != policy.RouteDecode.String() && !handoff { // remote and prefill_local dial the prefill worker
 				want = endpoints[r.Prefill]
 			}
 			if got := h[extproc.HeaderDestination]; got != want {
 				t.Fatalf("request %d: destination header %q, record names %q", op.Index, got, want)
+			}
+			// A handoff dials the decoder, whose sidecar sends the prefill leg to the holder.
+			if got := h[extproc.HeaderPrefillHost]; handoff && (got != endpoints[r.Prefill] || got == want || h[extproc.HeaderRoute] != "decode") {
+				t.Fatalf("request %d: handoff prefill host %q route %q, record names holder %q and decoder %q",
+					op.Index, got, h[extproc.HeaderRoute], endpoints[r.Prefill], want)
 			}
 		case cluster.OpPrefillDone:
 			open[op.Index].prefillDone(t)
@@ -409,6 +415,11 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// clock, must learn what the simulator's learned.
 		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false, baseOnly},
 		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false, baseOnly},
+		// slo_handoff: under a tight TPOT objective some prompts are prefilled on the decode
+		// worker that holds their prefix and decoded on another (route handoff): the server
+		// names the holder and the decoder the simulator chose, and books and releases alike.
+		{"slo_handoff_1p3d_tight_tpot", 400, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 9,
+			Disagg: withHandoff(slo(t, 1000, 8))}, false, false, baseOnly},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
@@ -521,6 +532,9 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 			}
 			if tc.cfg.Disagg.Policy == policy.SLOKind {
 				sameLearning(t, srv, rec.rep, routes)
+			}
+			if tc.cfg.Disagg.SLOHandoff && (routes["handoff"] == 0 || routes["handoff"] != rec.rep.Handoffs) {
+				t.Fatalf("handoffs: %d decisions, %d in the report: the case must place on the handoff route", routes["handoff"], rec.rep.Handoffs)
 			}
 			if tc.cfg.Shadow != nil {
 				st := srv.router.ShadowStats()
@@ -658,6 +672,9 @@ func checkHinted(t *testing.T, rec recorded, hinted int) {
 func sameLearning(t *testing.T, srv *server, rep *cluster.Report, routes map[string]int) {
 	t.Helper()
 	for _, rt := range policy.Routes() {
+		if rt == policy.RouteHandoff && !srv.policy.Disagg.SLOHandoff {
+			continue // priced only with slo_handoff on
+		}
 		if routes[rt.String()] == 0 {
 			t.Errorf("no %s placement: %v", rt, routes)
 		}
@@ -692,6 +709,12 @@ func slo(t *testing.T, ttft, tpot int) policy.Disagg {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// withHandoff is d with slo_handoff on.
+func withHandoff(d policy.Disagg) policy.Disagg {
+	d.SLOHandoff = true
 	return d
 }
 

@@ -308,6 +308,9 @@ func decisionView(e decisionlog.Entry) decisionJSON {
 		d.Inputs.SLOTTFTms, d.Inputs.SLOTPOTms = in.SLO.TTFT.Seconds()*1000, in.SLO.TPOT.Seconds()*1000
 		for _, r := range policy.Routes() {
 			e := in.Estimates[r]
+			if r == policy.RouteHandoff && !e.Valid {
+				continue // priced only with slo_handoff on (and a holder and a decoder)
+			}
 			d.Inputs.Estimates = append(d.Inputs.Estimates, estimateJSON{Placement: r.String(), Valid: e.Valid,
 				Prefill: e.Prefill, Decode: e.Decode, TTFTms: e.TTFTms, TPOTms: e.TPOTms, ExistingTPOTms: e.ExistingTPOTms,
 				Headroom: e.Headroom, CachedTokens: e.CachedTokens, TransferTokens: e.TransferTokens,
