@@ -88,6 +88,11 @@ type Disagg struct {
 	// where aggregated selection would, among the workers that keep it; 1 always maximises
 	// headroom, 0 satisfices whenever the objective is met.
 	SLOMargin float64
+	// SLOFleet (slo_fleet, default false): the slo policy forecasts each placement in the
+	// fleet's steady state (Input.Fleet: prefill queue wait and the prefill share of every
+	// decode step when the offered load is placed aggregated or split), not only from the
+	// booked load of the instant, and under overload splits when that steady state favours it.
+	SLOFleet bool
 }
 
 // ErrCostModelTwice is UseCostModelFile's refusal of a policy object that names cost_model.
@@ -378,5 +383,14 @@ func (d Disagg) sloString() string {
 	}
 	return `,"slo_ttft_ms":` + fmtFloat(ms(d.SLO.TTFT)) + `,"slo_tpot_ms":` + fmtFloat(ms(d.SLO.TPOT)) +
 		model + `,"slo_feedback":` + strconv.FormatBool(d.SLOFeedback) +
-		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin)
+		`,"slo_feedback_max":` + fmtFloat(d.SLOFeedbackMax) + `,"slo_margin":` + fmtFloat(d.SLOMargin) + fleetString(d.SLOFleet)
+}
+
+// fleetString is slo_fleet in the config string, only when on (the strings of configs without
+// it stay as they were).
+func fleetString(on bool) string {
+	if on {
+		return `,"slo_fleet":true`
+	}
+	return ""
 }

@@ -76,6 +76,7 @@ func tuneFlagSet(c *Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.sweepBusy, "sweep-prefill-busy", joinNums(c.SweepPrefillBusy), "θp values tried with isl_or_load at the best (T, R)")
 	fs.StringVar(&f.sweepEff, "sweep-eff", "auto", "eff_isl_threshold values of the sweep (comma list; auto = the p-quantile value and 512, 1024, 2048, 4096)")
 	fs.StringVar(&f.sweepRatio, "sweep-ratio", joinNums(c.SweepRatio), "eff_isl_ratio_threshold values tried at the best eff threshold (0.7 is always tried)")
+	fs.BoolVar(&c.SLOFleet, "slo-fleet", false, "run the slo policy with slo_fleet (forecasts in the fleet's steady state)")
 	fs.StringVar(&f.sweepMargin, "sweep-margin", "", "slo_margin values (comma list in [0, 1]): each runs the slo policy with it as an extra row (\"slo margin=M\"); empty = the default only")
 	fs.BoolVar(&c.NoSweep, "no-sweep", false, "skip the threshold sweep")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the synthetic workload, selection tie-breaks and engine hashes")
@@ -190,6 +191,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	svgOut := fs.String("svg", "", "write the heat map of the ratios to this SVG file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	margin := fs.Float64("slo-margin", policy.DefaultSLOMargin, "slo_margin of the slo policy runs, in [0, 1]")
+	fleetOn := fs.Bool("slo-fleet", false, "slo_fleet of the slo policy runs (forecasts in the fleet's steady state)")
 	feedback := fs.Bool("slo-feedback", false, "slo_feedback of the slo policy runs (the closed-loop corrections)")
 	baselines := fs.String("baselines", "", "a --json-out file of an earlier run of the same matrix: simulate only the slo policy and take every baseline from it")
 	if err := fs.Parse(args); err != nil {
@@ -203,7 +205,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
 	run.Commit, run.CommitSource = Commit(ctx)
 	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets),
-		SLOMargin: margin, SLOFeedback: *feedback}
+		SLOMargin: margin, SLOFeedback: *feedback, SLOFleet: *fleetOn}
 	var err error
 	if *baselines != "" {
 		f, err := os.Open(*baselines)

@@ -34,6 +34,8 @@ type MatrixConfig struct {
 	// SLOFeedback runs it with slo_feedback true (the default is false, as the policy's).
 	SLOMargin   *float64
 	SLOFeedback bool
+	// SLOFleet runs the slo policy with slo_fleet (its steady-state forecast).
+	SLOFleet bool
 	// Baselines are the cells of an earlier run of the same matrix (ReadMatrixBaselines): only
 	// the slo policy is simulated, and every baseline column is taken from them. nil: simulate
 	// every baseline.
@@ -158,6 +160,7 @@ func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 			c.Disagg.SLOMargin = *mc.SLOMargin
 		}
 		c.Disagg.SLOFeedback = mc.SLOFeedback
+		c.Disagg.SLOFleet = mc.SLOFleet
 		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
 		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
 		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
