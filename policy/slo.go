@@ -478,4 +478,3 @@ func (e *estimator) bound(cfg *Config, in *Input, snap *Snapshot, only, bestP in
 	}
 	return AffinityHit, r, i, est
 }
-
