@@ -23,7 +23,7 @@ const Buckets = 16
 const DefaultWindow = 10 * time.Second
 
 // minSpan is the least history a view needs before the policy may use it: below it the rates
-// would come from a handful of requests.
+// would come from a handful of requests (half the window for windows under two seconds).
 const minSpan = time.Second
 
 // Pool names a pool of the view: where a placement's prefill runs.
@@ -61,6 +61,7 @@ type Estimator struct {
 	mu      sync.Mutex
 	window  time.Duration
 	width   time.Duration // window / Buckets
+	least   time.Duration // the least span of a view: min(minSpan, window/2)
 	started bool
 	epoch   time.Time // the first observation; bucket n covers [epoch+n·width, epoch+(n+1)·width)
 	cur     int64     // the bucket number of the newest bucket
@@ -78,7 +79,7 @@ func New(window time.Duration) *Estimator {
 	if width <= 0 {
 		width = 1
 	}
-	return &Estimator{window: width * Buckets, width: width}
+	return &Estimator{window: width * Buckets, width: width, least: min(minSpan, width*Buckets/2)}
 }
 
 // Window is the span the rates cover once the estimator has seen that much history.
@@ -135,9 +136,10 @@ func (e *Estimator) Output(now time.Time, p Pool, tokens int) {
 	e.mu.Unlock()
 }
 
-// View returns the rates over the window ending at now, given each pool's booked prefill queue
-// at now (prompt tokens not yet prefilled), which it also records for the queue growth. A view
-// with less than a second of history has Window 0: the policy does not use it.
+// View returns the rates over the window ending at now (the ring's buckets, the newest only
+// partly elapsed), given each pool's booked prefill queue at now (prompt tokens not yet
+// prefilled), which it also records for the queue growth. A view with less than a second of
+// history has Window 0: the policy does not use it.
 func (e *Estimator) View(now time.Time, decodeQueue, prefillQueue int64) policy.FleetView {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -153,7 +155,7 @@ func (e *Estimator) View(now time.Time, decodeQueue, prefillQueue int64) policy.
 		start = e.epoch
 	}
 	span := now.Sub(start)
-	if span < minSpan {
+	if span < e.least {
 		return policy.FleetView{}
 	}
 	sec := span.Seconds()
@@ -173,9 +175,9 @@ func (e *Estimator) View(now time.Time, decodeQueue, prefillQueue int64) policy.
 		if !s.ok {
 			continue
 		}
-		if d := now.Sub(s.at).Seconds(); d >= minSpan.Seconds() {
-			v.Decode.QueueGrowth = float64(decodeQueue-s.queue[Decode]) / d
-			v.Prefill.QueueGrowth = float64(prefillQueue-s.queue[Prefill]) / d
+		if d := now.Sub(s.at); d >= e.least {
+			v.Decode.QueueGrowth = float64(decodeQueue-s.queue[Decode]) / d.Seconds()
+			v.Prefill.QueueGrowth = float64(prefillQueue-s.queue[Prefill]) / d.Seconds()
 		}
 		break
 	}

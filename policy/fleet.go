@@ -101,12 +101,14 @@ func (e *estimator) steady(in *Input, snap *Snapshot) FleetForecast {
 		return e.m.T0 + e.m.D1*(seqs/float64(decoders)+1) + e.m.D2*(ctx/float64(decoders)+n)
 	}
 	regime := func(prefillers int) Regime {
-		r := Regime{Valid: true, Workers: prefillers, Util: work / float64(prefillers)}
-		if r.Util >= 1 {
-			r.Saturated = true
-		}
-		r.Util = min(r.Util, maxUtil)
+		raw := work / float64(prefillers)
+		r := Regime{Valid: true, Workers: prefillers, Util: min(raw, maxUtil), Saturated: raw >= 1}
 		r.WaitMS = r.Util / (2 * (1 - r.Util)) * service
+		if r.Saturated {
+			// No steady state: the queue grows by (raw − 1) seconds of work every second. Charge
+			// what it builds over the window, the horizon the rates were measured on.
+			r.WaitMS += (raw - 1) * float64(v.Window) / float64(time.Millisecond)
+		}
 		return r
 	}
 	if np+nd > 0 {
