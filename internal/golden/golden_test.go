@@ -409,6 +409,9 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// clock, must learn what the simulator's learned.
 		{"slo_2p2d", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 12)}, false, false, baseOnly},
 		{"slo_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: slo(t, 1000, 8)}, false, false, baseOnly},
+		// slo_fleet: the decisions read the fleet view, which the router builds from its own
+		// decisions and the tickets' answers on its clock; the server's must be the simulator's.
+		{"slo_fleet_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: sloFleet(slo(t, 1000, 8))}, false, false, baseOnly},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
@@ -696,6 +699,12 @@ func slo(t *testing.T, ttft, tpot int) policy.Disagg {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// sloFleet turns on slo_fleet.
+func sloFleet(d policy.Disagg) policy.Disagg {
+	d.SLOFleet = true
+	return d
+}
 
 // qwen3 is the real Qwen3 tokenizer and chat template of the test models.
 func qwen3(t *testing.T) *tokenizer.Tokenizer {
