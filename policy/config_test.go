@@ -21,7 +21,7 @@ func TestParseDisaggErrors(t *testing.T) {
 		{"§7", "truncated", `{"policy":`, []string{src + "must be a JSON object"}},
 		{"§7", "duplicate_key", `{"policy":"isl_bounding","policy":"isl_or_load"}`, []string{src + `duplicate field "policy"`}},
 		{"§7", "unknown_keys_sorted", `{"polcy":"x","foo":1,"policy":"isl_bounding"}`,
-			[]string{src + "unknown field(s): foo, polcy (allowed: cost_model, decode_busy_source, decode_busy_threshold, eff_isl_ratio_threshold, eff_isl_threshold, policy, prefill_busy_threshold, slo_feedback, slo_feedback_max, slo_margin, slo_tpot_ms, slo_ttft_ms)"}},
+			[]string{src + "unknown field(s): foo, polcy (allowed: cost_model, decode_busy_source, decode_busy_threshold, eff_isl_ratio_threshold, eff_isl_threshold, policy, prefill_busy_threshold, slo_feedback, slo_feedback_max, slo_fleet, slo_margin, slo_tpot_ms, slo_ttft_ms)"}},
 		{"§7", "policy_not_string", `{"policy":3}`, []string{src + "policy: 3 must be a string"}},
 		{"§7", "policy_null", `{"policy":null}`, []string{src + "policy: null must be a string"}},
 		{"§7", "policy_not_allowed", `{"policy":"fast"}`, []string{src + `policy: "fast" must be one of isl_bounding, prefill_load, isl_or_load, slo`}},
@@ -47,7 +47,7 @@ func TestParseDisaggErrors(t *testing.T) {
 		{"§7", "every_problem_at_once", `{"policy":"fast","foo":1,"policy":2,"eff_isl_threshold":-3,"eff_isl_ratio_threshold":7,"decode_busy_threshold":"x","prefill_busy_threshold":-1}`,
 			[]string{
 				src + `duplicate field "policy"`,
-				src + "unknown field(s): foo (allowed: cost_model, decode_busy_source, decode_busy_threshold, eff_isl_ratio_threshold, eff_isl_threshold, policy, prefill_busy_threshold, slo_feedback, slo_feedback_max, slo_margin, slo_tpot_ms, slo_ttft_ms)",
+				src + "unknown field(s): foo (allowed: cost_model, decode_busy_source, decode_busy_threshold, eff_isl_ratio_threshold, eff_isl_threshold, policy, prefill_busy_threshold, slo_feedback, slo_feedback_max, slo_fleet, slo_margin, slo_tpot_ms, slo_ttft_ms)",
 				src + "policy: 2 must be a string",
 				src + "eff_isl_threshold: -3 must be >= 0",
 				src + "eff_isl_ratio_threshold: 7 is outside [0.0, 1.0]",
