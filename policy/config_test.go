@@ -83,7 +83,7 @@ func TestParseDisaggAccepts(t *testing.T) {
 		{"C0", "empty_object_is_defaults", ` {} `, def},
 		{"C1", "ratio_integer_one_accepted", `{"eff_isl_ratio_threshold": 1}`, func() Disagg { d := def; d.EffISLRatioThreshold = 1; return d }()},
 		{"§2", "every_key", `{"policy":"isl_or_load","eff_isl_threshold":0,"eff_isl_ratio_threshold":0,"prefill_busy_threshold":2.5,"decode_busy_threshold":0.8}`,
-			Disagg{Policy: ISLOrLoad, EffISLThreshold: 0, EffISLRatioThreshold: 0, PrefillBusyThreshold: Set(2.5), DecodeBusyThreshold: Set(0.8), SLO: def.SLO, SLOFeedback: false, SLOFeedbackMax: DefaultSLOFeedbackMax, SLOMargin: DefaultSLOMargin}},
+			Disagg{Policy: ISLOrLoad, EffISLThreshold: 0, EffISLRatioThreshold: 0, PrefillBusyThreshold: Set(2.5), DecodeBusyThreshold: Set(0.8), SLO: def.SLO, SLOFeedback: false, SLOFeedbackMax: DefaultSLOFeedbackMax, SLOMargin: DefaultSLOMargin, SLOFleet: true}},
 		{"§2", "null_busy_is_unset", `{"prefill_busy_threshold":null,"decode_busy_threshold":null}`, def},
 		{"§2", "busy_has_no_upper_bound", `{"prefill_busy_threshold":1e6}`, func() Disagg { d := def; d.PrefillBusyThreshold = Set(1e6); return d }()},
 		{"§2", "escaped_key", `{"p\u006flicy":"prefill_load"}`, func() Disagg { d := def; d.Policy = PrefillLoad; return d }()},

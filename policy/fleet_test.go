@@ -44,7 +44,7 @@ func TestSLOFleetSplits(t *testing.T) {
 		view  FleetView
 		split bool // remote prefill; else the whole request on one worker
 	}{
-		{"instant_view_only", ``, offered(1), false},
+		{"instant_view_only", `,"slo_fleet":false`, offered(1), false},
 		{"no_history", `,"slo_fleet":true`, FleetView{}, false},
 		{"steady_state_splits", `,"slo_fleet":true`, offered(1), true},
 		// A third of the load: prefilled everywhere it costs each decode step ~10%, within the
@@ -61,7 +61,7 @@ func TestSLOFleetSplits(t *testing.T) {
 				t.Fatalf("route %v (%v), want split %v; fleet %+v; estimates %+v", dec.Route, dec.Reason, tc.split, dec.Inputs.Fleet, dec.Inputs.Estimates)
 			}
 			f := dec.Inputs.Fleet
-			if on := strings.Contains(tc.fleet, "true") && tc.view.Window > 0; on != (f.View.Window > 0) {
+			if on := !strings.Contains(tc.fleet, "false") && tc.view.Window > 0; on != (f.View.Window > 0) {
 				t.Fatalf("fleet forecast recorded %v, want %v: %+v", f.View.Window > 0, on, f)
 			}
 			if tc.name == "steady_state_splits" {
@@ -98,11 +98,11 @@ func TestSLOFleetSaturatedPrefillPool(t *testing.T) {
 // TestSLOFleetConfig: slo_fleet parses, shows in the config string only when on, and a wrong
 // value names the field.
 func TestSLOFleetConfig(t *testing.T) {
-	if c := sloConfig(t, ``); c.Disagg.SLOFleet || strings.Contains(c.Disagg.String(), "slo_fleet") {
+	if c := sloConfig(t, ``); !c.Disagg.SLOFleet || strings.Contains(c.Disagg.String(), "slo_fleet") {
 		t.Fatalf("default %+v / %s", c.Disagg.SLOFleet, c.Disagg.String())
 	}
-	if c := sloConfig(t, `,"slo_fleet":true`); !c.Disagg.SLOFleet || !strings.Contains(c.Disagg.String(), `"slo_fleet":true`) {
-		t.Fatalf("on: %s", c.Disagg.String())
+	if c := sloConfig(t, `,"slo_fleet":false`); c.Disagg.SLOFleet || !strings.Contains(c.Disagg.String(), `"slo_fleet":false`) {
+		t.Fatalf("off: %s", c.Disagg.String())
 	}
 	_, err := ParseDisagg([]byte(`{"policy":"slo","cost_model":"llama3.1-8b-h100","slo_fleet":1}`))
 	if err == nil || !strings.Contains(err.Error(), "slo_fleet: 1 must be true or false") {

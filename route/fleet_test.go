@@ -15,8 +15,8 @@ func TestFleetViewFedAndRead(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		cfg := enabledConfig()
 		js := `{"policy":"slo","cost_model":"llama3.1-8b-h100"`
-		if on {
-			js += `,"slo_fleet":true`
+		if !on {
+			js += `,"slo_fleet":false`
 		}
 		d, err := policy.ParseDisagg([]byte(js + `}`))
 		if err != nil {
