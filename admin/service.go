@@ -131,6 +131,7 @@ func (a *Service) explain(ctx context.Context, path string, body []byte, session
 		resp.Inputs.Error = in.Err.Error()
 	}
 	resp.Inputs.SloTtftMs, resp.Inputs.SloTpotMs, resp.Inputs.Estimates = sloForecasts(in)
+	resp.Inputs.Fleet = fleetForecast(&in.Fleet)
 	if out.Session.ID != "" {
 		resp.Session = &condisaggv1.SessionAffinity{Outcome: out.Session.Outcome.String(), BoundWorker: out.Session.Bound}
 	}
@@ -237,4 +238,22 @@ func sloForecasts(in *policy.Inputs) (ttftMs, tpotMs float64, est []*condisaggv1
 			TransferTokens: int64(e.TransferTokens), TtftFactor: e.TTFTFactor, TpotFactor: e.TPOTFactor})
 	}
 	return in.SLO.TTFT.Seconds() * 1000, in.SLO.TPOT.Seconds() * 1000, est
+}
+
+// fleetForecast is the slo policy's steady-state view (slo_fleet); nil without one.
+func fleetForecast(f *policy.FleetForecast) *condisaggv1.FleetForecast {
+	if f.View.Window <= 0 {
+		return nil
+	}
+	pool := func(r policy.PoolRates, util float64) *condisaggv1.PoolRates {
+		return &condisaggv1.PoolRates{Requests: r.Requests, PrefillTokens: r.PrefillTokens, OutputTokens: r.OutputTokens,
+			QueueGrowth: r.QueueGrowth, PrefillUtil: util}
+	}
+	regime := func(r policy.Regime) *condisaggv1.FleetRegime {
+		return &condisaggv1.FleetRegime{Valid: r.Valid, Workers: int32(r.Workers), PrefillUtil: r.Util, Saturated: r.Saturated,
+			WaitMs: r.WaitMS, TtftMs: r.TTFTms, TpotMs: r.TPOTms, Headroom: r.Headroom}
+	}
+	return &condisaggv1.FleetForecast{WindowMs: float64(f.View.Window) / float64(time.Millisecond),
+		DecodePool: pool(f.View.Decode, f.DecodeUtil), PrefillPool: pool(f.View.Prefill, f.PrefillUtil),
+		Aggregated: regime(f.Aggregated), Split: regime(f.Split), OutputPerRequest: f.OutputPerRequest}
 }

@@ -3,6 +3,9 @@ package policy
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/cost"
 )
 
 // benchFixture builds n decode and n prefill workers with varied load and overlap.
@@ -36,6 +39,8 @@ func BenchmarkDecide(b *testing.B) {
 		{"isl_or_load_softmax", func(c *Config) {
 			c.Disagg.Policy, c.Disagg.PrefillBusyThreshold, c.Selection.Temperature = ISLOrLoad, Set(2), 0.5
 		}},
+		{"slo", benchSLO(false)},
+		{"slo_fleet", benchSLO(true)},
 	} {
 		for _, n := range []int{8, 64, 256} {
 			b.Run(fmt.Sprintf("%s/workers=%dx%d", tc.name, n, n), func(b *testing.B) {
@@ -44,18 +49,32 @@ func BenchmarkDecide(b *testing.B) {
 					tc.mod(&cfg)
 				}
 				snap, in := benchFixture(n)
+				if cfg.Disagg.SLOFleet {
+					r := PoolRates{Requests: 20, PrefillTokens: 40000, PrefillPairs: 8e7, OutputTokens: 5000, QueueGrowth: 100}
+					in.Fleet = FleetView{Window: 10 * time.Second, Decode: r, Prefill: r}
+				}
 				rng := newRand(1)
 				b.ReportAllocs()
 				var sink Decision
 				for b.Loop() {
 					sink = Decide(&cfg, in, snap, rng)
 				}
-				if sink.Decode < 0 {
-					b.Fatal("no decode worker")
+				if !sink.Routable() {
+					b.Fatalf("no target: %v (%v)", sink.Route, sink.Reason)
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2*n), "ns/worker")
 			})
 		}
+	}
+}
+
+// benchSLO is the slo policy on the 8B H100 model, with or without slo_fleet (the fixture's
+// fleet view then offers 80,000 prompt tokens/s).
+func benchSLO(fleet bool) func(*Config) {
+	return func(c *Config) {
+		m, _ := cost.ByName("llama3.1-8b-h100")
+		c.Disagg.Policy, c.Disagg.Cost, c.Disagg.CostModel = SLOKind, m, m.Name
+		c.Disagg.SLOFleet = fleet
 	}
 }

@@ -62,6 +62,9 @@ type Input struct {
 	// decision prefers it while the decode-busy guard admits it and, under the slo policy,
 	// while its forecast meets the objective (affinity.go).
 	Affinity string
+	// Fleet is the fleet's recent steady state (package fleet), used by the slo policy when
+	// Disagg.SLOFleet is on; a zero Window: none.
+	Fleet FleetView
 }
 
 // Decision-time errors, reported in Inputs.Err (immutable sentinels: no allocation).
@@ -112,6 +115,9 @@ type Inputs struct {
 	// commit. AffinityWorker is the bound worker.
 	Affinity       Affinity
 	AffinityWorker string
+	// Fleet is the slo policy's steady-state forecast (slo_fleet; zero when off or without a
+	// view).
+	Fleet FleetForecast
 }
 
 // Decision is the outcome of Decide.

@@ -16,7 +16,7 @@ import (
 
 // allowedKeys lists the keys of --router-conditional-disagg-config, sorted.
 var allowedKeys = []string{"cost_model", "decode_busy_source", "decode_busy_threshold", "eff_isl_ratio_threshold", "eff_isl_threshold", "policy",
-	"prefill_busy_threshold", "slo_feedback", "slo_feedback_max", "slo_handoff", "slo_margin", "slo_tpot_ms", "slo_ttft_ms"}
+	"prefill_busy_threshold", "slo_feedback", "slo_feedback_max", "slo_fleet", "slo_handoff", "slo_margin", "slo_tpot_ms", "slo_ttft_ms"}
 
 // maxValueText bounds how much of an offending value an error message quotes.
 const maxValueText = 40
@@ -87,6 +87,11 @@ func ParseDisagg(data []byte) (Disagg, error) {
 	if raw, ok := last["slo_feedback_max"]; ok {
 		if !isNumber(raw) || json.Unmarshal(raw, &d.SLOFeedbackMax) != nil {
 			errs = append(errs, cfgErr(SourceDisagg, "slo_feedback_max", valueText(raw), "must be a number in [1, 100]"))
+		}
+	}
+	if raw, ok := last["slo_fleet"]; ok {
+		if err := json.Unmarshal(raw, &d.SLOFleet); err != nil || (string(raw) != "true" && string(raw) != "false") {
+			errs = append(errs, cfgErr(SourceDisagg, "slo_fleet", valueText(raw), "must be true or false"))
 		}
 	}
 	if raw, ok := last["slo_handoff"]; ok {

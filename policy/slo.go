@@ -85,6 +85,13 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 	}
 	x.SLO = obj
 	e := estimator{m: cfg.Disagg.Cost, bs: cfg.BlockSize, isl: in.ISL, slo: obj, guard: cfg.Guard()}
+	if cfg.Disagg.SLOFleet {
+		// The fleet's steady state (fleet.go): every forecast below folds in the queue and the
+		// prefill share its regime builds, not only the load booked at this instant.
+		if x.Fleet = e.steady(in, snap); x.Fleet.View.Window > 0 {
+			e.fleet = &x.Fleet
+		}
+	}
 
 	bestD, bestDScore := -1, math.Inf(-1)     // bypass
 	remoteD, remoteDScore := -1, math.Inf(-1) // decode side of the remote path
@@ -169,14 +176,14 @@ func decideSLO(cfg *Config, in *Input, snap *Snapshot, rng *rand.Rand, only int,
 			e.correct(cfg, in, r, &est)
 			return est, est.Valid && est.Headroom >= cfg.Disagg.SLOMargin
 		})
-	case best < 0:
+	case best < 0 && (e.fleet == nil || !e.fleet.PrefersSplit()):
 		// No placement is forecast to meet the objective (or none has KV room): placement
 		// cannot save this request, so it goes where it costs the fleet least.
 		r, i, est = e.aggregatedPlacement(cfg, in, snap, only, func(r Route, w sloWorker) (Estimate, bool) {
 			if e.guard.Enabled && !e.fits(w.l, w.l.NewBlocks) {
 				return Estimate{}, false
 			}
-			est := e.forecastLocal(w)
+			est := e.forecastLocal(w, r == RouteDecode)
 			e.correct(cfg, in, r, &est)
 			return est, true
 		})
@@ -231,6 +238,7 @@ type estimator struct {
 	isl   int
 	slo   SLO
 	guard Guard
+	fleet *FleetForecast // nil: forecasts from the instant's booked load only (slo_fleet off)
 }
 
 // steps is the scheduler steps and the step-time fixed part of prefilling tokens on w while
@@ -318,11 +326,12 @@ func (e *estimator) local(w sloWorker, decodeWorker bool) Estimate {
 	if !e.fits(w.l, blocks) {
 		return Estimate{}
 	}
-	return e.forecastLocal(w)
+	return e.forecastLocal(w, decodeWorker)
 }
 
-// forecastLocal is local's forecast without the KV room check.
-func (e *estimator) forecastLocal(w sloWorker) Estimate {
+// forecastLocal is local's forecast without the KV room check (decodeWorker: w is in the
+// decode pool).
+func (e *estimator) forecastLocal(w sloWorker, decodeWorker bool) Estimate {
 	n := int64(e.isl - min(w.cached, e.isl))
 	est := Estimate{Valid: true, CachedTokens: w.cached, PrefillQueueToks: w.l.ActivePrefillTokens}
 	est.TTFTms = e.prefillMS(w)
@@ -331,6 +340,9 @@ func (e *estimator) forecastLocal(w sloWorker) Estimate {
 		est.ExistingTPOTms = e.decodeStepMS(w.l, 0, 0, w.l.ActivePrefillTokens+n)
 	}
 	est.Headroom = e.headroom(&est)
+	if e.fleet != nil {
+		e.steadyLocal(&est, w, decodeWorker)
+	}
 	return est
 }
 
@@ -365,6 +377,9 @@ func (e *estimator) remote(p, d sloWorker) Estimate {
 		est.ExistingTPOTms = max(est.ExistingTPOTms, step)
 	}
 	est.Headroom = e.headroom(&est)
+	if e.fleet != nil {
+		e.steadyRemote(&est, p, d)
+	}
 	return est
 }
 

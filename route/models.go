@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/condisagg/condisagg/fleet"
 	"github.com/condisagg/condisagg/kvindex"
 	"github.com/condisagg/condisagg/policy"
 	"github.com/condisagg/condisagg/pool"
@@ -100,6 +101,8 @@ type model struct {
 	maxLen    int // max_model_len, 0: unknown
 	// policy is the router's policy config with this model's block size (swapped by SetPolicy).
 	policy atomic.Pointer[policy.Config]
+	// fleet is the model's steady-state view for the slo policy's slo_fleet (fleet.go).
+	fleet *fleet.Estimator
 }
 
 // target is what a request `model` name routes to: a model, and the adapter's key identity
@@ -145,7 +148,8 @@ func buildModels(opts *Options) ([]*model, map[string]target, error) {
 			errs = append(errs, fmt.Errorf("route: model %q: MaxModelLen %d must be >= 0", s.Name, s.MaxModelLen))
 		}
 		m := &model{name: s.Name, adapters: append([]string(nil), s.LoRAAdapters...), tok: s.Tokenizer,
-			index: s.Index, pool: s.Pool, streams: s.Streams, blockSize: s.BlockSize, maxLen: s.MaxModelLen}
+			index: s.Index, pool: s.Pool, streams: s.Streams, blockSize: s.BlockSize, maxLen: s.MaxModelLen,
+			fleet: fleet.New(fleet.DefaultWindow)}
 		models = append(models, m)
 		if s.Name != "" {
 			claim(s.Name, target{m: m}, "a model")

@@ -334,6 +334,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 	if cfg.Disagg.Policy == policy.SLOKind {
 		in.Feedback = r.learner.Corrections()
 	}
+	if fleetOn(cfg) {
+		in.Fleet = m.fleetView(&sc.snap, now)
+	}
 	sc.decode = m.signals(sc.decode[:0], sc.snap.Decode, sc, now)
 	sc.prefill = m.signals(sc.prefill[:0], sc.snap.Prefill, sc, now)
 	in.Decode, in.Prefill = sc.decode, sc.prefill
@@ -375,6 +378,9 @@ func (r *Router) Decide(ctx context.Context, req *Request) (out Outcome, err err
 		}
 		out.BookingID, booked = id, id
 		r.learner.ObserveRouted(in.ISL, dec.PrefillTokens)
+		if fleetOn(cfg) {
+			m.fleetBooked(&dec, in.ISL, now)
+		}
 	}
 	out.Stages[StageBook] = clock.lap()
 	if booked != "" {

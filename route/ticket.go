@@ -92,6 +92,7 @@ func (t *Ticket) Finish(now time.Time, outputTokens int) {
 		return
 	}
 	t.r.learner.ObserveOutput(outputTokens)
+	t.m.fleet.Output(now, fleetPool(t.route), outputTokens)
 	if t.forecastTPOT > 0 && !t.first.IsZero() && outputTokens >= 2 {
 		t.learn(feedback.MetricTPOT, t.forecastTPOT, now.Sub(t.first)/time.Duration(outputTokens-1))
 	}

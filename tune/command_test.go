@@ -159,7 +159,7 @@ func TestMatrixCommandRecordsRun(t *testing.T) {
 	}
 	for k, v := range map[string]string{"workloads": "b2b", "fleets": "1P2D", "slos": "2s/100ms", "duration": "5s",
 		"json-out": jsonOut, "quiet": "true", "seed": "1", "parallel": "2", "trace-dir": "", "svg": "", "model": "llama3.1-8b-h100",
-		"slo-margin": "0.15", "slo-feedback": "false"} {
+		"slo-margin": "0.15", "slo-feedback": "false", "slo-fleet": "true"} {
 		if got, ok := doc.Flags[k]; !ok || got != v {
 			t.Errorf("flags[%s] = %q (present %v), want %q", k, got, ok, v)
 		}

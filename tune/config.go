@@ -44,6 +44,8 @@ type Config struct {
 	SweepMargin      []float64   // --sweep-margin: slo_margin values, each an slo row beside the default
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
+	// SLOFleet is --slo-fleet: the slo policy runs with slo_fleet (its steady-state forecast).
+	SLOFleet bool
 	// RoleAdvice is --role-advice: also run always-disaggregated, isl_or_load and the slo policy
 	// on every prefill:decode split of the fleet's GPUs (and aggregated on all of them), search
 	// the fewest GPUs on which the slo policy serves the best goodput found, and check the live

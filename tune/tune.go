@@ -166,6 +166,7 @@ func (r *run) conditional(kind policy.Kind, eff int64, ratio float64) cluster.Co
 func (r *run) slo() cluster.Config {
 	c := r.conditional(policy.SLOKind, policy.DefaultEffISLThreshold, policy.DefaultEffISLRatioThreshold)
 	c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name // tune sets the model
+	c.Disagg.SLOFleet = r.c.SLOFleet
 	if r.p.slo.TTFT > 0 {
 		c.Disagg.SLO.TTFT = r.p.slo.TTFT
 	}

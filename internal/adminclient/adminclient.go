@@ -149,6 +149,37 @@ func PrintExplain(w io.Writer, r *condisaggv1.ExplainResponse) {
 		}
 		tw.Flush()
 	}
+	if f := in.GetFleet(); f != nil {
+		fmt.Fprintf(w, "\nfleet steady state (last %.1f s, per second):\n", f.GetWindowMs()/1000)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POOL\tPLACEMENTS\tPROMPT TOKENS\tOUTPUT TOKENS\tQUEUE GROWTH\tPREFILL UTIL")
+		for _, p := range []struct {
+			name string
+			r    *condisaggv1.PoolRates
+		}{{"decode", f.GetDecodePool()}, {"prefill", f.GetPrefillPool()}} {
+			fmt.Fprintf(tw, "%s\t%.2f\t%.0f\t%.0f\t%+.0f\t%.3f\n", p.name, p.r.GetRequests(), p.r.GetPrefillTokens(),
+				p.r.GetOutputTokens(), p.r.GetQueueGrowth(), p.r.GetPrefillUtil())
+		}
+		tw.Flush()
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "REGIME\tWORKERS\tPREFILL UTIL\tWAIT ms\tTTFT ms\tTPOT ms\tHEADROOM")
+		for _, r := range []struct {
+			name string
+			g    *condisaggv1.FleetRegime
+		}{{"aggregated", f.GetAggregated()}, {"split", f.GetSplit()}} {
+			if !r.g.GetValid() {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\n", r.name)
+				continue
+			}
+			sat := ""
+			if r.g.GetSaturated() {
+				sat = " (saturated)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.3f%s\t%.1f\t%.1f\t%.1f\t%.3f\n", r.name, r.g.GetWorkers(), r.g.GetPrefillUtil(), sat,
+				r.g.GetWaitMs(), r.g.GetTtftMs(), r.g.GetTpotMs(), r.g.GetHeadroom())
+		}
+		tw.Flush()
+	}
 }
 
 func orDash(s string) string {

@@ -420,6 +420,9 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		// names the holder and the decoder the simulator chose, and books and releases alike.
 		{"slo_handoff_1p3d_tight_tpot", 400, cluster.Config{Prefill: 1, Decode: 3, Mode: cluster.Conditional, Seed: 9,
 			Disagg: withHandoff(slo(t, 1000, 8))}, false, false, baseOnly},
+		// slo_fleet: the decisions read the fleet view, which the router builds from its own
+		// decisions and the tickets' answers on its clock; the server's must be the simulator's.
+		{"slo_fleet_2p2d_tight_tpot", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 9, Disagg: sloFleet(slo(t, 1000, 8))}, false, false, baseOnly},
 		// A candidate config decides beside the live one on every request: the server's
 		// shadow statistics must be the simulator's.
 		{"isl_or_load_shadow_slo", 40, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 11,
@@ -444,7 +447,7 @@ func TestServerAndSimulatorDecideAlike(t *testing.T) {
 		{"sessions_isl_or_load_2p2d_guard", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 16,
 			Disagg: guarded(disagg(policy.ISLOrLoad, 512, 0.5), 0.15), Sessions: route.SessionConfig{Enabled: true, TTL: 20 * time.Second, Max: 16}},
 			false, false, baseOnly},
-		{"sessions_slo_2p2d", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 17, Disagg: slo(t, 1000, 12),
+		{"sessions_slo_2p2d", 400, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 17, Disagg: noFleet(slo(t, 1000, 12)),
 			Sessions: route.SessionConfig{Enabled: true}}, false, false, baseOnly},
 		{"two_models_isl_or_load_2p2d", 8, cluster.Config{Prefill: 2, Decode: 2, Mode: cluster.Conditional, Seed: 15,
 			Disagg: disagg(policy.ISLOrLoad, 512, 0.5), Models: []string{"qwen3-a", "qwen3-b"}, LoRAAdapters: []string{"sql-lora"}},
@@ -719,6 +722,19 @@ func withHandoff(d policy.Disagg) policy.Disagg {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// sloFleet turns on slo_fleet.
+func sloFleet(d policy.Disagg) policy.Disagg {
+	d.SLOFleet = true
+	return d
+}
+
+// noFleet turns off slo_fleet: the sessions case needs remote placements, which this small
+// trace's steady state does not favour.
+func noFleet(d policy.Disagg) policy.Disagg {
+	d.SLOFleet = false
+	return d
+}
 
 // qwen3 is the real Qwen3 tokenizer and chat template of the test models.
 func qwen3(t *testing.T) *tokenizer.Tokenizer {

@@ -34,7 +34,8 @@ var allowed = map[string][]string{
 	"kvevents":             {"kvindex"},
 	"pool":                 {"policy", "internal/openaddr"},
 	"feedback":             {"policy"},
-	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "internal/reqjson"},
+	"route":                {"tokenizer", "kvindex", "policy", "pool", "feedback", "fleet", "internal/reqjson"},
+	"fleet":                {"policy"},
 	"decisionlog":          {"route", "policy"},
 	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
 	"tune":                 {"cluster", "cost", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot", "internal/version"},
@@ -73,7 +74,7 @@ var allowed = map[string][]string{
 
 // noCgo are the cores that must build with CGO_ENABLED=0: nothing in their import closure may
 // use cgo or ZeroMQ (ARCHITECTURE §3; the simulator must run where czmq is not installed).
-var noCgo = []string{"bookbus", "cost", "calibrate", "calibrate/engine", "policy", "feedback", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
+var noCgo = []string{"bookbus", "cost", "calibrate", "calibrate/engine", "policy", "feedback", "fleet", "kvindex", "pool", "pool/kube", "workload", "sim", "kvevents", "route", "decisionlog", "cluster", "tokenizer", "tune"}
 
 // pureCores are the functional cores of STYLE §2.1 with the standard packages of I/O that
 // none of their non-test files may import: no sockets, HTTP, files or processes. Their shells

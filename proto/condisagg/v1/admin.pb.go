@@ -474,9 +474,11 @@ type PolicyInputs struct {
 	Error                 string                 `protobuf:"bytes,22,opt,name=error,proto3" json:"error,omitempty"`
 	// The slo policy: the objective in force for the request and its forecast per placement
 	// (empty for the other policies).
-	SloTtftMs     float64              `protobuf:"fixed64,23,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
-	SloTpotMs     float64              `protobuf:"fixed64,24,opt,name=slo_tpot_ms,json=sloTpotMs,proto3" json:"slo_tpot_ms,omitempty"`
-	Estimates     []*PlacementEstimate `protobuf:"bytes,25,rep,name=estimates,proto3" json:"estimates,omitempty"`
+	SloTtftMs float64              `protobuf:"fixed64,23,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
+	SloTpotMs float64              `protobuf:"fixed64,24,opt,name=slo_tpot_ms,json=sloTpotMs,proto3" json:"slo_tpot_ms,omitempty"`
+	Estimates []*PlacementEstimate `protobuf:"bytes,25,rep,name=estimates,proto3" json:"estimates,omitempty"`
+	// The slo policy's steady-state view (slo_fleet); absent when off or without enough history.
+	Fleet         *FleetForecast `protobuf:"bytes,26,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -686,6 +688,278 @@ func (x *PolicyInputs) GetEstimates() []*PlacementEstimate {
 	return nil
 }
 
+func (x *PolicyInputs) GetFleet() *FleetForecast {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+// FleetForecast is the fleet's recent rates (over window_ms, per second) and the two steady
+// states the slo policy compares under slo_fleet: the offered load prefilled on every worker
+// (aggregated) or on the prefill pool only (split).
+type FleetForecast struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	WindowMs         float64                `protobuf:"fixed64,1,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	DecodePool       *PoolRates             `protobuf:"bytes,2,opt,name=decode_pool,json=decodePool,proto3" json:"decode_pool,omitempty"`
+	PrefillPool      *PoolRates             `protobuf:"bytes,3,opt,name=prefill_pool,json=prefillPool,proto3" json:"prefill_pool,omitempty"`
+	Aggregated       *FleetRegime           `protobuf:"bytes,4,opt,name=aggregated,proto3" json:"aggregated,omitempty"`
+	Split            *FleetRegime           `protobuf:"bytes,5,opt,name=split,proto3" json:"split,omitempty"`
+	OutputPerRequest float64                `protobuf:"fixed64,6,opt,name=output_per_request,json=outputPerRequest,proto3" json:"output_per_request,omitempty"` // mean output tokens of a placement
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *FleetForecast) Reset() {
+	*x = FleetForecast{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetForecast) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetForecast) ProtoMessage() {}
+
+func (x *FleetForecast) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetForecast.ProtoReflect.Descriptor instead.
+func (*FleetForecast) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FleetForecast) GetWindowMs() float64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *FleetForecast) GetDecodePool() *PoolRates {
+	if x != nil {
+		return x.DecodePool
+	}
+	return nil
+}
+
+func (x *FleetForecast) GetPrefillPool() *PoolRates {
+	if x != nil {
+		return x.PrefillPool
+	}
+	return nil
+}
+
+func (x *FleetForecast) GetAggregated() *FleetRegime {
+	if x != nil {
+		return x.Aggregated
+	}
+	return nil
+}
+
+func (x *FleetForecast) GetSplit() *FleetRegime {
+	if x != nil {
+		return x.Split
+	}
+	return nil
+}
+
+func (x *FleetForecast) GetOutputPerRequest() float64 {
+	if x != nil {
+		return x.OutputPerRequest
+	}
+	return 0
+}
+
+// PoolRates are one pool's rates, per second, by the pool a placement's prefill ran on.
+type PoolRates struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      float64                `protobuf:"fixed64,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	PrefillTokens float64                `protobuf:"fixed64,2,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"` // uncached prompt tokens
+	OutputTokens  float64                `protobuf:"fixed64,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	QueueGrowth   float64                `protobuf:"fixed64,4,opt,name=queue_growth,json=queueGrowth,proto3" json:"queue_growth,omitempty"` // tokens/s the booked prefill queue grew (< 0: drained)
+	PrefillUtil   float64                `protobuf:"fixed64,5,opt,name=prefill_util,json=prefillUtil,proto3" json:"prefill_util,omitempty"` // share of a worker's time spent on prefill
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolRates) Reset() {
+	*x = PoolRates{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolRates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolRates) ProtoMessage() {}
+
+func (x *PoolRates) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolRates.ProtoReflect.Descriptor instead.
+func (*PoolRates) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PoolRates) GetRequests() float64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *PoolRates) GetPrefillTokens() float64 {
+	if x != nil {
+		return x.PrefillTokens
+	}
+	return 0
+}
+
+func (x *PoolRates) GetOutputTokens() float64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *PoolRates) GetQueueGrowth() float64 {
+	if x != nil {
+		return x.QueueGrowth
+	}
+	return 0
+}
+
+func (x *PoolRates) GetPrefillUtil() float64 {
+	if x != nil {
+		return x.PrefillUtil
+	}
+	return 0
+}
+
+// FleetRegime is one steady state: this request's forecast in it.
+type FleetRegime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Valid         bool                   `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	Workers       int32                  `protobuf:"varint,2,opt,name=workers,proto3" json:"workers,omitempty"`                             // workers that prefill
+	PrefillUtil   float64                `protobuf:"fixed64,3,opt,name=prefill_util,json=prefillUtil,proto3" json:"prefill_util,omitempty"` // per prefilling worker (capped at 0.95)
+	Saturated     bool                   `protobuf:"varint,4,opt,name=saturated,proto3" json:"saturated,omitempty"`                         // the offered prefill needs more than those workers have
+	WaitMs        float64                `protobuf:"fixed64,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`                // mean prefill queue wait
+	TtftMs        float64                `protobuf:"fixed64,6,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
+	TpotMs        float64                `protobuf:"fixed64,7,opt,name=tpot_ms,json=tpotMs,proto3" json:"tpot_ms,omitempty"`
+	Headroom      float64                `protobuf:"fixed64,8,opt,name=headroom,proto3" json:"headroom,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetRegime) Reset() {
+	*x = FleetRegime{}
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetRegime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetRegime) ProtoMessage() {}
+
+func (x *FleetRegime) ProtoReflect() protoreflect.Message {
+	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetRegime.ProtoReflect.Descriptor instead.
+func (*FleetRegime) Descriptor() ([]byte, []int) {
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FleetRegime) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *FleetRegime) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *FleetRegime) GetPrefillUtil() float64 {
+	if x != nil {
+		return x.PrefillUtil
+	}
+	return 0
+}
+
+func (x *FleetRegime) GetSaturated() bool {
+	if x != nil {
+		return x.Saturated
+	}
+	return false
+}
+
+func (x *FleetRegime) GetWaitMs() float64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *FleetRegime) GetTtftMs() float64 {
+	if x != nil {
+		return x.TtftMs
+	}
+	return 0
+}
+
+func (x *FleetRegime) GetTpotMs() float64 {
+	if x != nil {
+		return x.TpotMs
+	}
+	return 0
+}
+
+func (x *FleetRegime) GetHeadroom() float64 {
+	if x != nil {
+		return x.Headroom
+	}
+	return 0
+}
+
 // PlacementEstimate is the slo policy's forecast for one placement on its best worker(s).
 type PlacementEstimate struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -708,7 +982,7 @@ type PlacementEstimate struct {
 
 func (x *PlacementEstimate) Reset() {
 	*x = PlacementEstimate{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +994,7 @@ func (x *PlacementEstimate) String() string {
 func (*PlacementEstimate) ProtoMessage() {}
 
 func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[6]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +1007,7 @@ func (x *PlacementEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementEstimate.ProtoReflect.Descriptor instead.
 func (*PlacementEstimate) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlacementEstimate) GetPlacement() string {
@@ -834,7 +1108,7 @@ type SessionAffinity struct {
 
 func (x *SessionAffinity) Reset() {
 	*x = SessionAffinity{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1120,7 @@ func (x *SessionAffinity) String() string {
 func (*SessionAffinity) ProtoMessage() {}
 
 func (x *SessionAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[7]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1133,7 @@ func (x *SessionAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAffinity.ProtoReflect.Descriptor instead.
 func (*SessionAffinity) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionAffinity) GetOutcome() string {
@@ -884,7 +1158,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1170,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[8]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1183,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type EventStream struct {
@@ -927,7 +1201,7 @@ type EventStream struct {
 
 func (x *EventStream) Reset() {
 	*x = EventStream{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1213,7 @@ func (x *EventStream) String() string {
 func (*EventStream) ProtoMessage() {}
 
 func (x *EventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[9]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1226,7 @@ func (x *EventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventStream.ProtoReflect.Descriptor instead.
 func (*EventStream) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EventStream) GetConnected() bool {
@@ -1027,7 +1301,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1313,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[10]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1326,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Worker) GetId() string {
@@ -1169,7 +1443,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1455,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[11]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1468,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1215,7 +1489,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1501,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[12]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1514,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReloadConfigRequest) GetPromoteShadow() bool {
@@ -1260,7 +1534,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1546,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[13]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1559,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReloadConfigResponse) GetApplied() bool {
@@ -1310,7 +1584,7 @@ type ShadowRequest struct {
 
 func (x *ShadowRequest) Reset() {
 	*x = ShadowRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1596,7 @@ func (x *ShadowRequest) String() string {
 func (*ShadowRequest) ProtoMessage() {}
 
 func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[14]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1609,7 @@ func (x *ShadowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowRequest.ProtoReflect.Descriptor instead.
 func (*ShadowRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 type ShadowResponse struct {
@@ -1359,7 +1633,7 @@ type ShadowResponse struct {
 
 func (x *ShadowResponse) Reset() {
 	*x = ShadowResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1645,7 @@ func (x *ShadowResponse) String() string {
 func (*ShadowResponse) ProtoMessage() {}
 
 func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[15]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1658,7 @@ func (x *ShadowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowResponse.ProtoReflect.Descriptor instead.
 func (*ShadowResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShadowResponse) GetLiveConfig() string {
@@ -1482,7 +1756,7 @@ type RoutePair struct {
 
 func (x *RoutePair) Reset() {
 	*x = RoutePair{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1768,7 @@ func (x *RoutePair) String() string {
 func (*RoutePair) ProtoMessage() {}
 
 func (x *RoutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[16]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1781,7 @@ func (x *RoutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutePair.ProtoReflect.Descriptor instead.
 func (*RoutePair) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RoutePair) GetLiveRoute() string {
@@ -1542,7 +1816,7 @@ type RecentRequest struct {
 
 func (x *RecentRequest) Reset() {
 	*x = RecentRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1828,7 @@ func (x *RecentRequest) String() string {
 func (*RecentRequest) ProtoMessage() {}
 
 func (x *RecentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[17]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1841,7 @@ func (x *RecentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
 func (*RecentRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecentRequest) GetLimit() uint32 {
@@ -1588,7 +1862,7 @@ type RecentResponse struct {
 
 func (x *RecentResponse) Reset() {
 	*x = RecentResponse{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1874,7 @@ func (x *RecentResponse) String() string {
 func (*RecentResponse) ProtoMessage() {}
 
 func (x *RecentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[18]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1887,7 @@ func (x *RecentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentResponse.ProtoReflect.Descriptor instead.
 func (*RecentResponse) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecentResponse) GetTotal() uint64 {
@@ -1674,7 +1948,7 @@ type RecentDecision struct {
 
 func (x *RecentDecision) Reset() {
 	*x = RecentDecision{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1960,7 @@ func (x *RecentDecision) String() string {
 func (*RecentDecision) ProtoMessage() {}
 
 func (x *RecentDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[19]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1973,7 @@ func (x *RecentDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentDecision.ProtoReflect.Descriptor instead.
 func (*RecentDecision) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecentDecision) GetSeq() uint64 {
@@ -1871,7 +2145,7 @@ type IndexSnapshotRequest struct {
 
 func (x *IndexSnapshotRequest) Reset() {
 	*x = IndexSnapshotRequest{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2157,7 @@ func (x *IndexSnapshotRequest) String() string {
 func (*IndexSnapshotRequest) ProtoMessage() {}
 
 func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[20]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2170,7 @@ func (x *IndexSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IndexSnapshotRequest) GetMaxBytes() uint64 {
@@ -1936,7 +2210,7 @@ type IndexSnapshotChunk struct {
 
 func (x *IndexSnapshotChunk) Reset() {
 	*x = IndexSnapshotChunk{}
-	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2222,7 @@ func (x *IndexSnapshotChunk) String() string {
 func (*IndexSnapshotChunk) ProtoMessage() {}
 
 func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_condisagg_v1_admin_proto_msgTypes[21]
+	mi := &file_condisagg_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2235,7 @@ func (x *IndexSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_condisagg_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *IndexSnapshotChunk) GetModel() string {
@@ -2056,7 +2330,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x05model\x18\x0e \x01(\tR\x05model\x12!\n" +
 	"\flora_adapter\x18\x0f \x01(\tR\vloraAdapter\x12#\n" +
 	"\runknown_model\x18\x10 \x01(\bR\funknownModel\x127\n" +
-	"\asession\x18\x11 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"\xf4\a\n" +
+	"\asession\x18\x11 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"\xa7\b\n" +
 	"\fPolicyInputs\x12)\n" +
 	"\x10snapshot_version\x18\x01 \x01(\x04R\x0fsnapshotVersion\x12%\n" +
 	"\x0epreview_decode\x18\x02 \x01(\tR\rpreviewDecode\x12%\n" +
@@ -2085,7 +2359,33 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x16 \x01(\tR\x05error\x12\x1e\n" +
 	"\vslo_ttft_ms\x18\x17 \x01(\x01R\tsloTtftMs\x12\x1e\n" +
 	"\vslo_tpot_ms\x18\x18 \x01(\x01R\tsloTpotMs\x12=\n" +
-	"\testimates\x18\x19 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\"\x9b\x03\n" +
+	"\testimates\x18\x19 \x03(\v2\x1f.condisagg.v1.PlacementEstimateR\testimates\x121\n" +
+	"\x05fleet\x18\x1a \x01(\v2\x1b.condisagg.v1.FleetForecastR\x05fleet\"\xbc\x02\n" +
+	"\rFleetForecast\x12\x1b\n" +
+	"\twindow_ms\x18\x01 \x01(\x01R\bwindowMs\x128\n" +
+	"\vdecode_pool\x18\x02 \x01(\v2\x17.condisagg.v1.PoolRatesR\n" +
+	"decodePool\x12:\n" +
+	"\fprefill_pool\x18\x03 \x01(\v2\x17.condisagg.v1.PoolRatesR\vprefillPool\x129\n" +
+	"\n" +
+	"aggregated\x18\x04 \x01(\v2\x19.condisagg.v1.FleetRegimeR\n" +
+	"aggregated\x12/\n" +
+	"\x05split\x18\x05 \x01(\v2\x19.condisagg.v1.FleetRegimeR\x05split\x12,\n" +
+	"\x12output_per_request\x18\x06 \x01(\x01R\x10outputPerRequest\"\xb9\x01\n" +
+	"\tPoolRates\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x01R\brequests\x12%\n" +
+	"\x0eprefill_tokens\x18\x02 \x01(\x01R\rprefillTokens\x12#\n" +
+	"\routput_tokens\x18\x03 \x01(\x01R\foutputTokens\x12!\n" +
+	"\fqueue_growth\x18\x04 \x01(\x01R\vqueueGrowth\x12!\n" +
+	"\fprefill_util\x18\x05 \x01(\x01R\vprefillUtil\"\xe5\x01\n" +
+	"\vFleetRegime\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x18\n" +
+	"\aworkers\x18\x02 \x01(\x05R\aworkers\x12!\n" +
+	"\fprefill_util\x18\x03 \x01(\x01R\vprefillUtil\x12\x1c\n" +
+	"\tsaturated\x18\x04 \x01(\bR\tsaturated\x12\x17\n" +
+	"\await_ms\x18\x05 \x01(\x01R\x06waitMs\x12\x17\n" +
+	"\attft_ms\x18\x06 \x01(\x01R\x06ttftMs\x12\x17\n" +
+	"\atpot_ms\x18\a \x01(\x01R\x06tpotMs\x12\x1a\n" +
+	"\bheadroom\x18\b \x01(\x01R\bheadroom\"\x9b\x03\n" +
 	"\x11PlacementEstimate\x12\x1c\n" +
 	"\tplacement\x18\x01 \x01(\tR\tplacement\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\bR\x05valid\x12%\n" +
@@ -2231,7 +2531,7 @@ func file_condisagg_v1_admin_proto_rawDescGZIP() []byte {
 	return file_condisagg_v1_admin_proto_rawDescData
 }
 
-var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_condisagg_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*ResetPrefixCacheRequest)(nil),  // 0: condisagg.v1.ResetPrefixCacheRequest
 	(*ResetPrefixCacheResponse)(nil), // 1: condisagg.v1.ResetPrefixCacheResponse
@@ -2239,55 +2539,63 @@ var file_condisagg_v1_admin_proto_goTypes = []any{
 	(*WorkerOverlap)(nil),            // 3: condisagg.v1.WorkerOverlap
 	(*ExplainResponse)(nil),          // 4: condisagg.v1.ExplainResponse
 	(*PolicyInputs)(nil),             // 5: condisagg.v1.PolicyInputs
-	(*PlacementEstimate)(nil),        // 6: condisagg.v1.PlacementEstimate
-	(*SessionAffinity)(nil),          // 7: condisagg.v1.SessionAffinity
-	(*ListWorkersRequest)(nil),       // 8: condisagg.v1.ListWorkersRequest
-	(*EventStream)(nil),              // 9: condisagg.v1.EventStream
-	(*Worker)(nil),                   // 10: condisagg.v1.Worker
-	(*ListWorkersResponse)(nil),      // 11: condisagg.v1.ListWorkersResponse
-	(*ReloadConfigRequest)(nil),      // 12: condisagg.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),     // 13: condisagg.v1.ReloadConfigResponse
-	(*ShadowRequest)(nil),            // 14: condisagg.v1.ShadowRequest
-	(*ShadowResponse)(nil),           // 15: condisagg.v1.ShadowResponse
-	(*RoutePair)(nil),                // 16: condisagg.v1.RoutePair
-	(*RecentRequest)(nil),            // 17: condisagg.v1.RecentRequest
-	(*RecentResponse)(nil),           // 18: condisagg.v1.RecentResponse
-	(*RecentDecision)(nil),           // 19: condisagg.v1.RecentDecision
-	(*IndexSnapshotRequest)(nil),     // 20: condisagg.v1.IndexSnapshotRequest
-	(*IndexSnapshotChunk)(nil),       // 21: condisagg.v1.IndexSnapshotChunk
-	nil,                              // 22: condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	(*FleetForecast)(nil),            // 6: condisagg.v1.FleetForecast
+	(*PoolRates)(nil),                // 7: condisagg.v1.PoolRates
+	(*FleetRegime)(nil),              // 8: condisagg.v1.FleetRegime
+	(*PlacementEstimate)(nil),        // 9: condisagg.v1.PlacementEstimate
+	(*SessionAffinity)(nil),          // 10: condisagg.v1.SessionAffinity
+	(*ListWorkersRequest)(nil),       // 11: condisagg.v1.ListWorkersRequest
+	(*EventStream)(nil),              // 12: condisagg.v1.EventStream
+	(*Worker)(nil),                   // 13: condisagg.v1.Worker
+	(*ListWorkersResponse)(nil),      // 14: condisagg.v1.ListWorkersResponse
+	(*ReloadConfigRequest)(nil),      // 15: condisagg.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),     // 16: condisagg.v1.ReloadConfigResponse
+	(*ShadowRequest)(nil),            // 17: condisagg.v1.ShadowRequest
+	(*ShadowResponse)(nil),           // 18: condisagg.v1.ShadowResponse
+	(*RoutePair)(nil),                // 19: condisagg.v1.RoutePair
+	(*RecentRequest)(nil),            // 20: condisagg.v1.RecentRequest
+	(*RecentResponse)(nil),           // 21: condisagg.v1.RecentResponse
+	(*RecentDecision)(nil),           // 22: condisagg.v1.RecentDecision
+	(*IndexSnapshotRequest)(nil),     // 23: condisagg.v1.IndexSnapshotRequest
+	(*IndexSnapshotChunk)(nil),       // 24: condisagg.v1.IndexSnapshotChunk
+	nil,                              // 25: condisagg.v1.ShadowResponse.CandidateReasonsEntry
 }
 var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: condisagg.v1.ExplainResponse.overlaps:type_name -> condisagg.v1.WorkerOverlap
 	5,  // 1: condisagg.v1.ExplainResponse.inputs:type_name -> condisagg.v1.PolicyInputs
-	7,  // 2: condisagg.v1.ExplainResponse.session:type_name -> condisagg.v1.SessionAffinity
-	6,  // 3: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
-	9,  // 4: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
-	10, // 5: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
-	16, // 6: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
-	22, // 7: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
-	19, // 8: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
-	6,  // 9: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
-	7,  // 10: condisagg.v1.RecentDecision.session:type_name -> condisagg.v1.SessionAffinity
-	2,  // 11: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	8,  // 12: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	12, // 13: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	14, // 14: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	0,  // 15: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
-	17, // 16: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
-	20, // 17: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
-	4,  // 18: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	11, // 19: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	13, // 20: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	15, // 21: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	1,  // 22: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	18, // 23: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
-	21, // 24: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	10, // 2: condisagg.v1.ExplainResponse.session:type_name -> condisagg.v1.SessionAffinity
+	9,  // 3: condisagg.v1.PolicyInputs.estimates:type_name -> condisagg.v1.PlacementEstimate
+	6,  // 4: condisagg.v1.PolicyInputs.fleet:type_name -> condisagg.v1.FleetForecast
+	7,  // 5: condisagg.v1.FleetForecast.decode_pool:type_name -> condisagg.v1.PoolRates
+	7,  // 6: condisagg.v1.FleetForecast.prefill_pool:type_name -> condisagg.v1.PoolRates
+	8,  // 7: condisagg.v1.FleetForecast.aggregated:type_name -> condisagg.v1.FleetRegime
+	8,  // 8: condisagg.v1.FleetForecast.split:type_name -> condisagg.v1.FleetRegime
+	12, // 9: condisagg.v1.Worker.events:type_name -> condisagg.v1.EventStream
+	13, // 10: condisagg.v1.ListWorkersResponse.workers:type_name -> condisagg.v1.Worker
+	19, // 11: condisagg.v1.ShadowResponse.pairs:type_name -> condisagg.v1.RoutePair
+	25, // 12: condisagg.v1.ShadowResponse.candidate_reasons:type_name -> condisagg.v1.ShadowResponse.CandidateReasonsEntry
+	22, // 13: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
+	9,  // 14: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
+	10, // 15: condisagg.v1.RecentDecision.session:type_name -> condisagg.v1.SessionAffinity
+	2,  // 16: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	11, // 17: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	15, // 18: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	17, // 19: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 20: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	20, // 21: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
+	23, // 22: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
+	4,  // 23: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	14, // 24: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	16, // 25: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	18, // 26: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 27: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	21, // 28: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	24, // 29: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
@@ -2301,7 +2609,7 @@ func file_condisagg_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_condisagg_v1_admin_proto_rawDesc), len(file_condisagg_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
