@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"fleet":                {"policy"},
 	"decisionlog":          {"route", "policy"},
 	"cluster":              {"route", "feedback", "sim", "workload", "kvindex", "policy", "pool"},
-	"tune":                 {"cluster", "cost", "workload", "sim", "policy", "route", "internal/flaglist", "internal/svgplot", "internal/version"},
+	"tune":                 {"cluster", "cost", "workload", "sim", "policy", "route", "feedback", "internal/flaglist", "internal/svgplot", "internal/version"},
 	"kvevents/zmq":         {"kvevents", "kvindex"},
 	"sim/vllmsim":          {"sim", "tokenizer", "kvevents", "internal/splitmix"},
 	"extproc":              {"route", "policy", "decisionlog"},
