@@ -80,7 +80,7 @@ func tuneFlagSet(c *Config, f *tuneFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.sweepBusy, "sweep-prefill-busy", joinNums(c.SweepPrefillBusy), "θp values tried with isl_or_load at the best (T, R)")
 	fs.StringVar(&f.sweepEff, "sweep-eff", "auto", "eff_isl_threshold values of the sweep (comma list; auto = 512, 1024, 2048, 4096 and the quartiles of eff)")
 	fs.StringVar(&f.sweepRatio, "sweep-ratio", joinNums(c.SweepRatio), "eff_isl_ratio_threshold values tried at the best eff threshold (0.7 is always tried)")
-	fs.BoolVar(&c.SLOFleet, "slo-fleet", true, "run the slo policy with slo_fleet (forecasts in the fleet's steady state)")
+	fs.BoolVar(&c.SLOFleet, "slo-fleet", c.SLOFleet, "run the slo policy with slo_fleet (forecasts in the fleet's steady state)")
 	fs.StringVar(&f.sweepMargin, "sweep-margin", "", "slo_margin values (comma list in [0, 1]): each runs the slo policy with it as an extra row (\"slo margin=M\"); empty = the default only")
 	fs.BoolVar(&c.NoSweep, "no-sweep", false, "skip the threshold sweep")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the synthetic workload, selection tie-breaks and engine hashes")
@@ -210,7 +210,7 @@ func MatrixCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.VisitAll(func(fl *flag.Flag) { run.Flags[fl.Name] = fl.Value.String() })
 	run.Commit, run.CommitSource = Commit(ctx)
 	mc := MatrixConfig{Model: *model, Seed: *seed, Parallel: *parallel, Fleets: flaglist.Items(*fleets),
-		SLOMargin: margin, SLOFeedback: *feedback, SLOHandoff: *handoff, SLOFleet: *fleetOn}
+		SLOMargin: margin, SLOFeedback: *feedback, SLOHandoff: *handoff, NoSLOFleet: !*fleetOn}
 	var err error
 	if *baselines != "" {
 		f, err := os.Open(*baselines)

@@ -44,7 +44,8 @@ type Config struct {
 	SweepMargin      []float64   // --sweep-margin: slo_margin values, each an slo row beside the default
 	SweepPrefillBusy []float64   // --sweep-prefill-busy: θp values tried with isl_or_load at the best (T, R)
 	NoSweep          bool        // --no-sweep
-	// SLOFleet is --slo-fleet: the slo policy runs with slo_fleet (its steady-state forecast).
+	// SLOFleet is --slo-fleet: the slo policy runs with slo_fleet (its steady-state forecast);
+	// DefaultConfig sets it, as the policy's default does.
 	SLOFleet bool
 	// RoleAdvice is --role-advice: also run always-disaggregated, isl_or_load and the slo policy
 	// on every prefill:decode split of the fleet's GPUs (and aggregated on all of them), search
@@ -74,7 +75,7 @@ func DefaultConfig() Config {
 		RateScale: 1, Cluster: "4P4D", Model: sim.DefaultPerfModel,
 		MaxNumBatchedTokens: sim.DefaultMaxNumBatchedTokens, MaxNumSeqs: sim.DefaultMaxNumSeqs,
 		SLO: "ttft=2s,tpot=100ms", PrefillBusyThreshold: cluster.DefaultPrefillBusyThreshold,
-		DecodeBusyThreshold: -1, RoleTolerance: 0.02, SweepPolicy: policy.ISLBounding,
+		DecodeBusyThreshold: -1, RoleTolerance: 0.02, SLOFleet: true, SweepPolicy: policy.ISLBounding,
 		SweepRatio: []float64{0.5, 0.9, 1.0}, SweepPrefillBusy: []float64{1, 2, 4, 8},
 		Seed: 1, Parallel: 1,
 	}

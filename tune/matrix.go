@@ -36,8 +36,9 @@ type MatrixConfig struct {
 	SLOFeedback bool
 	// SLOHandoff runs the slo policy with slo_handoff true (the handoff placement).
 	SLOHandoff bool
-	// SLOFleet runs the slo policy with slo_fleet (its steady-state forecast).
-	SLOFleet bool
+	// NoSLOFleet runs the slo policy without slo_fleet (its steady-state forecast), which is
+	// on by default as in the policy.
+	NoSLOFleet bool
 	// Baselines are the cells of an earlier run of the same matrix (ReadMatrixBaselines): only
 	// the slo policy is simulated, and every baseline column is taken from them. nil: simulate
 	// every baseline.
@@ -166,7 +167,7 @@ func matrixJobs(p *plan, mc MatrixConfig) []*matrixJob {
 		}
 		c.Disagg.SLOFeedback = mc.SLOFeedback
 		c.Disagg.SLOHandoff = mc.SLOHandoff
-		c.Disagg.SLOFleet = mc.SLOFleet
+		c.Disagg.SLOFleet = !mc.NoSLOFleet
 		c.Disagg.Cost, c.Disagg.CostModel = c.Engine.Model, c.Engine.Model.Name
 		c.Disagg.SLO = policy.SLO{TTFT: s.TTFT, TPOT: s.TPOT}
 		jobs = append(jobs, &matrixJob{name: "slo " + s.String(), cfg: c, sloIdx: i})
