@@ -93,7 +93,7 @@ type legQueue struct {
 	head  int
 }
 
-func (q *legQueue) empty() bool    { return q.head == len(q.items) }
+func (q *legQueue) empty() bool       { return q.head == len(q.items) }
 func (q *legQueue) peek() *pendingLeg { return &q.items[q.head] }
 func (q *legQueue) push(h pendingLeg) { q.items = append(q.items, h) }
 func (q *legQueue) pop() (h pendingLeg) {
