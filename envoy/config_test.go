@@ -396,7 +396,9 @@ func productionExamples() map[string]Params {
 			Admin:         Endpoint{Host: "127.0.0.1", Port: 9901},
 			AccessLogPath: "/dev/stdout",
 		},
-		ExtProc: Endpoint{Host: "condisagg.llm.svc.cluster.local", Port: 9002},
+		// The chart's headless Service of the router pods: every replica is a host.
+		ExtProc:                   Endpoint{Host: "condisagg-pods.llm.svc.cluster.local", Port: 9002},
+		ExtProcResolvesToReplicas: true,
 	}
 	buffered := base
 	buffered.Mode, buffered.FailOpen = Buffered, FailOpen
