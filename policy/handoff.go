@@ -81,22 +81,12 @@ func (e *estimator) planHandoff(cfg *Config, in *Input, snap *Snapshot, only int
 // the whole prompt.
 func (e *estimator) handoff(a, b sloWorker) Estimate {
 	n := int64(e.isl - min(a.cached, e.isl))
-	if !e.fits(b.l, int64((e.isl+e.bs-1)/e.bs)) || !e.fits(a.l, (n+int64(e.bs)-1)/int64(e.bs)) {
+	if !e.fits(a.l, (n+int64(e.bs)-1)/int64(e.bs)) {
 		return Estimate{}
 	}
-	xferToks := e.isl - min(b.cached, e.isl)
-	est := Estimate{Valid: true, CachedTokens: a.cached, TransferTokens: xferToks, PrefillQueueToks: a.l.ActivePrefillTokens}
-	step := e.decodeStepMS(b.l, 1, int64(e.isl), b.l.ActivePrefillTokens)
-	est.TTFTms = e.prefillMS(a) + ms(e.m.TransferTime(xferToks)) + step
-	est.TPOTms = step
-	if a.l.DecodeRequests > 0 {
-		est.ExistingTPOTms = e.decodeStepMS(a.l, 0, 0, a.l.ActivePrefillTokens+n)
-	}
-	if b.l.DecodeRequests > 0 {
-		est.ExistingTPOTms = max(est.ExistingTPOTms, step)
-	}
-	est.Headroom = e.headroom(&est)
-	return est
+	// The fleet's steady state (slo_fleet) is not folded in: its split regime prices a prefill
+	// on the prefill pool, and this leg runs on a decode worker.
+	return e.twoLegs(a, b)
 }
 
 // decideHandoff fills dec for the handoff plan: the decode route's worker is the decoder, the

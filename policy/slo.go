@@ -361,6 +361,19 @@ func (e *estimator) decodeSide(w sloWorker) float64 {
 // remote forecasts prefill at p, transfer of the suffix d lacks, then decode at d. p's running
 // decodes (prefill_local requests) are slowed by the prefill; d's by one more sequence.
 func (e *estimator) remote(p, d sloWorker) Estimate {
+	est := e.twoLegs(p, d)
+	if est.Valid && e.fleet != nil {
+		e.steadyRemote(&est, p, d)
+	}
+	return est
+}
+
+// twoLegs forecasts a prefill leg at p (its queue, its cache hit, its chunks sharing steps
+// with p's running decodes), the transfer of the KV d lacks, then the decode at d, from the
+// booked load of the instant: the remote placement, and the handoff one with a decode worker
+// as p. p's running decodes are slowed by the prefill, d's by one more sequence; d must have
+// room for the whole prompt.
+func (e *estimator) twoLegs(p, d sloWorker) Estimate {
 	if !e.fits(d.l, int64((e.isl+e.bs-1)/e.bs)) {
 		return Estimate{}
 	}
@@ -377,9 +390,6 @@ func (e *estimator) remote(p, d sloWorker) Estimate {
 		est.ExistingTPOTms = max(est.ExistingTPOTms, step)
 	}
 	est.Headroom = e.headroom(&est)
-	if e.fleet != nil {
-		e.steadyRemote(&est, p, d)
-	}
 	return est
 }
 
