@@ -88,14 +88,18 @@ func TestJoinerSeesOpenBookings(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	waitFor(t, 2*time.Second, "equal views after the churn", sameLoad(a, c))
-	if got := testutil.ToFloat64(a.m.Joins); got < 1 {
-		t.Errorf("a counted %v joins, want >= 1", got)
+	// The counters follow the sends (a resync counts itself after its last publish), and c's
+	// hello may have found a's resyncer inside its interval (the resync then runs when the
+	// interval ends): wait for them rather than read them once.
+	var joins, resyncs, resent float64
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		joins, resyncs, resent = testutil.ToFloat64(a.m.Joins), testutil.ToFloat64(a.m.Resyncs.WithLabelValues("peer_join")), testutil.ToFloat64(a.m.ResyncBookings)
+		if joins >= 1 && resyncs >= 1 && resent >= long || time.Now().After(deadline) {
+			break
+		}
 	}
-	if got := testutil.ToFloat64(a.m.Resyncs.WithLabelValues("peer_join")); got < 1 {
-		t.Errorf("a counted %v peer_join resyncs, want >= 1", got)
-	}
-	if got := testutil.ToFloat64(a.m.ResyncBookings); got < long {
-		t.Errorf("a re-sent %v bookings, want >= %d", got, long)
+	if joins < 1 || resyncs < 1 || resent < long {
+		t.Errorf("within 2s a counted %v joins, %v peer_join resyncs and %v re-sent bookings; want >= 1, >= 1, >= %d", joins, resyncs, resent, long)
 	}
 	for i := range long {
 		a.p.Release(fmt.Sprintf("long-%d", i))
