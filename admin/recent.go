@@ -106,6 +106,7 @@ func (a *Service) Recent(_ context.Context, req *condisaggv1.RecentRequest) (*co
 			Tokens: int64(e.Record.ISL), CachedTokens: int64(e.Record.Cached),
 			LatencyMs: float64(e.Latency) / float64(time.Millisecond), Transfer: string(d.Transfer)}
 		pd.SloTtftMs, pd.SloTpotMs, pd.Estimates = sloForecasts(&e.Inputs)
+		pd.Fleet = fleetForecast(&e.Inputs.Fleet)
 		if e.Record.Session != "" {
 			pd.Session = &condisaggv1.SessionAffinity{Outcome: e.Record.Session, BoundWorker: e.Inputs.AffinityWorker}
 		}

@@ -7,11 +7,14 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/condisagg/condisagg/server/statuspage"
 )
 
 // TestRecentCommand: `condisagg recent` against a served router. Two remote-prefill requests
@@ -125,4 +128,80 @@ func routeHeader(r *extprocv3.ProcessingResponse) string {
 		}
 	}
 	return ""
+}
+
+// TestSteadyStateShown: under the slo policy with slo_fleet (its default), a decision made once
+// the fleet view has a second of history carries the steady state it was decided in, in
+// `condisagg recent` (table and JSON) and on the status page; the first decision, with no
+// history yet, carries none.
+func TestSteadyStateShown(t *testing.T) {
+	model := requireModel(t)
+	cfg := strings.Replace(serveYAML, "MODEL", model, 1)
+	cfg = strings.Replace(cfg, "kv_events: false", "kv_events: true", 1)
+	cfg = strings.Replace(cfg, "conditional_disagg: false", "conditional_disagg: true\n  conditional_disagg_config: {policy: slo, cost_model: llama3.1-8b-h100}", 1)
+	a := startServe(t, cfg+workersYAML)
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"qwen3","messages":[{"role":"user","content":"how busy is the fleet?"}]}`
+	routeRequest(t, conn, "req-first", body)
+	time.Sleep(1100 * time.Millisecond) // the view's least history (fleet.minSpan)
+	routeRequest(t, conn, "req-second", body)
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"recent", "--addr", a.adminGRPC, "-n", "2"}, &out, &errOut); code != 0 {
+		t.Fatalf("recent exit %d: %s", code, errOut.String())
+	}
+	t.Logf("recent:\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[2], "req-second") || !strings.Contains(lines[3], "req-first") {
+		t.Fatalf("recent table:\n%s", out.String())
+	}
+	if !strings.Contains(lines[2], "(prefill util agg ") || !strings.HasSuffix(lines[3], " -") {
+		t.Errorf("STEADY STATE: want a regime on the second decision and none on the first:\n%s", out.String())
+	}
+
+	out.Reset()
+	if code := run(context.Background(), []string{"recent", "--addr", a.adminGRPC, "-n", "1", "-o", "json"}, &out, &errOut); code != 0 {
+		t.Fatalf("recent -o json exit %d: %s", code, errOut.String())
+	}
+	var js struct {
+		Decisions []struct {
+			Fleet *struct {
+				WindowMs   float64 `json:"windowMs"`
+				DecodePool struct {
+					Requests float64 `json:"requests"`
+				} `json:"decodePool"`
+				PrefillPool struct {
+					Requests float64 `json:"requests"`
+				} `json:"prefillPool"`
+				Aggregated struct {
+					Valid bool `json:"valid"`
+				} `json:"aggregated"`
+			} `json:"fleet"`
+		} `json:"decisions"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &js); err != nil || len(js.Decisions) != 1 || js.Decisions[0].Fleet == nil {
+		t.Fatalf("recent json (%v):\n%s", err, out.String())
+	}
+	f := js.Decisions[0].Fleet
+	// One placement (the first request) in about 1.1 s of history.
+	if f.WindowMs < 1000 || f.DecodePool.Requests+f.PrefillPool.Requests <= 0 || !f.Aggregated.Valid {
+		t.Errorf("recent json fleet %+v: want >= 1 s of window, the first placement counted and a valid aggregated regime", *f)
+	}
+
+	_, b := uiGet(t, a.http, "/ui/api/state", "")
+	var st statuspage.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%v:\n%s", err, b)
+	}
+	if len(st.Decisions.Latest) != 2 || st.Decisions.Latest[0].Inputs == nil || st.Decisions.Latest[1].Inputs == nil {
+		t.Fatalf("status page decisions: %s", b)
+	}
+	second, first := st.Decisions.Latest[0].Inputs.Fleet, st.Decisions.Latest[1].Inputs.Fleet
+	if first != nil || second == nil || second.WindowSeconds < 1 || second.Decode.Requests+second.Prefill.Requests <= 0 {
+		t.Errorf("status page fleet: first %+v, second %+v; want none, then the view", first, second)
+	}
 }

@@ -291,7 +291,7 @@ func PrintShadow(w io.Writer, r *condisaggv1.ShadowResponse) {
 func PrintRecent(w io.Writer, r *condisaggv1.RecentResponse) {
 	fmt.Fprintf(w, "%d decisions routed (the router keeps the last %d), newest first\n", r.GetTotal(), r.GetKept())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAT (UTC)\tREQUEST\tPLACEMENT\tREASON\tPREFILL\tDECODE\tISL\tCACHED\tTRANSFER\tC/L\tSESSION")
+	fmt.Fprintln(tw, "SEQ\tAT (UTC)\tREQUEST\tPLACEMENT\tREASON\tPREFILL\tDECODE\tISL\tCACHED\tTRANSFER\tC/L\tSESSION\tSTEADY STATE")
 	for _, d := range r.GetDecisions() {
 		at := d.GetAt()
 		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
@@ -309,11 +309,35 @@ func PrintRecent(w io.Writer, r *condisaggv1.RecentResponse) {
 		if s := d.GetSession(); s != nil {
 			sess = sessionText(s)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.GetSeq(), at, orDash(d.GetRequestId()),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.GetSeq(), at, orDash(d.GetRequestId()),
 			d.GetPlacement(), orDash(d.GetReason()), orDash(d.GetPrefillWorker()), orDash(d.GetDecodeWorker()),
-			d.GetTokens(), d.GetCachedTokens(), d.GetTransfer(), cl, sess)
+			d.GetTokens(), d.GetCachedTokens(), d.GetTransfer(), cl, sess, steadyText(d.GetFleet()))
 	}
 	tw.Flush()
+}
+
+// steadyText is the fleet steady state a decision was made in (slo_fleet): the regime with
+// the more headroom, then each regime's prefill utilisation ("!" : saturated). "-" without one.
+func steadyText(f *condisaggv1.FleetForecast) string {
+	if f == nil {
+		return "-"
+	}
+	agg, split := f.GetAggregated(), f.GetSplit()
+	util := func(g *condisaggv1.FleetRegime) string {
+		if !g.GetValid() {
+			return "-"
+		}
+		u := strconv.FormatFloat(g.GetPrefillUtil(), 'f', 2, 64)
+		if g.GetSaturated() {
+			u += "!"
+		}
+		return u
+	}
+	prefer := "aggregated"
+	if split.GetValid() && (!agg.GetValid() || split.GetHeadroom() > agg.GetHeadroom()) {
+		prefer = "split"
+	}
+	return prefer + " (prefill util agg " + util(agg) + ", split " + util(split) + ")"
 }
 
 // sessionText is a session's affinity outcome and the worker it was bound to.

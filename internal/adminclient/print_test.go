@@ -27,7 +27,38 @@ func TestPrintSession(t *testing.T) {
 		{Seq: 1, Placement: "prefill"},
 	}})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 4 || !strings.HasSuffix(lines[1], "SESSION") || !strings.HasSuffix(lines[2], "miss") || !strings.HasSuffix(lines[3], "-") {
+	// The last two columns: SESSION, then STEADY STATE ("-" without slo_fleet).
+	last2 := func(line string) string { f := strings.Fields(line); return strings.Join(f[len(f)-2:], " ") }
+	if len(lines) != 4 || !strings.HasSuffix(strings.Join(strings.Fields(lines[1]), " "), "SESSION STEADY STATE") || last2(lines[2]) != "miss -" || last2(lines[3]) != "- -" {
 		t.Fatalf("recent:\n%s", b.String())
+	}
+}
+
+// TestPrintRecentSteadyState: Recent's STEADY STATE column names the regime with the more
+// headroom and each regime's prefill utilisation, saturated ones marked, and an invalid regime
+// as "-".
+func TestPrintRecentSteadyState(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    *condisaggv1.FleetForecast
+		want string
+	}{
+		{"split wins", &condisaggv1.FleetForecast{WindowMs: 10000,
+			Aggregated: &condisaggv1.FleetRegime{Valid: true, PrefillUtil: 0.95, Saturated: true, Headroom: -0.4},
+			Split:      &condisaggv1.FleetRegime{Valid: true, PrefillUtil: 0.61, Headroom: 0.2}},
+			"split (prefill util agg 0.95!, split 0.61)"},
+		{"aggregated wins", &condisaggv1.FleetForecast{WindowMs: 10000,
+			Aggregated: &condisaggv1.FleetRegime{Valid: true, PrefillUtil: 0.3, Headroom: 0.5},
+			Split:      &condisaggv1.FleetRegime{Valid: true, PrefillUtil: 0.8, Headroom: 0.1}},
+			"aggregated (prefill util agg 0.30, split 0.80)"},
+		{"no prefill pool", &condisaggv1.FleetForecast{WindowMs: 10000,
+			Aggregated: &condisaggv1.FleetRegime{Valid: true, PrefillUtil: 0.3, Headroom: 0.5}, Split: &condisaggv1.FleetRegime{}},
+			"aggregated (prefill util agg 0.30, split -)"},
+	} {
+		var b strings.Builder
+		PrintRecent(&b, &condisaggv1.RecentResponse{Total: 1, Kept: 1, Decisions: []*condisaggv1.RecentDecision{{Seq: 1, Placement: "decode", Fleet: c.f}}})
+		if !strings.HasSuffix(strings.TrimSpace(b.String()), c.want) {
+			t.Errorf("%s: recent:\n%s\nwant the row to end in %q", c.name, b.String(), c.want)
+		}
 	}
 }

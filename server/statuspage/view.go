@@ -159,6 +159,59 @@ type inputsJSON struct {
 	SLOTTFTms float64        `json:"slo_ttft_ms,omitempty"`
 	SLOTPOTms float64        `json:"slo_tpot_ms,omitempty"`
 	Estimates []estimateJSON `json:"estimates,omitempty"`
+	// Fleet is the fleet steady state the slo policy decided with (slo_fleet; null before the
+	// view has a second of history, and for the other policies).
+	Fleet *fleetJSON `json:"fleet,omitempty"`
+}
+
+// fleetJSON is policy.FleetForecast: the pools' rates over the window and the request's
+// forecast in each steady state.
+type fleetJSON struct {
+	WindowSeconds    float64    `json:"window_seconds"`
+	Decode           poolJSON   `json:"decode_pool"`
+	Prefill          poolJSON   `json:"prefill_pool"`
+	Aggregated       regimeJSON `json:"aggregated"`
+	Split            regimeJSON `json:"split"`
+	OutputPerRequest float64    `json:"output_per_request"`
+	PrefersSplit     bool       `json:"prefers_split"`
+}
+
+// poolJSON is one pool's rates per second (policy.PoolRates) and its prefill utilisation.
+type poolJSON struct {
+	Requests      float64 `json:"requests"`
+	PrefillTokens float64 `json:"prefill_tokens"`
+	OutputTokens  float64 `json:"output_tokens"`
+	QueueGrowth   float64 `json:"queue_growth"`
+	PrefillUtil   float64 `json:"prefill_util"`
+}
+
+// regimeJSON is policy.Regime.
+type regimeJSON struct {
+	Valid       bool    `json:"valid"`
+	Workers     int     `json:"workers"`
+	PrefillUtil float64 `json:"prefill_util"`
+	Saturated   bool    `json:"saturated"`
+	WaitMS      float64 `json:"wait_ms"`
+	TTFTms      float64 `json:"ttft_ms"`
+	TPOTms      float64 `json:"tpot_ms"`
+	Headroom    float64 `json:"headroom"`
+}
+
+// fleetView is f for the page; nil when the decision had no view.
+func fleetView(f *policy.FleetForecast) *fleetJSON {
+	if f.View.Window <= 0 {
+		return nil
+	}
+	pool := func(r policy.PoolRates, util float64) poolJSON {
+		return poolJSON{Requests: r.Requests, PrefillTokens: r.PrefillTokens, OutputTokens: r.OutputTokens, QueueGrowth: r.QueueGrowth, PrefillUtil: util}
+	}
+	regime := func(r policy.Regime) regimeJSON {
+		return regimeJSON{Valid: r.Valid, Workers: r.Workers, PrefillUtil: r.Util, Saturated: r.Saturated, WaitMS: r.WaitMS,
+			TTFTms: r.TTFTms, TPOTms: r.TPOTms, Headroom: r.Headroom}
+	}
+	return &fleetJSON{WindowSeconds: f.View.Window.Seconds(), Decode: pool(f.View.Decode, f.DecodeUtil),
+		Prefill: pool(f.View.Prefill, f.PrefillUtil), Aggregated: regime(f.Aggregated), Split: regime(f.Split),
+		OutputPerRequest: f.OutputPerRequest, PrefersSplit: f.PrefersSplit()}
 }
 
 // estimateJSON is the slo policy's forecast for one placement (policy.Estimate).
@@ -316,6 +369,7 @@ func decisionView(e decisionlog.Entry) decisionJSON {
 				Headroom: e.Headroom, CachedTokens: e.CachedTokens, TransferTokens: e.TransferTokens,
 				TTFTFactor: e.TTFTFactor, TPOTFactor: e.TPOTFactor})
 		}
+		d.Inputs.Fleet = fleetView(&in.Fleet)
 	}
 	return d
 }

@@ -1942,8 +1942,11 @@ type RecentDecision struct {
 	TransferCachedTokens int64            `protobuf:"varint,20,opt,name=transfer_cached_tokens,json=transferCachedTokens,proto3" json:"transfer_cached_tokens,omitempty"` // C of the decode answer; -1: not reported (classified only)
 	TransferAt           string           `protobuf:"bytes,21,opt,name=transfer_at,json=transferAt,proto3" json:"transfer_at,omitempty"`                                  // when it was classified (RFC 3339, UTC; classified only)
 	Session              *SessionAffinity `protobuf:"bytes,22,opt,name=session,proto3" json:"session,omitempty"`                                                          // unset without a session id or with session affinity off
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The fleet steady state the slo policy decided with (slo_fleet); unset for the other
+	// policies and before the view has a second of history.
+	Fleet         *FleetForecast `protobuf:"bytes,23,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RecentDecision) Reset() {
@@ -2126,6 +2129,13 @@ func (x *RecentDecision) GetTransferAt() string {
 func (x *RecentDecision) GetSession() *SessionAffinity {
 	if x != nil {
 		return x.Session
+	}
+	return nil
+}
+
+func (x *RecentDecision) GetFleet() *FleetForecast {
+	if x != nil {
+		return x.Fleet
 	}
 	return nil
 }
@@ -2469,7 +2479,7 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x0eRecentResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x04R\x05total\x12\x12\n" +
 	"\x04kept\x18\x02 \x01(\rR\x04kept\x12:\n" +
-	"\tdecisions\x18\x03 \x03(\v2\x1c.condisagg.v1.RecentDecisionR\tdecisions\"\xfe\x05\n" +
+	"\tdecisions\x18\x03 \x03(\v2\x1c.condisagg.v1.RecentDecisionR\tdecisions\"\xb1\x06\n" +
 	"\x0eRecentDecision\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\tR\x02at\x12\x1d\n" +
@@ -2497,7 +2507,8 @@ const file_condisagg_v1_admin_proto_rawDesc = "" +
 	"\x16transfer_cached_tokens\x18\x14 \x01(\x03R\x14transferCachedTokens\x12\x1f\n" +
 	"\vtransfer_at\x18\x15 \x01(\tR\n" +
 	"transferAt\x127\n" +
-	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\"O\n" +
+	"\asession\x18\x16 \x01(\v2\x1d.condisagg.v1.SessionAffinityR\asession\x121\n" +
+	"\x05fleet\x18\x17 \x01(\v2\x1b.condisagg.v1.FleetForecastR\x05fleet\"O\n" +
 	"\x14IndexSnapshotRequest\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\bR\bsessions\"\xcc\x01\n" +
@@ -2577,25 +2588,26 @@ var file_condisagg_v1_admin_proto_depIdxs = []int32{
 	22, // 13: condisagg.v1.RecentResponse.decisions:type_name -> condisagg.v1.RecentDecision
 	9,  // 14: condisagg.v1.RecentDecision.estimates:type_name -> condisagg.v1.PlacementEstimate
 	10, // 15: condisagg.v1.RecentDecision.session:type_name -> condisagg.v1.SessionAffinity
-	2,  // 16: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
-	11, // 17: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
-	15, // 18: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
-	17, // 19: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
-	0,  // 20: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
-	20, // 21: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
-	23, // 22: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
-	4,  // 23: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
-	14, // 24: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
-	16, // 25: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
-	18, // 26: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
-	1,  // 27: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
-	21, // 28: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
-	24, // 29: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 16: condisagg.v1.RecentDecision.fleet:type_name -> condisagg.v1.FleetForecast
+	2,  // 17: condisagg.v1.Admin.Explain:input_type -> condisagg.v1.ExplainRequest
+	11, // 18: condisagg.v1.Admin.ListWorkers:input_type -> condisagg.v1.ListWorkersRequest
+	15, // 19: condisagg.v1.Admin.ReloadConfig:input_type -> condisagg.v1.ReloadConfigRequest
+	17, // 20: condisagg.v1.Admin.Shadow:input_type -> condisagg.v1.ShadowRequest
+	0,  // 21: condisagg.v1.Admin.ResetPrefixCache:input_type -> condisagg.v1.ResetPrefixCacheRequest
+	20, // 22: condisagg.v1.Admin.Recent:input_type -> condisagg.v1.RecentRequest
+	23, // 23: condisagg.v1.Admin.IndexSnapshot:input_type -> condisagg.v1.IndexSnapshotRequest
+	4,  // 24: condisagg.v1.Admin.Explain:output_type -> condisagg.v1.ExplainResponse
+	14, // 25: condisagg.v1.Admin.ListWorkers:output_type -> condisagg.v1.ListWorkersResponse
+	16, // 26: condisagg.v1.Admin.ReloadConfig:output_type -> condisagg.v1.ReloadConfigResponse
+	18, // 27: condisagg.v1.Admin.Shadow:output_type -> condisagg.v1.ShadowResponse
+	1,  // 28: condisagg.v1.Admin.ResetPrefixCache:output_type -> condisagg.v1.ResetPrefixCacheResponse
+	21, // 29: condisagg.v1.Admin.Recent:output_type -> condisagg.v1.RecentResponse
+	24, // 30: condisagg.v1.Admin.IndexSnapshot:output_type -> condisagg.v1.IndexSnapshotChunk
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_condisagg_v1_admin_proto_init() }
