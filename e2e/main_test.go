@@ -35,7 +35,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// A quiet 2-core machine builds the binaries in about a minute; the bound is for a starved
+	// one (make chaos beside other work), where 5 minutes was not enough.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if bin, err = Build(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -23,21 +23,31 @@ const (
 	MaxReplicaLease = 10 * time.Minute
 )
 
+// The range of replicas.resync_interval: a re-send is every open booking of the replica, so
+// below 50 ms a fleet-wide reconnect would flood the bus; above a minute a joiner would
+// undercount its peers' load for that long.
+const (
+	MinResyncInterval = 50 * time.Millisecond
+	MaxResyncInterval = time.Minute
+)
+
 // ReplicasFile is the replicas section: the bus that shares booked load between router
 // replicas (bookbus; without nats_url each replica books only what it routes), and how this
 // replica starts from a running peer's index (WarmFile, the warm start of package server).
 type ReplicasFile struct {
-	WarmFile     `yaml:",inline"`
-	NATSURL      string        `yaml:"nats_url"`
-	ID           string        `yaml:"id"`
-	Lease        time.Duration `yaml:"lease"`
-	Subject      string        `yaml:"subject"`
-	TokenFile    string        `yaml:"token_file"`
-	User         string        `yaml:"user"`
-	PasswordFile string        `yaml:"password_file"`
-	TLSCA        string        `yaml:"tls_ca"`
-	TLSCert      string        `yaml:"tls_cert"`
-	TLSKey       string        `yaml:"tls_key"`
+	WarmFile `yaml:",inline"`
+	NATSURL  string        `yaml:"nats_url"`
+	ID       string        `yaml:"id"`
+	Lease    time.Duration `yaml:"lease"`
+	// ResyncInterval is bookbus.Config.ResyncInterval.
+	ResyncInterval time.Duration `yaml:"resync_interval"`
+	Subject        string        `yaml:"subject"`
+	TokenFile      string        `yaml:"token_file"`
+	User           string        `yaml:"user"`
+	PasswordFile   string        `yaml:"password_file"`
+	TLSCA          string        `yaml:"tls_ca"`
+	TLSCert        string        `yaml:"tls_cert"`
+	TLSKey         string        `yaml:"tls_key"`
 }
 
 // busConfig validates the replicas section and builds the bus configuration (without its
@@ -46,7 +56,7 @@ func busConfig(r ReplicasFile, bad func(field string, value any, rule string)) *
 	if r.NATSURL == "" {
 		return nil
 	}
-	c := &bookbus.Config{URL: r.NATSURL, Replica: r.ID, Lease: r.Lease, Subject: r.Subject, User: r.User,
+	c := &bookbus.Config{URL: r.NATSURL, Replica: r.ID, Lease: r.Lease, ResyncInterval: r.ResyncInterval, Subject: r.Subject, User: r.User,
 		CAFile: r.TLSCA, CertFile: r.TLSCert, KeyFile: r.TLSKey}
 	for _, u := range strings.Split(r.NATSURL, ",") {
 		p, err := url.Parse(strings.TrimSpace(u))

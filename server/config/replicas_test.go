@@ -29,7 +29,8 @@ func TestReplicasBus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b := c.Bus; b == nil || b.Token != "tok-0123456789abcdef" || b.Replica != "router-a" || b.Lease != 5*time.Second || b.Subject != "condisagg.bookings" {
+		if b := c.Bus; b == nil || b.Token != "tok-0123456789abcdef" || b.Replica != "router-a" || b.Lease != 5*time.Second || b.Subject != "condisagg.bookings" ||
+			b.ResyncInterval != 500*time.Millisecond {
 			t.Fatalf("Bus %+v", c.Bus)
 		}
 	})
@@ -62,6 +63,7 @@ func TestReplicasBus(t *testing.T) {
 			"replicas.nats_url: nats://127.0.0.1:4222 carries credentials"},
 		{"scheme", "  nats_url: http://127.0.0.1:4222\n  token_file: " + token + "\n", "replicas.nats_url: http://127.0.0.1:4222 must use the nats:// or tls:// scheme"},
 		{"lease", "  nats_url: nats://127.0.0.1:4222\n  token_file: " + token + "\n  lease: 1h\n", "replicas.lease: 1h0m0s is outside [1s, 10m0s]"},
+		{"resync_interval", "  nats_url: nats://127.0.0.1:4222\n  token_file: " + token + "\n  resync_interval: 1ms\n", "replicas.resync_interval: 1ms is outside [50ms, 1m0s]"},
 		{"token_and_user", "  nats_url: nats://127.0.0.1:4222\n  token_file: " + token + "\n  user: u\n  password_file: " + pw + "\n",
 			"replicas.token_file: " + token + " and replicas.user are exclusive"},
 		{"user_without_password", "  nats_url: nats://127.0.0.1:4222\n  user: u\n", "replicas.password_file: \"\" must name a file"},

@@ -216,6 +216,9 @@ var settings = []setting{
 	{key: "replicas.lease", def: bookbus.DefaultLease, restart: restartReplicas, check: durationWithin(MinReplicaLease, MaxReplicaLease),
 		help: "[1s, 10m]: peers drop this replica's bookings this long after its last word (heartbeats every lease/3)",
 		at:   func(f *File) any { return &f.Replicas.Lease }},
+	{key: "replicas.resync_interval", def: bookbus.DefaultResyncInterval, restart: restartReplicas, check: durationWithin(MinResyncInterval, MaxResyncInterval),
+		help: "[50ms, 1m]: least time between two re-sends of this replica's open bookings (after its reconnect, or a peer's hello); a burst of joins costs one re-send now and one after it",
+		at:   func(f *File) any { return &f.Replicas.ResyncInterval }},
 	{key: "replicas.subject", def: bookbus.DefaultSubject, restart: restartReplicas, check: nonEmpty("must be a NATS subject"),
 		help: "the NATS subject the replicas of one fleet share",
 		at:   func(f *File) any { return &f.Replicas.Subject }},
@@ -249,7 +252,7 @@ var settings = []setting{
 		at: func(f *File) any { return &f.Replicas.WarmTLS }},
 	{key: "replicas.warm_ca_file", help: "CA bundle of the peer's admin certificate (default: the system roots)",
 		at: func(f *File) any { return &f.Replicas.WarmCAFile }},
-	{key: "replicas.warm_timeout", def: DefaultWarmTimeout, check: durationIn(time.Second, 10*time.Minute),
+	{key: "replicas.warm_timeout", def: DefaultWarmTimeout, check: durationWithin(time.Second, 10*time.Minute),
 		help: "[1s, 10m]: the whole copy's bound; past it the replica starts cold",
 		at:   func(f *File) any { return &f.Replicas.WarmTimeout }},
 	{key: "replicas.warm_max_bytes", def: int64(DefaultWarmMaxBytes), check: int64Within(1<<20, 1<<34),
@@ -273,15 +276,6 @@ func hostPortOrEmpty(v any) string {
 		return strconv.Quote(s) + " must be host:port (a peer's admin_grpc_listen address, e.g. condisagg-admin:9003)"
 	}
 	return ""
-}
-
-func durationIn(lo, hi time.Duration) func(any) string {
-	return func(v any) string {
-		if d := v.(time.Duration); d < lo || d > hi {
-			return fmt.Sprintf("%s is outside [%s, %s]", d, lo, hi)
-		}
-		return ""
-	}
 }
 
 func int64Within(lo, hi int64) func(any) string {
