@@ -29,23 +29,7 @@ func TestExtProcReplicas(t *testing.T) {
 	} {
 		p := testParams(Buffered, FailOpen)
 		p.ExtProcReplicas = tc.replicas
-		out, err := Render(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc map[string]any
-		if err := yaml.Unmarshal(out, &doc); err != nil {
-			t.Fatal(err)
-		}
-		var ext any
-		for _, c := range dig(t, doc, "static_resources", "clusters").([]any) {
-			if dig(t, c, "name") == "condisagg" {
-				ext = c
-			}
-		}
-		if ext == nil {
-			t.Fatal("no condisagg cluster")
-		}
+		doc, ext := renderExtProcCluster(t, p)
 		if typ := dig(t, ext, "type"); typ != tc.typ {
 			t.Errorf("condisagg cluster type %v; want %s", typ, tc.typ)
 		}
@@ -103,6 +87,26 @@ func TestExtProcReplicas(t *testing.T) {
 	}
 }
 
+// renderExtProcCluster renders p and returns the decoded bootstrap and its condisagg (ext_proc)
+// cluster.
+func renderExtProcCluster(t *testing.T, p Params) (doc map[string]any, ext any) {
+	t.Helper()
+	out, err := Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range dig(t, doc, "static_resources", "clusters").([]any) {
+		if dig(t, c, "name") == "condisagg" {
+			return doc, c
+		}
+	}
+	t.Fatal("no condisagg cluster")
+	return nil, nil
+}
+
 // extProcGRPCService returns the grpc_service of the ext_proc filter in a rendered bootstrap.
 func extProcGRPCService(t *testing.T, doc map[string]any) map[string]any {
 	t.Helper()
@@ -132,20 +136,7 @@ func TestExtProcResolvesToReplicas(t *testing.T) {
 		p := testParams(mode.m, mode.open)
 		p.ExtProc = Endpoint{Host: "condisagg-pods.llm.svc.cluster.local", Port: 9002}
 		p.ExtProcResolvesToReplicas = true
-		out, err := Render(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc map[string]any
-		if err := yaml.Unmarshal(out, &doc); err != nil {
-			t.Fatal(err)
-		}
-		var ext any
-		for _, c := range dig(t, doc, "static_resources", "clusters").([]any) {
-			if dig(t, c, "name") == "condisagg" {
-				ext = c
-			}
-		}
+		doc, ext := renderExtProcCluster(t, p)
 		if _, ok := ext.(map[string]any)["type"]; ok || dig(t, ext, "cluster_type", "name") != "envoy.clusters.dns" {
 			t.Errorf("%s: condisagg cluster type %v, cluster_type %v; want only the envoy.clusters.dns extension", mode.m,
 				ext.(map[string]any)["type"], dig(t, ext, "cluster_type", "name"))
