@@ -142,6 +142,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"mount_over_config":    {[]string{"extraVolumes[0].name=x", "extraVolumes[0].emptyDir.medium=Memory", "extraVolumeMounts[0].name=x", "extraVolumeMounts[0].mountPath=/etc/condisagg/"}, "extraVolumeMounts[0].mountPath: /etc/condisagg/ is where the chart mounts its own volume"},
 		"mount_over_model":     {[]string{"extraVolumes[0].name=x", "extraVolumes[0].emptyDir.medium=Memory", "extraVolumeMounts[0].name=x", "extraVolumeMounts[0].mountPath=/models"}, "extraVolumeMounts[0].mountPath: /models is where the chart mounts"},
 		"init_named_condisagg": {[]string{"initContainers[0].name=condisagg", "initContainers[0].image=busybox"}, "initContainers[0].name: condisagg is the router container's name"},
+		"failover_chart_envoy": {[]string{"gateway.type=envoy", "gateway.extProcFailover.maxEjectionPercent=34"}, "gateway.extProcFailover: the chart's own Envoy (gateway.type envoy) keeps the ejection and replay settings of its bootstrap"},
 		"failover_backoff":     {[]string{"gateway.type=envoy-gateway", "gateway.extProcFailover.retryBackOff.baseInterval=100ms"}, "gateway.extProcFailover.retryBackOff: maxInterval 50ms is below baseInterval 100ms"},
 		"peerauth_no_selector": {[]string{"gateway.type=istio", "gateway.istio.peerAuthentication.enabled=true"}, "gateway.istio.peerAuthentication.selector: name the engine pods' labels"},
 		"listen_in_config":     {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
