@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -73,7 +75,22 @@ type reference struct {
 
 func loadReference(t *testing.T) reference {
 	t.Helper()
-	out, err := Render(testParams(Buffered, FailOpen))
+	return loadReferenceFor(t, testParams(Buffered, FailOpen))
+}
+
+// loadReplicaReference is the reference with a second condisagg replica: its condisagg cluster
+// carries the outlier detection and its ext_proc filter the retry policy of several replicas,
+// which the control-plane examples reproduce for the Service's pods.
+func loadReplicaReference(t *testing.T) reference {
+	t.Helper()
+	p := testParams(Buffered, FailOpen)
+	p.ExtProcReplicas = []Endpoint{{Host: "127.0.0.2", Port: 9002}}
+	return loadReferenceFor(t, p)
+}
+
+func loadReferenceFor(t *testing.T, p Params) reference {
+	t.Helper()
+	out, err := Render(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +294,67 @@ func TestIstioExample(t *testing.T) {
 	if strings.Join(order, " ") != want {
 		t.Errorf("route order after patching = %s; want %s", strings.Join(order, " "), want)
 	}
+	checkIstioFailover(t, objs, ext, clusters[1].(map[string]any), strings.TrimPrefix(extProcCluster, "outbound|9002||"))
 	writeAndValidate(t, base)
+}
+
+// checkIstioFailover: the DestinationRule of the ext_proc Service, translated as Istio does
+// (applyOutlierDetection) onto the outbound cluster extProc, and the EnvoyFilter's ext_proc
+// retry policy are the reference's settings for several replicas.
+func checkIstioFailover(t *testing.T, objs []map[string]any, ext, extProc map[string]any, host string) {
+	t.Helper()
+	replicas := loadReplicaReference(t)
+	var dr map[string]any
+	for _, o := range objs {
+		if o["kind"] == "DestinationRule" && dig(t, o, "spec", "host") == host {
+			dr = o
+		}
+	}
+	if dr == nil {
+		t.Fatalf("no DestinationRule for %s, the ext_proc cluster's Service", host)
+	}
+	od := dig(t, dr, "spec", "trafficPolicy", "outlierDetection").(map[string]any)
+	out := map[string]any{"enforcing_success_rate": 0}
+	for k, v := range od {
+		switch k {
+		case "interval":
+			out["interval"] = v
+		case "baseEjectionTime":
+			out["base_ejection_time"] = v
+		case "maxEjectionPercent":
+			if v.(int) >= 100 {
+				// Istio sets healthy_panic_threshold 0: with every host ejected nothing is sent.
+				t.Errorf("maxEjectionPercent %v would let the last replica be ejected", v)
+			}
+			out["max_ejection_percent"] = v
+		case "splitExternalLocalOriginErrors", "consecutiveLocalOriginFailures":
+		default:
+			t.Errorf("DestinationRule outlierDetection.%s is not modelled by this test", k)
+		}
+	}
+	if od["splitExternalLocalOriginErrors"] == true {
+		out["split_external_local_origin_errors"] = true
+		out["enforcing_local_origin_success_rate"] = 0
+		if n, _ := od["consecutiveLocalOriginFailures"].(int); n > 0 {
+			out["consecutive_local_origin_failure"] = n
+			out["enforcing_consecutive_local_origin_failure"] = 100
+		}
+	}
+	extProc["outlier_detection"] = out
+	extProc["common_lb_config"] = map[string]any{"healthy_panic_threshold": map[string]any{"value": 0}}
+	want := maps.Clone(dig(t, replicas.cluster("condisagg"), "outlier_detection").(map[string]any))
+	if _, ok := want["interval"]; !ok {
+		want["interval"] = "10s" // Envoy's default
+	}
+	for k, v := range want {
+		if out[k] != v {
+			t.Errorf("DestinationRule translates to outlier_detection.%s = %v; want the reference's %v", k, out[k], v)
+		}
+	}
+	got := dig(t, ext, "grpc_service", "retry_policy")
+	if ref := dig(t, replicas.extProc(), "grpc_service", "retry_policy"); !reflect.DeepEqual(got, ref) {
+		t.Errorf("EnvoyFilter ext_proc retry_policy = %v; want the reference's %v", got, ref)
+	}
 }
 
 // checkGuardAndPaths: the patched HCM filters are ext_proc, the reference's Lua fail-open guard
@@ -390,7 +467,83 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	hcm["http_filters"].([]any)[0].(map[string]any)["typed_config"] = translated
 	dig(t, hcm, "http_filters", 1, "typed_config", "default_source_code").(map[string]any)["inline_string"] = lua
 	dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config").(map[string]any)["mutations"] = early
+	ref.cluster("condisagg")["outlier_detection"] = checkEGFailover(t, objs, translated)
 	writeAndValidate(t, ref.doc)
+}
+
+// envoyDuration converts a Gateway API duration ("5ms") to Envoy's form ("0.005s").
+func envoyDuration(t *testing.T, v any) string {
+	t.Helper()
+	d, err := time.ParseDuration(fmt.Sprint(v))
+	if err != nil {
+		t.Fatalf("duration %v: %v", v, err)
+	}
+	return protoDuration(d)
+}
+
+// checkEGFailover translates the extProc entry's backendSettings as Envoy Gateway does (passive
+// health check: the ext_proc cluster's outlier_detection; retry: the ext_proc grpc_service's
+// retry_policy, set on translated) and checks both against the reference's settings for several
+// replicas; it returns the outlier_detection.
+func checkEGFailover(t *testing.T, objs []map[string]any, translated map[string]any) map[string]any {
+	t.Helper()
+	replicas := loadReplicaReference(t)
+	bs := dig(t, object(t, objs, "EnvoyExtensionPolicy", "condisagg"), "spec", "extProc", 0, "backendSettings").(map[string]any)
+	for k := range bs {
+		if k != "healthCheck" && k != "retry" {
+			t.Errorf("backendSettings.%s is not modelled by this test", k)
+		}
+	}
+	passive := dig(t, bs, "healthCheck", "passive").(map[string]any)
+	// Envoy Gateway's CRD defaults consecutive5XxErrors to 5, Envoy's default.
+	od := map[string]any{"consecutive_5xx": 5}
+	for k, v := range passive {
+		switch k {
+		case "splitExternalLocalOriginErrors":
+			od["split_external_local_origin_errors"] = v
+		case "consecutiveLocalOriginFailures":
+			od["consecutive_local_origin_failure"] = v
+		case "interval":
+			od["interval"] = envoyDuration(t, v)
+		case "baseEjectionTime":
+			od["base_ejection_time"] = envoyDuration(t, v)
+		case "maxEjectionPercent":
+			od["max_ejection_percent"] = v
+		default:
+			t.Errorf("healthCheck.passive.%s is not modelled by this test", k)
+		}
+	}
+	want := maps.Clone(dig(t, replicas.cluster("condisagg"), "outlier_detection").(map[string]any))
+	if _, ok := want["interval"]; !ok {
+		want["interval"] = "10s" // Envoy's default (Envoy Gateway's is 3s, hence set)
+	}
+	for k, v := range want {
+		if od[k] != v {
+			t.Errorf("healthCheck.passive translates to outlier_detection.%s = %v; want the reference's %v", k, od[k], v)
+		}
+	}
+
+	retry := dig(t, bs, "retry").(map[string]any)
+	var on []string
+	for _, tr := range dig(t, retry, "retryOn", "triggers").([]any) {
+		on = append(on, tr.(string))
+	}
+	backOff := dig(t, retry, "perRetry", "backOff")
+	rp := map[string]any{
+		"retry_on":    strings.Join(on, ","),
+		"num_retries": dig(t, retry, "numRetries"),
+		// Envoy Gateway sets both or neither (a nil maxInterval would not translate).
+		"retry_back_off": map[string]any{"base_interval": envoyDuration(t, dig(t, backOff, "baseInterval")),
+			"max_interval": envoyDuration(t, dig(t, backOff, "maxInterval"))},
+	}
+	ref := dig(t, replicas.extProc(), "grpc_service", "retry_policy").(map[string]any)
+	for _, k := range []string{"retry_on", "num_retries", "retry_back_off"} {
+		if !reflect.DeepEqual(rp[k], ref[k]) {
+			t.Errorf("backendSettings.retry translates to retry_policy.%s = %v; want the reference's %v", k, rp[k], ref[k])
+		}
+	}
+	translated["grpc_service"].(map[string]any)["retry_policy"] = rp
+	return od
 }
 
 // checkEGGuard checks that the EnvoyExtensionPolicy carries the fail-open guard, the same script

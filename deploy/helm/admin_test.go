@@ -129,6 +129,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"router_pdb_budget":    {[]string{"podDisruptionBudget.minAvailable=null", "podDisruptionBudget.maxUnavailable=-1"}, "/podDisruptionBudget/maxUnavailable"},
 		"roll_not_bool":        {[]string{"rollOnConfigChange=yes please"}, "/rollOnConfigChange"},
 		"peerauth_no_ports":    {[]string{"gateway.istio.peerAuthentication.ports={}"}, "/gateway/istio/peerAuthentication/ports"},
+		"failover_eject_all":   {[]string{"gateway.extProcFailover.maxEjectionPercent=100"}, "/gateway/extProcFailover/maxEjectionPercent"},
+		"failover_minutes":     {[]string{"gateway.extProcFailover.baseEjectionTime=1m"}, "/gateway/extProcFailover/baseEjectionTime"},
+		"failover_envoy_name":  {[]string{"gateway.extProcFailover.consecutiveLocalOriginFailure=1"}, "additional properties 'consecutiveLocalOriginFailure' not allowed"},
 		// the templates' own checks
 		"hub_without_prefix":   {[]string{"model.hub=Qwen/Qwen3-8B"}, `model.hub: "Qwen/Qwen3-8B" must be hf:<org>/<model>[@revision]`},
 		"hub_token_no_hub":     {[]string{"model.hubToken.existingSecret=hf"}, "model.hubToken.existingSecret: only used with model.hub"},
@@ -139,6 +142,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"mount_over_config":    {[]string{"extraVolumes[0].name=x", "extraVolumes[0].emptyDir.medium=Memory", "extraVolumeMounts[0].name=x", "extraVolumeMounts[0].mountPath=/etc/condisagg/"}, "extraVolumeMounts[0].mountPath: /etc/condisagg/ is where the chart mounts its own volume"},
 		"mount_over_model":     {[]string{"extraVolumes[0].name=x", "extraVolumes[0].emptyDir.medium=Memory", "extraVolumeMounts[0].name=x", "extraVolumeMounts[0].mountPath=/models"}, "extraVolumeMounts[0].mountPath: /models is where the chart mounts"},
 		"init_named_condisagg": {[]string{"initContainers[0].name=condisagg", "initContainers[0].image=busybox"}, "initContainers[0].name: condisagg is the router container's name"},
+		"failover_chart_envoy": {[]string{"gateway.type=envoy", "gateway.extProcFailover.maxEjectionPercent=34"}, "gateway.extProcFailover: the chart's own Envoy (gateway.type envoy) keeps the ejection and replay settings of its bootstrap"},
+		"failover_backoff":     {[]string{"gateway.type=envoy-gateway", "gateway.extProcFailover.retryBackOff.baseInterval=100ms"}, "gateway.extProcFailover.retryBackOff: maxInterval 50ms is below baseInterval 100ms"},
 		"peerauth_no_selector": {[]string{"gateway.type=istio", "gateway.istio.peerAuthentication.enabled=true"}, "gateway.istio.peerAuthentication.selector: name the engine pods' labels"},
 		"listen_in_config":     {[]string{"config.listen=0.0.0.0:1"}, "config.listen: the chart sets it"},
 		"token_in_config":      {[]string{"config.admin_token_file=/x"}, "config.admin_token_file: the chart sets it"},

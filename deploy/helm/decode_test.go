@@ -40,6 +40,7 @@ var apiTypes = map[string]func() any{
 	"networking.istio.io/v1/Gateway":                      func() any { return new(istiov1.Gateway) },
 	"networking.istio.io/v1/VirtualService":               func() any { return new(istiov1.VirtualService) },
 	"networking.istio.io/v1alpha3/EnvoyFilter":            func() any { return new(istiov1alpha3.EnvoyFilter) },
+	"networking.istio.io/v1/DestinationRule":              func() any { return new(istiov1.DestinationRule) },
 	"gateway.networking.k8s.io/v1/Gateway":                func() any { return new(gatewayv1.Gateway) },
 	"gateway.networking.k8s.io/v1/HTTPRoute":              func() any { return new(gatewayv1.HTTPRoute) },
 	"gateway.envoyproxy.io/v1alpha1/EnvoyProxy":           func() any { return new(egv1a1.EnvoyProxy) },
@@ -57,6 +58,7 @@ var istioSpecs = map[string]func() proto.Message{
 	"networking.istio.io/v1/Gateway":           func() proto.Message { return new(istioapiv1alpha3.Gateway) },
 	"networking.istio.io/v1/VirtualService":    func() proto.Message { return new(istioapiv1alpha3.VirtualService) },
 	"networking.istio.io/v1alpha3/EnvoyFilter": func() proto.Message { return new(istioapiv1alpha3.EnvoyFilter) },
+	"networking.istio.io/v1/DestinationRule":   func() proto.Message { return new(istioapiv1alpha3.DestinationRule) },
 	"security.istio.io/v1/PeerAuthentication":  func() proto.Message { return new(istioapisecurity.PeerAuthentication) },
 }
 
@@ -112,7 +114,7 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 			"PrometheusRule/condisagg", "ConfigMap/condisagg-dashboard"},
 		"plain_envoy":             {"ConfigMap/condisagg-envoy", "Deployment/condisagg-envoy", "Service/condisagg-envoy", "PodDisruptionBudget/condisagg-envoy"},
 		"plain_envoy_full_duplex": {"ConfigMap/condisagg-envoy", "Deployment/condisagg-envoy", "Service/condisagg-envoy", "PodDisruptionBudget/condisagg-envoy"},
-		"istio":                   {"EnvoyFilter/condisagg", "Gateway/llm", "VirtualService/llm", "PeerAuthentication/condisagg-workers"},
+		"istio":                   {"EnvoyFilter/condisagg", "DestinationRule/condisagg", "Gateway/llm", "VirtualService/llm", "PeerAuthentication/condisagg-workers"},
 		"envoy_gateway": {"BackendTrafficPolicy/condisagg", "ClientTrafficPolicy/condisagg", "EnvoyExtensionPolicy/condisagg",
 			"EnvoyProxy/condisagg", "Gateway/llm", "HTTPRoute/llm"},
 		"inference_pool": {"InferencePool/vllm", "HTTPRoute/llm"},
@@ -156,6 +158,12 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 		"prometheusrule_unknown":   {"PrometheusRule", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["group"] = []any{} }},
 		"servicemonitor_unknown":   {"ServiceMonitor", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["endpoint"] = []any{} }},
 		"envoyfilter_spec_unknown": {"EnvoyFilter", "condisagg", func(d map[string]any) { d["spec"].(map[string]any)["configPatch"] = []any{} }},
+		// Envoy's name of the field, singular: Istio's is consecutiveLocalOriginFailures.
+		"destinationrule_envoy_name": {"DestinationRule", "condisagg", func(d map[string]any) {
+			od := d["spec"].(map[string]any)["trafficPolicy"].(map[string]any)["outlierDetection"].(map[string]any)
+			od["consecutiveLocalOriginFailure"] = od["consecutiveLocalOriginFailures"]
+			delete(od, "consecutiveLocalOriginFailures")
+		}},
 		"peerauthentication_case": {"PeerAuthentication", "condisagg-workers", func(d map[string]any) {
 			spec := d["spec"].(map[string]any)
 			spec["portLevelMTLS"] = spec["portLevelMtls"]
@@ -164,16 +172,24 @@ func TestStrictDecodingRefusesMisspeltFields(t *testing.T) {
 		"peerauthentication_mode_value": {"PeerAuthentication", "condisagg-workers", func(d map[string]any) {
 			d["spec"].(map[string]any)["portLevelMtls"].(map[string]any)["8000"] = map[string]any{"mode": "PERMISIVE"}
 		}},
+		"extproc_backendsettings_typo": {"EnvoyExtensionPolicy", "condisagg", func(d map[string]any) {
+			e := d["spec"].(map[string]any)["extProc"].([]any)[0].(map[string]any)
+			e["backendSettings"].(map[string]any)["healthCheck"].(map[string]any)["passive"].(map[string]any)["consecutive5xxErrors"] = 5
+		}},
 		"inferencepool_picker_typo": {"InferencePool", "vllm", func(d map[string]any) {
 			d["spec"].(map[string]any)["endpointPickerRef"].(map[string]any)["failuremode"] = "FailOpen"
 		}},
 	}
 	poolObjs := render(t, variantNamed(t, "inference_pool"))
+	egObjs := render(t, variantNamed(t, "envoy_gateway"))
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			from := objs
-			if c.kind == "InferencePool" {
+			switch c.kind {
+			case "InferencePool":
 				from = poolObjs
+			case "EnvoyExtensionPolicy":
+				from = egObjs
 			}
 			o := find(t, from, c.kind, c.name)
 			var doc map[string]any

@@ -45,7 +45,7 @@ func TestChartGatewaysMatchExamples(t *testing.T) {
 		kinds                 []string
 	}{
 		{"istio", "istio.yaml", "envoy/examples/istio/condisagg-istio.yaml",
-			[]string{"Gateway", "VirtualService", "EnvoyFilter", "PeerAuthentication"}},
+			[]string{"Gateway", "VirtualService", "DestinationRule", "EnvoyFilter", "PeerAuthentication"}},
 		{"envoy_gateway", "envoy-gateway.yaml", "envoy/examples/envoy-gateway/condisagg-envoy-gateway.yaml",
 			[]string{"Gateway", "HTTPRoute", "EnvoyProxy", "EnvoyExtensionPolicy", "BackendTrafficPolicy", "ClientTrafficPolicy"}},
 	}

@@ -255,3 +255,25 @@ minAvailable: {{ $min }}
 maxUnavailable: {{ $max }}
 {{- end -}}
 {{- end -}}
+
+{{/* A duration of gateway.extProcFailover ("5ms", "30s": the schema allows nothing else) in
+milliseconds, and in the protobuf JSON form Istio's and Envoy's duration fields take ("0.005s",
+"30s"; Envoy Gateway takes the value as written). */}}
+{{- define "condisagg.durationMs" -}}
+{{- if hasSuffix "ms" . -}}
+{{- trimSuffix "ms" . | int64 -}}
+{{- else -}}
+{{- mul (trimSuffix "s" . | int64) 1000 -}}
+{{- end -}}
+{{- end -}}
+{{- define "condisagg.protoDuration" -}}
+{{- printf "%vs" (divf (include "condisagg.durationMs" .) 1000) -}}
+{{- end -}}
+
+{{/* Checks gateway.extProcFailover beyond the schema; renders nothing. */}}
+{{- define "condisagg.checkExtProcFailover" -}}
+{{- $f := .Values.gateway.extProcFailover -}}
+{{- if gt (int64 (include "condisagg.durationMs" $f.retryBackOff.baseInterval)) (int64 (include "condisagg.durationMs" $f.retryBackOff.maxInterval)) -}}
+{{- fail (printf "gateway.extProcFailover.retryBackOff: maxInterval %s is below baseInterval %s; give a maxInterval at least as long" $f.retryBackOff.maxInterval $f.retryBackOff.baseInterval) -}}
+{{- end -}}
+{{- end -}}
