@@ -467,7 +467,7 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	hcm["http_filters"].([]any)[0].(map[string]any)["typed_config"] = translated
 	dig(t, hcm, "http_filters", 1, "typed_config", "default_source_code").(map[string]any)["inline_string"] = lua
 	dig(t, hcm, "early_header_mutation_extensions", 0, "typed_config").(map[string]any)["mutations"] = early
-	ref.cluster("condisagg")["outlier_detection"] = checkEGFailover(t, objs, translated)
+	ref.cluster("condisagg")["outlier_detection"], ref.cluster("condisagg")["circuit_breakers"] = checkEGFailover(t, objs, translated)
 	writeAndValidate(t, ref.doc)
 }
 
@@ -482,18 +482,33 @@ func envoyDuration(t *testing.T, v any) string {
 }
 
 // checkEGFailover translates the extProc entry's backendSettings as Envoy Gateway does (passive
-// health check: the ext_proc cluster's outlier_detection; retry: the ext_proc grpc_service's
-// retry_policy, set on translated) and checks both against the reference's settings for several
-// replicas; it returns the outlier_detection.
-func checkEGFailover(t *testing.T, objs []map[string]any, translated map[string]any) map[string]any {
+// health check: the ext_proc cluster's outlier_detection; circuit breaker: its circuit_breakers;
+// retry: the ext_proc grpc_service's retry_policy, set on translated) and checks them against the
+// reference's settings for several replicas; it returns the outlier_detection and the
+// circuit_breakers.
+func checkEGFailover(t *testing.T, objs []map[string]any, translated map[string]any) (outlier, breakers map[string]any) {
 	t.Helper()
 	replicas := loadReplicaReference(t)
 	bs := dig(t, object(t, objs, "EnvoyExtensionPolicy", "condisagg"), "spec", "extProc", 0, "backendSettings").(map[string]any)
 	for k := range bs {
-		if k != "healthCheck" && k != "retry" {
+		if k != "healthCheck" && k != "retry" && k != "circuitBreaker" {
 			t.Errorf("backendSettings.%s is not modelled by this test", k)
 		}
 	}
+	th := map[string]any{}
+	for k, v := range dig(t, bs, "circuitBreaker").(map[string]any) {
+		envoyName := map[string]string{"maxConnections": "max_connections", "maxPendingRequests": "max_pending_requests",
+			"maxParallelRequests": "max_requests", "maxParallelRetries": "max_retries"}[k]
+		if envoyName == "" {
+			t.Errorf("circuitBreaker.%s is not modelled by this test", k)
+			continue
+		}
+		th[envoyName] = v
+	}
+	if want := dig(t, replicas.cluster("condisagg"), "circuit_breakers", "thresholds", 0).(map[string]any); !reflect.DeepEqual(th, want) {
+		t.Errorf("backendSettings.circuitBreaker translates to thresholds %v; want the reference's %v", th, want)
+	}
+	breakers = map[string]any{"thresholds": []any{th}}
 	passive := dig(t, bs, "healthCheck", "passive").(map[string]any)
 	// Envoy Gateway's CRD defaults consecutive5XxErrors to 5, Envoy's default.
 	od := map[string]any{"consecutive_5xx": 5}
@@ -543,7 +558,7 @@ func checkEGFailover(t *testing.T, objs []map[string]any, translated map[string]
 		}
 	}
 	translated["grpc_service"].(map[string]any)["retry_policy"] = rp
-	return od
+	return od, breakers
 }
 
 // checkEGGuard checks that the EnvoyExtensionPolicy carries the fail-open guard, the same script

@@ -158,9 +158,26 @@ func egDuration(t *testing.T, field string, d *gatewayv1.Duration) time.Duration
 	return mustDuration(t, *d)
 }
 
+// checkEGCircuitBreaker: the ext_proc cluster's limits are the routes' (10,000 connections,
+// pending and parallel requests) and allow as many retries, not Envoy's default 1,024 requests
+// and 3 retries in flight: every request holds one ext_proc stream.
+func checkEGCircuitBreaker(t *testing.T, cb *egv1a1.CircuitBreaker) {
+	t.Helper()
+	if cb == nil {
+		t.Fatal("extProc backendSettings without a circuitBreaker: Envoy's defaults cap the gateway at 1,024 requests in flight")
+	}
+	for name, v := range map[string]*int64{"maxConnections": cb.MaxConnections, "maxPendingRequests": cb.MaxPendingRequests,
+		"maxParallelRequests": cb.MaxParallelRequests, "maxParallelRetries": cb.MaxParallelRetries} {
+		if v == nil || *v != 10000 {
+			t.Errorf("extProc circuitBreaker.%s %v; want 10000", name, v)
+		}
+	}
+}
+
 // checkEGFailover: the EnvoyExtensionPolicy's extProc entry, whose backend is the condisagg
 // Service's ext_proc port, carries want as backendSettings: a passive health check splitting
-// local-origin errors and a retry (none when want.retries is 0), nothing else.
+// local-origin errors and a retry (none when want.retries is 0), beside the circuit breaker,
+// nothing else.
 func checkEGFailover(t *testing.T, objs []object, want failover) {
 	t.Helper()
 	eep := decodeAs[*egv1a1.EnvoyExtensionPolicy](t, find(t, objs, "EnvoyExtensionPolicy", release))
@@ -175,9 +192,10 @@ func checkEGFailover(t *testing.T, objs []object, want failover) {
 	if bs == nil || bs.HealthCheck == nil || bs.HealthCheck.Passive == nil {
 		t.Fatalf("extProc backendSettings %+v; want a passive health check", bs)
 	}
-	if bs.HealthCheck.Active != nil || bs.HealthCheck.PanicThreshold != nil || bs.LoadBalancer != nil || bs.CircuitBreaker != nil || bs.Timeout != nil {
-		t.Errorf("extProc backendSettings %+v; want the passive health check and the retry only", bs)
+	if bs.HealthCheck.Active != nil || bs.HealthCheck.PanicThreshold != nil || bs.LoadBalancer != nil || bs.Timeout != nil {
+		t.Errorf("extProc backendSettings %+v; want the circuit breaker, the passive health check and the retry only", bs)
 	}
+	checkEGCircuitBreaker(t, bs.CircuitBreaker)
 	p := bs.HealthCheck.Passive
 	if p.SplitExternalLocalOriginErrors == nil || !*p.SplitExternalLocalOriginErrors || p.ConsecutiveLocalOriginFailures == nil || p.MaxEjectionPercent == nil {
 		t.Fatalf("passive health check %+v; want split local-origin errors, their count and maxEjectionPercent", p)
@@ -263,8 +281,11 @@ func TestChartMeshFailover(t *testing.T) {
 			t.Errorf("ext_proc retry_policy %v rendered although disabled", rp)
 		}
 		eg := render(t, variant{values: []string{"common.yaml", "envoy-gateway.yaml"}, set: off})
-		if bs, ok := dig(t, find(t, eg, "EnvoyExtensionPolicy", release).Doc, "spec", "extProc", 0).(map[string]any)["backendSettings"]; ok {
-			t.Errorf("extProc backendSettings %v rendered although disabled", bs)
+		eep := decodeAs[*egv1a1.EnvoyExtensionPolicy](t, find(t, eg, "EnvoyExtensionPolicy", release))
+		if bs := eep.Spec.ExtProc[0].BackendSettings; bs == nil || bs.HealthCheck != nil || bs.Retry != nil {
+			t.Errorf("extProc backendSettings %+v; want the circuit breaker only (no ejection, no retry) when disabled", bs)
+		} else {
+			checkEGCircuitBreaker(t, bs.CircuitBreaker)
 		}
 	})
 	// The values' defaults are documented as the chart Envoy's: a changed bootstrap must move them.
