@@ -57,7 +57,7 @@ condisagg_slo_feedback_bound %g
 	}
 	for _, ratio := range []float64{3, 1, 8} {
 		for range 400 {
-			l.ObserveLatency(policy.RouteDecode, MetricTTFT, 100, 100*ratio, bound)
+			l.ObserveLatency(policy.RouteDecode, MetricTTFT, 100, 100*ratio, 1, bound)
 		}
 	}
 	if got := reversals(); got != 2 {

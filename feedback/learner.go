@@ -19,11 +19,12 @@ func New() *Learner { return &Learner{} }
 func (l *Learner) Corrections() [policy.NumRoutes]policy.Correction { return l.loop.corrections() }
 
 // ObserveLatency feeds the controller one observed latency (ms) of metric m of a request
-// placed on rt, beside the cost model's uncorrected forecast for it (ms, Forecasts); bound is
-// the configured maximum correction (policy.Disagg.SLOFeedbackMax). Samples without a
-// forecast, or non-finite ones, are ignored.
-func (l *Learner) ObserveLatency(rt policy.Route, m Metric, forecastMS, observedMS, bound float64) {
-	l.loop.observe(rt, m, forecastMS, observedMS, bound)
+// placed on rt, beside the cost model's uncorrected forecast for it (ms, Forecasts) and the
+// request's objective for m (ms, Objectives); bound is the configured maximum correction
+// (policy.Disagg.SLOFeedbackMax). Samples without a forecast or an objective, or non-finite
+// ones, are ignored.
+func (l *Learner) ObserveLatency(rt policy.Route, m Metric, forecastMS, observedMS, objectiveMS, bound float64) {
+	l.loop.observe(rt, m, forecastMS, observedMS, objectiveMS, bound)
 }
 
 // ObserveRouted counts one booked decision: its prompt length and the prompt tokens some

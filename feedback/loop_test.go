@@ -31,7 +31,7 @@ func TestFeedbackStepChange(t *testing.T) {
 		for range n {
 			before := factorOf(&f, policy.RouteDecode, MetricTTFT)
 			noisy := ratio * (0.9 + 0.2*rng.Float64())
-			f.observe(policy.RouteDecode, MetricTTFT, 100, 100*noisy, 8)
+			f.observe(policy.RouteDecode, MetricTTFT, 100, 100*noisy, 1, 8)
 			if factorOf(&f, policy.RouteDecode, MetricTTFT) != before {
 				moves++
 			}
@@ -63,18 +63,20 @@ func TestFeedbackStepChange(t *testing.T) {
 func TestFeedbackBoundsAndJunk(t *testing.T) {
 	var f loop
 	for range feedbackMinCount - 1 {
-		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 8)
+		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 1, 8)
 	}
 	if factorOf(&f, policy.RoutePrefill, MetricTPOT) != 1 {
 		t.Fatal("moved before the minimum samples")
 	}
 	for range 200 {
-		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 8)
-		f.observe(policy.RoutePrefillLocal, MetricTTFT, 1000, 1, 4)
-		f.observe(policy.RouteDecode, MetricTTFT, 0, 50, 8)
-		f.observe(policy.RouteDecode, MetricTTFT, math.Inf(1), 50, 8)
-		f.observe(policy.RouteDecode, MetricTTFT, 50, math.NaN(), 8)
-		f.observe(policy.Route(9), MetricTTFT, 50, 50, 8)
+		f.observe(policy.RoutePrefill, MetricTPOT, 10, 1000, 1, 8)
+		f.observe(policy.RoutePrefillLocal, MetricTTFT, 1000, 1, 0.001, 4)
+		f.observe(policy.RouteDecode, MetricTTFT, 0, 50, 1, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, math.Inf(1), 50, 1, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, 50, 50, 0, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, 50, 50, math.NaN(), 8)
+		f.observe(policy.RouteDecode, MetricTTFT, 50, math.NaN(), 1, 8)
+		f.observe(policy.Route(9), MetricTTFT, 50, 50, 1, 8)
 	}
 	if got := factorOf(&f, policy.RoutePrefill, MetricTPOT); got != 8 {
 		t.Fatalf("100x slower than forecast: correction %v, want the bound 8", got)
@@ -99,10 +101,38 @@ func TestFeedbackCannotOscillate(t *testing.T) {
 		if i/200%2 == 1 {
 			ratio = 1.0 / 100
 		}
-		f.observe(policy.RouteDecode, MetricTPOT, 10, 10*ratio, 8)
+		f.observe(policy.RouteDecode, MetricTPOT, 10, 10*ratio, 0.01, 8)
 	}
 	c := &f.cells[policy.RouteDecode][MetricTPOT]
 	if c.reversals > 3 || c.updates > 12 || c.updates == 0 {
 		t.Fatalf("%d moves, %d of them reversals, over 100 swings: want at most 3 reversals", c.updates, c.reversals)
+	}
+}
+
+// TestFeedbackLearnsOnlyBeyondObjective: latencies inside the objective are all equally good,
+// so a forecast of 20 ms that became 240 ms under a 2 s objective (what a loaded fleet shows
+// for placements with room to spare) teaches nothing, where the plain ratio 12 would scale
+// every forecast up to the bound. Forecasts near the objective whose requests miss it raise
+// the correction by how far beyond the objective they land; forecasts beyond the objective
+// whose requests meet it lower it.
+func TestFeedbackLearnsOnlyBeyondObjective(t *testing.T) {
+	var f loop
+	for range 2000 {
+		f.observe(policy.RouteDecode, MetricTTFT, 20, 240, 2000, 8)
+	}
+	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); got != 1 {
+		t.Fatalf("errors inside the objective moved the correction to %.2f", got)
+	}
+	for range 1000 {
+		f.observe(policy.RouteDecode, MetricTTFT, 1500, 4500, 2000, 8)
+	}
+	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); math.Abs(got/2.25-1) > 0.2 {
+		t.Fatalf("requests forecast inside the objective landed 2.25x beyond it: correction %.2f, want ~2.25", got)
+	}
+	for range 1000 {
+		f.observe(policy.RoutePrefill, MetricTPOT, 200, 20, 50, 8)
+	}
+	if got := factorOf(&f, policy.RoutePrefill, MetricTPOT); math.Abs(got/0.25-1) > 0.2 {
+		t.Fatalf("forecasts 4x the objective met it: correction %.2f, want ~0.25 (the objective over the forecast)", got)
 	}
 }

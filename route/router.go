@@ -60,7 +60,7 @@ type EventStreams interface {
 // observed mix (package feedback; *feedback.Learner satisfies it).
 type Learner interface {
 	Corrections() [policy.NumRoutes]policy.Correction
-	ObserveLatency(rt policy.Route, m feedback.Metric, forecastMS, observedMS, bound float64)
+	ObserveLatency(rt policy.Route, m feedback.Metric, forecastMS, observedMS, objectiveMS, bound float64)
 	ObserveRouted(isl int, prefillTokens int64)
 	ObserveOutput(tokens int)
 }

@@ -26,6 +26,9 @@ type Ticket struct {
 	// forecastTTFT and forecastTPOT are the cost model's uncorrected forecasts (feedback.Forecasts, in
 	// ms; 0: no forecast chose the placement, so the controller learns nothing from it).
 	forecastTTFT, forecastTPOT float64
+	// objTTFT and objTPOT are the request's objective (feedback.Objectives, in ms): the
+	// controller learns only the error beyond it.
+	objTTFT, objTPOT           float64
 	decided                    time.Time // the router's clock when the booking was made
 	first                      time.Time // a streamed answer's first token; zero before
 	sawFirst                   bool      // FirstToken ran
@@ -36,6 +39,7 @@ type Ticket struct {
 func (r *Router) newTicket(m *model, id string, dec *policy.Decision, now time.Time) *Ticket {
 	t := &Ticket{r: r, m: m, booking: id, route: dec.Route, decided: now}
 	t.forecastTTFT, t.forecastTPOT = feedback.Forecasts(dec, dec.Route)
+	t.objTTFT, t.objTPOT = feedback.Objectives(dec)
 	return t
 }
 
@@ -78,7 +82,7 @@ func (t *Ticket) FirstToken(now time.Time, streamed bool) (sinceDecision time.Du
 	}
 	t.first = now
 	if t.forecastTTFT > 0 {
-		t.learn(feedback.MetricTTFT, t.forecastTTFT, ttft)
+		t.learn(feedback.MetricTTFT, t.forecastTTFT, t.objTTFT, ttft)
 	}
 	return ttft, true
 }
@@ -94,7 +98,7 @@ func (t *Ticket) Finish(now time.Time, outputTokens int) {
 	t.r.learner.ObserveOutput(outputTokens)
 	t.m.fleet.Output(now, fleetPool(t.route), outputTokens)
 	if t.forecastTPOT > 0 && !t.first.IsZero() && outputTokens >= 2 {
-		t.learn(feedback.MetricTPOT, t.forecastTPOT, now.Sub(t.first)/time.Duration(outputTokens-1))
+		t.learn(feedback.MetricTPOT, t.forecastTPOT, t.objTPOT, now.Sub(t.first)/time.Duration(outputTokens-1))
 	}
 	t.end()
 }
@@ -132,8 +136,8 @@ func (t *Ticket) releasePrefill() {
 	t.m.pool.ReleasePrefill(t.booking)
 }
 
-// learn feeds the controller one observed latency beside its forecast (ms).
-func (t *Ticket) learn(m feedback.Metric, forecastMS float64, observed time.Duration) {
+// learn feeds the controller one observed latency beside its forecast and objective (ms).
+func (t *Ticket) learn(m feedback.Metric, forecastMS, objectiveMS float64, observed time.Duration) {
 	bound := t.r.policy.Load().Disagg.SLOFeedbackMax
-	t.r.learner.ObserveLatency(t.route, m, forecastMS, float64(observed)/float64(time.Millisecond), bound)
+	t.r.learner.ObserveLatency(t.route, m, forecastMS, float64(observed)/float64(time.Millisecond), objectiveMS, bound)
 }

@@ -19,6 +19,7 @@ type sample struct {
 	rt                   policy.Route
 	m                    feedback.Metric
 	forecast, observedMS float64
+	objectiveMS          float64
 }
 
 func (l *recordingLearner) Corrections() [policy.NumRoutes]policy.Correction {
@@ -26,8 +27,8 @@ func (l *recordingLearner) Corrections() [policy.NumRoutes]policy.Correction {
 }
 func (l *recordingLearner) ObserveRouted(int, int64) {}
 func (l *recordingLearner) ObserveOutput(n int)      { l.outputs = append(l.outputs, n) }
-func (l *recordingLearner) ObserveLatency(rt policy.Route, m feedback.Metric, f, o, _ float64) {
-	l.latencies = append(l.latencies, sample{rt, m, f, o})
+func (l *recordingLearner) ObserveLatency(rt policy.Route, m feedback.Metric, f, o, obj, _ float64) {
+	l.latencies = append(l.latencies, sample{rt, m, f, o, obj})
 }
 
 // TestTicketLifecycle: a ticket releases the prefill entry at the prefill leg's end or the
@@ -85,8 +86,9 @@ func TestTicketLifecycle(t *testing.T) {
 			t.Fatalf("after the end: %d requests held, ended %v", reqs, tk.Ended())
 		}
 		if len(l.latencies) != 2 || l.latencies[0].m != feedback.MetricTTFT || l.latencies[0].observedMS != 300 ||
-			l.latencies[1].m != feedback.MetricTPOT || l.latencies[1].observedMS != 20 || l.latencies[0].forecast <= 0 {
-			t.Fatalf("latencies %+v, want TTFT 300 ms then TPOT 20 ms with forecasts", l.latencies)
+			l.latencies[1].m != feedback.MetricTPOT || l.latencies[1].observedMS != 20 || l.latencies[0].forecast <= 0 ||
+			l.latencies[0].objectiveMS != 2000 || l.latencies[1].objectiveMS != 100 {
+			t.Fatalf("latencies %+v, want TTFT 300 ms then TPOT 20 ms with forecasts and the objective 2000/100 ms", l.latencies)
 		}
 		if len(l.outputs) != 1 || l.outputs[0] != 100 {
 			t.Fatalf("outputs %v, want [100]", l.outputs)
