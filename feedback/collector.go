@@ -11,7 +11,7 @@ var (
 	feedbackFactorDesc = prometheus.NewDesc("condisagg_slo_feedback_factor",
 		"The slo policy's correction in force: its forecasts of this placement and metric are multiplied by it.", []string{"route", "metric"}, nil)
 	feedbackRatioDesc = prometheus.NewDesc("condisagg_slo_feedback_ratio",
-		"Smoothed observed/forecast latency the slo controller learned (0 before the first sample).", []string{"route", "metric"}, nil)
+		"Smoothed observed/forecast latency the slo controller learned, each counted as at least the request's objective (0 before the first sample).", []string{"route", "metric"}, nil)
 	feedbackUpdatesDesc = prometheus.NewDesc("condisagg_slo_feedback_updates_total",
 		"Times the slo controller changed the correction in force (hysteresis: a steady ratio changes nothing).", []string{"route", "metric"}, nil)
 	// Reversals and the bound exist for the alert rules: a loop whose changes keep turning back
