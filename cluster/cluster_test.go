@@ -352,8 +352,9 @@ func TestSLOControllerUnderLoadStep(t *testing.T) {
 // model. Most requests meet the objective while their latency is several times the forecast
 // (queues the booked load does not show); a controller that learned those ratios scaled every
 // forecast up, pushed placements with room to spare into the overload rule and lost goodput
-// (2P2D 1 s/50 ms: 7.58 -> 6.96 req/s). Learning only the error beyond the objective
-// (feedback.loop), it must serve at least 99 % of the goodput it serves with the loop off.
+// (2P2D 1 s/50 ms: 7.58 -> 6.96 req/s). Learning only the error beyond the objective, from
+// requests forecast near it (feedback.loop), it must serve at least 99 % of the goodput it
+// serves with the loop off.
 func TestSLOControllerCostsNoGoodput(t *testing.T) {
 	all, err := workload.Synthetic("llm-d-b2b", 1)
 	if err != nil {
@@ -415,8 +416,9 @@ func testSLOControllerUnderLoadStep(t *testing.T, step float64, slo policy.SLO, 
 				f.Route, f.Metric, f.Updates, f.Reversals, f.Samples, f.Ratio, f.Factor)
 		}
 	}
-	// Every request placed by a forecast feeds the controller; an overload placement (no
-	// forecast met the objective, so cost chose) does not.
+	// Only requests placed by a forecast feed the controller, each at most a TTFT and a TPOT
+	// (and only those forecast near their objective); an overload placement (no forecast met
+	// the objective, so cost chose) does not.
 	forecastPlaced := 0
 	for _, d := range rep.Decisions {
 		if !strings.HasPrefix(d.Reason, "slo_overload_") {
@@ -427,7 +429,7 @@ func testSLOControllerUnderLoadStep(t *testing.T, step float64, slo policy.SLO, 
 	for _, f := range fb {
 		acted = acted || f.Updates > 0
 	}
-	if (slow > 1 && !acted) || samples < forecastPlaced {
+	if (slow > 1 && !acted) || samples > 2*forecastPlaced || samples == 0 {
 		t.Fatalf("the controller saw %d samples for %d requests placed by forecast (of %d), acting %v: %+v", samples, forecastPlaced, len(reqs), acted, fb)
 	}
 	t.Logf("controller: %+v", fb)

@@ -110,15 +110,14 @@ func TestFeedbackCannotOscillate(t *testing.T) {
 }
 
 // TestFeedbackLearnsOnlyBeyondObjective: latencies inside the objective are all equally good,
-// so a forecast of 20 ms that became 240 ms under a 2 s objective (what a loaded fleet shows
-// for placements with room to spare) teaches nothing, where the plain ratio 12 would scale
-// every forecast up to the bound. Forecasts near the objective whose requests miss it raise
-// the correction by how far beyond the objective they land; forecasts beyond the objective
-// whose requests meet it lower it.
+// so a forecast of 1 s that became 1.9 s under a 2 s objective (a loaded fleet whose requests
+// still meet it) teaches nothing, where the plain ratio 1.9 would scale every forecast up.
+// Forecasts near the objective whose requests miss it raise the correction by how far beyond
+// the objective they land; forecasts beyond the objective whose requests meet it lower it.
 func TestFeedbackLearnsOnlyBeyondObjective(t *testing.T) {
 	var f loop
 	for range 2000 {
-		f.observe(policy.RouteDecode, MetricTTFT, 20, 240, 2000, 8)
+		f.observe(policy.RouteDecode, MetricTTFT, 1000, 1900, 2000, 8)
 	}
 	if got := factorOf(&f, policy.RouteDecode, MetricTTFT); got != 1 {
 		t.Fatalf("errors inside the objective moved the correction to %.2f", got)
@@ -134,5 +133,25 @@ func TestFeedbackLearnsOnlyBeyondObjective(t *testing.T) {
 	}
 	if got := factorOf(&f, policy.RoutePrefill, MetricTPOT); math.Abs(got/0.25-1) > 0.2 {
 		t.Fatalf("forecasts 4x the objective met it: correction %.2f, want ~0.25 (the objective over the forecast)", got)
+	}
+}
+
+// TestFeedbackLearnsOnlyNearObjective: a request forecast at a twentieth of its objective that
+// missed it (the queue of the moment was not seen) says nothing of the placements forecast near
+// the objective, the only ones a correction moves: it teaches nothing, where it would double
+// the correction. Requests forecast at half the objective or more teach it.
+func TestFeedbackLearnsOnlyNearObjective(t *testing.T) {
+	var f loop
+	for range 2000 {
+		f.observe(policy.RouteDecode, MetricTPOT, 5, 200, 100, 8)
+	}
+	if got, n := factorOf(&f, policy.RouteDecode, MetricTPOT), f.cells[policy.RouteDecode][MetricTPOT].n; got != 1 || n != 0 {
+		t.Fatalf("forecasts far inside the objective taught the loop: correction %.2f after %d samples", got, n)
+	}
+	for range 1000 {
+		f.observe(policy.RouteDecode, MetricTPOT, 60, 200, 100, 8)
+	}
+	if got := factorOf(&f, policy.RouteDecode, MetricTPOT); math.Abs(got/2-1) > 0.2 {
+		t.Fatalf("forecasts near the objective landed 2x beyond it: correction %.2f, want ~2", got)
 	}
 }

@@ -370,6 +370,46 @@ func TestSLOFeedbackCorrections(t *testing.T) {
 	}
 }
 
+// TestSLOCorrectionNeverOverloads: a request the cost model forecasts to meet its objective is
+// not given up to the overload rule because a correction says every placement would miss:
+// it takes the placement with the most corrected headroom under its forecast reason. With the
+// uncorrected forecasts missing too, the overload rule applies as before.
+func TestSLOCorrectionNeverOverloads(t *testing.T) {
+	cfg := sloConfig(t, `,"slo_feedback":true`)
+	s := sloFleet(nil)
+	in := sloInput(s, 8000)
+	raw := Decide(&cfg, in, s, newRand(1)).Inputs.Estimates
+	ttft := 0.0
+	for _, e := range raw {
+		if e.Valid {
+			ttft = max(ttft, e.TTFTms)
+		}
+	}
+	// Every placement meets the objective uncorrected (TTFT at 1.5x the slowest forecast),
+	// none with its TTFT forecast 8x.
+	in.SLO = SLO{TTFT: time.Duration(1.5 * ttft * float64(time.Millisecond)), TPOT: time.Second}
+	for r := range in.Feedback {
+		in.Feedback[r] = Correction{TTFT: 8}
+	}
+	dec := Decide(&cfg, in, s, newRand(1))
+	est := dec.Inputs.Estimates
+	best := RouteDecode
+	for _, r := range []Route{RoutePrefill, RoutePrefillLocal} {
+		if est[r].Valid && est[r].Headroom > est[best].Headroom {
+			best = r
+		}
+	}
+	if dec.Reason == ReasonSLOOverloadBypass || dec.Reason == ReasonSLOOverloadPrefillLocal || dec.Route != best || est[best].Headroom >= 0 {
+		t.Fatalf("raw forecasts meet the objective, corrected ones miss: route %v reason %v, want %v by its forecast (estimates %+v)",
+			dec.Route, dec.Reason, best, est)
+	}
+	// Uncorrected forecasts that miss too: the overload rule.
+	in.SLO = SLO{TTFT: time.Millisecond, TPOT: time.Millisecond}
+	if dec := Decide(&cfg, in, s, newRand(1)); dec.Reason != ReasonSLOOverloadBypass && dec.Reason != ReasonSLOOverloadPrefillLocal {
+		t.Fatalf("every forecast misses uncorrected: reason %v, want an overload placement", dec.Reason)
+	}
+}
+
 // TestReportedBusySource: decode_busy_source "reported" applies θd to the previewed worker's
 // own KV usage: a bypass over it is denied (remote_decode_busy), unknown usage denies
 // (remote_capacity_unknown), under it passes; a bad source is refused by name; the canonical
