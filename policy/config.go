@@ -78,8 +78,9 @@ type Disagg struct {
 	CostModelFile string
 	Cost          cost.Model
 	// SLOFeedback (slo_feedback, default false) applies the closed-loop corrections of the
-	// feedback controller to the forecasts (off by default: on the evaluation matrix the
-	// corrections cost goodput, docs/results.md "The slo controller"); SLOFeedbackMax
+	// feedback controller to the forecasts (off by default: on the evaluation matrix with
+	// slo_fleet they neither cost nor gain goodput beyond the run-to-run noise, docs/results.md
+	// "The controller on the fleet's view"; they are for a fleet the cost model does not fit); SLOFeedbackMax
 	// (slo_feedback_max, default 8) bounds a correction to [1/max, max].
 	SLOFeedback    bool
 	SLOFeedbackMax float64
