@@ -6,7 +6,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd sim-vs-real image image-test fleet-vllm-args conformance-llmd-sim conformance-engines clean
+.PHONY: all deps build test test-short test-kube kube-tools vet bench bench-e2e bench-peers bench-curves chaos fuzz demo conformance conformance-vllm conformance-vllm-fields conformance-pd conformance-pd-handoff sim-vs-real image image-test fleet-vllm-args conformance-llmd-sim conformance-engines clean
 
 all: build
 
@@ -146,7 +146,13 @@ conformance-pd: deps
 	@test -f $(TINY_QWEN3)/model.safetensors -a -f $(TINY_QWEN3_LORA)/adapter_model.safetensors || \
 		$(VLLM_VENV_DIR)/bin/python scripts/vllm-tiny-model.py --arch qwen3 --out $(TINY_QWEN3) --lora-out $(TINY_QWEN3_LORA)
 	$(GO) build -o bin/ ./cmd/condisagg ./cmd/pd-sidecar ./cmd/conformance-pd
-	bin/conformance-pd $(CONFORMANCE_PD_FLAGS)
+	bin/conformance-pd $(CONFORMANCE_PD_MODE) $(CONFORMANCE_PD_FLAGS)
+
+# The handoff placement (slo_handoff) on the same real engines: a prefill engine and two kv_both
+# decode engines (three at once, ~3 GiB), a pd-sidecar in front of each worker. Same as
+# `make conformance-pd CONFORMANCE_PD_MODE=-handoff`. Report: docs/conformance.md.
+conformance-pd-handoff:
+	$(MAKE) conformance-pd CONFORMANCE_PD_MODE=-handoff
 
 # Opt-in, not part of `make test` (two real engines, a calibration and 3 repeats of 4 layouts
 # take about an hour and ~6 GiB): the simulator against real vLLM 0.32 CPU engines, each pinned

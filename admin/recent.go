@@ -12,8 +12,8 @@ import (
 )
 
 // RecentSource is what Recent asks of the ext_proc server (*extproc.Server satisfies it): the
-// log its routed requests go to, and the transfer truth of the remote ones, by the Seq of each
-// decision in that log.
+// log its routed requests go to, and the transfer truth of the two-leg ones (remote prefill and
+// handoff), by the Seq of each decision in that log.
 type RecentSource interface {
 	Recent() *decisionlog.Recent
 	// TransfersByDecision returns the transfer of every decision whose Seq is in seqs and that
@@ -26,13 +26,13 @@ type RecentSource interface {
 type TransferState string
 
 const (
-	// TransferPending: a remote prefill still in flight.
+	// TransferPending: a two-leg request (remote prefill or handoff) still in flight.
 	TransferPending TransferState = "pending"
-	// TransferUnclassified: a remote prefill that ended without a classification: an error
+	// TransferUnclassified: a two-leg request that ended without a classification: an error
 	// answer, a stream error or a cancel, which say nothing about the transfer
 	// (docs/disagg-truth.md §3).
 	TransferUnclassified TransferState = "unclassified"
-	// TransferNotRemote: every other placement; no transfer took place.
+	// TransferNotRemote: every other placement (one leg); no transfer took place.
 	TransferNotRemote TransferState = "not_remote"
 )
 
@@ -44,8 +44,9 @@ type RecentDecision struct {
 }
 
 // RecentDecisions returns up to limit of the latest requests src routed, newest first, each
-// with the transfer outcome of its decode leg when it went to remote prefill. Nil when src
-// keeps no log.
+// with the transfer outcome of its decode leg when it ran two legs: a remote prefill, or a
+// handoff (prefill on the decode worker holding the prefix, decode on another, the KV pulled
+// as on the remote path, and classified by the same rule). Nil when src keeps no log.
 func RecentDecisions(src RecentSource, limit int) []RecentDecision {
 	log := src.Recent()
 	if log == nil || limit <= 0 {
@@ -54,7 +55,7 @@ func RecentDecisions(src RecentSource, limit int) []RecentDecision {
 	entries := log.Latest(make([]decisionlog.Entry, 0, min(limit, log.Size())), limit)
 	remote := make(map[uint64]bool)
 	for _, e := range entries {
-		if e.Placement == decisionlog.PlacementPrefill {
+		if e.Placement == decisionlog.PlacementPrefill || e.Placement == decisionlog.PlacementHandoff {
 			remote[e.Seq] = true
 		}
 	}

@@ -4,6 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/condisagg/condisagg/decisionlog"
+	"github.com/condisagg/condisagg/policy"
+	"github.com/condisagg/condisagg/route"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,5 +82,54 @@ func TestAdminRecentTransferTruth(t *testing.T) {
 	_, err = ac.Recent(context.Background(), &condisaggv1.RecentRequest{Limit: MaxRecentLimit + 1})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("Recent{limit %d}: %v, want InvalidArgument naming limit", MaxRecentLimit+1, err)
+	}
+}
+
+// fakeTransfers is a RecentSource over a decision log and a fixed set of transfer outcomes.
+type fakeTransfers struct {
+	log *decisionlog.Recent
+	out map[uint64]decisionlog.Transfer
+}
+
+func (f fakeTransfers) Recent() *decisionlog.Recent { return f.log }
+
+func (f fakeTransfers) TransfersByDecision(seqs map[uint64]bool) map[uint64]decisionlog.Transfer {
+	got := map[uint64]decisionlog.Transfer{}
+	for seq := range seqs {
+		if t, ok := f.out[seq]; ok {
+			got[seq] = t
+		}
+	}
+	return got
+}
+
+// TestRecentDecisionsHandoffTransfer: a handoff runs two legs like a remote prefill (its KV is
+// pulled from the holder), so RecentDecisions joins it with its transfer outcome, pending while
+// none is recorded; a one-leg placement stays not_remote whatever the server holds for it.
+func TestRecentDecisionsHandoffTransfer(t *testing.T) {
+	log, err := decisionlog.NewRecent(decisionlog.RecentOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_000_000, 0)
+	add := func(r policy.Route) uint64 { return log.Add(at, "req", &route.Outcome{Route: r}) }
+	remote, handoff, pending, local := add(policy.RoutePrefill), add(policy.RouteHandoff), add(policy.RouteHandoff), add(policy.RouteDecode)
+	src := fakeTransfers{log: log, out: map[uint64]decisionlog.Transfer{
+		remote:  {Outcome: "transferred", At: at, PromptTokens: 864, CachedTokens: 864},
+		handoff: {Outcome: "recomputed", At: at, PromptTokens: 885, CachedTokens: 0},
+		local:   {Outcome: "transferred", At: at}, // never asked for: one leg
+	}}
+	want := map[uint64]TransferState{remote: "transferred", handoff: "recomputed", pending: TransferPending, local: TransferNotRemote}
+	got := RecentDecisions(src, 10)
+	if len(got) != len(want) {
+		t.Fatalf("%d decisions, want %d", len(got), len(want))
+	}
+	for _, d := range got {
+		if d.Transfer != want[d.Entry.Seq] {
+			t.Errorf("decision %d (%s): transfer %q, want %q", d.Entry.Seq, decisionlog.PlacementNames[d.Entry.Placement], d.Transfer, want[d.Entry.Seq])
+		}
+	}
+	if d := got[len(got)-1-int(handoff-remote)]; d.Entry.Seq != handoff || d.Record.PromptTokens != 885 {
+		t.Errorf("the handoff (seq %d): record %+v, want its classification (L 885)", d.Entry.Seq, d.Record)
 	}
 }

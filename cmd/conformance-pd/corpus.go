@@ -105,7 +105,17 @@ func (d *driver) settle(ctx context.Context, port int) (truth, error) {
 	return prev, nil
 }
 
-// quiesce waits until condisagg has applied the KV events both engines published: their last
+// workerIDs are the workers condisagg routes to in this mode.
+func (d *driver) workerIDs() []string {
+	if d.c.handoff {
+		return []string{prefillID, decodeID, decode1ID}
+	}
+	return []string{prefillID, decodeID}
+}
+
+func (d *driver) numWorkers() int { return len(d.workerIDs()) }
+
+// quiesce waits until condisagg has applied the KV events every engine published: their last
 // applied seq numbers hold still for 400 ms.
 func (d *driver) quiesce(ctx context.Context) {
 	seqs := func() string {
@@ -114,7 +124,7 @@ func (d *driver) quiesce(ctx context.Context) {
 			return "?"
 		}
 		var b strings.Builder
-		for _, id := range []string{prefillID, decodeID} {
+		for _, id := range d.workerIDs() {
 			if w := ws[id]; w != nil && w.Events != nil {
 				fmt.Fprintf(&b, "%d/", w.Events.LastSeq)
 			}
@@ -260,8 +270,12 @@ func (d *driver) record(r result) result {
 		if len(r.problems) > 0 {
 			status = "MISMATCH " + strings.Join(r.problems, "; ")
 		}
-		fmt.Printf("%s %-22s route=%-7s sidecar=%-8s condisagg=%-12s engine=%-11s L=%d C=%d Pcached=%d dΔ=%+v %s\n",
-			r.id, r.cat, r.a.route, r.a.kvTransfer, r.router, r.engine, r.a.prompt, r.a.cached, r.a.pCached, r.dDelta, status)
+		holder := "" // a handoff's prefill leg ran on a decode engine: its deltas too
+		if r.wantRoute == "handoff" {
+			holder = fmt.Sprintf(" holderΔ=%+v", r.pDelta)
+		}
+		fmt.Printf("%s %-22s route=%-7s sidecar=%-8s condisagg=%-12s engine=%-11s L=%d C=%d Pcached=%d dΔ=%+v%s %s\n",
+			r.id, r.cat, r.a.route, r.a.kvTransfer, r.router, r.engine, r.a.prompt, r.a.cached, r.a.pCached, r.dDelta, holder, status)
 	}
 	return r
 }

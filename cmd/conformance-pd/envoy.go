@@ -94,15 +94,20 @@ type answer struct {
 	kvTransfer string // pd-sidecar's X-Condisagg-KV-Transfer
 	pCached    int64  // pd-sidecar's X-Condisagg-Prefill-Cached-Tokens; -1: absent
 	hasUsage   bool
-	prompt     int64 // usage.prompt_tokens
-	cached     int64 // usage.prompt_tokens_details.cached_tokens; -1: absent
-	errEvent   bool  // an error event in the stream
-	truncated  bool  // the stream or body ended before its end (a read error)
+	prompt     int64  // usage.prompt_tokens
+	cached     int64  // usage.prompt_tokens_details.cached_tokens; -1: absent
+	text       string // the generated text (choices' text, message content or deltas)
+	finish     string // the last finish_reason
+	tokenDelta int    // stream events with a choice other than the role-only opening one
+	completion int64  // usage.completion_tokens
+	errEvent   bool   // an error event in the stream
+	truncated  bool   // the stream or body ended before its end (a read error)
 	body       string
 }
 
 type usage struct {
 	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens *int64 `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
@@ -111,7 +116,12 @@ type usage struct {
 // post sends one request through Envoy. firstByte, when not nil, is closed once the first body
 // bytes arrive (the kill rows time their kill by it).
 func (d *driver) post(ctx context.Context, path string, body []byte, hdr map[string]string, firstByte chan<- struct{}) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+d.envoy.p.ListenerAddr("llm")+path, bytes.NewReader(body))
+	return d.postTo(ctx, d.envoy.p.ListenerAddr("llm"), path, body, hdr, firstByte)
+}
+
+// postTo is post to addr (host:port) instead of Envoy.
+func (d *driver) postTo(ctx context.Context, addr, path string, body []byte, hdr map[string]string, firstByte chan<- struct{}) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}
@@ -163,11 +173,18 @@ func (d *driver) post(ctx context.Context, path string, body []byte, hdr map[str
 				continue
 			}
 			var ev struct {
-				Error json.RawMessage `json:"error"`
-				Usage *usage          `json:"usage"`
+				Error   json.RawMessage `json:"error"`
+				Usage   *usage          `json:"usage"`
+				Choices []choice        `json:"choices"`
 			}
 			if json.Unmarshal([]byte(data), &ev) != nil {
 				continue
+			}
+			for _, c := range ev.Choices {
+				a.see(c)
+				if c.Delta == nil || c.Delta.Role == "" {
+					a.tokenDelta++
+				}
 			}
 			a.errEvent = a.errEvent || len(ev.Error) > 0
 			if ev.Usage != nil {
@@ -177,16 +194,56 @@ func (d *driver) post(ctx context.Context, path string, body []byte, hdr map[str
 		return a, nil
 	}
 	var full struct {
-		Usage *usage `json:"usage"`
+		Usage   *usage   `json:"usage"`
+		Choices []choice `json:"choices"`
 	}
 	if json.Unmarshal(buf.Bytes(), &full) == nil && full.Usage != nil {
 		a.setUsage(full.Usage)
 	}
+	for _, c := range full.Choices {
+		a.see(c)
+	}
 	return a, nil
 }
 
+// choice is one choice of a completion or chat answer, whole or a stream's delta.
+type choice struct {
+	Text    string `json:"text"`
+	Message *struct {
+		Content string `json:"content"`
+	} `json:"message"`
+	Delta *struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"delta"`
+	FinishReason string `json:"finish_reason"`
+}
+
+func (a *answer) see(c choice) {
+	a.text += c.text()
+	if c.FinishReason != "" {
+		a.finish = c.FinishReason
+	}
+}
+
+// generated reports whether the answer is a finished completion of at least one token (the
+// tiny model's tokens may decode to no text, so the text alone does not say).
+func (a *answer) generated() bool {
+	return a.finish != "" && (strings.TrimSpace(a.text) != "" || a.completion > 0 || a.tokenDelta > 0)
+}
+
+func (c choice) text() string {
+	switch {
+	case c.Message != nil:
+		return c.Message.Content
+	case c.Delta != nil:
+		return c.Delta.Content
+	}
+	return c.Text
+}
+
 func (a *answer) setUsage(u *usage) {
-	a.hasUsage, a.prompt, a.cached = true, u.PromptTokens, -1
+	a.hasUsage, a.prompt, a.cached, a.completion = true, u.PromptTokens, -1, u.CompletionTokens
 	if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens != nil {
 		a.cached = *u.PromptTokensDetails.CachedTokens
 	}

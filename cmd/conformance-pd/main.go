@@ -14,6 +14,10 @@
 // after the decode engine is killed mid-request and started again, under "fail". The prefill
 // engine is killed mid-prefill last. Envoy's ext_proc failure counters must stay 0 and every
 // booking must be released. Any difference exits 1. `make conformance-pd` runs it.
+//
+// With -handoff it checks the slo policy's handoff placement instead (handoff.go): prefill on
+// the decode engine that holds the prompt's prefix, decode on another decode engine that pulls
+// the KV; both decode engines run kv_role kv_both behind a pd-sidecar each.
 package main
 
 import (
@@ -42,6 +46,7 @@ const (
 	loraName  = "sql-lora" // the adapter's request model name (vLLM --lora-modules NAME=DIR)
 	prefillID = "prefill-0"
 	decodeID  = "decode-0"
+	decode1ID = "decode-1" // the handoff mode's decoder
 )
 
 type config struct {
@@ -49,10 +54,16 @@ type config struct {
 	loraDir                                  string // the adapter both engines serve as loraName
 	prefill, decode                          engineSpec
 	sidecarPort, faultPort                   int
-	listen, adminGRPC, adminWeb              int
-	blocks, maxLen                           int
-	startTimeout                             time.Duration
-	verbose                                  bool
+	// The handoff mode (-handoff): a second decode engine, a pd-sidecar in front of each
+	// decode engine, and the holder's (decode-0's) smaller KV cache.
+	handoff                     bool
+	decode1                     engineSpec
+	dSidecar0, dSidecar1        int
+	holderBlocks                int
+	listen, adminGRPC, adminWeb int
+	blocks, maxLen              int
+	startTimeout                time.Duration
+	verbose                     bool
 }
 
 // engineSpec is one engine's ports: HTTP, KV events, replay, NIXL side channel.
@@ -76,9 +87,16 @@ func main() {
 	flag.IntVar(&c.maxLen, "max-model-len", 1024, "engine max model length")
 	flag.DurationVar(&c.startTimeout, "engine-start-timeout", 8*time.Minute, "how long an engine may take to answer /health")
 	flag.BoolVar(&c.verbose, "v", false, "one line per request as it is checked")
+	flag.BoolVar(&c.handoff, "handoff", false, "run the handoff check instead of the remote-prefill corpus: two kv_both decode engines, "+
+		"a pd-sidecar in front of each, the slo policy with slo_handoff (handoff.go)")
+	flag.IntVar(&c.decode1.port, "decode1-port", 18403, "-handoff: the second decode engine's HTTP port (KV events, replay and NIXL side channel: 15803, 15813, 5803)")
+	flag.IntVar(&c.dSidecar0, "decode0-sidecar-port", 18412, "-handoff: the pd-sidecar in front of decode-0 (its endpoint as condisagg knows it)")
+	flag.IntVar(&c.dSidecar1, "decode1-sidecar-port", 18413, "-handoff: the pd-sidecar in front of decode-1")
+	flag.IntVar(&c.holderBlocks, "holder-blocks", 48, "-handoff: decode-0's KV cache blocks (under the decode-busy guard of 0.4 it has no room to decode the turn it holds)")
 	flag.Parse()
 	c.prefill.kv, c.prefill.replay, c.prefill.side = 15801, 15811, 5801
 	c.decode.kv, c.decode.replay, c.decode.side = 15802, 15812, 5802
+	c.decode1.kv, c.decode1.replay, c.decode1.side = 15803, 15813, 5803
 	root, err := repo.Root()
 	if err != nil {
 		fatal(err)
@@ -110,6 +128,7 @@ type driver struct {
 	c          *config
 	prefill    *engineproc.Child
 	decode     *engineproc.Child
+	decode1    *engineproc.Child   // -handoff only
 	children   []*engineproc.Child // every process started, for the peak RSS and the teardown
 	admin      condisaggv1.AdminClient
 	conn       *grpc.ClientConn
@@ -122,6 +141,7 @@ type driver struct {
 	checks     []result // whole-run checks: bookings released, Envoy counters
 	nextID     int
 	peakEngine int64
+	explained  []string // -handoff: the first turn 2's forecasts, as Explain gave them
 }
 
 func run(ctx context.Context, c *config) int {
@@ -134,7 +154,11 @@ func run(ctx context.Context, c *config) int {
 		return 2
 	}
 	fmt.Printf("stack up after %s\n", time.Since(start).Round(time.Second))
-	err := d.corpus(ctx)
+	corpus := d.corpus
+	if c.handoff {
+		corpus = d.handoffCorpus
+	}
+	err := corpus(ctx)
 	d.report(time.Since(start))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-pd:", err)
@@ -148,6 +172,9 @@ func run(ctx context.Context, c *config) int {
 
 // start brings up both engines (at once), the fault proxy, pd-sidecar, condisagg and Envoy.
 func (d *driver) start(ctx context.Context) error {
+	if d.c.handoff {
+		return d.startHandoff(ctx)
+	}
 	var err error
 	if d.tok, err = tokenizer.Load(filepath.Join(d.c.root, "tokenizer/testdata/models/qwen3"), tokenizer.Options{}); err != nil {
 		return err
@@ -188,9 +215,13 @@ func (d *driver) start(ctx context.Context) error {
 
 // startEngine starts one engine of the pair with NixlConnector over UCX on loopback.
 func (d *driver) startEngine(ctx context.Context, name string, s engineSpec, kvRole string) (*engineproc.Child, error) {
+	return d.startEngineBlocks(ctx, name, s, kvRole, d.c.blocks)
+}
+
+func (d *driver) startEngineBlocks(ctx context.Context, name string, s engineSpec, kvRole string, blocks int) (*engineproc.Child, error) {
 	return engineproc.StartEngine(ctx, engineproc.Engine{Root: d.c.root, Name: name, LogDir: d.c.workdir,
 		Model: d.c.model, ServedName: modelName, Port: s.port, KVPort: s.kv, ReplayPort: s.replay,
-		Blocks: d.c.blocks, MaxModelLen: d.c.maxLen, StartTimeout: d.c.startTimeout,
+		Blocks: blocks, MaxModelLen: d.c.maxLen, StartTimeout: d.c.startTimeout,
 		Env: []string{"VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1", fmt.Sprintf("VLLM_NIXL_SIDE_CHANNEL_PORT=%d", s.side),
 			"UCX_TLS=tcp,self,sm", "UCX_NET_DEVICES=lo"},
 		Extra: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector",` + kvRole + `,"kv_buffer_device":"cpu"}`,
@@ -213,6 +244,9 @@ func (d *driver) startSidecar(ctx context.Context) error {
 }
 
 func (d *driver) routerConfig() string {
+	if d.c.handoff {
+		return d.handoffRouterConfig()
+	}
 	c := d.c
 	return fmt.Sprintf(`listen: 127.0.0.1:%d
 admin_listen: 127.0.0.1:%d
@@ -258,7 +292,7 @@ func (d *driver) startRouter(ctx context.Context) error {
 		if p.HasExited() {
 			return fmt.Errorf("condisagg exited; log %s:\n%s", p.LogPath, engineproc.LastLines(p.Output(), 20))
 		}
-		if ws, err := d.workers(ctx); err == nil && len(ws) == 2 {
+		if ws, err := d.workers(ctx); err == nil && len(ws) == d.numWorkers() {
 			return nil
 		}
 		if time.Now().After(deadline) {

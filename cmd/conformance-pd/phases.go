@@ -17,7 +17,8 @@ import (
 // Categories, in table order.
 var categories = []string{"fresh (remote)", "follow-up (local)", "lora fresh (remote)", "lora follow-up (local)", "sub-block (remote)", "near max_model_len",
 	"cached on prefill", "failure, recompute", "failure, recompute, D hit", "in flight at once",
-	"kill decode mid-stream", "failure, fail", "fresh after restart", "follow-up after restart", "kill prefill mid-prefill"}
+	"kill decode mid-stream", "failure, fail", "fresh after restart", "follow-up after restart", "kill prefill mid-prefill",
+	"handoff", "handoff, failure, recompute"}
 
 // format is one of the request shapes the corpus rotates through.
 type format struct {
@@ -351,7 +352,7 @@ func (d *driver) report(wall time.Duration) {
 	fmt.Printf("%-28s %5d %5d\n", "total", total, ok)
 	outcomes := map[string]int{}
 	for _, r := range d.rows {
-		if r.a.route == "prefill" {
+		if r.a.route == "prefill" || r.a.route == "handoff" {
 			outcomes[r.router+" / engine "+r.engine]++
 		}
 	}
@@ -360,9 +361,17 @@ func (d *driver) report(wall time.Duration) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	fmt.Println("\nremote requests, condisagg's outcome / the decode engine's truth:")
+	if d.c.handoff {
+		fmt.Println("\nhandoff requests, condisagg's outcome / the decoding engine's truth:")
+	} else {
+		fmt.Println("\nremote requests, condisagg's outcome / the decode engine's truth:")
+	}
 	for _, k := range keys {
 		fmt.Printf("  %-45s %d\n", k, outcomes[k])
+	}
+	if len(d.explained) > 0 {
+		fmt.Println("\nthe slo policy's forecasts for the first handoff (Explain, before it was sent):")
+		fmt.Print(strings.Join(d.explained, ""))
 	}
 	fmt.Println()
 	for _, c := range d.checks {

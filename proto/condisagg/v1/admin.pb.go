@@ -1933,8 +1933,8 @@ type RecentDecision struct {
 	SloTpotMs float64              `protobuf:"fixed64,16,opt,name=slo_tpot_ms,json=sloTpotMs,proto3" json:"slo_tpot_ms,omitempty"`
 	Estimates []*PlacementEstimate `protobuf:"bytes,17,rep,name=estimates,proto3" json:"estimates,omitempty"`
 	// The disaggregation truth (docs/disagg-truth.md §3): "transferred", "recomputed" or
-	// "unknown" once a remote prefill's decode answer was classified; "pending" for a remote
-	// prefill still in flight; "unclassified" for one that ended by an error answer, a stream
+	// "unknown" once the decode answer of a remote prefill or a handoff was classified; "pending"
+	// for one still in flight; "unclassified" for one that ended by an error answer, a stream
 	// error or a cancel, which say nothing about the transfer; "not_remote" for every other
 	// placement.
 	Transfer             string           `protobuf:"bytes,18,opt,name=transfer,proto3" json:"transfer,omitempty"`
