@@ -130,34 +130,17 @@ func (d *driver) handoffEndpoints() []handoffEndpoint {
 
 func (d *driver) handoffRouterConfig() string {
 	c := d.c
-	return fmt.Sprintf(`listen: 127.0.0.1:%d
-admin_listen: 127.0.0.1:%d
-admin_grpc_listen: 127.0.0.1:%d
-log_level: info
-debug_headers: true # x-condisagg-decision: the route of each request as routed
-failure_mode: closed
-unready_delay: 0s
-drain_timeout: 1s
-model: {tokenizer: %s, block_size: %d, lora_adapters: [%s]}
-router:
-  mode: kv
-  kv_events: true
-  conditional_disagg: true
-  # The slo policy with the handoff placement priced. The steady-state view and the controller
+	return c.routerConfigHead() + fmt.Sprintf(`  # The slo policy with the handoff placement priced. The steady-state view and the controller
   # stay off: the forecasts are the cost model's on the booked load alone (the CPU engines'
   # real latencies are no H100's, and corrections learnt from them would move the decision).
   conditional_disagg_config: {policy: slo, cost_model: llama3.1-8b-h100, slo_ttft_ms: %d, slo_tpot_ms: %d,
     decode_busy_threshold: %g, slo_handoff: true, slo_fleet: false, slo_feedback: false}
 pool: {scrape_interval: 0s}
 workers:
-  - {name: %s, role: prefill, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, loraName,
-		handoffTTFTMS, handoffTPOTMS, handoffGuard,
-		prefillID, c.sidecarPort, c.prefill.kv, c.prefill.replay, c.blocks,
-		decodeID, c.dSidecar0, c.decode.kv, c.decode.replay, c.holderBlocks,
-		decode1ID, c.dSidecar1, c.decode1.kv, c.decode1.replay, c.blocks)
+`, handoffTTFTMS, handoffTPOTMS, handoffGuard) +
+		workerLine(prefillID, "prefill", c.sidecarPort, c.prefill, c.blocks) +
+		workerLine(decodeID, "decode", c.dSidecar0, c.decode, c.holderBlocks) +
+		workerLine(decode1ID, "decode", c.dSidecar1, c.decode1, c.blocks)
 }
 
 // handoffCorpus: a conversation per request shape whose turn 2 is a handoff, then two whose

@@ -248,6 +248,18 @@ func (d *driver) routerConfig() string {
 		return d.handoffRouterConfig()
 	}
 	c := d.c
+	return c.routerConfigHead() + `  # A prompt with no decode-side hit (ratio 1) always goes remote; one that is at least half
+  # cached on the decode engine prefills there.
+  conditional_disagg_config: {policy: isl_bounding, eff_isl_threshold: 1000000, eff_isl_ratio_threshold: 0.5}
+pool: {scrape_interval: 0s}
+workers:
+` + workerLine(prefillID, "prefill", c.sidecarPort, c.prefill, c.blocks) +
+		workerLine(decodeID, "decode", c.decode.port, c.decode, c.blocks)
+}
+
+// routerConfigHead is the serve config of both modes up to the router's policy object, which
+// follows indented under router.
+func (c *config) routerConfigHead() string {
 	return fmt.Sprintf(`listen: 127.0.0.1:%d
 admin_listen: 127.0.0.1:%d
 admin_grpc_listen: 127.0.0.1:%d
@@ -261,16 +273,14 @@ router:
   mode: kv
   kv_events: true
   conditional_disagg: true
-  # A prompt with no decode-side hit (ratio 1) always goes remote; one that is at least half
-  # cached on the decode engine prefills there.
-  conditional_disagg_config: {policy: isl_bounding, eff_isl_threshold: 1000000, eff_isl_ratio_threshold: 0.5}
-pool: {scrape_interval: 0s}
-workers:
-  - {name: %s, role: prefill, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-  - {name: %s, role: decode, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}
-`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, loraName,
-		prefillID, c.sidecarPort, c.prefill.kv, c.prefill.replay, c.blocks,
-		decodeID, c.decode.port, c.decode.kv, c.decode.replay, c.blocks)
+`, c.listen, c.adminWeb, c.adminGRPC, filepath.Join(c.root, "tokenizer/testdata/models/qwen3"), blockSize, loraName)
+}
+
+// workerLine is one entry of the config's workers: the endpoint condisagg routes to (an
+// engine, or the pd-sidecar in front of it) and the engine's KV event sockets.
+func workerLine(name, role string, endpointPort int, e engineSpec, blocks int) string {
+	return fmt.Sprintf("  - {name: %s, role: %s, endpoint: 127.0.0.1:%d, kv_events: tcp://127.0.0.1:%d, kv_replay: tcp://127.0.0.1:%d, num_gpu_blocks: %d}\n",
+		name, role, endpointPort, e.kv, e.replay, blocks)
 }
 
 // startRouter starts condisagg serve and waits until its Admin service lists both workers.
