@@ -179,6 +179,9 @@ type chaosClient struct {
 
 	inflight, peak atomic.Int64
 	seed           atomic.Uint64
+
+	// named are the names of Envoys other than the stack's two (set before the load starts).
+	named map[*envoy.Process]string
 }
 
 func newChaosClient(s *Stack, timeout time.Duration) *chaosClient {
@@ -211,10 +214,21 @@ func (c *chaosClient) peekResults() []*chaosResult {
 }
 
 func (c *chaosClient) viaName(env *envoy.Process) string {
+	if n, ok := c.named[env]; ok {
+		return n
+	}
 	if env == c.s.EnvoyDuplex {
 		return "duplex"
 	}
 	return "buffered"
+}
+
+// nameEnvoy names env, an Envoy of the test's own, in the results' reports.
+func (c *chaosClient) nameEnvoy(env *envoy.Process, name string) {
+	if c.named == nil {
+		c.named = map[*envoy.Process]string{}
+	}
+	c.named[env] = name
 }
 
 // do sends one request, records its result and returns it. The request has its own deadline

@@ -119,6 +119,7 @@ func chartReplicaKill(t *testing.T, failOpen bool, clients int, before, after ti
 	}
 	d0, d1 := decisions(s.Replicas[0]), decisions(s.Replicas[1])
 	c := newChaosClient(s, 3*time.Minute)
+	c.nameEnvoy(env, "the chart's "+map[bool]string{true: "buffered", false: "full-duplex"}[failOpen]+" Envoy")
 	defer c.close()
 	stopLoad := killLoad(c, env, clients, maxTokens)
 	time.Sleep(before)
