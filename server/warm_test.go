@@ -80,7 +80,14 @@ func warmIndex(t testing.TB, blocks, workers int) (*kvindex.Index, [][]uint64) {
 // servePeer runs the Admin gRPC service over ix on loopback with token.
 func servePeer(t testing.TB, ix *kvindex.Index, token string) string {
 	t.Helper()
-	svc, err := admin.New(admin.Options{Router: indexRouter{[]route.ModelInfo{{Index: ix, BlockSize: 16}}}})
+	return serveAdmin(t, admin.Options{Router: indexRouter{[]route.ModelInfo{{Index: ix, BlockSize: 16}}}}, token)
+}
+
+// serveAdmin runs the Admin gRPC service of opts on loopback with token until the test ends,
+// and returns its address.
+func serveAdmin(t testing.TB, opts admin.Options, token string) string {
+	t.Helper()
+	svc, err := admin.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,20 +211,9 @@ func TestWarmStartCopiesSessions(t *testing.T) {
 		}
 		defer out.Ticket.Cancel()
 	}
-	svc, err := admin.New(admin.Options{Router: peer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := admin.NewServer(svc, admin.ServerOptions{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = g.Serve(ln) }()
-	t.Cleanup(func() { g.Stop(); <-done })
+	addr := serveAdmin(t, admin.Options{Router: peer}, "")
 
-	snaps, err := fetchSnapshots(ctx, ln.Addr().String(), adminclient.Options{}, 1<<30, true)
+	snaps, err := fetchSnapshots(ctx, addr, adminclient.Options{}, 1<<30, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +236,7 @@ func TestWarmStartCopiesSessions(t *testing.T) {
 			t.Errorf("session s%d: warm router %s (%v), peer %s", i, w.Decode.ID, w.Session.Outcome, p.Decode.ID)
 		}
 	}
-	if snaps, err := fetchSnapshots(ctx, ln.Addr().String(), adminclient.Options{}, 1<<30, false); err != nil || snaps.hasSessions {
+	if snaps, err := fetchSnapshots(ctx, addr, adminclient.Options{}, 1<<30, false); err != nil || snaps.hasSessions {
 		t.Errorf("not asked for sessions: sent %v, %v", snaps.hasSessions, err)
 	}
 }
